@@ -1,0 +1,373 @@
+"""The data contracts: ``RequestEvent``, ``PolicyEvent`` and ``GpuSample``.
+
+One JSON object per line, versioned by ``v``; times are epoch milliseconds (``ts_ms``), durations
+milliseconds. Each event class declares its fields once in ``FIELDS``; validation, the JSON
+Schemas in ``deploy/schemas/`` and the streaming job's source schema are all derived from that, so
+producers in other languages and our own readers agree by construction.
+
+A bad record raises :class:`EventError`, which names the field and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from llmsla import names
+
+SCHEMA_VERSION = 1
+
+
+class EventError(ValueError):
+    """A record that does not satisfy its contract; ``field`` and ``reason`` say why."""
+
+    def __init__(self, kind: str, field: str, reason: str) -> None:
+        self.kind, self.field, self.reason = kind, field, reason
+        super().__init__(f"{kind}.{field}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of an event: its JSON type and the constraints validation enforces."""
+
+    name: str
+    type: str  # "int" | "number" | "string" | "itl"
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+    enum: tuple[str, ...] | None = None
+    nullable: bool = False
+
+
+_INT_MAX = 2**63 - 1
+
+
+def _check_number(kind: str, f: Field, value: Any, *, integer: bool) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EventError(kind, f.name, f"expected {'integer' if integer else 'number'}, got {type(value).__name__}")
+    if integer and not isinstance(value, int):
+        if not (math.isfinite(value) and value == int(value)):
+            raise EventError(kind, f.name, f"expected integer, got {value!r}")
+        value = int(value)
+    if not integer and not math.isfinite(value):
+        raise EventError(kind, f.name, f"not finite: {value!r}")
+    if f.minimum is not None and value < f.minimum:
+        raise EventError(kind, f.name, f"must be >= {f.minimum:g}, got {value!r}")
+    if f.maximum is not None and value > f.maximum:
+        raise EventError(kind, f.name, f"must be <= {f.maximum:g}, got {value!r}")
+    if integer and abs(value) > _INT_MAX:
+        raise EventError(kind, f.name, "integer out of 64-bit range")
+    return value
+
+
+def _check_string(kind: str, f: Field, value: Any) -> str:
+    if not isinstance(value, str):
+        raise EventError(kind, f.name, f"expected string, got {type(value).__name__}")
+    if not value:
+        raise EventError(kind, f.name, "must not be empty")
+    if len(value) > 256:
+        raise EventError(kind, f.name, "longer than 256 characters")
+    if f.enum is not None and value not in f.enum:
+        raise EventError(kind, f.name, f"must be one of {', '.join(f.enum)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ItlSummary:
+    """Inter-token latency of one request as a summary, so windows can pool mean and variance
+    exactly (sum of n*mean and n*(std^2+mean^2)) without shipping every gap."""
+
+    n: int
+    mean: float
+    std: float
+    max: float
+
+    @classmethod
+    def from_gaps(cls, gaps_ms: list[float]) -> ItlSummary:
+        """Summarise raw gaps (ms); an empty list (0 or 1 output token) gives n=0."""
+        n = len(gaps_ms)
+        if n == 0:
+            return cls(0, 0.0, 0.0, 0.0)
+        mean = math.fsum(gaps_ms) / n
+        var = math.fsum((g - mean) ** 2 for g in gaps_ms) / n
+        return cls(n, mean, math.sqrt(var), max(gaps_ms))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "mean": self.mean, "std": self.std, "max": self.max}
+
+
+_ITL_FIELDS = (
+    Field("n", "int", "number of inter-token gaps", minimum=0),
+    Field("mean", "number", "mean gap, ms", minimum=0),
+    Field("std", "number", "population standard deviation of the gaps, ms", minimum=0),
+    Field("max", "number", "largest gap, ms", minimum=0),
+)
+
+
+def _parse_itl(kind: str, value: Any) -> ItlSummary:
+    if isinstance(value, list):
+        for i, g in enumerate(value):
+            _check_number(kind, Field(f"itl_ms[{i}]", "number", "", minimum=0), g, integer=False)
+        return ItlSummary.from_gaps([float(g) for g in value])
+    if isinstance(value, ItlSummary):
+        value = value.to_dict()
+    if not isinstance(value, dict):
+        raise EventError(kind, "itl_ms", f"expected object or list, got {type(value).__name__}")
+    out = {}
+    for f in _ITL_FIELDS:
+        if f.name not in value:
+            raise EventError(kind, f"itl_ms.{f.name}", "missing")
+        out[f.name] = _check_number(kind, Field(f"itl_ms.{f.name}", f.type, "", minimum=0), value[f.name], integer=f.type == "int")
+    extra = set(value) - {f.name for f in _ITL_FIELDS}
+    if extra:
+        raise EventError(kind, f"itl_ms.{sorted(extra)[0]}", "unknown field")
+    s = ItlSummary(**out)
+    if s.n and s.max < s.mean:
+        raise EventError(kind, "itl_ms.max", "smaller than mean")
+    return s
+
+
+class _Event:
+    """Shared parse/validate/serialise logic; subclasses declare KIND and FIELDS."""
+
+    KIND: ClassVar[str]
+    FIELDS: ClassVar[tuple[Field, ...]]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Any:
+        kind = cls.KIND
+        if not isinstance(data, dict):
+            raise EventError(kind, "<record>", f"expected a JSON object, got {type(data).__name__}")
+        v = data.get("v", SCHEMA_VERSION)
+        if v != SCHEMA_VERSION:
+            raise EventError(kind, "v", f"unsupported schema version {v!r} (this reader knows {SCHEMA_VERSION})")
+        values: dict[str, Any] = {}
+        for f in cls.FIELDS:
+            if f.name not in data:
+                if f.nullable:
+                    values[f.name] = None
+                    continue
+                raise EventError(kind, f.name, "missing")
+            raw = data[f.name]
+            if raw is None:
+                if not f.nullable:
+                    raise EventError(kind, f.name, "must not be null")
+                values[f.name] = None
+            elif f.type == "int":
+                values[f.name] = _check_number(kind, f, raw, integer=True)
+            elif f.type == "number":
+                values[f.name] = float(_check_number(kind, f, raw, integer=False))
+            elif f.type == "string":
+                values[f.name] = _check_string(kind, f, raw)
+            elif f.type == "itl":
+                values[f.name] = _parse_itl(kind, raw)
+            else:  # pragma: no cover - a programming error in FIELDS
+                raise AssertionError(f.type)
+        unknown = set(data) - {f.name for f in cls.FIELDS} - {"v"}
+        if unknown:
+            raise EventError(kind, sorted(unknown)[0], "unknown field")
+        event = cls(**values)  # type: ignore[call-arg]
+        event._check_relations()
+        return event
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> Any:
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise EventError(cls.KIND, "<record>", f"not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def validate(self) -> Any:
+        """Re-check a directly constructed event (producers call this before writing)."""
+        return type(self).from_dict(self.to_dict())
+
+    def _check_relations(self) -> None:
+        """Cross-field rules; overridden where a contract has them."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"v": SCHEMA_VERSION}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, ItlSummary) else value
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent(_Event):
+    """One request as the gateway (or the fleet simulator) saw it, written when it ends.
+
+    ``ts_ms`` is the time the request finished, so windows count a request where Prometheus's
+    counters count it; its arrival time is ``ts_ms - e2e_ms``. ``ttft_ms`` is null when no token
+    was produced (errors, rejections)."""
+
+    ts_ms: int
+    trace_id: str
+    model: str
+    pool: str
+    replica: str
+    arm: str
+    policy: str
+    prompt_tokens: int
+    output_tokens: int
+    queue_ms: float
+    ttft_ms: float | None
+    itl_ms: ItlSummary
+    e2e_ms: float
+    status: str
+
+    KIND: ClassVar[str] = "RequestEvent"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("ts_ms", "int", "epoch ms when the request finished", minimum=0),
+        Field("trace_id", "string", "W3C trace id (32 hex chars) of the request"),
+        Field("model", "string", "model name as requested"),
+        Field("pool", "string", "replica pool that served it"),
+        Field("replica", "string", "replica that served it"),
+        Field("arm", "string", "A/B arm the request was bucketed into"),
+        Field("policy", "string", "temperature policy / schedule in force"),
+        Field("prompt_tokens", "int", "prompt tokens", minimum=0),
+        Field("output_tokens", "int", "generated tokens", minimum=0),
+        Field("queue_ms", "number", "time queued in the gateway before dispatch, ms", minimum=0),
+        Field("ttft_ms", "number", "time to first token from arrival, ms; null if none", minimum=0, nullable=True),
+        Field("itl_ms", "itl", "inter-token latency summary {n, mean, std, max} in ms (a list of gaps is accepted and summarised)"),
+        Field("e2e_ms", "number", "arrival to last byte, ms", minimum=0),
+        Field("status", "string", "outcome", enum=names.STATUSES),
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.itl_ms, list | dict):
+            object.__setattr__(self, "itl_ms", _parse_itl(self.KIND, self.itl_ms))
+
+    def _check_relations(self) -> None:
+        if self.ttft_ms is not None and self.ttft_ms > self.e2e_ms:
+            raise EventError(self.KIND, "ttft_ms", f"TTFT {self.ttft_ms} ms exceeds E2E {self.e2e_ms} ms")
+        if self.queue_ms > self.e2e_ms:
+            raise EventError(self.KIND, "queue_ms", f"queue {self.queue_ms} ms exceeds E2E {self.e2e_ms} ms")
+        if self.status == names.STATUS_OK and self.ttft_ms is None and self.output_tokens > 0:
+            raise EventError(self.KIND, "ttft_ms", "missing for an ok request with output tokens")
+
+
+#: Known ``PolicyEvent.action`` values: what the policy did to the temperature.
+POLICY_ACTIONS: tuple[str, ...] = ("hold", "raise", "lower", "set")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEvent(_Event):
+    """One temperature-policy decision (one ``temperature_policy.decide`` span)."""
+
+    ts_ms: int
+    trace_id: str
+    span_id: str
+    policy_id: str
+    zone: str
+    step: int
+    temperature: float
+    action: str
+    trigger: str
+    duration_ms: float
+
+    KIND: ClassVar[str] = "PolicyEvent"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("ts_ms", "int", "epoch ms of the decision (span start)", minimum=0),
+        Field("trace_id", "string", "trace id of the request the decision belongs to"),
+        Field("span_id", "string", "span id of the decision span (16 hex chars)"),
+        Field("policy_id", "string", "policy instance, e.g. 'cosine' or 'entropy-adaptive'"),
+        Field("zone", "string", "serving zone/pool the policy runs in"),
+        Field("step", "int", "decode step the decision applies to", minimum=0),
+        Field("temperature", "number", "temperature chosen", minimum=0, maximum=100),
+        Field("action", "string", "what the policy did", enum=POLICY_ACTIONS),
+        Field("trigger", "string", "why: 'schedule', 'entropy_low', 'entropy_high', 'control', ..."),
+        Field("duration_ms", "number", "time spent deciding, ms", minimum=0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample(_Event):
+    """One NVML sample of one GPU."""
+
+    ts_ms: int
+    node: str
+    gpu: int
+    uuid: str
+    mem_used_bytes: int
+    mem_total_bytes: int
+    util: float
+    temp_c: float
+    power_w: float
+
+    KIND: ClassVar[str] = "GpuSample"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("ts_ms", "int", "epoch ms of the sample", minimum=0),
+        Field("node", "string", "host name"),
+        Field("gpu", "int", "GPU index on the node", minimum=0),
+        Field("uuid", "string", "GPU UUID"),
+        Field("mem_used_bytes", "int", "device memory used, bytes", minimum=0),
+        Field("mem_total_bytes", "int", "device memory total, bytes", minimum=0),
+        Field("util", "number", "utilisation ratio 0..1", minimum=0, maximum=1),
+        Field("temp_c", "number", "temperature, Celsius", minimum=-50, maximum=200),
+        Field("power_w", "number", "power draw, watts", minimum=0),
+    )
+
+    def _check_relations(self) -> None:
+        if self.mem_used_bytes > self.mem_total_bytes:
+            raise EventError(self.KIND, "mem_used_bytes", "exceeds mem_total_bytes")
+
+
+EVENT_TYPES: dict[str, type[_Event]] = {
+    names.SPOOL_REQUESTS: RequestEvent,
+    names.SPOOL_POLICY: PolicyEvent,
+    names.SPOOL_GPU: GpuSample,
+}
+
+
+def json_schema(cls: type[_Event]) -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) for producers in other languages; derived from ``FIELDS``."""
+    props: dict[str, Any] = {"v": {"const": SCHEMA_VERSION, "description": "schema version"}}
+    for f in cls.FIELDS:
+        if f.type == "itl":
+            prop: dict[str, Any] = {
+                "type": "object",
+                "additionalProperties": False,
+                "required": [g.name for g in _ITL_FIELDS],
+                "properties": {
+                    g.name: {"type": "integer" if g.type == "int" else "number", "minimum": 0, "description": g.doc}
+                    for g in _ITL_FIELDS
+                },
+            }
+        else:
+            prop = {"type": {"int": "integer", "number": "number", "string": "string"}[f.type]}
+            if f.type == "string":
+                prop.update(minLength=1, maxLength=256)
+            if f.minimum is not None:
+                prop["minimum"] = f.minimum
+            if f.maximum is not None:
+                prop["maximum"] = f.maximum
+            if f.enum is not None:
+                prop["enum"] = list(f.enum)
+            if f.nullable:
+                prop["type"] = [prop["type"], "null"]
+        prop["description"] = f.doc
+        props[f.name] = prop
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://llmsla.dev/schemas/{cls.KIND}.v{SCHEMA_VERSION}.json",
+        "title": cls.KIND,
+        "description": (cls.__doc__ or "").strip().splitlines()[0],
+        "type": "object",
+        "additionalProperties": False,
+        "required": [f.name for f in cls.FIELDS if not f.nullable],
+        "properties": props,
+    }
+
+
+def render_schemas() -> dict[str, str]:
+    """File name -> JSON text of every schema, as written to ``deploy/schemas/``."""
+    return {
+        f"{cls.KIND}.v{SCHEMA_VERSION}.json": json.dumps(json_schema(cls), indent=2, sort_keys=False) + "\n"
+        for cls in EVENT_TYPES.values()
+    }

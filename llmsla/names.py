@@ -1,0 +1,154 @@
+"""Every metric, label, bucket default, spool kind and store table name, defined once.
+
+Exporters, rules, dashboards, the streaming job and tests import these constants instead of
+retyping strings, so a rename is one edit and a typo is an ImportError, not a silent empty panel.
+Metric names follow Prometheus conventions: the ``llmsla_`` prefix, base units (seconds, bytes,
+ratios 0..1) and ``_total`` for counters (prometheus-client appends it; the constants below name
+the family without it where the client wants that).
+"""
+
+from __future__ import annotations
+
+PREFIX = "llmsla_"
+
+# --- labels -------------------------------------------------------------------------------------
+L_MODEL = "model"
+L_POOL = "pool"
+L_REPLICA = "replica"
+L_ARM = "arm"
+L_STATUS = "status"
+L_KIND = "kind"
+L_LABEL = "label"
+L_NODE = "node"
+L_GPU = "gpu"
+L_UUID = "uuid"
+L_MODEL_NAME = "model_name"
+L_REASON = "reason"
+L_POLICY_ID = "policy_id"
+L_ZONE = "zone"
+L_ACTION = "action"
+L_TRIGGER = "trigger"
+L_SCHEDULE = "schedule"
+L_POLICY = "policy"
+L_ROUTE_POLICY = "route_policy"
+
+#: Labels every request metric carries, in this order.
+REQUEST_LABELS: tuple[str, ...] = (L_MODEL, L_POOL, L_REPLICA, L_ARM)
+
+#: Request outcome values of the ``status`` label and of ``RequestEvent.status``.
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_TIMEOUT = "timeout"
+STATUS_CANCELLED = "cancelled"
+STATUS_REJECTED = "rejected"
+STATUSES: tuple[str, ...] = (STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT, STATUS_CANCELLED, STATUS_REJECTED)
+
+#: Value a guarded label takes when it is outside the allow-list or past the top-N.
+LABEL_OVERFLOW_VALUE = "other"
+
+# --- gateway request metrics (exporters) --------------------------------------------------------
+REQUEST_TTFT_SECONDS = "llmsla_request_ttft_seconds"
+REQUEST_ITL_SECONDS = "llmsla_request_itl_seconds"
+REQUEST_E2E_SECONDS = "llmsla_request_e2e_seconds"
+REQUEST_QUEUE_SECONDS = "llmsla_request_queue_seconds"
+REQUESTS = "llmsla_requests"  # counter family; exposed as llmsla_requests_total
+TOKENS = "llmsla_tokens"  # counter, label kind=prompt|output; llmsla_tokens_total
+REQUESTS_IN_FLIGHT = "llmsla_requests_in_flight"
+LABEL_OVERFLOW = "llmsla_label_overflow"  # counter, label=label name; llmsla_label_overflow_total
+TOKEN_KIND_PROMPT = "prompt"
+TOKEN_KIND_OUTPUT = "output"
+
+# --- GPU collector (exporters) ------------------------------------------------------------------
+GPU_MEMORY_USED_BYTES = "llmsla_gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL_BYTES = "llmsla_gpu_memory_total_bytes"
+GPU_MEMORY_FREE_BYTES = "llmsla_gpu_memory_free_bytes"
+GPU_UTILIZATION_RATIO = "llmsla_gpu_utilization_ratio"
+GPU_TEMPERATURE_CELSIUS = "llmsla_gpu_temperature_celsius"
+GPU_POWER_WATTS = "llmsla_gpu_power_watts"
+GPU_COLLECTOR_UP = "llmsla_gpu_collector_up"
+TORCH_CUDA_ALLOCATED_BYTES = "llmsla_torch_cuda_allocated_bytes"
+TORCH_CUDA_RESERVED_BYTES = "llmsla_torch_cuda_reserved_bytes"
+TORCH_CUDA_FRAGMENTATION_BYTES = "llmsla_torch_cuda_fragmentation_bytes"
+
+# --- temperature policy (exporters) -------------------------------------------------------------
+POLICY_SPAN_NAME = "temperature_policy.decide"
+POLICY_TEMPERATURE = "llmsla_policy_temperature"
+POLICY_DECISIONS = "llmsla_policy_decisions"  # counter; llmsla_policy_decisions_total
+#: OTel span attribute keys of a policy decision (``temperature_policy.decide``).
+SPAN_ATTR_POLICY_ID = "policy_id"
+SPAN_ATTR_ZONE = "zone"
+SPAN_ATTR_STEP = "step"
+SPAN_ATTR_TEMPERATURE = "temperature"
+SPAN_ATTR_ACTION = "action"
+SPAN_ATTR_TRIGGER = "trigger"
+
+# --- reference worker (exporters) ---------------------------------------------------------------
+WORKER_QUEUE_LENGTH = "llmsla_worker_queue_length"
+WORKER_RUNNING_REQUESTS = "llmsla_worker_running_requests"
+WORKER_BATCH_SIZE = "llmsla_worker_batch_size"
+WORKER_GENERATED_TOKENS = "llmsla_worker_generated_tokens"  # counter
+WORKER_TOKENS_PER_SECOND = "llmsla_worker_tokens_per_second"
+WORKER_MEMORY_BYTES = "llmsla_worker_memory_bytes"
+WORKER_FIRST_TOKEN_SECONDS = "llmsla_worker_first_token_seconds"
+
+# --- router and distillation controls (control) -------------------------------------------------
+ROUTER_PICKS = "llmsla_router_picks"  # counter; llmsla_router_picks_total
+ROUTER_SCORE = "llmsla_router_score"
+ROUTER_WEIGHT = "llmsla_router_weight"
+ROUTER_DRAINED = "llmsla_router_drained"
+ROUTER_FALLBACK = "llmsla_router_fallback"  # counter: shared state unavailable, local stats used
+DISTILL_STUDENT_SHARE_RATIO = "llmsla_distill_student_share_ratio"
+
+# --- forecaster and alerting (later issues reserve these) ---------------------------------------
+FORECAST_RISK = "llmsla_forecast_risk"
+ALERT_ACTIONS = "llmsla_alert_actions"  # counter; llmsla_alert_actions_total
+
+# --- histogram bucket defaults (seconds) --------------------------------------------------------
+# SLO-aligned: every default SLO threshold in config.py is a bound here; a configured SLO that is
+# not a bound of its histogram is a startup error (llmsla.config.check_slo_buckets).
+TTFT_BUCKETS: tuple[float, ...] = (
+    0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 60.0,
+)
+ITL_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5,
+)
+E2E_BUCKETS: tuple[float, ...] = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+)
+QUEUE_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+# --- spool kinds (one sub-directory per event type) ---------------------------------------------
+SPOOL_REQUESTS = "requests"
+SPOOL_POLICY = "policy"
+SPOOL_GPU = "gpu"
+SPOOL_KINDS: tuple[str, ...] = (SPOOL_REQUESTS, SPOOL_POLICY, SPOOL_GPU)
+
+# --- store tables and views (same names on TimescaleDB and plain PostgreSQL) --------------------
+T_MIGRATIONS = "llmsla_migrations"
+T_REQUEST_WINDOWS = "request_windows"  # 5 s tumbling, per (model, pool, replica, arm)
+T_REQUEST_WINDOWS_1M = "request_windows_1m"  # roll-up view / continuous aggregate
+T_REQUEST_WINDOWS_1H = "request_windows_1h"  # roll-up view / continuous aggregate
+T_POLICY_WINDOWS = "policy_windows"  # 60 s tumbling, per (zone, policy_id)
+T_GPU_WINDOWS = "gpu_windows"  # 5 s tumbling, per (node, gpu)
+T_DEAD_LETTERS = "dead_letters"
+T_FORECASTS = "forecasts"
+T_ACTION_LOG = "action_log"  # alert receiver / control API audit log
+T_AB_RESULTS = "ab_results"
+
+#: Time-partitioned tables: retention and partition maintenance apply to these.
+TIME_TABLES: dict[str, str] = {
+    T_REQUEST_WINDOWS: "bucket",
+    T_POLICY_WINDOWS: "bucket",
+    T_GPU_WINDOWS: "bucket",
+    T_DEAD_LETTERS: "received_at",
+    T_FORECASTS: "ts",
+    T_ACTION_LOG: "ts",
+    T_AB_RESULTS: "ts",
+}
+
+# --- window lengths (seconds) -------------------------------------------------------------------
+REQUEST_WINDOW_S = 5
+POLICY_WINDOW_S = 60
+GPU_WINDOW_S = 5

@@ -1,0 +1,98 @@
+"""Connections: resolve the DSN (``--dsn``, ``LLMSLA_DSN``, else the embedded server), connect
+with a timeout, and never print a password."""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from llmsla.config import Config
+
+
+class StoreError(RuntimeError):
+    """The store cannot be reached or prepared; the message says what to do."""
+
+
+_PASSWORD_IN_URI = re.compile(r"(://[^:/@]*:)([^@]*)(@)")
+_PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password replaced by ``***``, for logs and ``doctor`` output."""
+    dsn = _PASSWORD_IN_URI.sub(lambda m: m.group(1) + ("***" if m.group(2) else "") + m.group(3), dsn)
+    return _PASSWORD_KV.sub(r"\1***", dsn)
+
+
+@dataclass
+class StoreHandle:
+    """A ready store: its DSN and, for the embedded server, the pgserver handle keeping it up."""
+
+    dsn: str
+    embedded: bool
+    data_dir: Path | None = None
+    _server: Any = None
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection:
+        return connect(self.dsn, **kwargs)
+
+    def close(self) -> None:
+        """Release the embedded server handle (pgserver stops it when the last user goes)."""
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+
+
+def start_embedded(data_dir: Path, *, keep_running: bool = True) -> tuple[str, Any]:
+    """Start (or join) the embedded PostgreSQL in ``data_dir``; returns (dsn, server handle).
+
+    With ``keep_running`` the server outlives this process (``llmsla demo`` then a second
+    command finds it up); otherwise it stops when the last handle in this machine is released.
+    """
+    try:
+        import pgserver
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise StoreError("pgserver is not installed: pip install pgserver (or pass --dsn)") from exc
+    data_dir = Path(data_dir).expanduser()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs' XDG_RUNTIME_DIR notice
+        try:
+            server = pgserver.get_server(data_dir, cleanup_mode=None if keep_running else "stop")
+        except Exception as exc:
+            raise StoreError(f"embedded PostgreSQL failed to start in {data_dir}: {exc}") from exc
+    return server.get_uri(), server
+
+
+def connect(dsn: str, *, timeout_s: float = 10.0, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:
+    """Connect, retrying until ``timeout_s`` (a database that is restarting is not an error yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=max(1, int(timeout_s)), **kwargs)
+        except psycopg.OperationalError as exc:
+            if time.monotonic() >= deadline:
+                raise StoreError(f"cannot connect to {redact(dsn)}: {str(exc).strip()}") from None
+            time.sleep(0.2)
+
+
+def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, keep_running: bool = True) -> StoreHandle:
+    """The configured store, started if embedded and migrated unless ``migrate=False``."""
+    dsn = dsn or cfg.store.dsn
+    if dsn:
+        handle = StoreHandle(dsn=dsn, embedded=False)
+    else:
+        data_dir = cfg.store_data_dir()
+        uri, server = start_embedded(data_dir, keep_running=keep_running)
+        handle = StoreHandle(dsn=uri, embedded=True, data_dir=data_dir, _server=server)
+    if migrate:
+        from llmsla.store.migrate import migrate as run_migrations
+
+        with connect(handle.dsn, timeout_s=cfg.store.connect_timeout_s) as conn:
+            run_migrations(conn, cfg)
+    return handle

@@ -1,0 +1,75 @@
+"""Partition and policy upkeep, run after every migrate and by ``llmsla store maintain``.
+
+Plain PostgreSQL: create daily partitions ``partitions_ahead_days`` ahead, drop those past
+``retention_days``. TimescaleDB: (re)apply retention, columnstore and continuous-aggregate
+refresh policies from the configuration; its background jobs then do the work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import psycopg
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.store.rollups import ROLLUPS
+
+WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)
+
+
+@dataclass
+class MaintainResult:
+    partitions_created: int = 0
+    partitions_dropped: int = 0
+
+
+def maintain(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: dt.datetime | None = None) -> MaintainResult:
+    now = now or dt.datetime.now(dt.UTC)
+    if flavor == "timescale":
+        _timescale_policies(conn, cfg)
+        return MaintainResult()
+    today = now.date()
+    result = MaintainResult()
+    for table, col in names.TIME_TABLES.items():
+        row = conn.execute(
+            "SELECT llmsla_ensure_partitions(%s, %s, %s, %s)",
+            (table, col, today - dt.timedelta(days=1), today + dt.timedelta(days=cfg.store.partitions_ahead_days)),
+        ).fetchone()
+        result.partitions_created += row[0]
+    result.partitions_dropped = apply_retention(conn, cfg, flavor=flavor, now=now)
+    return result
+
+
+def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: dt.datetime | None = None) -> int:
+    """Drop what is older than ``store.retention_days``; returns partitions dropped (plain)."""
+    if flavor == "timescale":
+        _timescale_policies(conn, cfg)
+        return 0
+    cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=cfg.store.retention_days)
+    dropped = 0
+    for table, col in names.TIME_TABLES.items():
+        dropped += conn.execute("SELECT llmsla_drop_partitions(%s, %s, %s)", (table, col, cutoff)).fetchone()[0]
+    return dropped
+
+
+def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
+    retention = dt.timedelta(days=cfg.store.retention_days)
+    compress_after = dt.timedelta(days=cfg.store.compress_after_days)
+    for table in names.TIME_TABLES:
+        conn.execute("SELECT remove_retention_policy(%s, if_exists => true)", (table,))
+        conn.execute("SELECT add_retention_policy(%s, drop_after => %s)", (table, retention))
+    for table in WINDOW_TABLES:
+        conn.execute("CALL remove_columnstore_policy(%s, if_exists => true)", (table,))
+        conn.execute("CALL add_columnstore_policy(%s, after => %s)", (table, compress_after))
+    for view, width in ROLLUPS.items():
+        step = dt.timedelta(minutes=1) if "minute" in width else dt.timedelta(hours=1)
+        conn.execute("SELECT remove_continuous_aggregate_policy(%s, if_exists => true)", (view,))
+        conn.execute(
+            "SELECT add_continuous_aggregate_policy(%s, start_offset => %s, end_offset => %s, schedule_interval => %s)",
+            (view, dt.timedelta(hours=2) if step < dt.timedelta(hours=1) else dt.timedelta(days=3), step, step),
+        )
+        # roll-ups are small: keep them four times as long as the 5 s windows
+        conn.execute("SELECT remove_retention_policy(%s, if_exists => true)", (view,))
+        conn.execute("SELECT add_retention_policy(%s, drop_after => %s)", (view, retention * 4))

@@ -1,0 +1,178 @@
+"""Versioned, idempotent migrations with TimescaleDB detection.
+
+Each ``migrations/NNNN_name.sql`` holds the common DDL; ``NNNN_name.plain.sql`` or
+``NNNN_name.timescale.sql`` the flavour's part. The flavour is decided once, on the first
+migration, and recorded in ``llmsla_migrations`` so a later run never mixes the two. An advisory
+lock serialises concurrent ``migrate`` calls (several services starting at once).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+import psycopg
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.store import maintenance
+from llmsla.store.connection import StoreError
+from llmsla.store.rollups import rollup_ddl
+
+PLAIN = "plain"
+TIMESCALE = "timescale"
+_LOCK_ID = 0x11A5_1A  # pg_advisory_lock key for migrations
+_PARTITION = re.compile(r"\{\{PARTITION_BY (\w+)\}\}")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    common: str
+    plain: str
+    timescale: str
+
+    def sql(self, flavor: str) -> str:
+        if flavor == PLAIN:
+            common = _PARTITION.sub(r"PARTITION BY RANGE (\1)", self.common)
+            extra = self.plain
+        else:
+            common = _PARTITION.sub("", self.common)
+            extra = self.timescale
+        extra = extra.replace("{{ROLLUP_VIEWS}}", rollup_ddl(timescale=flavor == TIMESCALE))
+        return common + "\n" + extra
+
+
+@dataclass
+class MigrateResult:
+    flavor: str
+    timescale_version: str | None
+    server_version: str
+    applied: list[str] = field(default_factory=list)
+    partitions_created: int = 0
+
+
+def load_migrations() -> list[Migration]:
+    root = resources.files("llmsla.store") / "migrations"
+    files = {p.name: p.read_text() for p in root.iterdir() if p.name.endswith(".sql")}
+    out = []
+    for fname in sorted(files):
+        m = re.fullmatch(r"(\d{4})_(\w+)\.sql", fname)
+        if not m:
+            continue
+        stem = fname[:-4]
+        out.append(
+            Migration(
+                int(m.group(1)), m.group(2), files[fname],
+                files.get(f"{stem}.plain.sql", ""), files.get(f"{stem}.timescale.sql", ""),
+            )
+        )
+    return out
+
+
+def timescale_version(conn: psycopg.Connection) -> str | None:
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'").fetchone()
+    return row[0] if row else None
+
+
+def _decide_flavor(conn: psycopg.Connection, mode: str) -> str:
+    """Use TimescaleDB if installed, or if available and creatable; obey ``store.timescale``."""
+    if mode == "off":
+        return PLAIN
+    if timescale_version(conn):
+        return TIMESCALE
+    available = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb'").fetchone()
+    if available:
+        try:
+            with conn.transaction():
+                conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
+            return TIMESCALE
+        except psycopg.Error as exc:
+            if mode == "require":
+                raise StoreError(f"store.timescale = require but CREATE EXTENSION timescaledb failed: {exc}") from None
+    if mode == "require":
+        raise StoreError(
+            "store.timescale = require but TimescaleDB is not available on this server "
+            "(install it and add it to shared_preload_libraries, or set store.timescale = auto)"
+        )
+    return PLAIN
+
+
+def recorded_flavor(conn: psycopg.Connection) -> str | None:
+    if conn.execute("SELECT to_regclass(%s)", (names.T_MIGRATIONS,)).fetchone()[0] is None:
+        return None
+    row = conn.execute(f"SELECT flavor FROM {names.T_MIGRATIONS} ORDER BY version LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def migrate(conn: psycopg.Connection, cfg: Config) -> MigrateResult:
+    """Apply pending migrations, then partition/policy maintenance. Safe to run repeatedly."""
+    if not conn.autocommit:
+        conn.commit()
+    conn.autocommit = True
+    conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+    try:
+        conn.execute(
+            f"""CREATE TABLE IF NOT EXISTS {names.T_MIGRATIONS} (
+                   version integer PRIMARY KEY, name text NOT NULL, flavor text NOT NULL,
+                   applied_at timestamptz NOT NULL DEFAULT now())"""
+        )
+        flavor = recorded_flavor(conn) or _decide_flavor(conn, cfg.store.timescale)
+        if flavor == TIMESCALE and cfg.store.timescale == "off":
+            raise StoreError("this database was migrated with TimescaleDB; store.timescale = off cannot apply")
+        done = {r[0] for r in conn.execute(f"SELECT version FROM {names.T_MIGRATIONS}")}
+        result = MigrateResult(flavor, timescale_version(conn), conn.execute("SHOW server_version").fetchone()[0])
+        for m in load_migrations():
+            if m.version in done:
+                continue
+            try:
+                if flavor == TIMESCALE:
+                    # continuous aggregates cannot be created inside a transaction block
+                    for stmt in _split_sql(m.sql(flavor)):
+                        conn.execute(stmt)
+                else:
+                    with conn.transaction():
+                        conn.execute(m.sql(flavor))
+                conn.execute(
+                    f"INSERT INTO {names.T_MIGRATIONS} (version, name, flavor) VALUES (%s, %s, %s)",
+                    (m.version, m.name, flavor),
+                )
+            except psycopg.Error as exc:
+                raise StoreError(f"migration {m.version:04d}_{m.name} ({flavor}) failed: {exc}") from None
+            result.applied.append(f"{m.version:04d}_{m.name}")
+        result.partitions_created = maintenance.maintain(conn, cfg, flavor=flavor).partitions_created
+        return result
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+
+
+def _split_sql(sql: str) -> list[str]:
+    """Split on top-level semicolons (outside quotes and $$ bodies), dropping comment lines."""
+    out, buf, i, quote, dollar = [], [], 0, False, False
+    while i < len(sql):
+        if not quote and not dollar and sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = len(sql) if j < 0 else j + 1
+            continue
+        if not quote and sql.startswith("$$", i):
+            dollar = not dollar
+            buf.append("$$")
+            i += 2
+            continue
+        ch = sql[i]
+        if ch == "'" and not dollar:
+            quote = not quote
+        if ch == ";" and not quote and not dollar:
+            stmt = "".join(buf).strip()
+            if stmt:
+                out.append(stmt)
+            buf = []
+        else:
+            buf.append(ch)
+        i += 1
+    stmt = "".join(buf).strip()
+    if stmt:
+        out.append(stmt)
+    return out
