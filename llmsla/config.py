@@ -101,6 +101,9 @@ class GatewayConfig:
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
+    max_concurrency: int = _k(256, "upstream requests in flight at once; the rest wait in the gateway queue", minimum=1)
+    max_prompt_chars: int = _k(65536, "reject prompts (all message contents) longer than this many characters (400)", minimum=1)
+    workers: int = _k(1, "gateway processes sharing the port (SO_REUSEPORT, multi-process metrics)", minimum=1)
 
 
 @dataclass
@@ -114,6 +117,15 @@ class WorkerConfig:
     max_tokens: int = _k(256, "cap on generated tokens per request", minimum=1)
     max_prompt_tokens: int = _k(2048, "reject longer prompts (400)", minimum=1)
     seed: int = _k(0, "seed of the deterministic weights", minimum=0)
+    train_steps: int = _k(0, "steps of warm-up training on the bundled public-domain text at start (deterministic; ~0.15 s each)", minimum=0)
+    threads: int = _k(1, "torch intra-op threads of the engine thread", minimum=1)
+    zone: str = _k("default", "zone label of temperature-policy decisions (spans, PolicyEvents, metrics)")
+    policy: str = _k("constant", "default temperature policy; a request may pick one with body field llmsla_policy", choices=("constant", "linear", "cosine", "exponential", "entropy"))
+    temperature_min: float = _k(0.1, "policy lower bound T_min (the request's temperature is T_max)", minimum=0)
+    policy_decay: float = _k(0.98, "exponential policy: T(s) = max(T_min, T_max * decay^s)", minimum=0)
+    entropy_target: float = _k(2.5, "entropy policy: target next-token entropy, nats", minimum=0)
+    entropy_band: float = _k(0.25, "entropy policy: hold while |entropy - target| is within this, nats", minimum=0)
+    entropy_gain: float = _k(0.5, "entropy policy: T <- T * exp(gain * (target - entropy))", minimum=0)
 
 
 @dataclass
@@ -192,17 +204,19 @@ SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else glo
 ENV_ALIASES = {"LLMSLA_DSN": ("store", "dsn")}
 
 
-def _coerce(value: Any, tp: Any, where: str, key: str) -> Any:
+def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -> Any:
     origin = typing.get_origin(tp)
     if origin in (list,):
         (item_tp,) = typing.get_args(tp)
-        if isinstance(value, str):  # from the environment: comma separated
+        if from_env and isinstance(value, str):  # comma separated
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, list):
             raise ConfigError(f"{where}: {key}: expected a list, got {type(value).__name__}")
-        return [_coerce(v, item_tp, where, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_coerce(v, item_tp, where, f"{key}[{i}]", from_env) for i, v in enumerate(value)]
     if isinstance(tp, types.UnionType):  # pragma: no cover - no optional keys today
         tp = typing.get_args(tp)[0]
+    if not from_env and tp is not str and isinstance(value, str):
+        raise ConfigError(f"{where}: {key}: expected {getattr(tp, '__name__', tp)}, got a string {value!r}")
     if tp is bool:
         if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return value.lower() in ("1", "true", "yes", "on")
@@ -234,13 +248,13 @@ def _coerce(value: Any, tp: Any, where: str, key: str) -> Any:
     raise AssertionError(tp)  # pragma: no cover
 
 
-def _set(section_obj: Any, section: str, key: str, value: Any, where: str) -> None:
+def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> None:
     fmap = {f.name: f for f in fields(section_obj)}
     if key not in fmap:
         raise ConfigError(f"{where}: unknown key '{section}.{key}' (known: {', '.join(sorted(fmap))})")
     f = fmap[key]
     hints = typing.get_type_hints(type(section_obj))
-    value = _coerce(value, hints[key], where, f"{section}.{key}")
+    value = _coerce(value, hints[key], where, f"{section}.{key}", from_env)
     meta = f.metadata
     if meta.get("choices") and value not in meta["choices"]:
         raise ConfigError(f"{where}: {section}.{key}: must be one of {', '.join(meta['choices'])}, got {value!r}")
@@ -282,7 +296,7 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
             if not section:
                 continue  # LLMSLA_TEST_DSN, LLMSLA_DATA_DIR ... belong to other tools
             key = rest[len(section) + 1:]
-        _set(getattr(cfg, section), section, key, value, f"environment variable {var}")
+        _set(getattr(cfg, section), section, key, value, f"environment variable {var}", from_env=True)
     check_slo_buckets(cfg)
     return cfg
 

@@ -43,6 +43,10 @@ STATUS_CANCELLED = "cancelled"
 STATUS_REJECTED = "rejected"
 STATUSES: tuple[str, ...] = (STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT, STATUS_CANCELLED, STATUS_REJECTED)
 
+#: Label values used until the A/B rollout and multi-pool configuration assign real ones.
+DEFAULT_ARM = "default"
+DEFAULT_POOL = "default"
+
 #: Value a guarded label takes when it is outside the allow-list or past the top-N.
 LABEL_OVERFLOW_VALUE = "other"
 
@@ -55,6 +59,11 @@ REQUESTS = "llmsla_requests"  # counter family; exposed as llmsla_requests_total
 TOKENS = "llmsla_tokens"  # counter, label kind=prompt|output; llmsla_tokens_total
 REQUESTS_IN_FLIGHT = "llmsla_requests_in_flight"
 LABEL_OVERFLOW = "llmsla_label_overflow"  # counter, label=label name; llmsla_label_overflow_total
+GATEWAY_BAD_REQUESTS = "llmsla_gateway_bad_requests"  # counter, label reason; 4xx before dispatch
+#: ``RequestEvent.replica`` of a request that never reached a replica (429, no replica available).
+NO_REPLICA = "none"
+#: ``RequestEvent.policy`` when neither the request nor the upstream names a temperature policy.
+DEFAULT_POLICY = "default"
 TOKEN_KIND_PROMPT = "prompt"
 TOKEN_KIND_OUTPUT = "output"
 

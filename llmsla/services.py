@@ -208,13 +208,18 @@ def start_redis(workdir: Path, *, port: int | None = None, host: str = "127.0.0.
     raise ServiceFailed(f"redis-server not ready on {host}:{port}{_tail(log)}")
 
 
+def prom_duration(seconds: float) -> str:
+    """Prometheus duration syntax: whole milliseconds below a second ("200ms"), else seconds."""
+    return f"{round(seconds * 1000)}ms" if seconds < 1 or seconds != int(seconds) else f"{int(seconds)}s"
+
+
 def scrape_config(jobs: dict[str, list[str]], *, interval_s: float = 1.0, rule_files: list[str] | None = None,
                   alertmanagers: list[str] | None = None) -> str:
     """A minimal prometheus.yml: one static job per entry of ``jobs`` (name -> host:port list)."""
     lines = [
         "global:",
-        f"  scrape_interval: {interval_s:g}s",
-        f"  evaluation_interval: {interval_s:g}s",
+        f"  scrape_interval: {prom_duration(interval_s)}",
+        f"  evaluation_interval: {prom_duration(interval_s)}",
     ]
     if rule_files:
         lines.append("rule_files:")

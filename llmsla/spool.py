@@ -13,6 +13,7 @@ rather than filling the disk under the database.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -60,11 +61,10 @@ def dir_bytes(path: Path) -> int:
         try:
             with os.scandir(base) as it:
                 for entry in it:
+                    # a file may be published or pruned between listing and stat
                     if entry.is_file(follow_symlinks=False):
-                        try:
+                        with contextlib.suppress(FileNotFoundError):
                             total += entry.stat(follow_symlinks=False).st_size
-                        except FileNotFoundError:  # published or pruned meanwhile
-                            pass
         except FileNotFoundError:
             pass
     return total

@@ -14,6 +14,10 @@ import psycopg
 
 from llmsla.config import Config
 
+# platformdirs warns about XDG_RUNTIME_DIR on servers without a login session; pgserver asks it
+# for a lock directory on every call. The fallback (/tmp) is fine, the noise is not.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
 
 class StoreError(RuntimeError):
     """The store cannot be reached or prepared; the message says what to do."""
@@ -60,12 +64,10 @@ def start_embedded(data_dir: Path, *, keep_running: bool = True) -> tuple[str, A
         raise StoreError("pgserver is not installed: pip install pgserver (or pass --dsn)") from exc
     data_dir = Path(data_dir).expanduser()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs' XDG_RUNTIME_DIR notice
-        try:
-            server = pgserver.get_server(data_dir, cleanup_mode=None if keep_running else "stop")
-        except Exception as exc:
-            raise StoreError(f"embedded PostgreSQL failed to start in {data_dir}: {exc}") from exc
+    try:
+        server = pgserver.get_server(data_dir, cleanup_mode=None if keep_running else "stop")
+    except Exception as exc:
+        raise StoreError(f"embedded PostgreSQL failed to start in {data_dir}: {exc}") from exc
     return server.get_uri(), server
 
 

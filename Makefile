@@ -1,0 +1,25 @@
+# The two commands a fresh machine needs:  make demo   and   make test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.llmsla-installed
+
+.PHONY: demo test lint bootstrap clean
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	VENV=$(VENV) bash scripts/bootstrap.sh
+	touch $@
+
+bootstrap: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/llmsla demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	bash scripts/run-tests.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,62 @@
+"""Shared bench plumbing: machine facts, a printed table, and the JSON result file.
+
+Benchmarks are not tests: they measure, print a table, and write ``bench/results/<name>.json``
+with the machine, the inputs and ratios against an anchor measured in the same run (machines
+here are shared and noisy, so a lone absolute time proves nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        with open("/proc/meminfo") as fh:
+            info["mem_total_kib"] = int(fh.readline().split()[1])
+        with open("/proc/loadavg") as fh:
+            info["loadavg_at_start"] = fh.read().split()[:3]
+    except OSError:
+        pass
+    return info
+
+
+def print_table(rows: list[dict[str, Any]], title: str = "") -> None:
+    if title:
+        print(f"\n{title}")
+    if not rows:
+        print("(no rows)")
+        return
+    cols = list(rows[0])
+    fmt = [lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)] * len(cols)
+    cells = [[f(r.get(c, "")) for f, c in zip(fmt, cols, strict=True)] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"bench": name, "machine": machine_info(), **data}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"\nwrote {path}")
+    return path

