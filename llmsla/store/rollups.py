@@ -35,7 +35,7 @@ def rollup_select(width: str, *, timescale: bool) -> str:
     cols += [f"max({c}) AS {c}_max" if c.endswith("_p99_ms") else f"max({c}) AS {c}" for c in _MAXES]
     return (
         "SELECT " + ",\n       ".join(cols) + f"\nFROM {names.T_REQUEST_WINDOWS}\n"
-        "GROUP BY 1, model, pool, replica, arm"
+        f"GROUP BY {bucket}, model, pool, replica, arm"
     )
 
 
