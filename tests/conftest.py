@@ -9,6 +9,8 @@ hint (never a skip), so CI cannot go green without them.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,15 +24,22 @@ from llmsla.store.connection import start_embedded
 
 
 @pytest.fixture(scope="session")
-def pg_server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """DSN of a server for the whole session (admin database)."""
+def pg_server_dsn() -> Iterator[str]:
+    """DSN of a server for the whole session (admin database).
+
+    The data dir is outside pytest's tmp tree on purpose: running as root, pgserver runs
+    postgres as an unprivileged user, and pytest re-applies mode 0700 to its own tmp root
+    whenever a test asks for a tmp dir, which would lock the running server out of its files.
+    """
     external = os.environ.get("LLMSLA_TEST_DSN")
     if external:
         yield external
         return
-    dsn, server = start_embedded(tmp_path_factory.mktemp("pg") / "data", keep_running=False)
+    root = Path(tempfile.mkdtemp(prefix="llmsla-test-pg-"))
+    dsn, server = start_embedded(root / "data", keep_running=False)
     yield dsn
     server.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture()
