@@ -142,6 +142,8 @@ class GpuConfig:
 
     interval_s: float = _k(5.0, "seconds between samples", minimum=0.1)
     node: str = _k("", "node label; empty = host name")
+    host: str = _k("127.0.0.1", "listen address of `llmsla gpu` (/metrics)")
+    port: int = _k(9400, "listen port of `llmsla gpu` (/metrics)", minimum=0)
 
 
 @dataclass
@@ -172,6 +174,13 @@ class ControlConfig:
     token: str = _k("", "bearer token the control API requires (also LLMSLA_CONTROL_TOKEN); empty refuses all writes")
     route_policy: str = _k("ladr", "router policy", choices=("round_robin", "least_outstanding", "p2c", "ladr"))
     redis_url: str = _k("", "Redis URL for router state shared by gateway replicas; empty = in process")
+    ladr_alpha: float = _k(1.0, "LADR score weight of 1 / average latency (seconds)", minimum=0)
+    ladr_beta: float = _k(0.1, "LADR score penalty per queued (outstanding) request", minimum=0)
+    ladr_theta: float = _k(0.7, "LADR EMA memory: score = theta * previous + (1 - theta) * new (< 1)", minimum=0)
+    ladr_refresh_s: float = _k(0.2, "LADR score refresh cadence, seconds (also the Redis sync cadence)", minimum=0.001)
+    ladr_ttl_s: float = _k(1.0, "LADR drops replicas whose stats are older than this, seconds", minimum=0.001)
+    max_share_step_pct: float = _k(10.0, "largest student-share change per control action, percentage points", minimum=0)
+    max_temperature_step: float = _k(0.5, "largest change of a temperature schedule bound (t_min/t_max/t_init) per action", minimum=0)
 
 
 @dataclass

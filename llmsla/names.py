@@ -99,6 +99,8 @@ WORKER_GENERATED_TOKENS = "llmsla_worker_generated_tokens"  # counter
 WORKER_TOKENS_PER_SECOND = "llmsla_worker_tokens_per_second"
 WORKER_MEMORY_BYTES = "llmsla_worker_memory_bytes"
 WORKER_FIRST_TOKEN_SECONDS = "llmsla_worker_first_token_seconds"
+#: OTel span of one request in the reference worker; parent of its policy decision spans.
+WORKER_REQUEST_SPAN_NAME = "llmsla.worker.request"
 
 # --- router and distillation controls (control) -------------------------------------------------
 ROUTER_PICKS = "llmsla_router_picks"  # counter; llmsla_router_picks_total

@@ -1,0 +1,314 @@
+"""The continuous-batching engine of the reference worker: one loop, one thread, many requests.
+
+Why one loop in a thread: decode steps must be batched across requests (that is the point of a
+serving engine), and torch releases the GIL inside its kernels, so the asyncio HTTP side keeps
+streaming while the thread computes. Between two decode steps the loop admits waiting requests
+(up to ``max_batch``), prefills them into free KV-cache slots and samples their first token; then
+one batched decode step advances every running request by one token. Tokens go back to each
+request's asyncio queue, one ``call_soon_threadsafe`` per step for the whole batch.
+
+The temperature policy runs on the real logits at every step; each decision is traced
+(:class:`~llmsla.exporters.policy_tracing.PolicyTracer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from llmsla.exporters import model as lm
+from llmsla.exporters.policy_tracing import PolicyTracer
+from llmsla.exporters.temperature import Policy, entropy_nats
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from llmsla import names
+
+log = logging.getLogger(__name__)
+
+BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 256)
+GREEDY_T = 1e-5  # at or below this temperature, sampling is argmax
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+
+
+@dataclass(eq=False)
+class GenRequest:
+    """One generation; the handler creates it, the engine owns it until it emits ``done``."""
+
+    tokens: list[int]
+    max_tokens: int
+    policy: Policy
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    seed: int | None = None
+    stop: tuple[bytes, ...] = ()
+    ignore_eos: bool = False  # vLLM's extension: never sample EOS (fixed-length outputs for benches)
+    span: Any = None  # the request's OTel span: parent of the decision spans
+    zone: str = names.DEFAULT_POOL
+    received: float = field(default_factory=time.monotonic)
+    admitted: float | None = None
+    cancelled: bool = False
+    # engine-side state
+    slot: int = -1
+    step: int = 0
+    last: int = -1
+    generated: bytearray = field(default_factory=bytearray)
+    rng: random.Random | None = None
+    done: bool = False
+
+
+class WorkerMetrics:
+    """The worker's own Prometheus metrics (``names.WORKER_*``) in the worker's registry."""
+
+    def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
+        lab = [names.L_MODEL]
+        self.queue = Gauge(names.WORKER_QUEUE_LENGTH, "Requests waiting for a batch slot", lab, registry=registry).labels(model_name)
+        self.running = Gauge(names.WORKER_RUNNING_REQUESTS, "Requests in the running batch", lab, registry=registry).labels(model_name)
+        self.batch = Histogram(names.WORKER_BATCH_SIZE, "Requests advanced per decode step", lab,
+                               buckets=BATCH_BUCKETS, registry=registry).labels(model_name)
+        self.tokens = Counter(names.WORKER_GENERATED_TOKENS, "Tokens generated", lab, registry=registry).labels(model_name)
+        self.tps = Gauge(names.WORKER_TOKENS_PER_SECOND, "Generated tokens per second over the last second",
+                         lab, registry=registry).labels(model_name)
+        self.first_token = Histogram(names.WORKER_FIRST_TOKEN_SECONDS, "Worker receipt to first token handed to the response",
+                                     lab, buckets=names.TTFT_BUCKETS, registry=registry).labels(model_name)
+        mem = Gauge(names.WORKER_MEMORY_BYTES, "Resident set size of the worker process", lab, registry=registry)
+        mem.labels(model_name).set_function(rss_bytes)
+
+
+def rss_bytes() -> float:
+    """Resident set size from /proc (Linux); 0 where unavailable."""
+    try:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return float(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _dispatch(items: list[tuple[GenRequest, tuple]]) -> None:
+    for req, item in items:
+        req.out.put_nowait(item)
+
+
+class Engine:
+    """Owns the model and the KV cache; ``submit`` and ``cancel`` are safe from any thread."""
+
+    def __init__(self, model: lm.TinyLM, *, max_batch: int, tracer: PolicyTracer | None,
+                 metrics: WorkerMetrics | None = None, threads: int = 1) -> None:
+        self.model = model
+        self.max_batch = max_batch
+        self.cache = lm.KVCache(model, max_batch)
+        self.tracer = tracer
+        self.metrics = metrics
+        self.threads = threads
+        self._free = list(range(max_batch))
+        heapq.heapify(self._free)
+        self._waiting: deque[GenRequest] = deque()
+        self._running: list[GenRequest] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        # statistics (tests and benches read these)
+        self.steps = 0
+        self.decisions = 0
+        self.generated = 0
+        self.max_batch_seen = 0
+        self.batch_sizes: dict[int, int] = {}
+        self._tps_t0 = time.monotonic()
+        self._tps_n = 0
+
+    # -- control (any thread) --------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="llmsla-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def submit(self, req: GenRequest) -> None:
+        with self._cond:
+            if self._stop:
+                raise RuntimeError("engine is stopped")
+            self._waiting.append(req)
+            if self.metrics:
+                self.metrics.queue.set(len(self._waiting))
+            self._cond.notify()
+
+    def cancel(self, req: GenRequest) -> None:
+        """Mark a request abandoned (client gone); the loop frees its slot before the next step."""
+        req.cancelled = True
+        with self._cond:
+            with contextlib.suppress(ValueError):  # still queued: leave now, not when admitted
+                self._waiting.remove(req)
+                if self.metrics:
+                    self.metrics.queue.set(len(self._waiting))
+            self._cond.notify()
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "waiting": len(self._waiting), "running": len(self._running), "steps": self.steps,
+                "decisions": self.decisions, "generated_tokens": self.generated,
+                "max_batch_seen": self.max_batch_seen, "batch_sizes": dict(self.batch_sizes),
+                "free_slots": len(self._free),
+            }
+
+    # -- the loop (engine thread) ----------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_num_threads(self.threads)
+        while True:
+            with self._cond:
+                while not self._stop and not self._waiting and not self._running:
+                    if self.metrics:
+                        self.metrics.tps.set(0)
+                    self._cond.wait()
+                if self._stop:
+                    break
+                new: list[GenRequest] = []
+                while self._waiting and len(self._running) + len(new) < self.max_batch:
+                    new.append(self._waiting.popleft())
+                if self.metrics:
+                    self.metrics.queue.set(len(self._waiting))
+            out: list[tuple[GenRequest, tuple]] = []
+            try:
+                self._iteration(new, out)
+            except Exception as exc:  # a bug must not wedge every request: fail the batch, go on
+                log.exception("engine iteration failed")
+                for req in self._running + [r for r in new if r.slot >= 0 and r not in self._running]:
+                    if not req.done:
+                        out.append((req, ("error", f"engine error: {exc}")))
+                    self._release(req)
+                self._running = []
+            self._flush(out)
+        # shutting down: tell everyone still here
+        out = []
+        with self._cond:
+            pending = list(self._waiting) + self._running
+            self._waiting.clear()
+        for req in pending:
+            out.append((req, ("error", "worker shutting down")))
+        self._running = []
+        self._flush(out)
+
+    def _flush(self, out: list[tuple[GenRequest, tuple]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for req, item in out:
+            by_loop.setdefault(req.loop, []).append((req, item))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that event loop is closed (server stopped)
+                loop.call_soon_threadsafe(_dispatch, items)
+
+    def _release(self, req: GenRequest) -> None:
+        req.done = True
+        if req.slot >= 0:
+            self.cache.lengths[req.slot] = 0
+            heapq.heappush(self._free, req.slot)
+            req.slot = -1
+
+    def _iteration(self, new: list[GenRequest], out: list[tuple[GenRequest, tuple]]) -> None:
+        # 1. drop abandoned requests
+        kept = []
+        for req in self._running:
+            if req.cancelled:
+                self._release(req)
+            else:
+                kept.append(req)
+        self._running = kept
+        # 2. admit and prefill new ones; their first token comes from the prefill logits
+        first: list[GenRequest] = []
+        rows = []
+        for req in new:
+            if req.cancelled:
+                req.done = True
+                continue
+            req.admitted = time.monotonic()
+            req.slot = heapq.heappop(self._free)
+            req.rng = random.Random(req.seed) if req.seed is not None else random.Random()
+            rows.append(lm.prefill(self.model, self.cache, req.slot, req.tokens))
+            first.append(req)
+        if first:
+            self._advance(first, torch.stack(rows), out)
+            self._running.extend(r for r in first if not r.done)
+        # 3. one batched decode step for every running request (the new ones included)
+        batch = [r for r in self._running if not r.done]
+        if batch:
+            logits = lm.decode_step(self.model, self.cache, [r.slot for r in batch], [r.last for r in batch])
+            n = len(batch)
+            self.steps += 1
+            self.batch_sizes[n] = self.batch_sizes.get(n, 0) + 1
+            self.max_batch_seen = max(self.max_batch_seen, n)
+            if self.metrics:
+                self.metrics.batch.observe(n)
+            self._advance(batch, logits, out)
+        self._running = [r for r in self._running if not r.done]
+        if self.metrics:
+            self.metrics.running.set(len(self._running))
+            now = time.monotonic()
+            if now - self._tps_t0 >= 1.0:
+                self.metrics.tps.set(self._tps_n / (now - self._tps_t0))
+                self._tps_t0, self._tps_n = now, 0
+
+    def _advance(self, reqs: list[GenRequest], logits: torch.Tensor, out: list[tuple[GenRequest, tuple]]) -> None:
+        """Decide a temperature per request, sample one token each, emit, and finish where due."""
+        ents = entropy_nats(logits).tolist() if any(r.policy.needs_entropy for r in reqs) else None
+        temps = []
+        tracer = self.tracer
+        for i, r in enumerate(reqs):
+            t0 = time.time_ns()
+            d = r.policy.decide(r.step, ents[i] if ents is not None else None)
+            t1 = time.time_ns()
+            if tracer is not None and r.span is not None:
+                tracer.record(r.span, r.policy.policy_id, r.zone, r.step, d, t0, t1)
+            self.decisions += 1
+            temps.append(d.temperature)
+        no_eos = [i for i, r in enumerate(reqs) if r.ignore_eos]
+        if no_eos:
+            logits = logits.clone()
+            logits[torch.tensor(no_eos, dtype=torch.long), lm.EOS] = float("-inf")
+        toks = logits.argmax(dim=-1).tolist()
+        hot = [i for i, t in enumerate(temps) if t > GREEDY_T]
+        if hot:
+            idx = torch.tensor(hot, dtype=torch.long)
+            t = torch.tensor([temps[i] for i in hot], dtype=logits.dtype).unsqueeze(1)
+            probs = torch.softmax(logits[idx] / t, dim=-1)
+            cdf = probs.cumsum(dim=-1)
+            u = torch.tensor([[reqs[i].rng.random()] for i in hot], dtype=cdf.dtype) * cdf[:, -1:]
+            picked = torch.searchsorted(cdf, u).clamp_(max=lm.VOCAB - 1).squeeze(1).tolist()
+            for i, tok in zip(hot, picked, strict=True):
+                toks[i] = tok
+        now = time.monotonic()
+        ctx_limit = self.model.spec.max_ctx - 1
+        for r, tok in zip(reqs, toks, strict=True):
+            r.step += 1
+            if tok == lm.EOS:
+                out.append((r, ("done", FINISH_STOP)))
+                self._release(r)
+                continue
+            r.last = tok
+            r.generated.append(tok)
+            self.generated += 1
+            self._tps_n += 1
+            if self.metrics:
+                self.metrics.tokens.inc()
+            out.append((r, ("token", tok, now)))
+            if r.stop and any(r.generated.endswith(s) for s in r.stop):
+                out.append((r, ("done", FINISH_STOP)))
+                self._release(r)
+            elif len(r.generated) >= r.max_tokens or self.cache.lengths[r.slot] >= ctx_limit:
+                out.append((r, ("done", FINISH_LENGTH)))
+                self._release(r)

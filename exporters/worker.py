@@ -1,0 +1,451 @@
+"""The reference worker's HTTP side: an OpenAI-compatible token-streaming server (aiohttp).
+
+Why it exists: every test and demo of llmsla should see real inference — a real queue, real
+continuous batching and real per-token timing — rather than ``sleep``. The model and the batching
+live in :mod:`llmsla.exporters.engine`; this module validates requests (4xx with a reason, never a
+500 for client mistakes), streams tokens as SSE and adds the worker timing extension
+(``"llmsla": {...}``, see docs/worker.md) that the gateway's tests compare against.
+
+In-process use: ``async with serve(cfg, host, port) as w`` or ``WorkerThread(cfg).start()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from llmsla.exporters import model as lm
+from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
+from llmsla.exporters.policy_tracing import PolicyTracer
+from llmsla.exporters.temperature import SCHEDULES, PolicyParams, make_policy
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from llmsla.config import Config
+
+log = logging.getLogger(__name__)
+
+MAX_STOP = 4
+
+
+class BadRequest(Exception):
+    """A client error: HTTP ``status`` with an OpenAI-style error body naming ``param``."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param, self.status, self.code = message, param, status, code
+
+
+def error_response(exc: BadRequest) -> web.Response:
+    body = {"error": {"message": exc.message, "type": "invalid_request_error", "param": exc.param, "code": exc.code}}
+    return web.json_response(body, status=exc.status)
+
+
+@dataclass
+class Parsed:
+    """A validated generation request."""
+
+    chat: bool
+    tokens: list[int]
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stop: tuple[bytes, ...]
+    stream: bool
+    policy: str
+    ignore_eos: bool = False
+
+
+def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (lo <= v <= hi):
+        raise BadRequest(f"'{key}' must be a number between {lo:g} and {hi:g}, got {v!r}", param=key)
+    return float(v)
+
+
+def _int(body: dict, key: str, default: int | None, lo: int) -> int | None:
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"'{key}' must be an integer, got {v!r}", param=key)
+    if v < lo:
+        raise BadRequest(f"'{key}' must be >= {lo}, got {v}", param=key)
+    return v
+
+
+def chat_prompt(messages: Any) -> str:
+    """A plain chat template: one ``role: content`` line per message, then ``assistant: ``."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list", param="messages")
+    lines = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise BadRequest(f"messages[{i}] must be an object", param="messages")
+        role, content = m.get("role"), m.get("content")
+        if role not in ("system", "user", "assistant", "tool", "developer"):
+            raise BadRequest(f"messages[{i}].role must be system, user, assistant, tool or developer, got {role!r}", param="messages")
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(content, str):
+            raise BadRequest(f"messages[{i}].content must be a string, got {type(content).__name__}", param="messages")
+        lines.append(f"{role}: {content}\n")
+    return "".join(lines) + "assistant: "
+
+
+def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
+    """Validate an OpenAI completions/chat body; BadRequest (400/404) names the field."""
+    w = cfg.worker
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if model is None or model == "":
+        raise BadRequest("missing field 'model'", param="model")
+    if not isinstance(model, str):
+        raise BadRequest("'model' must be a string", param="model")
+    if model != w.model:
+        raise BadRequest(f"model '{model}' not found; this worker serves '{w.model}'", param="model", status=404, code="model_not_found")
+    if chat:
+        tokens = lm.encode(chat_prompt(body.get("messages")))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            tokens = lm.encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            bad = [t for t in prompt if not 0 <= t < lm.VOCAB]
+            if bad:
+                raise BadRequest(f"token id {bad[0]} outside the vocabulary 0..{lm.VOCAB - 1}", param="prompt")
+            tokens = list(prompt)
+        elif prompt is None:
+            raise BadRequest("missing field 'prompt'", param="prompt")
+        else:
+            raise BadRequest("'prompt' must be a string, a list with one string, or a list of token ids", param="prompt")
+    if len(tokens) > w.max_prompt_tokens:
+        raise BadRequest(f"prompt is {len(tokens)} tokens, more than max_prompt_tokens={w.max_prompt_tokens}", param="prompt")
+    key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
+    max_tokens = _int(body, key, 16 if not chat else w.max_tokens, 1)
+    assert max_tokens is not None
+    n = _int(body, "n", 1, 1)
+    if n != 1:
+        raise BadRequest("only n=1 is supported", param="n")
+    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+    seed = _int(body, "seed", None, 0)
+    stop_raw = body.get("stop")
+    if stop_raw is None:
+        stops: list[str] = []
+    elif isinstance(stop_raw, str):
+        stops = [stop_raw]
+    elif isinstance(stop_raw, list) and all(isinstance(s, str) for s in stop_raw):
+        stops = stop_raw
+    else:
+        raise BadRequest("'stop' must be a string or a list of strings", param="stop")
+    if len(stops) > MAX_STOP or any(not s for s in stops):
+        raise BadRequest(f"'stop' takes at most {MAX_STOP} non-empty strings", param="stop")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false", param="stream")
+    policy = body.get("llmsla_policy", w.policy)
+    if policy not in SCHEDULES:
+        raise BadRequest(f"'llmsla_policy' must be one of {', '.join(SCHEDULES)}, got {policy!r}", param="llmsla_policy")
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest("'ignore_eos' must be true or false", param="ignore_eos")
+    return Parsed(chat, tokens, min(max_tokens, w.max_tokens), temperature, seed,
+                  tuple(s.encode() for s in stops), stream, policy, ignore_eos)
+
+
+class Worker:
+    """The aiohttp application around one :class:`Engine`."""
+
+    def __init__(self, cfg: Config, engine: Engine, tracer: PolicyTracer, registry: CollectorRegistry,
+                 metrics: WorkerMetrics) -> None:
+        self.cfg, self.engine, self.tracer, self.registry, self.metrics = cfg, engine, tracer, registry, metrics
+        self.created = int(time.time())
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=4 << 20)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.metrics_view)
+        return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.cfg.worker.model, "object": "model", "created": self.created, "owned_by": "llmsla"}]})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "model": self.cfg.worker.model, **self.engine.stats()})
+
+    async def metrics_view(self, request: web.Request) -> web.Response:
+        data = generate_latest(self.registry)
+        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    def _params(self, p: Parsed) -> PolicyParams:
+        w = self.cfg.worker
+        return PolicyParams(t_min=min(w.temperature_min, p.temperature), t_max=p.temperature, horizon=p.max_tokens,
+                            decay=min(max(w.policy_decay, 1e-9), 1.0), entropy_target=w.entropy_target,
+                            entropy_band=w.entropy_band, entropy_gain=w.entropy_gain)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        received = time.monotonic()
+        try:
+            raw = await request.read()
+            try:
+                body = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise BadRequest(f"invalid JSON body: {exc}") from None
+            p = parse_request(body, chat=chat, cfg=self.cfg)
+        except BadRequest as exc:
+            return error_response(exc)
+        loop = asyncio.get_running_loop()
+        span = self.tracer.request_span(request.headers, {"llm.model": self.cfg.worker.model, "llm.stream": p.stream})
+        req = GenRequest(tokens=p.tokens, max_tokens=p.max_tokens, policy=make_policy(p.policy, self._params(p)),
+                         loop=loop, out=asyncio.Queue(), seed=p.seed, stop=p.stop, span=span, ignore_eos=p.ignore_eos,
+                         zone=self.cfg.worker.zone, received=received)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        finished = False
+        try:
+            try:
+                self.engine.submit(req)
+            except RuntimeError as exc:  # stopping: tell the client to retry elsewhere
+                finished = True
+                return web.json_response({"error": {"message": str(exc), "type": "server_error", "param": None,
+                                                    "code": "unavailable"}}, status=503)
+            if p.stream:
+                resp = await self._stream(request, req, p, rid)
+            else:
+                resp = await self._collect(req, p, rid)
+            finished = True
+            return resp
+        finally:
+            if not finished:
+                self.engine.cancel(req)
+                span.set_attribute("llm.cancelled", True)
+            span.end()
+
+    def _timing(self, req: GenRequest, first_at: float | None, n_out: int) -> dict[str, Any]:
+        admitted = req.admitted if req.admitted is not None else time.monotonic()
+        return {
+            "worker_ttft_ms": None if first_at is None else (first_at - req.received) * 1000.0,
+            "worker_queue_ms": max(0.0, admitted - req.received) * 1000.0,
+            "prompt_tokens": len(req.tokens),
+            "output_tokens": n_out,
+        }
+
+    def _usage(self, req: GenRequest, n_out: int) -> dict[str, int]:
+        return {"prompt_tokens": len(req.tokens), "completion_tokens": n_out, "total_tokens": len(req.tokens) + n_out}
+
+    async def _collect(self, req: GenRequest, p: Parsed, rid: str) -> web.Response:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        parts: list[str] = []
+        first_at = None
+        n_out = 0
+        while True:
+            item = await req.out.get()
+            if item[0] == "token":
+                if first_at is None:
+                    first_at = time.monotonic()
+                    self.metrics.first_token.observe(first_at - req.received)
+                n_out += 1
+                parts.append(decoder.decode(bytes((item[1],))))
+            elif item[0] == "done":
+                finish = item[1]
+                break
+            else:
+                return web.json_response({"error": {"message": item[1], "type": "server_error", "param": None, "code": None}}, status=503)
+        parts.append(decoder.decode(b"", final=True))
+        text = "".join(parts)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if p.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice.update(text=text, logprobs=None)
+        return web.json_response({
+            "id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": int(time.time()),
+            "model": self.cfg.worker.model, "choices": [choice], "usage": self._usage(req, n_out),
+            "llmsla": self._timing(req, first_at, n_out),
+        })
+
+    async def _stream(self, request: web.Request, req: GenRequest, p: Parsed, rid: str) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        created = int(time.time())
+        model = self.cfg.worker.model
+        obj = "chat.completion.chunk" if p.chat else "text_completion"
+        first_at = None
+        n_out = 0
+        finish = None
+        while finish is None:
+            items = [await req.out.get()]
+            while not req.out.empty():  # coalesce what is already there into one write
+                items.append(req.out.get_nowait())
+            buf = []
+            for item in items:
+                if item[0] == "token":
+                    text = decoder.decode(bytes((item[1],)))
+                    if p.chat:
+                        delta = {"role": "assistant", "content": text} if n_out == 0 else {"content": text}
+                        choice = {"index": 0, "delta": delta, "finish_reason": None}
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+                    n_out += 1
+                    buf.append(_sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}))
+                elif item[0] == "done":
+                    finish = item[1]
+                    break
+                else:
+                    buf.append(_sse({"error": {"message": item[1], "type": "server_error", "param": None, "code": None}}))
+                    finish = "error"
+                    break
+            if buf:
+                if first_at is None and n_out:
+                    first_at = time.monotonic()
+                    self.metrics.first_token.observe(first_at - req.received)
+                await resp.write(b"".join(buf))
+        if finish != "error":
+            tail = decoder.decode(b"", final=True)
+            if p.chat:
+                choice = {"index": 0, "delta": {"content": tail} if tail else {}, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": tail, "logprobs": None, "finish_reason": finish}
+            await resp.write(_sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
+                                   "usage": self._usage(req, n_out), "llmsla": self._timing(req, first_at, n_out)}))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclass
+class RunningWorker:
+    """What :func:`serve` yields."""
+
+    url: str
+    host: str
+    port: int
+    engine: Engine
+    registry: CollectorRegistry
+    policy_tracer: PolicyTracer
+    worker: Worker
+
+
+def build(cfg: Config, *, registry: CollectorRegistry | None = None) -> Worker:
+    """Model, engine, tracer and metrics for ``cfg`` (blocking: builds/trains the model)."""
+    import torch
+
+    torch.set_num_threads(cfg.worker.threads)
+    registry = registry if registry is not None else CollectorRegistry()
+    model = lm.build_model(cfg.worker.seed, train_steps=cfg.worker.train_steps,
+                           spec=lm.ModelSpec(max_ctx=cfg.worker.max_prompt_tokens + cfg.worker.max_tokens + 1))
+    tracer = PolicyTracer(cfg, registry=registry, service_name=f"{cfg.otel.service_name}-worker")
+    metrics = WorkerMetrics(registry, cfg.worker.model)
+    engine = Engine(model, max_batch=cfg.worker.max_batch, tracer=tracer, metrics=metrics, threads=cfg.worker.threads)
+    return Worker(cfg, engine, tracer, registry, metrics)
+
+
+@contextlib.asynccontextmanager
+async def serve(cfg: Config, host: str | None = None, port: int | None = None, *,
+                registry: CollectorRegistry | None = None) -> AsyncIterator[RunningWorker]:
+    """Run a worker in this event loop until the block exits; ``port=0`` picks a free port.
+
+    Yields a :class:`RunningWorker` (``.url`` is the base URL without ``/v1``). On exit the HTTP
+    server stops, the engine thread stops and pending decision spans are flushed to the spool.
+    """
+    host = cfg.worker.host if host is None else host
+    port = cfg.worker.port if port is None else port
+    worker = await asyncio.to_thread(build, cfg, registry=registry)
+    worker.engine.start()
+    runner = web.AppRunner(worker.app(), handler_cancellation=True, access_log=None)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        url = f"http://{host}:{bound}"
+        yield RunningWorker(url, host, bound, worker.engine, worker.registry, worker.tracer, worker)
+    finally:
+        await runner.cleanup()
+        await asyncio.to_thread(worker.engine.stop)
+        await asyncio.to_thread(worker.tracer.shutdown)
+
+
+class WorkerThread:
+    """A worker on its own event loop in a daemon thread, for synchronous tests and benches."""
+
+    def __init__(self, cfg: Config, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.cfg, self.host, self.port = cfg, host, port
+        self.url = ""
+        self.running: RunningWorker | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_ev: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout_s: float = 120.0) -> str:
+        self._thread = threading.Thread(target=self._main, name="llmsla-worker", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"worker did not start within {timeout_s} s")
+        if self._error is not None:
+            raise RuntimeError(f"worker failed to start: {self._error}") from self._error
+        return self.url
+
+    def _main(self) -> None:
+        async def run() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop_ev = asyncio.Event()
+            async with serve(self.cfg, self.host, self.port) as w:
+                self.running, self.url = w, w.url
+                self._ready.set()
+                await self._stop_ev.wait()
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # surfaced by start()
+            self._error = exc
+            self._ready.set()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self._loop is not None and self._stop_ev is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop_ev.set)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def __enter__(self) -> WorkerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+#: keys of the worker timing extension (``"llmsla": {...}``) that the gateway reads
+TIMING_KEYS = ("worker_ttft_ms", "worker_queue_ms", "prompt_tokens", "output_tokens")
