@@ -163,6 +163,11 @@ class StreamConfig:
     source: str = _k("spool", "spool or kafka", choices=("spool", "kafka"))
     kafka_bootstrap: str = _k("", "Kafka bootstrap servers (source = kafka)")
     kafka_jar: str = _k("", "path of flink-sql-connector-kafka jar (source = kafka)")
+    kafka_topic_prefix: str = _k("llmsla.", "Kafka topic of a kind is <prefix><kind> (requests, policy, gpu)")
+    monitor_interval_s: float = _k(1.0, "how often the spool source looks for newly published segments", minimum=0.01)
+    sink_retry_s: float = _k(30.0, "keep retrying store writes this long before failing the job", minimum=0)
+    restart_attempts: int = _k(3, "Flink restarts (from the last checkpoint) before the job fails", minimum=0)
+    watermark_interval_ms: int = _k(200, "periodic watermark emission interval (pipeline.auto-watermark-interval)", minimum=1)
 
 
 @dataclass

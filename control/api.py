@@ -1,0 +1,253 @@
+"""HTTP control API over the router and the distillation controls (aiohttp).
+
+Reads (``GET /v1/state``, ``/v1/audit``, ``/metrics``, ``/healthz``) are open - the server binds
+127.0.0.1 by default. Every write needs ``Authorization: Bearer <control.token>``, compared in
+constant time; with no token configured all writes are refused (503) rather than left open.
+Bad requests get a 4xx with ``{"error": reason}``; every write attempt that reached the state
+(applied, clamped or refused) is audited with who (``actor``) and why (``reason``).
+
+Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
+
+* ``POST /v1/replicas/{id}/weight``        ``{"weight": 0.5}``
+* ``POST /v1/replicas/{id}/drain`` / ``/undrain``      409 if it would drain the last healthy one
+* ``POST /v1/router/params``               ``{"alpha": 2, "beta": 0.05, "policy": "ladr", ...}``
+* ``POST /v1/pools/{pool}/student_share``  ``{"pct": 30, "clamp": true}``   (409 if too large and
+  ``clamp`` is false)
+* ``POST /v1/pools/{pool}/temperature_schedule`` ``{"name": "linear", "params": {"t_max": 1.2}}``
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from typing import Any
+
+from aiohttp import web
+from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
+from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
+from llmsla.control.router import LastReplicaError, Router, UnknownReplica
+from prometheus_client import generate_latest
+
+MAX_BODY_BYTES = 64 * 1024
+_ROUTER = web.AppKey("router", Router)
+_DISTILL = web.AppKey("distill", DistillControls)
+_AUDIT = web.AppKey("audit", AuditLog)
+_TOKEN = web.AppKey("token", str)
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _error(status: int, reason: str, **headers: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status, headers=headers or None)
+
+
+def _check_auth(request: web.Request) -> None:
+    token = request.app[_TOKEN]
+    if not token:
+        raise _BadRequest(503, "control API writes are disabled: control.token is empty "
+                               "(set LLMSLA_CONTROL_TOKEN or [control] token)")
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise _BadRequest(401, "missing bearer token: send 'Authorization: Bearer <token>'")
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise _BadRequest(401, "invalid bearer token")
+
+
+async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        raise _BadRequest(400, "empty body: expected a JSON object")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadRequest(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _BadRequest(400, f"body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - allowed - {"actor", "reason"})
+    if unknown:
+        raise _BadRequest(400, f"unknown field(s) {unknown}; allowed: {sorted(allowed | {'actor', 'reason'})}")
+    for k in ("actor", "reason"):
+        if k in body and not isinstance(body[k], str):
+            raise _BadRequest(400, f"{k}: expected a string, got {body[k]!r}")
+    return body
+
+
+def _who(request: web.Request, body: dict[str, Any]) -> tuple[str, str]:
+    actor = body.get("actor") or request.headers.get("X-Actor", "") or "api"
+    return actor[:200], str(body.get("reason", ""))[:2000]
+
+
+def _number(body: dict[str, Any], key: str) -> float:
+    if key not in body:
+        raise _BadRequest(400, f"missing field {key!r}")
+    v = body[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise _BadRequest(400, f"{key}: expected a finite number, got {v!r}")
+    return float(v)
+
+
+def _write(handler: Any) -> Any:
+    """Auth first, then map domain errors to status codes with a JSON reason."""
+
+    async def wrapped(request: web.Request) -> web.Response:
+        try:
+            _check_auth(request)
+            return await handler(request)
+        except _BadRequest as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+            return _error(exc.status, exc.reason, **headers)
+        except (UnknownReplica, UnknownPool) as exc:
+            return _error(404, str(exc))
+        except (LastReplicaError, StepTooLarge) as exc:
+            return _error(409, str(exc))
+        except ValueError as exc:
+            return _error(400, str(exc))
+
+    return wrapped
+
+
+# -- handlers -------------------------------------------------------------------------------------
+async def _state(request: web.Request) -> web.Response:
+    return web.json_response({
+        "router": request.app[_ROUTER].snapshot(),
+        "distill": request.app[_DISTILL].snapshot(),
+    })
+
+
+async def _audit(request: web.Request) -> web.Response:
+    try:
+        n = int(request.query.get("n", "100"))
+        if not 1 <= n <= 10_000:
+            raise ValueError
+    except ValueError:
+        return _error(400, "n: expected an integer in [1, 10000]")
+    return web.json_response({"records": request.app[_AUDIT].recent(n)}, dumps=lambda o: json.dumps(o, default=str))
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    text = generate_latest(request.app[_ROUTER].metrics.registry) + generate_latest(request.app[_DISTILL].metrics.registry)
+    return web.Response(body=text, content_type="text/plain", charset="utf-8")
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def _replica_record(request: web.Request, action: str, rid: str, before: Any, after: Any,
+                    body: dict[str, Any], outcome: str = OUTCOME_APPLIED) -> dict[str, Any]:
+    actor, reason = _who(request, body)
+    return request.app[_AUDIT].record(actor=actor, action=action, target=rid, before=before, after=after,
+                                      reason=reason, outcome=outcome)
+
+
+@_write
+async def _set_weight(request: web.Request) -> web.Response:
+    router = request.app[_ROUTER]
+    rid = request.match_info["rid"]
+    body = await _body(request, {"weight"})
+    weight = _number(body, "weight")
+    before = router.replica(rid).weight
+    router.set_weight(rid, weight)
+    rec = _replica_record(request, "set_weight", rid, before, weight, body)
+    return web.json_response({"ok": True, "audit": rec})
+
+
+def _drain_handler(drain: bool) -> Any:
+    action = "drain" if drain else "undrain"
+
+    @_write
+    async def handler(request: web.Request) -> web.Response:
+        router = request.app[_ROUTER]
+        rid = request.match_info["rid"]
+        body = await _body(request, set()) if request.can_read_body else {}
+        before = router.is_drained(rid)
+        try:
+            router.drain(rid) if drain else router.undrain(rid)
+        except LastReplicaError:
+            _replica_record(request, action, rid, {"drained": before}, {"drained": before}, body, OUTCOME_REFUSED)
+            raise
+        rec = _replica_record(request, action, rid, {"drained": before}, {"drained": router.is_drained(rid)}, body)
+        return web.json_response({"ok": True, "audit": rec})
+
+    return handler
+
+
+@_write
+async def _set_params(request: web.Request) -> web.Response:
+    router = request.app[_ROUTER]
+    body = await _body(request, {"policy", *router.params})
+    params = {k: v for k, v in body.items() if k not in ("actor", "reason")}
+    if not params:
+        raise _BadRequest(400, f"no parameters given; allowed: policy, {', '.join(router.params)}")
+    before = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
+    router.set_params(**params)  # ValueError -> 400 naming the parameter
+    after = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
+    actor, reason = _who(request, body)
+    rec = request.app[_AUDIT].record(actor=actor, action="set_router_params", target="router",
+                                     before=before, after=after, reason=reason)
+    return web.json_response({"ok": True, "audit": rec})
+
+
+@_write
+async def _set_share(request: web.Request) -> web.Response:
+    body = await _body(request, {"pct", "clamp"})
+    pct = _number(body, "pct")
+    clamp = body.get("clamp", True)
+    if not isinstance(clamp, bool):
+        raise _BadRequest(400, f"clamp: expected true/false, got {clamp!r}")
+    actor, reason = _who(request, body)
+    rec = request.app[_DISTILL].set_student_share(request.match_info["pool"], pct, actor=actor,
+                                                  reason=reason, clamp=clamp)
+    return web.json_response({"ok": True, "audit": rec})
+
+
+@_write
+async def _set_schedule(request: web.Request) -> web.Response:
+    body = await _body(request, {"name", "params"})
+    if "name" not in body:
+        raise _BadRequest(400, "missing field 'name'")
+    actor, reason = _who(request, body)
+    rec = request.app[_DISTILL].set_schedule(request.match_info["pool"], body["name"], body.get("params"),
+                                             actor=actor, reason=reason)
+    return web.json_response({"ok": True, "audit": rec})
+
+
+def add_routes(app: web.Application, router: Router, distill: DistillControls, *, token: str,
+               audit: AuditLog | None = None) -> web.Application:
+    """Mount the control API on ``app`` (the gateway can host it next to its proxy routes)."""
+    app[_ROUTER] = router
+    app[_DISTILL] = distill
+    app[_AUDIT] = audit or distill.audit
+    app[_TOKEN] = token
+    app.router.add_get("/v1/state", _state)
+    app.router.add_get("/v1/audit", _audit)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_post("/v1/replicas/{rid}/weight", _set_weight)
+    app.router.add_post("/v1/replicas/{rid}/drain", _drain_handler(True))
+    app.router.add_post("/v1/replicas/{rid}/undrain", _drain_handler(False))
+    app.router.add_post("/v1/router/params", _set_params)
+    app.router.add_post("/v1/pools/{pool}/student_share", _set_share)
+    app.router.add_post("/v1/pools/{pool}/temperature_schedule", _set_schedule)
+    return app
+
+
+def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None) -> web.Application:
+    return add_routes(web.Application(client_max_size=MAX_BODY_BYTES), router, distill, token=token, audit=audit)
+
+
+async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+    """Serve ``app``; returns the runner (``await runner.cleanup()`` stops it) and the bound port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, bound

@@ -1,0 +1,74 @@
+"""``llmsla control serve``: the control API over a router of ``gateway.upstreams``.
+
+In a deployment the gateway hosts these routes on its own router (``api.add_routes``); this
+standalone server is for operating a router without a gateway (demos, the simulator, drills).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llmsla.config import Config
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("control", help="router and distillation control API")
+    sub = p.add_subparsers(dest="control_command", metavar="SUBCOMMAND")
+    s = sub.add_parser("serve", help="serve the control API (127.0.0.1:control.port by default)")
+    s.add_argument("--host", help="listen address (default control.host)")
+    s.add_argument("--port", type=int, help="listen port (default control.port; 0 = any free port)")
+    s.add_argument("--upstream", action="append", default=None, metavar="URL",
+                   help="replica base URL (repeatable; default gateway.upstreams)")
+    s.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (0 = until Ctrl-C)")
+    s.set_defaults(handler=serve)
+    p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
+
+
+def serve(args: argparse.Namespace, cfg: Config) -> int:
+    import asyncio
+
+    from llmsla.control import api
+    from llmsla.control.audit import AuditLog
+    from llmsla.control.distill import DistillControls
+    from llmsla.control.router import Replica, from_config
+
+    from llmsla.cli import CliError
+
+    upstreams = args.upstream if args.upstream is not None else cfg.gateway.upstreams
+    if not upstreams:
+        raise CliError("no replicas: pass --upstream URL or set gateway.upstreams")
+    pool = cfg.gateway.pool
+    router = from_config(cfg, [Replica(f"r{i}", pool, url=u) for i, u in enumerate(upstreams)])
+    audit = AuditLog(cfg.store.dsn)
+    distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
+    host = args.host or cfg.control.host
+    port = cfg.control.port if args.port is None else args.port
+    if not cfg.control.token:
+        print("llmsla control: control.token is empty - every write will be refused (503)")
+
+    async def run() -> None:
+        import aiohttp
+        from llmsla.control.probe import HealthProber
+
+        runner, bound = await api.start(api.make_app(router, distill, token=cfg.control.token), host, port)
+        session = aiohttp.ClientSession()
+        prober = HealthProber(router)
+        prober.start(session)
+        print(f"llmsla control API on http://{host}:{bound} ({len(upstreams)} replicas, policy {router.policy})",
+              flush=True)
+        try:
+            if args.duration_s > 0:
+                await asyncio.sleep(args.duration_s)
+            else:
+                await asyncio.Event().wait()
+        finally:
+            await prober.stop()
+            await session.close()
+            await runner.cleanup()
+            audit.flush(5.0)
+            if router.shared is not None:
+                router.shared.close()
+
+    asyncio.run(run())
+    return 0

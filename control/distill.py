@@ -1,0 +1,259 @@
+"""Distillation controls: per pool, the share of traffic to student replicas and the temperature
+schedule in force, changed in bounded steps with every change audited.
+
+Why bounded steps: the alert receiver acts automatically; a runaway loop (or a fat-fingered
+operator) must not move 100 % of traffic onto an untested student in one call. A share change is
+clamped to ``control.max_share_step_pct`` (the audit record says ``clamped`` and what was asked);
+a temperature schedule change whose bounds (``t_min``, ``t_max``, ``t_init``) move by more than
+``control.max_temperature_step`` is refused (clamping a schedule would silently produce one
+nobody asked for).
+
+Student or teacher for a request is a deterministic function of the request key: a 64-bit hash
+of ``pool:key`` mapped to [0, 10000) basis points; the key goes to the student iff its point is
+below ``share * 100``. So p % of keys go to students, a conversation stays on one side, and
+raising the share only moves keys teacher -> student (never back and forth).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_CLAMPED, OUTCOME_REFUSED, AuditLog
+from llmsla.control.metrics import DistillMetrics
+from prometheus_client import CollectorRegistry
+
+STUDENT = "student"
+TEACHER = "teacher"
+_BPS = 10_000  # share resolution: basis points
+#: Schedule bounds whose movement per change is limited by ``max_temperature_step``.
+TEMPERATURE_BOUND_KEYS: tuple[str, ...] = ("t_min", "t_max", "t_init")
+
+
+class StepTooLarge(ValueError):
+    """A change exceeds the configured bounded step (and clamping does not apply)."""
+
+
+class UnknownPool(LookupError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown pool"
+
+
+@dataclass
+class Schedule:
+    """Temperature schedule in force: a name of ``exporters.temperature.SCHEDULES`` and params."""
+
+    name: str = "constant"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": dict(self.params)}
+
+
+def validate_schedule(name: Any, params: Any) -> Schedule:
+    """A normalised schedule (all params filled in), or ValueError naming the bad field."""
+    # The temperature policy owns what a valid schedule is; imported here (not at module top) so
+    # control does not import exporters at load time (exporters depends on control, not back).
+    from llmsla.exporters.temperature import SCHEDULES, PolicyParams
+
+    if not isinstance(name, str) or name not in SCHEDULES:
+        raise ValueError(f"schedule.name: must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ValueError(f"schedule.params: expected an object, got {type(params).__name__}")
+    known = set(PolicyParams.__dataclass_fields__)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"schedule.params: unknown key(s) {unknown} (known: {sorted(known)})")
+    for k, v in params.items():
+        if v is None and k == "t_init":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"schedule.params.{k}: expected a finite number, got {v!r}")
+    if "horizon" in params and params["horizon"] != int(params["horizon"]):
+        raise ValueError(f"schedule.params.horizon: expected an integer, got {params['horizon']!r}")
+    clean = {k: (int(v) if k == "horizon" else v) for k, v in params.items()}
+    try:
+        pp = PolicyParams(**clean)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"schedule.params: {exc}") from None
+    return Schedule(name, asdict(pp))
+
+
+@dataclass
+class PoolControls:
+    student_share_pct: float = 0.0
+    schedule: Schedule = field(default_factory=lambda: validate_schedule("constant", {}))
+
+
+def key_point(pool: str, key: str) -> int:
+    """Deterministic point in [0, 10000) of a request key (stable across processes and runs)."""
+    h = hashlib.blake2b(f"{pool}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") % _BPS
+
+
+class DistillControls:
+    """Per-pool student share and temperature schedule; see the module docstring."""
+
+    def __init__(
+        self,
+        pools: list[str] | None = None,
+        *,
+        max_share_step_pct: float = 10.0,
+        max_temperature_step: float = 0.5,
+        audit: AuditLog | None = None,
+        registry: CollectorRegistry | None = None,
+        router: Any = None,
+    ) -> None:
+        self.max_share_step_pct = float(max_share_step_pct)
+        self.max_temperature_step = float(max_temperature_step)
+        self.audit = audit or AuditLog()
+        self.metrics = DistillMetrics(registry)
+        self._fixed_pools = False  # while adding the initial pools
+        self._pools: dict[str, PoolControls] = {}
+        self._lock = threading.Lock()
+        for p in pools or ():
+            self._get(p)
+        self._fixed_pools = pools is not None  # a given list is the complete set: others are 404
+        # With a Redis-shared router, changes ride its operator-action stream to every gateway
+        # (absolute values, applied in stream order; bounds were enforced where the change was made).
+        self._shared = getattr(router, "shared", None)
+        if router is not None:
+            router.op_handlers["distill"] = self._apply_shared_op
+
+    @classmethod
+    def from_config(cls, cfg: Any, pools: list[str] | None = None, *, audit: AuditLog | None = None,
+                    registry: CollectorRegistry | None = None, router: Any = None) -> DistillControls:
+        c = cfg.control
+        return cls(pools, max_share_step_pct=c.max_share_step_pct, max_temperature_step=c.max_temperature_step,
+                   audit=audit, registry=registry, router=router)
+
+    def _broadcast(self, pool: str, pc: PoolControls) -> None:
+        if self._shared is not None:
+            self._shared.broadcast({"op": "distill", "pool": pool, "student_share_pct": pc.student_share_pct,
+                                    "schedule": pc.schedule.to_dict()})
+
+    def _apply_shared_op(self, op: dict[str, Any]) -> None:
+        """A change made on another gateway (or our own, coming back in stream order)."""
+        pool = op["pool"]
+        share = float(op["student_share_pct"])
+        if not 0 <= share <= 100:
+            raise ValueError(f"student_share_pct out of range: {share}")
+        schedule = validate_schedule(op["schedule"]["name"], op["schedule"]["params"])
+        with self._lock:
+            pc = self._get(pool)  # UnknownPool (a LookupError) -> skipped by the router
+            pc.student_share_pct = share
+            pc.schedule = schedule
+            self.metrics.student_share.labels(pool).set(share / 100.0)
+
+    def _get(self, pool: str) -> PoolControls:
+        pc = self._pools.get(pool)
+        if pc is None:
+            if self._fixed_pools:
+                raise UnknownPool(f"unknown pool {pool!r} (known: {', '.join(self._pools)})")
+            if not isinstance(pool, str) or not pool:
+                raise ValueError(f"pool: expected a non-empty string, got {pool!r}")
+            pc = self._pools[pool] = PoolControls()
+            self.metrics.student_share.labels(pool).set(0.0)
+        return pc
+
+    def pools(self) -> list[str]:
+        return list(self._pools)
+
+    # -- reads (hot path: the gateway asks per request) ------------------------------------------
+    def student_share_pct(self, pool: str) -> float:
+        pc = self._pools.get(pool)
+        return pc.student_share_pct if pc else 0.0
+
+    def schedule(self, pool: str) -> Schedule:
+        pc = self._pools.get(pool)
+        return pc.schedule if pc else validate_schedule("constant", {})
+
+    def role_for(self, pool: str, key: str) -> str:
+        """``student`` or ``teacher`` for this request key (deterministic, see module doc)."""
+        pc = self._pools.get(pool)
+        if pc is None or pc.student_share_pct <= 0:
+            return TEACHER
+        if pc.student_share_pct >= 100:
+            return STUDENT
+        return STUDENT if key_point(pool, key) < round(pc.student_share_pct * 100) else TEACHER
+
+    def pick(self, router: Any, pool: str, key: str, *, exclude: Any = ()) -> Any:
+        """Route a request: the key's role if the pool has replicas of it, else any replica."""
+        from llmsla.control.router import NoReplicaAvailable
+
+        role = self.role_for(pool, key)
+        try:
+            return router.pick(pool, role=role, exclude=exclude)
+        except NoReplicaAvailable:
+            return router.pick(pool, exclude=exclude)  # no student/teacher split here: any role
+
+    # -- writes ----------------------------------------------------------------------------------
+    def set_student_share(self, pool: str, pct: Any, *, actor: str, reason: str = "",
+                          clamp: bool = True) -> dict[str, Any]:
+        """Move the share toward ``pct`` by at most max_share_step_pct; returns the audit record."""
+        if isinstance(pct, bool) or not isinstance(pct, int | float) or not math.isfinite(pct) or not 0 <= pct <= 100:
+            raise ValueError(f"student_share_pct: must be a number in [0, 100], got {pct!r}")
+        with self._lock:
+            pc = self._get(pool)
+            before = pc.student_share_pct
+            requested = float(pct)
+            delta = requested - before
+            step = self.max_share_step_pct
+            extra = {"requested": requested, "max_step_pct": step}
+            outcome = OUTCOME_APPLIED
+            if abs(delta) > step + 1e-9:
+                if not clamp:
+                    self.audit.record(actor=actor, action="set_student_share", target=pool, before=before,
+                                      after=before, reason=reason, outcome=OUTCOME_REFUSED, extra=extra)
+                    raise StepTooLarge(
+                        f"student_share_pct: change {before:g} -> {requested:g} exceeds the max step of "
+                        f"{step:g} points per change (control.max_share_step_pct)"
+                    )
+                outcome = OUTCOME_CLAMPED
+                requested = before + math.copysign(step, delta)
+            pc.student_share_pct = min(100.0, max(0.0, requested))
+            self.metrics.student_share.labels(pool).set(pc.student_share_pct / 100.0)
+            self._broadcast(pool, pc)
+            return self.audit.record(actor=actor, action="set_student_share", target=pool, before=before,
+                                     after=pc.student_share_pct, reason=reason, outcome=outcome, extra=extra)
+
+    def set_schedule(self, pool: str, name: Any, params: Any, *, actor: str, reason: str = "") -> dict[str, Any]:
+        """Replace the temperature schedule; refused if a bound moves more than the max step."""
+        new = validate_schedule(name, params)
+        with self._lock:
+            pc = self._get(pool)
+            old = pc.schedule
+            step = self.max_temperature_step
+            for k in TEMPERATURE_BOUND_KEYS:
+                a, b = old.params.get(k), new.params.get(k)
+                if a is None or b is None:
+                    continue
+                if abs(b - a) > step + 1e-9:
+                    self.audit.record(actor=actor, action="set_temperature_schedule", target=pool,
+                                      before=old.to_dict(), after=old.to_dict(), reason=reason,
+                                      outcome=OUTCOME_REFUSED, extra={"requested": new.to_dict(),
+                                                                      "max_temperature_step": step})
+                    raise StepTooLarge(
+                        f"schedule.params.{k}: change {a:g} -> {b:g} exceeds the max step of {step:g} "
+                        f"per change (control.max_temperature_step); move it in several changes"
+                    )
+            pc.schedule = new
+            self._broadcast(pool, pc)
+            return self.audit.record(actor=actor, action="set_temperature_schedule", target=pool,
+                                     before=old.to_dict(), after=new.to_dict(), reason=reason,
+                                     outcome=OUTCOME_APPLIED)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "max_share_step_pct": self.max_share_step_pct,
+            "max_temperature_step": self.max_temperature_step,
+            "pools": {
+                p: {"student_share_pct": pc.student_share_pct, "schedule": pc.schedule.to_dict()}
+                for p, pc in self._pools.items()
+            },
+        }

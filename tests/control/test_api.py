@@ -1,0 +1,236 @@
+"""Control API over real HTTP on 127.0.0.1: auth, 4xx reasons, state changes, audit in the store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import psycopg
+from llmsla.control import api
+from llmsla.control.audit import AuditLog
+from llmsla.control.distill import DistillControls
+from llmsla.control.router import Replica, Router
+
+from llmsla import config as config_mod
+from llmsla import names, services
+from llmsla.store.connection import connect
+from llmsla.store.migrate import migrate
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _setup(token: str = TOKEN, dsn: str = "") -> tuple[Router, DistillControls, aiohttp.web.Application]:
+    router = Router([Replica("r0", "default", role="teacher"), Replica("r1", "default", role="student"),
+                     Replica("b0", "solo")], "ladr")
+    distill = DistillControls(router.pools(), max_share_step_pct=20, audit=AuditLog(dsn))
+    return router, distill, api.make_app(router, distill, token=token)
+
+
+async def _serve(app):
+    runner, port = await api.start(app, "127.0.0.1", 0)
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_writes_need_the_bearer_token():
+    async def main():
+        router, distill, app = _setup()
+        runner, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s:
+                url = f"{base}/v1/replicas/r0/weight"
+                for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
+                                {"Authorization": "Bearer"}):
+                    async with s.post(url, json={"weight": 0.5}, headers=headers) as resp:
+                        assert resp.status == 401, headers
+                        assert resp.headers["WWW-Authenticate"] == "Bearer"
+                        assert "token" in (await resp.json())["error"]
+                assert router.replicas()[0].weight == 1.0  # nothing changed
+                async with s.post(url, json={"weight": 0.5}, headers=AUTH) as resp:
+                    assert resp.status == 200
+                async with s.get(f"{base}/v1/state") as resp:  # reads are open (loopback only)
+                    assert resp.status == 200
+        finally:
+            await runner.cleanup()
+
+    _run(main())
+
+
+def test_empty_token_refuses_every_write():
+    async def main():
+        router, distill, app = _setup(token="")
+        runner, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s:
+                for path in ("/v1/replicas/r0/drain", "/v1/router/params"):
+                    async with s.post(base + path, json={"alpha": 2}, headers={"Authorization": "Bearer "}) as resp:
+                        assert resp.status == 503
+                        assert "control.token is empty" in (await resp.json())["error"]
+            assert not router.is_drained("r0")
+        finally:
+            await runner.cleanup()
+
+    _run(main())
+
+
+def test_bad_requests_get_4xx_with_a_reason():
+    async def main():
+        router, distill, app = _setup()
+        runner, base = await _serve(app)
+        cases = [
+            ("/v1/replicas/r0/weight", b"{not json", 400, "not valid JSON"),
+            ("/v1/replicas/r0/weight", b"[1, 2]", 400, "JSON object"),
+            ("/v1/replicas/r0/weight", b"", 400, "empty body"),
+            ("/v1/replicas/r0/weight", {"weight": "heavy"}, 400, "weight"),
+            ("/v1/replicas/r0/weight", {"weight": -2}, 400, "weight"),
+            ("/v1/replicas/r0/weight", b'{"weight": NaN}', 400, "finite"),
+            ("/v1/replicas/r0/weight", {"weigth": 1}, 400, "unknown field"),
+            ("/v1/replicas/r0/weight", {"weight": 1, "actor": 7}, 400, "actor"),
+            ("/v1/replicas/nope/weight", {"weight": 1}, 404, "unknown replica"),
+            ("/v1/replicas/nope/drain", {}, 404, "unknown replica"),
+            ("/v1/router/params", {"theta": 1.5}, 400, "theta"),
+            ("/v1/router/params", {"policy": "random"}, 400, "policy"),
+            ("/v1/router/params", {"gamma": 1}, 400, "unknown field"),
+            ("/v1/router/params", {}, 400, "no parameters"),
+            ("/v1/pools/default/student_share", {"pct": 150}, 400, "student_share_pct"),
+            ("/v1/pools/default/student_share", {"pct": 10, "clamp": "yes"}, 400, "clamp"),
+            ("/v1/pools/default/student_share", {"pct": 50, "clamp": False}, 409, "max step"),
+            ("/v1/pools/nowhere/student_share", {"pct": 10}, 404, "unknown pool"),
+            ("/v1/pools/default/temperature_schedule", {"name": "warp"}, 400, "schedule.name"),
+            ("/v1/pools/default/temperature_schedule", {"params": {}}, 400, "name"),
+            ("/v1/pools/default/temperature_schedule", {"name": "linear", "params": {"t_max": 9}}, 409, "t_max"),
+        ]
+        try:
+            async with aiohttp.ClientSession() as s:
+                for path, body, status, reason in cases:
+                    kw = {"data": body} if isinstance(body, bytes) else {"json": body}
+                    async with s.post(base + path, headers=AUTH, **kw) as resp:
+                        payload = await resp.json()
+                        assert resp.status == status, (path, body, payload)
+                        assert reason in payload["error"], (path, body, payload)
+                big = {"weight": 1, "reason": "x" * (api.MAX_BODY_BYTES + 10)}
+                async with s.post(base + "/v1/replicas/r0/weight", json=big, headers=AUTH) as resp:
+                    assert resp.status == 413
+                async with s.get(base + "/v1/audit?n=abc") as resp:
+                    assert resp.status == 400
+            snap = router.snapshot()
+            assert snap["params"]["theta"] == 0.7 and snap["policy"] == "ladr"
+            assert all(x["weight"] == 1.0 for x in snap["pools"]["default"])
+            assert distill.student_share_pct("default") == 0
+        finally:
+            await runner.cleanup()
+
+    _run(main())
+
+
+def test_state_changes_are_visible_and_audited_in_the_store(pg_dsn):
+    with connect(pg_dsn, autocommit=True) as conn:
+        migrate(conn, config_mod.load(env={}))
+
+    async def main():
+        router, distill, app = _setup(dsn=pg_dsn)
+        runner, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession(headers=AUTH) as s:
+
+                async def post(path, body, status=200):
+                    async with s.post(base + path, json=body) as resp:
+                        payload = await resp.json()
+                        assert resp.status == status, payload
+                        return payload
+
+                await post("/v1/replicas/r1/weight", {"weight": 2.5, "actor": "alice", "reason": "bigger GPU"})
+                await post("/v1/replicas/r0/drain", {"actor": "bob", "reason": "maintenance"})
+                refused = await post("/v1/replicas/r1/drain", {"actor": "bob"}, 409)
+                assert "last healthy" in refused["error"]
+                refused = await post("/v1/replicas/b0/drain", {}, 409)
+                await post("/v1/router/params", {"alpha": 2.0, "beta": 0.25, "policy": "p2c", "actor": "carol"})
+                clamped = await post("/v1/pools/default/student_share", {"pct": 50, "actor": "dave"})
+                assert clamped["audit"]["outcome"] == "clamped" and clamped["audit"]["after"] == 20
+                await post("/v1/pools/default/temperature_schedule",
+                           {"name": "cosine", "params": {"t_max": 1.2, "horizon": 64}, "actor": "erin"})
+                await post("/v1/replicas/r0/undrain", {"actor": "bob"})
+                async with s.get(base + "/v1/state") as resp:
+                    state = await resp.json()
+                async with s.get(base + "/metrics") as resp:
+                    metrics = await resp.text()
+                async with s.get(base + "/v1/audit?n=3") as resp:
+                    audit_tail = (await resp.json())["records"]
+        finally:
+            await runner.cleanup()
+        return state, metrics, audit_tail, distill
+
+    state, metrics, audit_tail, distill = _run(main())
+    reps = {x["id"]: x for x in state["router"]["pools"]["default"]}
+    assert reps["r1"]["weight"] == 2.5 and not reps["r0"]["drained"] and not reps["r1"]["drained"]
+    assert state["router"]["policy"] == "p2c"
+    assert state["router"]["params"]["alpha"] == 2.0 and state["router"]["params"]["beta"] == 0.25
+    pool = state["distill"]["pools"]["default"]
+    assert pool["student_share_pct"] == 20
+    assert pool["schedule"]["name"] == "cosine" and pool["schedule"]["params"]["t_max"] == 1.2
+    assert f'{names.ROUTER_WEIGHT}{{pool="default",replica="r1"}} 2.5' in metrics
+    assert f'{names.DISTILL_STUDENT_SHARE_RATIO}{{pool="default"}} 0.2' in metrics
+    assert [r["action"] for r in audit_tail] == ["set_student_share", "set_temperature_schedule", "undrain"]
+
+    assert distill.audit.flush(10)
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            f"SELECT actor, action, target, params, reason, outcome, source FROM {names.T_ACTION_LOG} ORDER BY id"
+        ).fetchall()
+    got = [(a, act, t, o) for a, act, t, _p, _r, o, _s in rows]
+    assert got == [
+        ("alice", "set_weight", "r1", "applied"),
+        ("bob", "drain", "r0", "applied"),
+        ("bob", "drain", "r1", "refused"),
+        ("api", "drain", "b0", "refused"),
+        ("carol", "set_router_params", "router", "applied"),
+        ("dave", "set_student_share", "default", "clamped"),
+        ("erin", "set_temperature_schedule", "default", "applied"),
+        ("bob", "undrain", "r0", "applied"),
+    ]
+    assert rows[0][3] == {"before": 1.0, "after": 2.5} and rows[0][4] == "bigger GPU"
+    assert rows[4][3]["before"] == {"policy": "ladr", "alpha": 1.0, "beta": 0.1}
+    assert rows[4][3]["after"] == {"policy": "p2c", "alpha": 2.0, "beta": 0.25}
+    assert rows[5][3]["requested"] == 50 and all(r[6] == "control_api" for r in rows)
+
+
+def test_cli_serve_binds_loopback_and_answers(tmp_path, redis_service):
+    port = services.free_port()
+    env = {**os.environ, "LLMSLA_CONTROL_TOKEN": TOKEN, "LLMSLA_CONTROL_PORT": str(port),
+           "LLMSLA_CONTROL_REDIS_URL": redis_service.extra["url"]}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmsla.cli", "control", "serve", "--upstream", "http://127.0.0.1:9101",
+         "--upstream", "http://127.0.0.1:9102", "--duration-s", "20"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        services.wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=20, proc=proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/state", timeout=5) as resp:
+            state = json.load(resp)
+        assert [x["url"] for x in state["router"]["pools"]["default"]] == [
+            "http://127.0.0.1:9101", "http://127.0.0.1:9102"]
+        assert state["router"]["policy"] == "ladr"
+        assert state["router"]["shared"]["backend"] == "redis" and state["router"]["shared"]["healthy"]
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/replicas/r0/drain", data=b"{}",
+                                     headers=AUTH, method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+        # bound to 127.0.0.1 only: the kernel's socket table lists the listener as 0100007F:<port>
+        listeners = [ln.split()[1] for ln in Path("/proc/net/tcp").read_text().splitlines()[1:] if ln.split()[3] == "0A"]
+        assert f"0100007F:{port:04X}" in listeners
+        assert not any(addr.endswith(f":{port:04X}") and addr != f"0100007F:{port:04X}" for addr in listeners)
+        assert config_mod.load(env={}).control.host == "127.0.0.1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "control API on http://127.0.0.1:" in proc.stdout.read()
