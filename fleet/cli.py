@@ -1,0 +1,185 @@
+"""``llmsla simulate``: replay a trace or a synthetic load through a simulated fleet.
+
+Events go through the gateway's recorders into the spool (``--spool`` or ``spool.dir``), so a
+running ``llmsla stream`` job, the dashboards and the forecaster consume them unchanged; the
+fault labels are written next to them (``<spool>/labels/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from llmsla.config import Config
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate a fleet (trace replay / synthetic load, fault injection) into the spool",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    load = p.add_argument_group("load")
+    load.add_argument("--trace", help="azure_code, azure_conv, mooncake or a trace file path")
+    load.add_argument("--load", choices=("poisson", "bursty", "burst"), help="synthetic load instead of a trace")
+    load.add_argument("--rate", type=float, default=5.0, help="synthetic: mean requests/s (default 5)")
+    load.add_argument("--duration", type=float, help="seconds of load (synthetic default 300; trace: all)")
+    load.add_argument("--start", type=float, default=0.0, help="trace: skip this many seconds first")
+    load.add_argument("--prompt", type=int, default=512, help="synthetic: mean prompt tokens")
+    load.add_argument("--output", type=int, default=128, help="synthetic: mean output tokens")
+    load.add_argument("--sigma", type=float, default=0.0, help="synthetic: log-normal sigma of token counts (0 = fixed)")
+    load.add_argument("--burst-n", type=int, default=800, help="burst: requests arriving together")
+    load.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
+    load.add_argument("--rate-mult", type=float, default=1.0, help="multiply the request rate, keeping the duration")
+    fl = p.add_argument_group("fleet")
+    fl.add_argument("--fleet", default="6b:8", help="replicas, e.g. 6b:8 or 70b/teacher:1,6b/student:2 (default 6b:8)")
+    fl.add_argument("--policy", help="router policy (default control.route_policy)")
+    fl.add_argument("--student-share", type=float, help="share of requests for role 'student' (0..1)")
+    fl.add_argument("--timeout-s", type=float, help="request timeout (default gateway.request_timeout_s)")
+    fl.add_argument("--fault", action="append", default=[], metavar="KIND:REPLICA:START:END[:FACTOR]",
+                    help="inject a fault (slowdown|memory|crash|jitter); repeatable")
+    out = p.add_argument_group("output")
+    out.add_argument("--spool", help="spool directory (default spool.dir)")
+    out.add_argument("--no-events", action="store_true", help="do not write events (summary only)")
+    out.add_argument("--labels", help="fault label file (default <spool>/labels/sim-<start_ms>.json)")
+    out.add_argument("--start-ms", type=int, help="epoch ms of simulated time 0 (default: ends now)")
+    out.add_argument("--seed", type=int, default=0)
+    out.add_argument("--realtime", type=float, default=0.0, metavar="X",
+                     help="pace the run at X simulated seconds per wall second (live demos)")
+    out.add_argument("--metrics-port", type=int,
+                     help="serve the recorders' Prometheus metrics on 127.0.0.1:PORT while running")
+    out.add_argument("--json", help="write the summary as JSON to this file ('-' = stdout)")
+    p.set_defaults(handler=run)
+
+
+def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
+    from llmsla.fleet import traces, workload
+
+    from llmsla.cli import CliError
+
+    rng = random.Random(args.seed + 100)
+    if bool(args.trace) == bool(args.load):
+        raise CliError("give exactly one of --trace or --load")
+    report = None
+    if args.trace:
+        try:
+            arrivals, rep = traces.load(args.trace)
+        except (OSError, ValueError) as exc:
+            raise CliError(str(exc)) from None
+        report = rep.to_dict()
+        if rep.skipped:
+            print(f"llmsla simulate: {rep.summary()}", file=sys.stderr)
+        arrivals = workload.window(arrivals, start_s=args.start, duration_s=args.duration)
+    else:
+        prompt = workload.TokenDist(args.prompt, args.sigma)
+        output = workload.TokenDist(args.output, args.sigma)
+        duration = args.duration or 300.0
+        if args.load == "poisson":
+            arrivals = workload.poisson(args.rate, duration, prompt, output, rng)
+        elif args.load == "bursty":
+            arrivals = workload.bursty(args.rate, duration, prompt, output, rng)
+        else:
+            arrivals = workload.burst(args.burst_n, prompt, output, rng)
+    try:
+        arrivals = workload.scale(arrivals, time_scale=args.time_scale, rate=args.rate_mult, rng=rng)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not arrivals:
+        raise CliError("the load is empty (check --start/--duration)")
+    return arrivals, report
+
+
+def run(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.fleet import engine, faults, stats
+    from llmsla.fleet.sink import RecorderSink
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from llmsla.cli import CliError
+
+    arrivals, trace_report = build_load(args)
+    try:
+        fault_list = [faults.parse(s) for s in args.fault]
+        sim_cfg = engine.SimConfig(
+            replicas=engine.fleet(args.fleet),
+            policy=args.policy or cfg.control.route_policy,
+            seed=args.seed,
+            timeout_s=args.timeout_s or cfg.gateway.request_timeout_s,
+            max_concurrency=cfg.gateway.max_concurrency,
+            max_in_flight=cfg.gateway.max_in_flight,
+            gpu_interval_s=cfg.gpu.interval_s,
+            student_share=args.student_share,
+        )
+        registry = CollectorRegistry()
+        sim = engine.Simulator(sim_cfg, registry=registry)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    spool_dir = Path(args.spool) if args.spool else cfg.spool_dir()
+    sink = None if args.no_events else RecorderSink(cfg, spool_dir=spool_dir, registry=registry)
+    server = None
+    if args.metrics_port is not None:
+        server, _thread = start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
+
+    wall = [time.monotonic()]
+
+    def progress(t: float) -> None:  # a line every 5 s of wall time on long runs
+        if time.monotonic() - wall[0] >= 5.0:
+            wall[0] = time.monotonic()
+            print(f"  simulated {t:,.0f} s of {arrivals[-1].t:,.0f}", file=sys.stderr)
+
+    try:
+        res = sim.run(arrivals, faults=fault_list, sink=sink, start_ms=args.start_ms,
+                      pace=args.realtime, progress=progress)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        if sink is not None:
+            sink.close()
+        if server is not None:
+            server.shutdown()
+    summary: dict[str, Any] = {
+        "fleet": args.fleet, "policy": sim_cfg.policy, "seed": args.seed, "start_ms": res.start_ms,
+        "trace": trace_report, "faults": faults.labels(fault_list, res.start_ms),
+        **stats.summarize(res),
+    }
+    if sink is not None:
+        summary["spool"] = str(spool_dir)
+        summary["events"] = {"requests": sink.n_requests, "gpu": sink.n_gpu}
+        if fault_list or args.labels:
+            path = Path(args.labels) if args.labels else spool_dir / "labels" / f"sim-{res.start_ms}.json"
+            summary["labels"] = str(faults.write_labels(path, fault_list, res.start_ms))
+    _print(summary, stats.per_replica(res), sys.stderr if args.json == "-" else sys.stdout)
+    if args.json:
+        text = json.dumps(summary, indent=2, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    return 0
+
+
+def _print(summary: dict[str, Any], replicas: list[dict[str, Any]], out: Any) -> None:
+    def p(*a: Any) -> None:
+        print(*a, file=out)
+
+    def f(v: Any) -> str:
+        return "-" if v is None else (f"{v:,.1f}" if isinstance(v, float) else str(v))
+
+    p(f"simulated {summary['requests']} requests on {summary['fleet']} ({summary['policy']}) "
+          f"in {summary['wall_s']:.2f} s wall for {summary['sim_s']:,.0f} s simulated")
+    p(f"  status {summary['status']}  P50/P99 E2E {f(summary['e2e_p50_ms'])}/{f(summary['e2e_p99_ms'])} ms"
+          f"  P50/P99 TTFT {f(summary['ttft_p50_ms'])}/{f(summary['ttft_p99_ms'])} ms"
+          f"  preemptions {summary['preemptions']}")
+    for r in replicas:
+        p(f"  {r['replica']:>5} {r['model']:>5}  req {r['requests']:>6}  P99 E2E {f(r['e2e_p99_ms']):>10} ms"
+              f"  err {r['errors']}  timeout {r['timeouts']}  preempt {r['preemptions']}"
+              f"  busy {r['busy_ratio']:.0%}  kv peak {r['kv_peak_ratio']:.0%}")
+    if "labels" in summary:
+        p(f"  fault labels: {summary['labels']}")
+    if "spool" in summary:
+        p(f"  events: {summary['events']} -> {summary['spool']}")

@@ -1,0 +1,540 @@
+"""The discrete-event fleet simulator: arrivals -> real ``Router`` -> simulated replicas -> events.
+
+One heap of ``(time, seq, kind, payload)`` drives everything; ``seq`` breaks ties in push order,
+so a run is a pure function of its inputs and seed (no wall clock, no hash order, no threads).
+The router is the production :class:`llmsla.control.router.Router`, given the simulated clock,
+so every policy decision (LADR refresh cadence, TTL) happens in simulated time.
+
+Each finished request becomes a :class:`~llmsla.events.RequestEvent` handed to a sink (the
+gateway's ``RequestRecorder`` in production use), so streaming, dashboards and the forecaster
+see simulated traffic exactly as they see real traffic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
+from llmsla.fleet import models
+from llmsla.fleet.faults import ALL_REPLICAS, Fault
+from llmsla.fleet.replica import ReplicaSim, Req
+from llmsla.fleet.workload import Arrival
+from prometheus_client import CollectorRegistry
+
+from llmsla import names
+from llmsla.events import GpuSample, ItlSummary, RequestEvent
+
+# event kinds (ints: cheap to compare, and ordering among equal times is by push sequence)
+_DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK = range(8)
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    id: str
+    model: str  # a models.CATALOG name
+    pool: str = names.DEFAULT_POOL
+    role: str = ""  # "teacher" | "student" | ""
+
+
+def fleet(spec: str, *, pool: str = names.DEFAULT_POOL) -> list[ReplicaConfig]:
+    """``"70b:1,6b:2"`` -> replicas r0 (70b), r1, r2 (6b) in one pool. A ``/teacher`` or
+    ``/student`` suffix sets the role: ``"70b/teacher:1,6b/student:2"``."""
+    out: list[ReplicaConfig] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        model, _, count = part.partition(":")
+        model, _, role = model.partition("/")
+        models.get(model)
+        try:
+            n = int(count or "1")
+        except ValueError:
+            raise ValueError(f"fleet {spec!r}: count of {model!r} must be an integer") from None
+        for _ in range(n):
+            out.append(ReplicaConfig(f"r{len(out)}", model.lower(), pool, role))
+    if not out:
+        raise ValueError(f"fleet {spec!r}: no replicas")
+    return out
+
+
+@dataclass
+class SimConfig:
+    replicas: list[ReplicaConfig]
+    policy: str = "round_robin"
+    router_params: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    timeout_s: float = 300.0  # gateway request timeout (gateway.request_timeout_s)
+    max_concurrency: int = 256  # gateway upstream slots; the rest wait in its queue (gateway.max_concurrency)
+    max_in_flight: int = 1024  # gateway rejects (429) past this many requests (gateway.max_in_flight)
+    net_delay_s: float = 0.0005  # one-way gateway <-> replica
+    detect_s: float = 2.0  # health checker: drain a crashed replica this long after the crash
+    probe_s: float = 0.5  # queue-length reports to the router (the worker's gauge); 0 = off
+    gpu_interval_s: float = 5.0  # GPU samples (gpu.interval_s); 0 = off
+    student_share: float | None = None  # share of requests asking for role "student"
+    arm: str = names.DEFAULT_ARM
+    temperature_policy: str = "static"  # RequestEvent.policy
+    node: str = "sim"  # GPU node name prefix (8 GPUs per node)
+
+
+class RequestRow(NamedTuple):
+    """Per-request outcome kept in memory for benchmarks and tests (ms; None = no token)."""
+
+    arrival_s: float
+    end_s: float
+    replica: str
+    pool: str
+    status: str
+    prompt: int
+    output_tokens: int
+    queue_ms: float
+    ttft_ms: float | None
+    e2e_ms: float
+    preempted: int
+
+
+class Sink(Protocol):
+    def request(self, event: RequestEvent) -> None: ...
+    def gpu(self, sample: GpuSample, model_name: str) -> None: ...
+
+
+@dataclass
+class SimResult:
+    rows: list[RequestRow]
+    replicas: dict[str, dict[str, Any]]
+    faults: list[Fault]
+    start_ms: int
+    end_s: float
+    wall_s: float
+    heap_events: int
+    router: dict[str, Any]
+
+
+class Simulator:
+    """Build once per run: ``Simulator(cfg).run(arrivals, faults=..., sink=...)``."""
+
+    def __init__(self, cfg: SimConfig, *, registry: CollectorRegistry | None = None) -> None:
+        self.cfg = cfg
+        self.now = 0.0
+        self.rng = random.Random(cfg.seed)
+        self.reps: dict[str, ReplicaSim] = {}
+        for i, rc in enumerate(cfg.replicas):
+            if rc.id in self.reps:
+                raise ValueError(f"duplicate replica id {rc.id!r}")
+            self.reps[rc.id] = ReplicaSim(rc.id, rc.pool, rc.role, models.get(rc.model), i)
+        self.router = Router(
+            [Replica(rc.id, rc.pool, role=rc.role) for rc in cfg.replicas],
+            cfg.policy,
+            clock=self._clock,
+            rng=random.Random(cfg.seed + 1),
+            registry=registry if registry is not None else CollectorRegistry(),
+            **cfg.router_params,
+        )
+        pools: dict[str, int] = {}
+        for rc in cfg.replicas:
+            pools[rc.pool] = pools.get(rc.pool, 0) + 1
+        if cfg.student_share is not None:
+            if not 0.0 <= cfg.student_share <= 1.0:
+                raise ValueError(f"student_share must be in [0, 1], got {cfg.student_share}")
+            for pool in pools:
+                roles = {rc.role for rc in cfg.replicas if rc.pool == pool}
+                if not {"teacher", "student"} <= roles:
+                    raise ValueError(f"student_share needs teacher and student replicas in pool {pool!r} "
+                                     "(e.g. --fleet 70b/teacher:1,6b/student:2)")
+        self._pools = list(pools)
+        self._pool_cum = _cumulative([pools[p] for p in self._pools])
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._open = 0  # requests arrived and not yet recorded
+        self._slots = 0  # gateway upstream slots in use
+        self._gw_queue: deque[Req] = deque()  # waiting for a slot
+        self._releasing = False
+        self._ran = False
+        self._jitter: list[Fault] = []
+        self._active: list[Fault] = []
+        self.rows: list[RequestRow] = []
+        self.sink: Sink | None = None
+        self.start_ms = 0
+        self.drain_refused = 0
+
+    def _clock(self) -> float:
+        return self.now
+
+    # -- heap ------------------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, a: Any = None, b: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, a, b))
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self, arrivals: Sequence[Arrival], *, faults: Sequence[Fault] = (), sink: Sink | None = None,
+            start_ms: int | None = None, until_s: float | None = None,
+            pace: float = 0.0, progress: Callable[[float], None] | None = None) -> SimResult:
+        """Simulate ``arrivals`` (time-sorted) with ``faults``; events go to ``sink``.
+
+        ``start_ms``: epoch ms of simulated time 0. Default: now minus the simulated span, so
+        every event lies in the recent past (the streaming job dead-letters events more than
+        ``stream.max_future_s`` ahead or ``stream.max_past_s`` behind). ``pace`` > 0 runs in
+        real time (``pace`` simulated seconds per wall second; start_ms then defaults to now).
+        """
+        if self._ran:
+            raise RuntimeError("a Simulator runs once; build a new one per run")
+        self._ran = True
+        wall0 = time.perf_counter()
+        cfg = self.cfg
+        for f in faults:
+            if f.replica != ALL_REPLICAS and f.replica not in self.reps:
+                raise ValueError(f"fault {f.kind}: unknown replica {f.replica!r} (fleet: {', '.join(self.reps)})")
+        last = arrivals[-1].t if arrivals else 0.0
+        if start_ms is None:
+            now_ms = int(time.time() * 1000)
+            start_ms = now_ms if pace > 0 else now_ms - math.ceil((last + cfg.timeout_s + 1) * 1000)
+        self.start_ms = start_ms
+        self.sink = sink
+        for f in faults:
+            self._push(f.start_s, _FAULT_ON, f)
+            self._push(f.end_s, _FAULT_OFF, f)
+        if cfg.gpu_interval_s > 0 or cfg.probe_s > 0:
+            self._push(0.0, _TICK, 0.0, 0.0)
+        trace_rng = random.Random(cfg.seed + 2)
+        n_arr, ai = len(arrivals), 0
+        heap = self._heap
+        pop = heapq.heappop
+        handlers = (self._on_deliver, self._on_step, self._on_finish, self._on_timeout,
+                    self._on_fault_on, self._on_fault_off, self._on_health, self._on_tick)
+        popped = 0
+        until = math.inf if until_s is None else until_s
+        next_progress = 60.0
+        while ai < n_arr or heap:
+            if ai < n_arr and (not heap or arrivals[ai].t <= heap[0][0]):
+                a = arrivals[ai]
+                t = a.t
+                if t > until:
+                    break
+                if pace > 0:
+                    _sleep_until(wall0 + t / pace)
+                self.now = t
+                r = Req(ai, t, a.prompt, max(1, a.output))
+                r.trace_id = f"{trace_rng.getrandbits(128) | 1:032x}"
+                ai += 1
+                self._on_arrival(r)
+                continue
+            t, _, kind, a, b = pop(heap)
+            if t > until:
+                break
+            popped += 1
+            if pace > 0:
+                _sleep_until(wall0 + t / pace)
+            self.now = t
+            handlers[kind](a, b)
+            if progress is not None and t >= next_progress:
+                progress(t)
+                next_progress = t + 60.0
+            if self._open == 0 and ai >= n_arr:
+                break  # every request is recorded: only stale timeouts, ticks, later faults left
+        end = self.now
+        for rep in self.reps.values():
+            rep.stop_busy(end)
+        return SimResult(
+            rows=self.rows,
+            replicas={rid: self._replica_stats(rep, end) for rid, rep in self.reps.items()},
+            faults=list(faults),
+            start_ms=start_ms,
+            end_s=end,
+            wall_s=time.perf_counter() - wall0,
+            heap_events=popped + n_arr,
+            router=self.router.snapshot(),
+        )
+
+    # -- request path ----------------------------------------------------------------------------
+    def _on_arrival(self, r: Req) -> None:
+        """The gateway receives a request: the same admission steps as ``exporters/gateway.py``
+        (in-flight cap -> rejected; wait for an upstream slot; pick; dispatch)."""
+        cfg, rng = self.cfg, self.rng
+        self._open += 1
+        pool = self._pools[0] if len(self._pools) == 1 else self._pools[_draw(self._pool_cum, rng.random())]
+        role = None
+        if cfg.student_share is not None:
+            role = "student" if rng.random() < cfg.student_share else "teacher"
+        r.pool, r.role = pool, role
+        t = self.now
+        if self._open - 1 >= cfg.max_in_flight:  # this one not counted yet
+            self._record(r, None, names.STATUS_REJECTED, t)
+            return
+        self._push(t + cfg.timeout_s, _TIMEOUT, r)  # the gateway's timeout covers the slot wait
+        if self._slots < cfg.max_concurrency:
+            self._dispatch(r)
+        else:
+            self._gw_queue.append(r)
+
+    def _dispatch(self, r: Req) -> None:
+        cfg = self.cfg
+        t = self.now
+        self._slots += 1
+        r.dispatch_t = t
+        try:
+            rep_id = self.router.pick(r.pool, role=r.role).id
+        except NoReplicaAvailable:  # the gateway answers 503: status error, replica "none"
+            self._record(r, None, names.STATUS_ERROR, t)
+            return
+        rep = self.reps[rep_id]
+        r.rep = rep
+        self.router.begin(rep_id)
+        net = cfg.net_delay_s
+        out_delay, r.net_back = net, net
+        if self._jitter:
+            out_delay += self._jitter_delay(rep_id)
+            r.net_back += self._jitter_delay(rep_id)
+        self._push(t + out_delay, _DELIVER, r)
+
+    def _release(self) -> None:
+        """A gateway slot freed: dispatch queued requests (a loop, not recursion: a dispatch that
+        fails at once frees its slot again)."""
+        if self._releasing:
+            return
+        self._releasing = True
+        try:
+            q, cap = self._gw_queue, self.cfg.max_concurrency
+            while q and self._slots < cap:
+                r = q.popleft()
+                if not r.done:
+                    self._dispatch(r)
+        finally:
+            self._releasing = False
+        self._ran = False
+
+    def _on_deliver(self, r: Req, _: Any) -> None:
+        if r.done:
+            return
+        rep = r.rep
+        assert rep is not None
+        t = self.now
+        if not rep.up:  # connection refused
+            self._fail(r, t + r.net_back)
+            return
+        rep.waiting.append(r)
+        self._kick(rep, t)
+
+    def _kick(self, rep: ReplicaSim, t: float) -> None:
+        """Let the replica react at its next iteration boundary (now, if idle)."""
+        if rep.busy:
+            end = rep.interrupt(t)
+            if end is not None:
+                self._push(end, _STEP, rep, rep.version)
+        else:
+            self._plan(rep, t)
+
+    def _plan(self, rep: ReplicaSim, t: float) -> None:
+        end = rep.plan(t)
+        if rep.failed:
+            for r in rep.failed:
+                self._fail(r, t + r.net_back)
+            rep.failed.clear()
+        if end is not None:
+            self._push(end, _STEP, rep, rep.version)
+
+    def _on_step(self, rep: ReplicaSim, version: int) -> None:
+        if version != rep.version or not rep.up:
+            return
+        t = self.now
+        for r in rep.advance():
+            if not r.done:
+                self._push(t + r.net_back, _FINISH, r)
+        self._plan(rep, t)
+
+    def _on_finish(self, r: Req, status: str | None) -> None:
+        if not r.done:
+            self._record(r, r.rep, status or names.STATUS_OK, self.now)
+
+    def _on_timeout(self, r: Req, _: Any) -> None:
+        if r.done:
+            return
+        rep = r.rep
+        self._record(r, rep, names.STATUS_TIMEOUT, self.now)
+        if rep is not None and not r.dead:
+            r.dead = True
+            if r in rep.running:
+                rep.n_dead += 1
+                self._kick(rep, self.now)  # free its KV at the next boundary
+
+    def _fail(self, r: Req, at: float) -> None:
+        """Error outcome, seen by the gateway at ``at`` (now plus the way back)."""
+        r.dead = True
+        if not r.done:
+            self._push(at, _FINISH, r, names.STATUS_ERROR)
+
+    # -- outcomes --------------------------------------------------------------------------------
+    def _record(self, r: Req, rep: ReplicaSim | None, status: str, t: float) -> None:
+        """The gateway's view of the outcome: queue = arrival -> dispatch, TTFT and E2E from
+        arrival; the router is told dispatch-relative times, as the gateway does."""
+        r.done = True
+        self._open -= 1
+        arrival = r.arrival
+        e2e_ms = round((t - arrival) * 1000.0, 3)
+        first = None if r.first_t is None or r.first_t + r.net_back > t else r.first_t + r.net_back
+        ttft_ms = None if first is None else min(e2e_ms, round((first - arrival) * 1000.0, 3))
+        dispatch = r.dispatch_t
+        queue_ms = min(e2e_ms, round(((t if dispatch is None else dispatch) - arrival) * 1000.0, 3))
+        out_tokens = r.gen if status != names.STATUS_OK else r.output
+        rid = rep.id if rep is not None else names.NO_REPLICA
+        self.rows.append(RequestRow(arrival, t, rid, r.pool, status, r.prompt, out_tokens,
+                                    queue_ms, ttft_ms, e2e_ms, r.preempted))
+        if rep is not None and dispatch is not None:
+            self.router.end(rep.id, (t - dispatch) * 1000.0, ok=status == names.STATUS_OK,
+                            ttft_ms=None if first is None else (first - dispatch) * 1000.0)
+        if dispatch is not None:
+            self._slots -= 1
+            self._release()
+        sink = self.sink
+        if sink is not None:
+            n = r.itl_n
+            if n:
+                mean = r.itl_sum / n
+                std = math.sqrt(max(0.0, r.itl_sq / n - mean * mean))
+                mean_ms = round(mean * 1000.0, 4)
+                itl = ItlSummary(n, mean_ms, round(std * 1000.0, 4), max(mean_ms, round(r.itl_max * 1000.0, 4)))
+            else:
+                itl = ItlSummary(0, 0.0, 0.0, 0.0)
+            model = rep.spec.name if rep is not None else r.pool
+            sink.request(RequestEvent(
+                ts_ms=self.start_ms + round(t * 1000.0), trace_id=r.trace_id, model=model,
+                pool=r.pool, replica=rid, arm=self.cfg.arm, policy=self.cfg.temperature_policy,
+                prompt_tokens=r.prompt, output_tokens=out_tokens, queue_ms=queue_ms,
+                ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status,
+            ))
+
+    # -- faults ----------------------------------------------------------------------------------
+    def _jitter_delay(self, rep_id: str) -> float:
+        extra = 0.0
+        for f in self._jitter:
+            if f.factor > 0 and (f.replica == ALL_REPLICAS or f.replica == rep_id):
+                extra += self.rng.expovariate(1.0 / f.factor)
+        return extra
+
+    def _apply(self, rep: ReplicaSim) -> None:
+        """Recompute a replica's slowdown and KV capacity from the active faults."""
+        slow, share = 1.0, 1.0
+        for f in self._active:
+            if f.replica == rep.id:
+                if f.kind == "slowdown":
+                    slow *= f.factor
+                elif f.kind == "memory":
+                    share = min(share, f.factor)
+        rep.slow = slow
+        rep.kv_cap = max(1, int(rep.spec.kv_capacity_tokens * share))
+        if rep.up:
+            self._kick(rep, self.now)
+
+    def _on_fault_on(self, f: Fault, _: Any) -> None:
+        self._active.append(f)
+        if f.kind == "jitter":
+            self._jitter.append(f)
+            return
+        rep = self.reps[f.replica]
+        if f.kind == "crash":
+            t = self.now
+            rep.up = False
+            rep.stop_busy(t)
+            for r in rep.crash():
+                self._fail(r, t + r.net_back)
+            self._push(t + self.cfg.detect_s, _HEALTH, rep, True)
+            return
+        self._apply(rep)
+
+    def _on_fault_off(self, f: Fault, _: Any) -> None:
+        self._active.remove(f)
+        if f.kind == "jitter":
+            self._jitter.remove(f)
+            return
+        rep = self.reps[f.replica]
+        if f.kind == "crash":
+            rep.up = True
+            self._push(self.now + self.cfg.detect_s, _HEALTH, rep, False)
+            self._apply(rep)
+            return
+        self._apply(rep)
+
+    def _on_health(self, rep: ReplicaSim, drain: bool) -> None:
+        if drain and not rep.up:
+            try:
+                self.router.drain(rep.id)
+            except LastReplicaError:
+                self.drain_refused += 1
+        elif not drain and rep.up:
+            self.router.undrain(rep.id)
+
+    # -- periodic: GPU samples and queue probes --------------------------------------------------
+    def _on_tick(self, next_gpu: float, next_probe: float) -> None:
+        t = self.now
+        cfg = self.cfg
+        if cfg.gpu_interval_s > 0 and t >= next_gpu - 1e-9:
+            self._sample_gpus(t)
+            next_gpu = t + cfg.gpu_interval_s
+        if cfg.probe_s > 0 and t >= next_probe - 1e-9:
+            for rep in self.reps.values():
+                if rep.up:
+                    self.router.observe(rep.id, queue_length=rep.queue_length())
+            next_probe = t + cfg.probe_s
+        nxt = min(next_gpu if cfg.gpu_interval_s > 0 else math.inf,
+                  next_probe if cfg.probe_s > 0 else math.inf)
+        self._push(nxt, _TICK, next_gpu, next_probe)
+
+    def _sample_gpus(self, t: float) -> None:
+        sink, cfg = self.sink, self.cfg
+        for rep in self.reps.values():
+            busy = rep.busy_time(t)
+            last_t, last_busy = rep.gpu_last
+            rep.gpu_last = (t, busy)
+            if sink is None or not rep.up:
+                continue
+            span = t - last_t
+            util = min(1.0, max(0.0, (busy - last_busy) / span)) if span > 0 else 0.0
+            spec = rep.spec
+            total = spec.gpu_mem_bytes
+            stolen = (spec.kv_capacity_tokens - rep.kv_cap) * spec.kv_bytes_per_token
+            used = min(total, spec.weights_bytes + rep.kv_at(t) * spec.kv_bytes_per_token + stolen)
+            sink.gpu(GpuSample(
+                ts_ms=self.start_ms + round(t * 1000.0), node=f"{cfg.node}-{rep.index // 8}",
+                gpu=rep.index % 8, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'llmsla-sim/{rep.id}')}",
+                mem_used_bytes=int(used), mem_total_bytes=total, util=round(util, 4),
+                temp_c=round(35.0 + 45.0 * util, 2), power_w=round(spec.idle_w + (spec.tdp_w - spec.idle_w) * util, 1),
+            ), spec.name)
+
+    def _replica_stats(self, rep: ReplicaSim, end: float) -> dict[str, Any]:
+        spec = rep.spec
+        return {
+            "model": spec.name, "pool": rep.pool, "role": rep.role,
+            "preemptions": rep.preemptions, "iterations": rep.iterations,
+            "tokens_out": rep.tokens_out, "busy_s": round(rep.busy_time(end), 3),
+            "kv_peak_tokens": rep.kv_peak, "kv_capacity_tokens": spec.kv_capacity_tokens,
+            "kv_peak_ratio": round(rep.kv_peak / spec.kv_capacity_tokens, 4),
+            "kv_peak_bytes": rep.kv_peak * spec.kv_bytes_per_token,
+        }
+
+
+def _cumulative(weights: list[float]) -> list[float]:
+    total, out = 0.0, []
+    for w in weights:
+        total += w
+        out.append(total)
+    return [c / total for c in out]
+
+
+def _draw(cum: list[float], u: float) -> int:
+    for i, c in enumerate(cum):
+        if u < c:
+            return i
+    return len(cum) - 1
+
+
+def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)

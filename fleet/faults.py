@@ -1,0 +1,97 @@
+"""Injected faults and their ground-truth labels.
+
+A fault is ``(start, end, kind, replica)`` in simulated seconds plus a strength. The same list is
+written next to the events as the label file (epoch ms, so it lines up with ``ts_ms`` of the
+events), which is what the forecaster's early-warning evaluation scores against.
+
+Kinds and what they do to the replica during ``[start, end)``:
+
+* ``slowdown`` - every iteration takes ``factor`` times longer (thermal throttling, a noisy
+  neighbour on the PCIe switch);
+* ``memory`` - the KV cache shrinks to ``factor`` of its capacity (another process grabbed GPU
+  memory), so running sequences are preempted and recomputed: a preemption storm;
+* ``crash`` - the replica dies: in-flight requests fail, new ones get connection errors until
+  it is back (empty) at ``end``; the simulated health checker drains it after ``detect_s``;
+* ``jitter`` - each request to/from the replica waits an extra exponential delay with mean
+  ``factor`` seconds on the network (``replica`` ``*`` = all replicas).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+KINDS: tuple[str, ...] = ("slowdown", "memory", "crash", "jitter")
+DEFAULT_FACTOR: dict[str, float] = {"slowdown": 3.0, "memory": 0.08, "crash": 0.0, "jitter": 0.25}
+ALL_REPLICAS = "*"
+
+
+@dataclass(frozen=True)
+class Fault:
+    start_s: float
+    end_s: float
+    kind: str
+    replica: str
+    factor: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"fault kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not 0 <= self.start_s < self.end_s:
+            raise ValueError(f"fault {self.kind}: need 0 <= start < end, got {self.start_s}..{self.end_s}")
+        if self.kind == "slowdown" and self.factor < 1:
+            raise ValueError(f"slowdown factor must be >= 1, got {self.factor}")
+        if self.kind == "memory" and not 0 < self.factor <= 1:
+            raise ValueError(f"memory factor (share of KV capacity left) must be in (0, 1], got {self.factor}")
+        if self.kind == "jitter" and self.factor < 0:
+            raise ValueError(f"jitter mean must be >= 0 s, got {self.factor}")
+        if self.replica == ALL_REPLICAS and self.kind != "jitter":
+            raise ValueError(f"fault {self.kind}: replica '*' is only allowed for jitter")
+
+    def active(self, t: float) -> bool:
+        return self.start_s <= t < self.end_s
+
+
+def parse(spec: str) -> Fault:
+    """``kind:replica:start_s:end_s[:factor]``, e.g. ``slowdown:r1:600:900:4``."""
+    parts = spec.split(":")
+    if len(parts) not in (4, 5):
+        raise ValueError(f"fault {spec!r}: expected kind:replica:start_s:end_s[:factor]")
+    kind, replica = parts[0].strip(), parts[1].strip()
+    try:
+        start, end = float(parts[2]), float(parts[3])
+        factor = float(parts[4]) if len(parts) == 5 else DEFAULT_FACTOR.get(kind, 0.0)
+    except ValueError:
+        raise ValueError(f"fault {spec!r}: start, end and factor must be numbers") from None
+    return Fault(start, end, kind, replica, factor)
+
+
+def labels(faults: list[Fault], start_ms: int) -> list[dict]:
+    """Ground-truth label rows in epoch ms (aligned with the events' ``ts_ms``)."""
+    return [
+        {
+            "start_ms": start_ms + round(f.start_s * 1000),
+            "end_ms": start_ms + round(f.end_s * 1000),
+            "kind": f.kind,
+            "replica": f.replica,
+            "factor": f.factor,
+            "start_s": f.start_s,
+            "end_s": f.end_s,
+        }
+        for f in sorted(faults, key=lambda f: (f.start_s, f.replica, f.kind))
+    ]
+
+
+def write_labels(path: Path, faults: list[Fault], start_ms: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"faults": labels(faults, start_ms)}, indent=1) + "\n")
+    return path
+
+
+def read_labels(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["faults"]
+
+
+def to_dict(f: Fault) -> dict:
+    return asdict(f)

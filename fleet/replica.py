@@ -1,0 +1,253 @@
+"""One simulated replica: a continuous-batching scheduler with a KV-cache budget.
+
+Speed matters (an hour of trace on 8 replicas in seconds), so the replica does not simulate
+iteration by iteration. Between two things that change the batch (an arrival, a request
+finishing, the KV cache filling, a fault), every decode iteration costs the same, so the replica
+plans a *segment* of ``k`` identical iterations and the engine schedules one event at its end.
+An arrival in the middle of a segment cuts it at the next iteration boundary (:meth:`interrupt`)
+- exactly where a real continuous-batching engine would admit the newcomer.
+
+Scheduling follows vLLM's defaults: FCFS admission while the batch has room, the prefill token
+budget allows and the KV cache can hold the prompt; a newly admitted prompt is prefilled in one
+(mixed) iteration that also decodes the running sequences; when a decode step would overflow the
+KV cache, the most recently admitted sequences are preempted and later recomputed (prompt and
+generated tokens prefilled again).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from llmsla.fleet.models import ModelSpec
+
+
+class Req:
+    """A request inside the simulator (slots: touched on every segment)."""
+
+    __slots__ = (
+        "i", "trace_id", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
+        "admit_t", "first_t", "last_t", "gen", "kv", "itl_n", "itl_sum", "itl_sq", "itl_max",
+        "preempted", "dead", "done",
+    )
+
+    def __init__(self, i: int, arrival: float, prompt: int, output: int) -> None:
+        self.i = i
+        self.trace_id = ""
+        self.pool = ""
+        self.role: str | None = None
+        self.prompt = prompt
+        self.output = output
+        self.arrival = arrival
+        self.rep: ReplicaSim | None = None
+        self.net_back = 0.0
+        self.dispatch_t: float | None = None  # left the gateway queue (holds a gateway slot)
+        self.admit_t: float | None = None
+        self.first_t: float | None = None
+        self.last_t = 0.0
+        self.gen = 0
+        self.kv = 0
+        self.itl_n = 0
+        self.itl_sum = 0.0
+        self.itl_sq = 0.0
+        self.itl_max = 0.0
+        self.preempted = 0
+        self.dead = False  # timed out / failed while queued or running: drop at the next boundary
+        self.done = False  # outcome recorded
+
+
+class ReplicaSim:
+    """Batch state of one replica; the engine drives it with plan/advance/interrupt."""
+
+    def __init__(self, rid: str, pool: str, role: str, spec: ModelSpec, index: int) -> None:
+        self.id, self.pool, self.role, self.spec, self.index = rid, pool, role, spec, index
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.kv_used = 0
+        self.kv_cap = spec.kv_capacity_tokens
+        self.slow = 1.0
+        self.up = True
+        self.busy = False
+        self.t0 = 0.0  # current segment: start, iteration time, iterations, prefilled requests
+        self.d = 0.0
+        self.k = 0
+        self.prefill: list[Req] = []
+        self.version = 0  # bumps invalidate the scheduled segment-end event
+        self.n_dead = 0
+        self.failed: list[Req] = []  # could never fit the KV cache; the engine records them
+        # stats
+        self.preemptions = 0
+        self.busy_acc = 0.0
+        self.busy_since = 0.0
+        self.kv_peak = 0
+        self.tokens_out = 0
+        self.iterations = 0
+        self.gpu_last = (0.0, 0.0)  # (time, busy seconds) at the previous GPU sample
+
+    # -- planning --------------------------------------------------------------------------------
+    def plan(self, t: float) -> float | None:
+        """Start the next segment at ``t``; its end time, or None when there is nothing to run."""
+        running = self.running
+        if self.n_dead:
+            self._purge(running)
+        cap = self.kv_cap
+        waiting = self.waiting
+        # 1. room for one more token per running sequence, else preempt the newest (recompute)
+        while running and self.kv_used + len(running) > cap:
+            r = running.pop()
+            self.kv_used -= r.kv
+            r.kv = 0
+            r.preempted += 1
+            self.preemptions += 1
+            waiting.appendleft(r)
+        # 2. FCFS admission
+        spec = self.spec
+        n_dec = len(running)
+        free = cap - self.kv_used - n_dec
+        budget = spec.max_prefill_tokens
+        prefill: list[Req] = []
+        ptok = 0
+        while waiting and len(running) < spec.max_batch:
+            r = waiting[0]
+            if r.dead:
+                waiting.popleft()
+                continue
+            need = r.prompt + r.gen
+            if need + 1 > free:
+                if not running and need + 1 > cap:  # cannot fit even alone: the engine fails it
+                    waiting.popleft()
+                    r.dead = True
+                    self.failed.append(r)
+                    continue
+                break
+            if prefill and ptok + need > budget:
+                break
+            waiting.popleft()
+            r.kv = need
+            self.kv_used += need
+            free -= need + 1
+            ptok += need
+            prefill.append(r)
+            running.append(r)
+            if r.admit_t is None:
+                r.admit_t = t
+        # 3. the segment
+        if prefill:
+            d = spec.b0_s + spec.b1_s * ptok + spec.b2_s * n_dec
+            k = 1
+        elif running:
+            n = len(running)
+            d = spec.b0_s + spec.b2_s * n
+            k = min(r.output - r.gen for r in running)
+            k = min(k, (cap - self.kv_used) // n)
+        else:
+            if self.busy:
+                self.busy = False
+                self.busy_acc += t - self.busy_since
+            return None
+        if not self.busy:
+            self.busy = True
+            self.busy_since = t
+        d *= self.slow
+        self.t0, self.d, self.k, self.prefill = t, d, k, prefill
+        return t + k * d
+
+    def _purge(self, running: list[Req]) -> None:
+        keep = []
+        for r in running:
+            if r.dead:
+                self.kv_used -= r.kv
+                r.kv = 0
+            else:
+                keep.append(r)
+        running[:] = keep
+        self.n_dead = 0
+
+    def advance(self) -> list[Req]:
+        """Apply the planned segment (called at its end); returns the requests that finished."""
+        k, d = self.k, self.d
+        t_end = self.t0 + k * d
+        running = self.running
+        n = len(running)
+        self.kv_used += k * n
+        self.iterations += k
+        self.tokens_out += k * n
+        if self.kv_used > self.kv_peak:
+            self.kv_peak = self.kv_used
+        if self.prefill:  # one mixed iteration: newcomers get a token, recomputed ones resume
+            for r in running:
+                r.kv += 1
+                r.gen += 1
+                if r.first_t is None:
+                    r.first_t = t_end
+                else:
+                    gap = t_end - r.last_t
+                    r.itl_n += 1
+                    r.itl_sum += gap
+                    r.itl_sq += gap * gap
+                    if gap > r.itl_max:
+                        r.itl_max = gap
+                r.last_t = t_end
+            self.prefill = []
+        else:
+            kd, kdd = k * d, k * d * d
+            for r in running:
+                r.kv += k
+                r.gen += k
+                r.itl_n += k
+                r.itl_sum += kd
+                r.itl_sq += kdd
+                if d > r.itl_max:
+                    r.itl_max = d
+                r.last_t = t_end
+        finished = [r for r in running if r.gen >= r.output]
+        if finished:
+            for r in finished:
+                self.kv_used -= r.kv
+                r.kv = 0
+            running[:] = [r for r in running if r.gen < r.output]
+        return finished
+
+    def interrupt(self, t: float) -> float | None:
+        """Cut a multi-iteration decode segment at the first boundary at or after ``t`` so the
+        scheduler can react (admit an arrival, apply a fault); the new end time, or None when
+        the current segment already ends there."""
+        if not self.busy or self.k <= 1:
+            return None
+        j = max(1, math.ceil((t - self.t0) / self.d - 1e-9))
+        if j >= self.k:
+            return None
+        self.k = j
+        self.version += 1
+        return self.t0 + j * self.d
+
+    # -- observation -----------------------------------------------------------------------------
+    def kv_at(self, t: float) -> int:
+        """KV tokens in use at ``t`` (inside a decode segment: the iterations done by then)."""
+        if not self.busy or self.prefill or self.d <= 0:
+            return self.kv_used
+        done = min(self.k, max(0, int((t - self.t0) / self.d)))
+        return self.kv_used + done * len(self.running)
+
+    def busy_time(self, t: float) -> float:
+        return self.busy_acc + (t - self.busy_since if self.busy else 0.0)
+
+    def queue_length(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def crash(self) -> list[Req]:
+        """Lose all state; returns the requests that were in the replica (to be failed)."""
+        lost = [r for r in self.running if not r.dead] + [r for r in self.waiting if not r.dead]
+        self.running.clear()
+        self.waiting.clear()
+        self.kv_used = 0
+        self.prefill = []
+        self.n_dead = 0
+        self.version += 1
+        self.k = 0
+        return lost
+
+    def stop_busy(self, t: float) -> None:
+        if self.busy:
+            self.busy = False
+            self.busy_acc += t - self.busy_since
