@@ -1,0 +1,162 @@
+"""The gateway's instrumentation as ASGI middleware, for apps that serve the OpenAI API themselves.
+
+Wrap an existing ASGI app (a FastAPI/Starlette inference server, vLLM's own API server, ...) and
+every ``POST /v1/completions`` / ``/v1/chat/completions`` produces the same ``RequestEvent`` and
+the same metrics as the proxy: TTFT from the first token-carrying SSE chunk the app sends, gaps
+between chunks, E2E to the last body byte, tokens from ``usage``, W3C trace id. Nothing is
+re-encoded: the body is read once (bounded), replayed to the app, and the app's messages pass
+through unchanged. Requests the middleware cannot parse are passed through untouched (the app owns
+its error messages) and counted in ``llmsla_gateway_bad_requests_total``.
+
+There is no gateway queue in front of an in-process app, so ``queue_ms`` is the time spent
+reading the request body; ``replica`` is this process (constructor argument).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from llmsla.exporters.gateway import (
+    CHAT_COMPLETIONS,
+    COMPLETIONS,
+    ArmAssigner,
+    BadRequest,
+    child_traceparent,
+    parse_request,
+    prompt_estimate,
+)
+from llmsla.exporters.recorder import RequestRecorder, StreamTimer
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.spool import SpoolWriter
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class InstrumentedASGI:
+    """``app = InstrumentedASGI(app, cfg, replica="pod-3")``."""
+
+    def __init__(self, app: ASGIApp, cfg: Config, *, registry: Any = None, spool: SpoolWriter | None = None,
+                 recorder: RequestRecorder | None = None, replica: str = "local", pool: str | None = None,
+                 arm_assigner: ArmAssigner | None = None,
+                 paths: tuple[str, ...] = (COMPLETIONS, CHAT_COMPLETIONS)) -> None:
+        self.app = app
+        self.recorder = recorder or RequestRecorder(cfg, registry=registry, spool=spool)
+        self.metrics = self.recorder.metrics
+        self.replica = replica
+        self.pool = pool or cfg.gateway.pool
+        self.arms = arm_assigner or ArmAssigner()
+        self.paths = frozenset(paths)
+        self.max_body = cfg.gateway.max_body_bytes
+        self.max_prompt_chars = cfg.gateway.max_prompt_chars
+        self._in_flight = self.metrics.in_flight_child(self.pool)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        arrival = time.perf_counter()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return  # gone before it finished sending the request: nothing was asked
+            body = msg.get("body", b"")
+            size += len(body)
+            chunks.append(body)
+            if size > self.max_body or not msg.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        replay_done = False
+
+        async def replay() -> Message:
+            nonlocal replay_done
+            if not replay_done:
+                replay_done = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                state["disconnected"] = True
+            return msg
+
+        state: dict[str, Any] = {"disconnected": False, "code": None, "complete": False}
+        if size > self.max_body:
+            self.metrics.bad_request("body_too_large")
+            await self.app(scope, replay, send)
+            return
+        try:
+            req = parse_request(raw, scope["path"], max_prompt_chars=self.max_prompt_chars)
+        except BadRequest as exc:
+            self.metrics.bad_request(exc.code)
+            await self.app(scope, replay, send)
+            return
+
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"traceparent"]
+        incoming = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"traceparent"), None)
+        trace_id, traceparent = child_traceparent(incoming)
+        headers.append((b"traceparent", traceparent.encode()))
+        scope = {**scope, "headers": headers}
+        arm = self.arms.assign(trace_id=trace_id, body=req.body,
+                               headers={k.decode("latin-1"): v.decode("latin-1") for k, v in headers})
+        timer = StreamTimer(arrival, streaming=req.stream)
+
+        async def watch(message: Message) -> None:
+            t = message["type"]
+            if t == "http.response.start":
+                state["code"] = int(message["status"])
+                ctype = next((v for k, v in message.get("headers", []) if k.lower() == b"content-type"), b"")
+                timer.streaming = ctype.startswith(b"text/event-stream")
+            elif t == "http.response.body":
+                body = message.get("body", b"")
+                if body:
+                    timer.feed(body, time.perf_counter())
+                if not message.get("more_body", False):
+                    await send(message)
+                    now = time.perf_counter()
+                    timer.finish_body(now)
+                    state["complete"] = True
+                    return
+            await send(message)
+
+        status = names.STATUS_ERROR
+        self._in_flight.inc()
+        timer.dispatch = time.perf_counter()
+        try:
+            await self.app(scope, replay, watch)
+            code = state["code"] or 500
+            if not state["complete"]:
+                status = names.STATUS_CANCELLED if state["disconnected"] else names.STATUS_ERROR
+            elif code < 400:
+                status = names.STATUS_OK
+            elif code == 429 or code < 500:
+                status = names.STATUS_REJECTED
+            elif code == 504:
+                status = names.STATUS_TIMEOUT
+        except asyncio.CancelledError:
+            status = names.STATUS_CANCELLED
+            raise
+        except OSError:  # writing to a client that went away
+            status = names.STATUS_CANCELLED
+            raise
+        finally:
+            self._in_flight.dec()
+            end = time.perf_counter()
+            try:
+                ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
+                                 pool=self.pool, replica=self.replica, arm=arm, policy=req.policy, status=status,
+                                 prompt_estimate=prompt_estimate(req.prompt_chars))
+                self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms)
+            except Exception:
+                log.exception("could not record request %s", trace_id)

@@ -1,0 +1,220 @@
+"""``llmsla gateway`` and ``llmsla gpu``: the exporters' subcommands.
+
+Heavy imports (aiohttp apps, prometheus_client) happen inside the handlers: with ``--workers N``
+the parent must set ``PROMETHEUS_MULTIPROC_DIR`` *before* any process imports prometheus_client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("gateway", help="instrumented OpenAI-compatible proxy in front of the upstreams")
+    p.add_argument("--host", help="listen address (gateway.host)")
+    p.add_argument("--port", type=int, help="listen port (gateway.port); 0 = a free one")
+    p.add_argument("--upstream", action="append", metavar="URL", help="replica base URL; repeat (gateway.upstreams)")
+    p.add_argument("--pool", help="pool name of the upstreams (gateway.pool)")
+    p.add_argument("--workers", type=int, help="processes sharing the port with SO_REUSEPORT (gateway.workers)")
+    p.add_argument("--control-port", type=int, metavar="PORT",
+                   help="also serve the control API for this gateway's router on control.host:PORT "
+                        "(loopback by default; bearer token control.token); single-process only")
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=gateway_main)
+
+    g = subparsers.add_parser("gpu", help="NVML GPU collector: /metrics and GpuSample events")
+    g.add_argument("--host", help="listen address (gpu.host)")
+    g.add_argument("--port", type=int, help="listen port (gpu.port)")
+    g.add_argument("--once", action="store_true", help="take one sample, print it as JSON, exit")
+    g.set_defaults(handler=gpu_main)
+
+
+def _apply(args: argparse.Namespace, cfg: Any) -> None:
+    if args.host is not None:
+        cfg.gateway.host = args.host
+    if args.port is not None:
+        cfg.gateway.port = args.port
+    if args.upstream:
+        cfg.gateway.upstreams = list(args.upstream)
+    if args.pool:
+        cfg.gateway.pool = args.pool
+    if args.workers is not None:
+        if args.workers < 1:
+            from llmsla.cli import CliError
+
+            raise CliError("--workers must be >= 1")
+        cfg.gateway.workers = args.workers
+
+
+def gateway_main(args: argparse.Namespace, cfg: Any) -> int:
+    _apply(args, cfg)
+    if not cfg.gateway.upstreams:
+        from llmsla.cli import CliError
+
+        raise CliError("no upstreams: pass --upstream URL or set gateway.upstreams / LLMSLA_GATEWAY_UPSTREAMS")
+    if cfg.gateway.workers > 1:
+        if args.control_port is not None:
+            from llmsla.cli import CliError
+
+            raise CliError("--control-port needs a single gateway process; with --workers N share "
+                           "the router through control.redis_url and run `llmsla control serve`")
+        return _supervise(args, cfg)
+    return _serve_one(cfg, reuse_port=args.reuse_port, control_port=getattr(args, "control_port", None))
+
+
+async def _start_control(cfg: Any, router: Any, port: int) -> tuple[Any, Any, int]:
+    """The control API on the gateway's own router, on its own loopback listener."""
+    from llmsla.control import api
+    from llmsla.control.audit import AuditLog
+    from llmsla.control.distill import DistillControls
+
+    audit = AuditLog(cfg.store.dsn)
+    distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
+    runner, bound = await api.start(api.make_app(router, distill, token=cfg.control.token), cfg.control.host, port)
+    return runner, audit, bound
+
+
+def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -> int:
+    import asyncio
+
+    from llmsla.exporters import gateway
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        gw = await gateway.start(cfg, reuse_port=reuse_port)
+        print(f"llmsla gateway pid {os.getpid()} listening on {gw.url} -> {', '.join(cfg.gateway.upstreams)}",
+              flush=True)
+        control = None
+        if control_port is not None:
+            control = await _start_control(cfg, gw.gateway.router, control_port)
+            print(f"llmsla gateway control API on http://{cfg.control.host}:{control[2]}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            if control is not None:
+                await control[0].cleanup()
+                control[1].flush(5.0)
+            await gw.stop()
+
+    asyncio.run(main())
+    return 0
+
+
+def _supervise(args: argparse.Namespace, cfg: Any) -> int:
+    """Start ``workers`` single-process gateways on one port (SO_REUSEPORT) sharing a fresh
+    prometheus multiprocess directory; restart nothing, stop all on TERM/INT or first exit."""
+    from llmsla.services import free_port
+
+    own_dir = None
+    mp_dir = os.environ.get(MULTIPROC_ENV)
+    if not mp_dir:
+        mp_dir = own_dir = tempfile.mkdtemp(prefix="llmsla-prom-")
+    port = cfg.gateway.port or free_port(cfg.gateway.host)
+    env = {**os.environ, MULTIPROC_ENV: mp_dir}
+    argv = [sys.executable, "-m", "llmsla.cli"]
+    if args.config:
+        argv += ["--config", args.config]
+    argv += ["gateway", "--host", cfg.gateway.host, "--port", str(port), "--workers", "1", "--reuse-port",
+             "--pool", cfg.gateway.pool]
+    for u in cfg.gateway.upstreams:
+        argv += ["--upstream", u]
+    procs = [subprocess.Popen(argv, env=env) for _ in range(cfg.gateway.workers)]
+    stopping = False
+
+    def _stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    rc = 0
+    try:
+        while not stopping and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        rc = next((p.returncode for p in procs if p.returncode), 0)
+    finally:
+        from prometheus_client import multiprocess
+
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            os.environ.setdefault(MULTIPROC_ENV, mp_dir)
+            multiprocess.mark_process_dead(p.pid, mp_dir)
+        if own_dir:
+            shutil.rmtree(own_dir, ignore_errors=True)
+    return rc
+
+
+def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
+    import asyncio
+    import json
+
+    from llmsla.exporters.gpu import GpuCollector
+    from prometheus_client import CollectorRegistry
+
+    from llmsla import names
+    from llmsla.spool import SpoolWriter
+
+    if args.host is not None:
+        cfg.gpu.host = args.host
+    if args.port is not None:
+        cfg.gpu.port = args.port
+    registry = CollectorRegistry()  # this exporter shows the GPU series and nothing else
+    if args.once:
+        col = GpuCollector(cfg, registry=registry)
+        ok = col.start()
+        samples = col.sample() if ok else []
+        col.close()
+        print(json.dumps({"up": ok, "reason": col.reason, "samples": [s.to_dict() for s in samples]}, indent=2))
+        return 0 if ok else 1
+
+    from aiohttp import web
+    from llmsla.exporters.metrics import exposition
+
+    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_GPU, max_segment_age_s=cfg.spool.segment_max_age_s)
+    col = GpuCollector(cfg, registry=registry, spool=spool)
+
+    async def metrics(request: web.Request) -> web.Response:
+        body, ctype = exposition(registry)
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = ctype
+        return resp
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, cfg.gpu.host, cfg.gpu.port).start()
+        print(f"llmsla gpu listening on http://{cfg.gpu.host}:{runner.addresses[0][1]}/metrics", flush=True)
+        try:
+            await col.run(stop)
+        finally:
+            await runner.cleanup()
+            spool.close()
+
+    asyncio.run(main())
+    return 0

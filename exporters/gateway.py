@@ -1,0 +1,513 @@
+"""The instrumented OpenAI-compatible reverse proxy (``llmsla gateway``).
+
+It sits in front of vLLM-compatible replicas and measures what the user feels: gateway queue
+time (arrival -> dispatch, e.g. waiting for one of ``max_concurrency`` upstream slots), TTFT
+(arrival -> first SSE chunk carrying a token), inter-token gaps, E2E, tokens and the outcome.
+Every request that passed input validation ends in exactly one ``RequestEvent`` (recorded in a
+``finally``, so cancellation and upstream failures cannot lose it); malformed requests get a 4xx
+JSON reason and are counted in ``llmsla_gateway_bad_requests_total{reason}`` instead, since they
+never named a model to serve.
+
+Response bytes are forwarded as they arrive (no re-encoding); the SSE parser only watches them.
+One shared aiohttp client pool carries all upstream traffic. Outcomes:
+
+=====================================  ======  =========
+situation                              HTTP    status
+=====================================  ======  =========
+upstream answered                      200     ok
+over ``max_in_flight``                 429     rejected
+upstream refused the request (4xx)     as is   rejected
+no replica available                   503     error
+upstream 5xx / connection failure      502     error
+slower than ``request_timeout_s``      504     timeout
+client went away                       -       cancelled
+=====================================  ======  =========
+
+Once a stream has started (200 sent), a later failure ends it with an SSE ``error`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from llmsla.control.probe import HealthProber
+from llmsla.control.router import NoReplicaAvailable, Replica, Router
+from llmsla.control.router import from_config as router_from_config
+from llmsla.exporters.metrics import exposition
+from llmsla.exporters.recorder import RequestRecorder, StreamTimer
+from prometheus_client import CollectorRegistry
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.spool import SpoolWriter
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS = "/v1/completions"
+CHAT_COMPLETIONS = "/v1/chat/completions"
+#: Request headers passed to the upstream besides the body's content type and ``traceparent``.
+FORWARD_HEADERS = ("Authorization", "tracestate", "X-Request-Id", "Accept")
+REPLICA_HEADER = "X-Llmsla-Replica"
+_HEX = frozenset("0123456789abcdef")
+#: Trace/span ids need uniqueness, not secrecy (OTel's SDK uses the same generator); the module
+#: generator is reseeded in forked children, and unlike ``secrets`` it costs no syscall.
+_rand = random.getrandbits
+
+
+# -- W3C trace context --------------------------------------------------------------------------
+def parse_traceparent(value: str | None) -> tuple[str, str] | None:
+    """``(trace_id, flags)`` of a valid W3C ``traceparent``, else None (then a new trace starts)."""
+    if not value:
+        return None
+    parts = value.strip().lower().split("-")
+    if len(parts) < 4:
+        return None
+    ver, tid, sid, flags = parts[:4]
+    if len(ver) != 2 or ver == "ff" or len(tid) != 32 or len(sid) != 16 or len(flags) != 2:
+        return None
+    if ver == "00" and len(parts) != 4:
+        return None
+    if not _HEX.issuperset(ver + tid + sid + flags) or tid == "0" * 32 or sid == "0" * 16:
+        return None
+    return tid, flags
+
+
+def child_traceparent(incoming: str | None) -> tuple[str, str]:
+    """``(trace_id, traceparent to send upstream)``: the caller's trace continued with a new
+    gateway span id, or a fresh sampled trace when the caller sent none (or a broken one)."""
+    parsed = parse_traceparent(incoming)
+    trace_id, flags = parsed if parsed else (f"{_rand(128) or 1:032x}", "01")
+    return trace_id, f"00-{trace_id}-{_rand(64) or 1:016x}-{flags}"
+
+
+# -- A/B arm hook -------------------------------------------------------------------------------
+class ArmAssigner:
+    """Which A/B arm a request belongs to. A single arm until the rollout issue replaces this
+    with consistent hashing; the gateway only calls :meth:`assign`."""
+
+    def assign(self, *, trace_id: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
+        return names.DEFAULT_ARM
+
+
+# -- input validation ---------------------------------------------------------------------------
+class BadRequest(Exception):
+    """A client error found before dispatch: HTTP status, a machine-readable code, a reason."""
+
+    def __init__(self, status: int, code: str, reason: str, param: str | None = None) -> None:
+        super().__init__(reason)
+        self.status, self.code, self.reason, self.param = status, code, reason, param
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.reason, code=self.code, param=self.param,
+                              type_="invalid_request_error")
+
+
+def error_response(status: int, message: str, *, code: str, param: str | None = None,
+                   type_: str = "gateway_error", headers: Mapping[str, str] | None = None) -> web.Response:
+    """An OpenAI-shaped JSON error body, so SDK clients surface the reason."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _content_chars(content: Any, where: str) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):  # multimodal parts: count the text ones
+        total = 0
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                total += len(part["text"])
+        return total
+    raise BadRequest(400, "invalid_field", f"{where}: expected a string or a list of parts", where)
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    prompt_chars: int
+    policy: str
+
+
+def parse_request(raw: bytes, path: str, *, max_prompt_chars: int) -> ParsedRequest:
+    """Validate the parts the gateway relies on; the rest is the upstream's business."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(400, "invalid_json", f"request body must be a JSON object, got {type(body).__name__}")
+    model = body.get("model")
+    if model is None:
+        raise BadRequest(400, "missing_model", "missing required field 'model'", "model")
+    if not isinstance(model, str) or not model.strip() or len(model) > 256:
+        raise BadRequest(400, "invalid_model", "'model' must be a non-empty string of at most 256 characters", "model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest(400, "invalid_field", "'stream' must be true or false", "stream")
+    if path == CHAT_COMPLETIONS:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(400, "missing_messages", "'messages' must be a non-empty list", "messages")
+        chars = 0
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, dict):
+                raise BadRequest(400, "invalid_field", f"messages[{i}] must be an object", f"messages[{i}]")
+            chars += _content_chars(msg.get("content"), f"messages[{i}].content")
+    else:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise BadRequest(400, "missing_prompt", "missing required field 'prompt'", "prompt")
+        if isinstance(prompt, str):
+            chars = len(prompt)
+        elif isinstance(prompt, list):  # batch of strings or token ids
+            chars = sum(len(p) if isinstance(p, str | list) else 1 for p in prompt)
+        else:
+            raise BadRequest(400, "invalid_field", "'prompt' must be a string or a list", "prompt")
+    if chars > max_prompt_chars:
+        raise BadRequest(400, "prompt_too_long",
+                         f"prompt has {chars} characters, more than the gateway limit of {max_prompt_chars}", "prompt")
+    policy = body.get("llmsla_policy")
+    if not isinstance(policy, str) or not policy or len(policy) > 64:
+        policy = names.DEFAULT_POLICY
+    return ParsedRequest(body, model, stream, chars, policy)
+
+
+def prompt_estimate(chars: int) -> int:
+    """Prompt tokens when the upstream reports no ``usage``: ~4 characters per token."""
+    return (chars + 3) // 4
+
+
+# -- the proxy ----------------------------------------------------------------------------------
+class Gateway:
+    """The aiohttp application and its per-request logic; one instance per process."""
+
+    def __init__(self, cfg: Config, *, router: Router | None = None, registry: CollectorRegistry | None = None,
+                 spool: SpoolWriter | None = None, arm_assigner: ArmAssigner | None = None) -> None:
+        g = cfg.gateway
+        self.cfg = cfg
+        self.pool = g.pool
+        self.registry = registry
+        self._own_router = router is None
+        # the policy and LADR parameters of cfg.control; Redis-shared stats when control.redis_url
+        # is set, so several gateway processes see each other's queues
+        self.router = router or router_from_config(
+            cfg, [Replica(id=f"r{i}", pool=g.pool, url=u.rstrip("/")) for i, u in enumerate(g.upstreams)],
+            registry=registry,
+        )
+        self.recorder = RequestRecorder(cfg, registry=registry, spool=spool)
+        self.metrics = self.recorder.metrics
+        self.arms = arm_assigner or ArmAssigner()
+        self.timeout_s = g.request_timeout_s
+        self.max_in_flight = g.max_in_flight
+        self.max_body = g.max_body_bytes
+        self.max_prompt_chars = g.max_prompt_chars
+        self.max_concurrency = g.max_concurrency
+        self.in_flight = 0
+        self._slots: asyncio.Semaphore | None = None
+        self.session: ClientSession | None = None
+        self._in_flight_gauge = self.metrics.in_flight_child(self.pool)
+        self._models_cache: tuple[float, dict[str, Any]] | None = None
+        self.record_errors = 0
+        # keeps LADR's per-replica stats fresh between requests (an idle replica must not go
+        # stale and drop out; a dead one must)
+        self.prober = HealthProber(self.router)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_post(COMPLETIONS, self.handle_completion)
+        app.router.add_post(CHAT_COMPLETIONS, self.handle_completion)
+        app.router.add_get("/v1/models", self.handle_models)
+        app.router.add_get("/healthz", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self._slots = asyncio.Semaphore(self.max_concurrency)
+        self.session = ClientSession(
+            connector=TCPConnector(limit=0, keepalive_timeout=30.0),
+            timeout=ClientTimeout(total=None, sock_connect=10.0),
+        )
+        self.prober.start(self.session)
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        await self.prober.stop()
+        if self.session is not None:
+            await self.session.close()
+        shared = getattr(self.router, "shared", None)
+        if self._own_router and shared is not None:
+            shared.close()
+
+    # -- simple endpoints ------------------------------------------------------------------------
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "pid": os.getpid(), "in_flight": self.in_flight,
+                                  "replicas": [r.id for r in self.router.replicas()]})
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        body, ctype = await asyncio.to_thread(exposition, self.registry)
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = ctype
+        return resp
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        """The union of the replicas' ``/v1/models`` (cached 5 s)."""
+        now = time.monotonic()
+        if self._models_cache and now - self._models_cache[0] < 5.0:
+            return web.json_response(self._models_cache[1])
+        assert self.session is not None
+
+        async def one(rep: Replica) -> list[dict[str, Any]]:
+            try:
+                async with asyncio.timeout(5.0), self.session.get(rep.url + "/v1/models") as r:  # type: ignore[union-attr]
+                    if r.status != 200:
+                        return []
+                    data = await r.json(content_type=None)
+                    return [m for m in data.get("data", []) if isinstance(m, dict)]
+            except (ClientError, OSError, TimeoutError, ValueError, AttributeError):
+                return []
+
+        results = await asyncio.gather(*(one(r) for r in self.router.replicas()))
+        seen: dict[str, dict[str, Any]] = {}
+        for models in results:
+            for m in models:
+                seen.setdefault(str(m.get("id")), m)
+        if not seen:
+            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable")
+        body = {"object": "list", "data": list(seen.values())}
+        self._models_cache = (now, body)
+        return web.json_response(body)
+
+    # -- completions -----------------------------------------------------------------------------
+    def _bad(self, exc: BadRequest) -> web.Response:
+        self.metrics.bad_request(exc.code)
+        return exc.response()
+
+    async def handle_completion(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.perf_counter()
+        if request.content_length is not None and request.content_length > self.max_body:
+            return self._bad(BadRequest(413, "body_too_large",
+                                        f"request body of {request.content_length} bytes exceeds the limit of {self.max_body}"))
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._bad(BadRequest(413, "body_too_large", f"request body exceeds the limit of {self.max_body} bytes"))
+        try:
+            req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
+        except BadRequest as exc:
+            return self._bad(exc)
+        trace_id, traceparent = child_traceparent(request.headers.get("traceparent"))
+        arm = self.arms.assign(trace_id=trace_id, body=req.body, headers=request.headers)
+        timer = StreamTimer(arrival, streaming=req.stream)
+        if self.in_flight >= self.max_in_flight:
+            self._record(timer, trace_id, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
+            return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
+                                  code="overloaded", headers={"Retry-After": "1"})
+        self.in_flight += 1
+        self._in_flight_gauge.inc()
+        try:
+            return await self._proxy(request, raw, req, timer, trace_id, traceparent, arm)
+        finally:
+            self.in_flight -= 1
+            self._in_flight_gauge.dec()
+
+    async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
+                     trace_id: str, traceparent: str, arm: str) -> web.StreamResponse:
+        status = names.STATUS_ERROR
+        rep: Replica | None = None
+        resp: web.StreamResponse | None = None
+        client_gone = False
+        headers = {"Content-Type": "application/json", "traceparent": traceparent}
+        for h in FORWARD_HEADERS:
+            v = request.headers.get(h)
+            if v is not None:
+                headers[h] = v
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                assert self._slots is not None and self.session is not None
+                async with self._slots:
+                    try:
+                        rep = self.router.pick(self.pool)
+                    except NoReplicaAvailable as exc:
+                        return error_response(503, f"no replica available in pool {self.pool!r}: {exc}",
+                                              code="no_replica")
+                    self.router.begin(rep.id)
+                    timer.dispatch = time.perf_counter()
+                    out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id}
+                    async with self.session.post(rep.url + request.path, data=raw, headers=headers) as up:
+                        if up.status >= 400:
+                            body = await up.read()
+                            if up.status < 500:
+                                status = names.STATUS_REJECTED
+                                return web.Response(status=up.status, body=body, headers={
+                                    **out_headers, "Content-Type": up.headers.get("Content-Type", "application/json")})
+                            return error_response(502, f"upstream {rep.id} answered {up.status}: "
+                                                  f"{body[:200].decode('utf-8', 'replace')}", code="upstream_error",
+                                                  headers=out_headers)
+                        if not req.stream:
+                            body = await up.read()
+                            now = time.perf_counter()
+                            timer.feed(body, now)
+                            timer.finish_body(now)
+                            resp = web.Response(status=up.status, body=body, headers={
+                                **out_headers, "Content-Type": up.headers.get("Content-Type", "application/json")})
+                            try:  # send it here, so E2E ends at the last byte written
+                                await resp.prepare(request)
+                                await resp.write_eof()
+                            except (ConnectionError, RuntimeError):
+                                client_gone = True
+                                raise
+                            status = names.STATUS_OK
+                            return resp
+                        resp = web.StreamResponse(status=up.status, headers={
+                            **out_headers, "Content-Type": up.headers.get("Content-Type", "text/event-stream"),
+                            "Cache-Control": "no-cache"})
+                        await resp.prepare(request)
+                        feed, write = timer.feed, resp.write
+                        async for data in up.content.iter_any():
+                            feed(data, time.perf_counter())
+                            try:
+                                await write(data)
+                            except (ConnectionError, RuntimeError):
+                                client_gone = True
+                                raise
+                        try:
+                            await resp.write_eof()
+                        except (ConnectionError, RuntimeError):
+                            client_gone = True
+                            raise
+                        status = names.STATUS_OK
+                        return resp
+        except TimeoutError:
+            status = names.STATUS_TIMEOUT
+            msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
+            return await self._fail(request, resp, 504, msg, "upstream_timeout")
+        except asyncio.CancelledError:
+            status = names.STATUS_CANCELLED
+            raise
+        except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
+            if client_gone:
+                status = names.STATUS_CANCELLED
+                return resp  # type: ignore[return-value]
+            status = names.STATUS_ERROR
+            where = rep.id if rep else "upstream"
+            return await self._fail(request, resp, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",
+                                    "upstream_error")
+        except Exception as exc:  # a bug here must still answer (never a bare 500) and record
+            status = names.STATUS_ERROR
+            log.exception("gateway failure on %s", trace_id)
+            return await self._fail(request, resp, 502, f"gateway failed: {type(exc).__name__}", "gateway_error")
+        finally:
+            end = time.perf_counter()
+            if rep is not None:
+                dispatch = timer.dispatch or end
+                ttft = None if timer.first_token is None else (timer.first_token - dispatch) * 1000.0
+                try:
+                    # a client's bad request (upstream 4xx -> rejected) says nothing bad about the
+                    # replica: only errors and timeouts are charged as failures
+                    self.router.end(rep.id, (end - dispatch) * 1000.0,
+                                    ok=status not in (names.STATUS_ERROR, names.STATUS_TIMEOUT), ttft_ms=ttft)
+                except Exception:  # the router must never cost us the event
+                    log.exception("router.end failed")
+            self._record(timer, trace_id, req, arm, rep.id if rep else names.NO_REPLICA, status, end=end)
+
+    async def _fail(self, request: web.Request, resp: web.StreamResponse | None, http_status: int,
+                    message: str, code: str) -> web.StreamResponse:
+        """An error response, or an SSE error event when the stream has already begun."""
+        if resp is None or not resp.prepared:
+            return error_response(http_status, message, code=code)
+        err = {"error": {"message": message, "type": "gateway_error", "code": code}}
+        with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+            await resp.write(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
+            await resp.write_eof()
+        return resp
+
+    def _record(self, timer: StreamTimer, trace_id: str, req: ParsedRequest, arm: str, replica: str,
+                status: str, *, end: float | None = None) -> None:
+        end = time.perf_counter() if end is None else end
+        policy = req.policy
+        if timer.ext and isinstance(timer.ext.get("policy"), str) and timer.ext["policy"]:
+            policy = timer.ext["policy"][:64]
+        try:
+            ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
+                             pool=self.pool, replica=replica, arm=arm, policy=policy, status=status,
+                             prompt_estimate=prompt_estimate(req.prompt_chars))
+            self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms)
+        except Exception:  # spool full, disk error: keep serving, but loudly
+            self.record_errors += 1
+            log.exception("could not record request %s", trace_id)
+
+
+# -- running it ---------------------------------------------------------------------------------
+@dataclass
+class RunningGateway:
+    gateway: Gateway
+    runner: web.AppRunner
+    host: str
+    port: int
+    spool: SpoolWriter | None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        if self.spool is not None:
+            self.spool.close()
+
+
+def open_spool(cfg: Config) -> SpoolWriter:
+    s = cfg.spool
+    return SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, max_segment_bytes=s.segment_max_bytes,
+                       max_segment_age_s=s.segment_max_age_s, max_total_bytes=s.max_total_bytes)
+
+
+async def start(cfg: Config, host: str | None = None, port: int | None = None, *, router: Router | None = None,
+                registry: CollectorRegistry | None = None, spool: SpoolWriter | None | bool = True,
+                arm_assigner: ArmAssigner | None = None, reuse_port: bool = False) -> RunningGateway:
+    """Start a gateway on ``host:port`` (port 0 = a free one). ``spool=True`` opens the request
+    spool from ``cfg`` (closed on stop); pass a writer to share one, or None for metrics only."""
+    own = open_spool(cfg) if spool is True else None
+    writer = own if spool is True else (spool or None)
+    gw = Gateway(cfg, router=router, registry=registry, spool=writer, arm_assigner=arm_assigner)  # type: ignore[arg-type]
+    # handler_cancellation: a client that disconnects cancels its handler, which records
+    # ``cancelled`` and aborts the upstream request instead of generating for nobody.
+    runner = web.AppRunner(gw.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    host = cfg.gateway.host if host is None else host
+    site = web.TCPSite(runner, host, cfg.gateway.port if port is None else port, reuse_port=reuse_port or None)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        if own is not None:
+            own.close()
+        raise
+    bound = runner.addresses[0][1]
+    return RunningGateway(gw, runner, host, bound, own)
+
+
+@contextlib.asynccontextmanager
+async def serve(cfg: Config, host: str | None = None, port: int | None = None, **kw: Any) -> AsyncIterator[RunningGateway]:
+    """``async with serve(cfg, "127.0.0.1", 0) as gw: gw.url`` - stopped (and spool flushed) on exit."""
+    gw = await start(cfg, host, port, **kw)
+    try:
+        yield gw
+    finally:
+        await gw.stop()

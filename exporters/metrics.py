@@ -1,0 +1,289 @@
+"""Every request and GPU metric object, created in one place from ``names.*`` and ``cfg.metrics``.
+
+Like vLLM's ``v1/metrics``, one module owns the metric definitions so the gateway, the ASGI
+middleware, the fleet simulator and the GPU collector cannot drift apart. Two things make it fit
+for a hot path:
+
+* a :class:`LabelGuard` folds label values outside the allow-lists, or past the first ``top_n``
+  distinct values, into ``names.LABEL_OVERFLOW_VALUE`` and counts each fold in
+  ``names.LABEL_OVERFLOW`` (so a client sending random model names cannot blow up Prometheus);
+* :class:`RequestMetrics` caches the labelled children of every family per label tuple, so one
+  request costs a dict lookup plus the ``observe``/``inc`` calls themselves.
+
+Multi-process mode: when ``PROMETHEUS_MULTIPROC_DIR`` is set *before* prometheus_client is
+imported (``llmsla gateway --workers N`` does that), the same objects write to mmap files and
+:func:`exposition` merges every process's files; the in-flight gauge sums live processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from llmsla import names
+from llmsla.config import Config
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: Cached label tuples before the cache is reset (bounds memory when clients send junk labels;
+#: the folded values themselves are bounded by the guard, the raw keys are not).
+_CACHE_MAX = 4096
+
+
+def multiprocess_dir() -> str | None:
+    """The prometheus_client multiprocess directory, if this process runs in that mode."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def _fast_histogram(child: Any) -> bool:
+    """True when ``child`` has the internals :func:`observe_many` relies on (prometheus_client's
+    Histogram: non-cumulative ``_buckets`` values, ``_upper_bounds`` ending in +Inf, ``_sum``);
+    anything else falls back to ``observe``. A test pins equality with ``observe``."""
+    return (hasattr(child, "_buckets") and hasattr(child, "_upper_bounds") and hasattr(child, "_sum")
+            and len(child._buckets) == len(child._upper_bounds) and child._upper_bounds[-1] == float("inf"))
+
+
+def observe_many(child: Any, values: Sequence[float]) -> None:
+    """``child.observe(v)`` for each value, with one lock round per touched bucket instead of a
+    linear bucket scan and two locks per value (a 256-token stream is 255 gaps)."""
+    if not values:
+        return
+    if not _fast_histogram(child):
+        for v in values:
+            child.observe(v)
+        return
+    bounds = child._upper_bounds
+    counts: dict[int, int] = {}
+    for v in values:
+        i = bisect_left(bounds, v)
+        counts[i] = counts.get(i, 0) + 1
+    child._sum.inc(math.fsum(values))
+    buckets = child._buckets
+    for i, c in counts.items():
+        buckets[i].inc(c)
+
+
+def observe_n(child: Any, value: float, n: int) -> None:
+    """``child.observe(value)`` ``n`` times in O(1) (the simulator's ITL summaries)."""
+    if n <= 0:
+        return
+    if not _fast_histogram(child):
+        for _ in range(n):
+            child.observe(value)
+        return
+    child._sum.inc(value * n)
+    child._buckets[bisect_left(child._upper_bounds, value)].inc(n)
+
+
+class LabelGuard:
+    """Bounds the distinct values of each guarded label.
+
+    A value is kept if it is in the label's allow-list (when one is configured) and among the
+    first ``top_n`` distinct values seen; anything else becomes ``other``. First-seen rather
+    than most-frequent: it needs no counting state, never relabels an existing series, and the
+    values that matter in a fleet (configured models/pools/arms) appear first.
+    """
+
+    def __init__(self, top_n: int, allowed: dict[str, Iterable[str]] | None = None) -> None:
+        self.top_n = top_n
+        self.allowed = {k: frozenset(v) for k, v in (allowed or {}).items() if v}
+        self._seen: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def fold(self, label: str, value: str) -> tuple[str, bool]:
+        """``(value_to_export, folded)``."""
+        seen = self._seen.get(label)
+        if seen is not None and value in seen:
+            return value, False
+        allowed = self.allowed.get(label)
+        if allowed is not None and value not in allowed:
+            return names.LABEL_OVERFLOW_VALUE, True
+        with self._lock:
+            seen = self._seen.setdefault(label, set())
+            if value in seen:
+                return value, False
+            if len(seen) >= self.top_n:
+                return names.LABEL_OVERFLOW_VALUE, True
+            seen.add(value)
+        return value, False
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> LabelGuard:
+        m = cfg.metrics
+        return cls(
+            m.label_top_n,
+            {names.L_MODEL: m.allowed_models, names.L_POOL: m.allowed_pools, names.L_ARM: m.allowed_arms},
+        )
+
+
+class _Children:
+    """The labelled children of one (model, pool, replica, arm) series set."""
+
+    __slots__ = ("ttft", "itl", "e2e", "queue", "prompt", "output", "status", "overflow")
+
+    def __init__(self, m: RequestMetrics, labels: tuple[str, str, str, str], overflow: list[Any]) -> None:
+        self.ttft = m.ttft.labels(*labels)
+        self.itl = m.itl.labels(*labels)
+        self.e2e = m.e2e.labels(*labels)
+        self.queue = m.queue.labels(*labels)
+        self.prompt = m.tokens.labels(*labels, names.TOKEN_KIND_PROMPT)
+        self.output = m.tokens.labels(*labels, names.TOKEN_KIND_OUTPUT)
+        self.status = {s: m.requests.labels(*labels, s) for s in names.STATUSES}
+        self.overflow = overflow
+
+
+class RequestMetrics:
+    """The request metric families of one registry (histograms in seconds)."""
+
+    def __init__(self, cfg: Config, registry: CollectorRegistry | None) -> None:
+        m = cfg.metrics
+        labels = names.REQUEST_LABELS
+        reg = registry
+        self.ttft = Histogram(names.REQUEST_TTFT_SECONDS, "Time from request arrival at the gateway to the first generated token.",
+                              labels, buckets=m.ttft_buckets, registry=reg)
+        self.itl = Histogram(names.REQUEST_ITL_SECONDS, "Gaps between consecutive generated tokens of a streamed response.",
+                             labels, buckets=m.itl_buckets, registry=reg)
+        self.e2e = Histogram(names.REQUEST_E2E_SECONDS, "Time from request arrival to the last byte of the response (every status).",
+                             labels, buckets=m.e2e_buckets, registry=reg)
+        self.queue = Histogram(names.REQUEST_QUEUE_SECONDS, "Time a request waited in the gateway before dispatch to a replica.",
+                               labels, buckets=m.queue_buckets, registry=reg)
+        self.requests = Counter(names.REQUESTS, "Finished requests by outcome.", (*labels, names.L_STATUS), registry=reg)
+        self.tokens = Counter(names.TOKENS, "Prompt and generated tokens.", (*labels, names.L_KIND), registry=reg)
+        self.in_flight = Gauge(names.REQUESTS_IN_FLIGHT, "Requests currently inside the gateway.", (names.L_POOL,),
+                               registry=reg, multiprocess_mode="livesum")
+        self.overflow = Counter(names.LABEL_OVERFLOW, "Label values folded into 'other' by the cardinality guard.",
+                                (names.L_LABEL,), registry=reg)
+        self.bad_requests = Counter(names.GATEWAY_BAD_REQUESTS, "Requests refused with a 4xx before dispatch, by reason.",
+                                    (names.L_REASON,), registry=reg)
+        self.guard = LabelGuard.from_config(cfg)
+        self._overflow_children = {lbl: self.overflow.labels(lbl) for lbl in labels}
+        self._cache: dict[tuple[str, str, str, str], _Children] = {}
+        self._in_flight_children: dict[str, Any] = {}
+
+    def children(self, model: str, pool: str, replica: str, arm: str) -> _Children:
+        """Labelled children for a raw label tuple (guarded, cached)."""
+        key = (model, pool, replica, arm)
+        ch = self._cache.get(key)
+        if ch is not None:
+            return ch
+        folded: list[str] = []
+        overflow: list[Any] = []
+        for lbl, value in zip(names.REQUEST_LABELS, key, strict=True):
+            v, was_folded = self.guard.fold(lbl, value)
+            folded.append(v)
+            if was_folded:
+                overflow.append(self._overflow_children[lbl])
+        ch = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type]
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[key] = ch
+        return ch
+
+    def bad_request(self, reason: str) -> None:
+        """Count a malformed request (``reason`` is one of the gateway's fixed codes)."""
+        self.bad_requests.labels(reason).inc()
+
+    def in_flight_child(self, pool: str) -> Any:
+        ch = self._in_flight_children.get(pool)
+        if ch is None:
+            ch = self._in_flight_children[pool] = self.in_flight.labels(self.guard.fold(names.L_POOL, pool)[0])
+        return ch
+
+    def observe(self, *, model: str, pool: str, replica: str, arm: str, status: str, queue_s: float,
+                ttft_s: float | None, e2e_s: float, prompt_tokens: int, output_tokens: int,
+                itl_gaps_s: Sequence[float] = (), itl_mean_s: float = 0.0, itl_n: int = 0) -> None:
+        """Account one finished request. ITL: each raw gap when known; else the mean ``itl_n``
+        times, which keeps the histogram's ``_sum`` and ``_count`` exact (simulator events)."""
+        ch = self.children(model, pool, replica, arm)
+        for c in ch.overflow:
+            c.inc()
+        ch.status[status].inc()
+        ch.queue.observe(queue_s)
+        ch.e2e.observe(e2e_s)
+        if ttft_s is not None:
+            ch.ttft.observe(ttft_s)
+        if itl_gaps_s:
+            observe_many(ch.itl, itl_gaps_s)
+        elif itl_n:
+            observe_n(ch.itl, itl_mean_s, itl_n)
+        if prompt_tokens:
+            ch.prompt.inc(prompt_tokens)
+        if output_tokens:
+            ch.output.inc(output_tokens)
+
+
+class GpuMetrics:
+    """NVML and torch-allocator gauges of one registry. ``llmsla_gpu_collector_up`` lives with
+    the collector (exporters/gpu.py): a host without NVML must export it and nothing else."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        reg = registry
+        lbl = (names.L_GPU, names.L_UUID, names.L_MODEL_NAME)
+        mode = "mostrecent"
+
+        def g(name: str, doc: str, labels: Sequence[str] = lbl) -> Gauge:
+            return Gauge(name, doc, labels, registry=reg, multiprocess_mode=mode)
+
+        self.mem_used = g(names.GPU_MEMORY_USED_BYTES, "Device memory used (NVML).")
+        self.mem_total = g(names.GPU_MEMORY_TOTAL_BYTES, "Device memory total (NVML).")
+        self.mem_free = g(names.GPU_MEMORY_FREE_BYTES, "Device memory free (NVML).")
+        self.util = g(names.GPU_UTILIZATION_RATIO, "GPU utilisation 0..1 over NVML's sample period.")
+        self.temp = g(names.GPU_TEMPERATURE_CELSIUS, "GPU core temperature.")
+        self.power = g(names.GPU_POWER_WATTS, "GPU power draw.")
+        self.torch_allocated = g(names.TORCH_CUDA_ALLOCATED_BYTES, "Bytes held by live tensors (torch CUDA allocator, this process).", (names.L_GPU,))
+        self.torch_reserved = g(names.TORCH_CUDA_RESERVED_BYTES, "Bytes reserved by the torch CUDA caching allocator (this process).", (names.L_GPU,))
+        self.torch_frag = g(names.TORCH_CUDA_FRAGMENTATION_BYTES, "Reserved minus allocated: cached but unused allocator memory.", (names.L_GPU,))
+
+
+_request_metrics: weakref.WeakKeyDictionary[Any, RequestMetrics] = weakref.WeakKeyDictionary()
+_gpu_metrics: weakref.WeakKeyDictionary[Any, GpuMetrics] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+class _NoRegistry:
+    """Key for metrics created without a registry (multi-process mode collects from files)."""
+
+
+_NO_REGISTRY = _NoRegistry()
+
+
+def request_metrics(cfg: Config, registry: CollectorRegistry | None = None) -> RequestMetrics:
+    """The request metrics of ``registry`` (default: the global one), created once per registry
+    so several recorders in one process share series instead of clashing."""
+    reg = DEFAULT_REGISTRY if registry is None else registry
+    with _lock:
+        m = _request_metrics.get(reg)
+        if m is None:
+            m = _request_metrics[reg] = RequestMetrics(cfg, reg)
+        return m
+
+
+def gpu_metrics(registry: CollectorRegistry | None = None) -> GpuMetrics:
+    reg = DEFAULT_REGISTRY if registry is None else registry
+    with _lock:
+        m = _gpu_metrics.get(reg)
+        if m is None:
+            m = _gpu_metrics[reg] = GpuMetrics(reg)
+        return m
+
+
+def exposition(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
+    """``(body, content_type)`` for ``/metrics``: the multi-process merge when in that mode."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    mp = multiprocess_dir()
+    if mp:
+        from prometheus_client import multiprocess
+
+        reg = CollectorRegistry()
+        multiprocess.MultiProcessCollector(reg, path=mp)
+        return generate_latest(reg), CONTENT_TYPE_LATEST
+    return generate_latest(DEFAULT_REGISTRY if registry is None else registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,221 @@
+"""Finished requests and GPU samples -> Prometheus metrics + one spool line each.
+
+The gateway, the ASGI middleware and the fleet simulator all end a request by handing a
+``RequestEvent`` to :class:`RequestRecorder`, so simulated and real traffic produce identical
+series and identical spool records downstream (Flink windows, dashboards, forecasts).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from llmsla.exporters.metrics import gpu_metrics, request_metrics
+from prometheus_client import CollectorRegistry
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.events import GpuSample, ItlSummary, RequestEvent
+from llmsla.spool import SpoolWriter
+
+
+class RequestRecorder:
+    """One place that turns a finished request into metrics + a spool line, so simulated and
+    real traffic look identical downstream."""
+
+    def __init__(self, cfg: Config, *, registry: CollectorRegistry | None = None,
+                 spool: SpoolWriter | None = None) -> None:
+        self.metrics = request_metrics(cfg, registry)
+        self.spool = spool
+        self.recorded = 0
+
+    def record(self, event: RequestEvent, *, itl_gaps_ms: Sequence[float] | None = None,
+               validate: bool = True) -> None:
+        """Validate ``event`` (an invalid one raises ``EventError`` and counts nowhere), update
+        the metrics, append it to the spool.
+
+        ``itl_gaps_ms``: the raw inter-token gaps when the caller has them (the gateway), so the
+        ITL histogram sees each gap; without them the event's summary is used (simulator).
+        ``validate=False`` is for callers that built the event from already-checked values.
+        """
+        data = event.to_dict() if (validate or self.spool is not None) else None
+        if validate:
+            type(event).from_dict(data)  # == event.validate(), sharing the to_dict with the spool line
+        itl = event.itl_ms
+        self.metrics.observe(
+            model=event.model, pool=event.pool, replica=event.replica, arm=event.arm,
+            status=event.status, queue_s=event.queue_ms / 1000.0,
+            ttft_s=None if event.ttft_ms is None else event.ttft_ms / 1000.0,
+            e2e_s=event.e2e_ms / 1000.0, prompt_tokens=event.prompt_tokens,
+            output_tokens=event.output_tokens,
+            itl_gaps_s=[g / 1000.0 for g in itl_gaps_ms] if itl_gaps_ms else (),
+            itl_mean_s=itl.mean / 1000.0, itl_n=0 if itl_gaps_ms else itl.n,
+        )
+        self.recorded += 1
+        if self.spool is not None:
+            self.spool.write_line(json.dumps(data, separators=(",", ":"), allow_nan=False))  # == to_json()
+
+
+class GpuRecorder:
+    """One GPU sample -> the NVML gauges (labels gpu, uuid, model_name) + a spool line."""
+
+    def __init__(self, cfg: Config, *, registry: CollectorRegistry | None = None,
+                 spool: SpoolWriter | None = None) -> None:
+        self.cfg = cfg
+        self.metrics = gpu_metrics(registry)
+        self.spool = spool
+
+    def record(self, sample: GpuSample, *, model_name: str = "") -> None:
+        sample.validate()
+        m = self.metrics
+        labels = (str(sample.gpu), sample.uuid, model_name)
+        m.mem_used.labels(*labels).set(sample.mem_used_bytes)
+        m.mem_total.labels(*labels).set(sample.mem_total_bytes)
+        m.mem_free.labels(*labels).set(sample.mem_total_bytes - sample.mem_used_bytes)
+        m.util.labels(*labels).set(sample.util)
+        m.temp.labels(*labels).set(sample.temp_c)
+        m.power.labels(*labels).set(sample.power_w)
+        if self.spool is not None:
+            self.spool.write_line(sample.to_json())
+
+
+#: A chunk that may carry usage / the worker extension / an error is decoded in full; the
+#: per-token chunks in between are classified by these two searches (a JSON decode per token
+#: was the largest Python cost of proxying a stream).
+_TAIL_KEYS = re.compile(rb'"(?:usage|llmsla|error)"\s*:\s*[{\[]')
+_NON_EMPTY_TEXT = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
+
+
+def _token_count(obj: dict) -> int:
+    """Tokens carried by one OpenAI stream chunk (completions ``text`` or chat ``delta``)."""
+    n = 0
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        text = choice.get("text")
+        if text is None:
+            delta = choice.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else None
+        if text:
+            n += 1
+    return n
+
+
+class StreamTimer:
+    """Times one proxied request from the bytes the upstream sends back.
+
+    Shared by the gateway and the ASGI middleware so both measure the same way: ``arrival`` and
+    ``dispatch`` are ``perf_counter`` stamps; :meth:`feed` takes raw response bytes as they
+    arrive (SSE or a JSON body), stamps the first token-carrying chunk (TTFT) and the gaps
+    between token chunks (ITL), and keeps ``usage`` and the worker's ``llmsla`` extension from
+    the last chunk. Chunks may split SSE lines anywhere; a partial line is buffered.
+    """
+
+    __slots__ = ("arrival", "dispatch", "first_token", "last_token", "gaps_ms", "chunks_with_tokens",
+                 "usage", "ext", "_buf", "streaming", "_body")
+
+    def __init__(self, arrival: float, *, streaming: bool) -> None:
+        self.arrival = arrival
+        self.dispatch: float | None = None
+        self.first_token: float | None = None
+        self.last_token: float | None = None
+        self.gaps_ms: list[float] = []
+        self.chunks_with_tokens = 0
+        self.usage: dict | None = None
+        self.ext: dict | None = None
+        self.streaming = streaming
+        self._buf = b""
+        self._body: list[bytes] = []
+
+    def feed(self, data: bytes, now: float) -> None:
+        if not self.streaming:
+            self._body.append(data)
+            return
+        buf = self._buf + data if self._buf else data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = buf[start:nl]
+            start = nl + 1
+            if line.startswith(b"data:"):
+                self._data(line[5:].strip(), now)
+        self._buf = buf[start:]
+
+    def _data(self, payload: bytes, now: float) -> None:
+        if not payload or payload == b"[DONE]":
+            return
+        if _TAIL_KEYS.search(payload) is None:  # the common per-token chunk: no JSON decode
+            if _NON_EMPTY_TEXT.search(payload) is not None:
+                self._token(now)
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if _token_count(obj):
+            self._token(now)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        ext = obj.get("llmsla")
+        if isinstance(ext, dict):
+            self.ext = ext
+
+    def _token(self, now: float) -> None:
+        self.chunks_with_tokens += 1
+        if self.first_token is None:
+            self.first_token = now
+        else:
+            self.gaps_ms.append((now - self.last_token) * 1000.0)  # type: ignore[operator]
+        self.last_token = now
+
+    def finish_body(self, now: float) -> None:
+        """Non-streaming: the whole body arrived at ``now``; that is when the client gets its
+        first token, so TTFT = E2E and there are no inter-token gaps."""
+        if self.streaming:
+            return
+        try:
+            obj = json.loads(b"".join(self._body))
+        except ValueError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if isinstance(obj.get("usage"), dict):
+            self.usage = obj["usage"]
+        if isinstance(obj.get("llmsla"), dict):
+            self.ext = obj["llmsla"]
+        if _token_count(obj) or (self.usage or {}).get("completion_tokens"):
+            self.first_token = self.last_token = now
+            self.chunks_with_tokens = 1
+
+    def tokens(self, prompt_estimate: int) -> tuple[int, int]:
+        """``(prompt, output)``: from ``usage`` when the upstream sent it, else counted."""
+        u = self.usage or {}
+        prompt, output = u.get("prompt_tokens"), u.get("completion_tokens")
+        if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt < 0:
+            prompt = prompt_estimate
+        if not isinstance(output, int) or isinstance(output, bool) or output < 0:
+            output = self.chunks_with_tokens
+        return prompt, output
+
+    def event(self, *, end: float, ts_ms: int, trace_id: str, model: str, pool: str, replica: str,
+              arm: str, policy: str, status: str, prompt_estimate: int) -> RequestEvent:
+        """The finished request; times relative to ``arrival`` in ms, clamped so queue <= TTFT
+        <= E2E holds even when stamps coincide."""
+        e2e = max(0.0, (end - self.arrival) * 1000.0)
+        dispatch = self.dispatch if self.dispatch is not None else end
+        queue = min(e2e, max(0.0, (dispatch - self.arrival) * 1000.0))
+        ttft = None if self.first_token is None else min(e2e, (self.first_token - self.arrival) * 1000.0)
+        prompt, output = self.tokens(prompt_estimate)
+        if ttft is None and status == names.STATUS_OK and output:
+            ttft = e2e  # tokens reported by usage only: the client had them at the end
+        return RequestEvent(
+            ts_ms=ts_ms, trace_id=trace_id, model=model, pool=pool, replica=replica, arm=arm,
+            policy=policy, prompt_tokens=prompt, output_tokens=output, queue_ms=queue, ttft_ms=ttft,
+            itl_ms=ItlSummary.from_gaps(self.gaps_ms), e2e_ms=e2e, status=status,
+        )

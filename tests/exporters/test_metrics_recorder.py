@@ -1,0 +1,203 @@
+"""RequestRecorder/GpuRecorder: metrics and spool agree, the cardinality guard bounds labels."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
+from prometheus_client import CollectorRegistry
+
+from llmsla import config as config_mod
+from llmsla import names
+from llmsla.events import EventError, GpuSample, ItlSummary, RequestEvent
+from llmsla.spool import SpoolWriter, published_segments, read_segment
+
+
+def _cfg(tmp_path: Path) -> config_mod.Config:
+    c = config_mod.load(env={})
+    c.spool.dir = str(tmp_path / "spool")
+    return c
+
+
+def _event(**kw) -> RequestEvent:
+    base = dict(ts_ms=1_700_000_000_000, trace_id="a" * 32, model="m", pool="p", replica="r0",
+                arm=names.DEFAULT_ARM, policy="constant", prompt_tokens=5, output_tokens=3,
+                queue_ms=1.0, ttft_ms=30.0, itl_ms=ItlSummary.from_gaps([10.0, 20.0]), e2e_ms=60.0,
+                status=names.STATUS_OK)
+    base.update(kw)
+    return RequestEvent(**base)
+
+
+def _read(root: Path, kind: str) -> list:
+    out = []
+    for seg in published_segments(root, kind):
+        out += list(read_segment(seg, kind))
+    return out
+
+
+def test_record_metrics_and_spool_agree(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    reg = CollectorRegistry()
+    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, background=False)
+    rec = RequestRecorder(cfg, registry=reg, spool=spool)
+    rec.record(_event(), itl_gaps_ms=[10.0, 20.0])
+    rec.record(_event(status=names.STATUS_ERROR, ttft_ms=None, output_tokens=0, itl_ms=ItlSummary.from_gaps([])))
+    rec.record(_event(replica="r1", itl_ms=ItlSummary.from_gaps([5.0, 5.0, 50.0])))  # summary path
+    spool.close()
+    lbl = {"model": "m", "pool": "p", "replica": "r0", "arm": names.DEFAULT_ARM}
+    g = reg.get_sample_value
+    assert g("llmsla_requests_total", {**lbl, "status": "ok"}) == 1
+    assert g("llmsla_requests_total", {**lbl, "status": "error"}) == 1
+    assert g("llmsla_request_ttft_seconds_count", lbl) == 1
+    assert g("llmsla_request_e2e_seconds_count", lbl) == 2
+    assert g("llmsla_request_queue_seconds_count", lbl) == 2
+    assert g("llmsla_request_itl_seconds_count", lbl) == 2
+    assert math.isclose(g("llmsla_request_itl_seconds_sum", lbl), 0.030)
+    assert g("llmsla_tokens_total", {**lbl, "kind": "prompt"}) == 10
+    assert g("llmsla_tokens_total", {**lbl, "kind": "output"}) == 3
+    # simulator path: the summary keeps _sum and _count exact
+    r1 = {**lbl, "replica": "r1"}
+    assert g("llmsla_request_itl_seconds_count", r1) == 3
+    assert math.isclose(g("llmsla_request_itl_seconds_sum", r1), 0.060)
+    events = _read(tmp_path / "spool", names.SPOOL_REQUESTS)
+    assert [e.status for e in events] == ["ok", "error", "ok"]
+    assert events[0] == _event()
+
+
+def test_invalid_event_counts_nowhere(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    reg = CollectorRegistry()
+    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, background=False)
+    rec = RequestRecorder(cfg, registry=reg, spool=spool)
+    with pytest.raises(EventError, match="ttft_ms"):
+        rec.record(_event(ttft_ms=100.0, e2e_ms=50.0))
+    spool.close()
+    assert reg.get_sample_value("llmsla_requests_total", {"model": "m", "pool": "p", "replica": "r0",
+                                                         "arm": "default", "status": "ok"}) is None
+    assert _read(tmp_path / "spool", names.SPOOL_REQUESTS) == []
+
+
+def test_cardinality_guard_folds_and_counts(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    cfg.metrics.label_top_n = 3
+    cfg.metrics.allowed_arms = ["default", "b"]
+    reg = CollectorRegistry()
+    rec = RequestRecorder(cfg, registry=reg)
+    for i in range(10):
+        rec.record(_event(model=f"m{i}"))
+    rec.record(_event(arm="evil"))
+    rec.record(_event(arm="b"))
+    samples = [s for m in reg.collect() if m.name == "llmsla_requests" for s in m.samples
+               if s.name == "llmsla_requests_total"]
+    models = {s.labels["model"] for s in samples}
+    assert models == {"m0", "m1", "m2", names.LABEL_OVERFLOW_VALUE}
+    assert sum(s.value for s in samples) == 12  # nothing lost, only folded
+    g = reg.get_sample_value
+    assert g("llmsla_label_overflow_total", {"label": "model"}) == 9  # m3..m9, then model "m" twice
+    assert g("llmsla_label_overflow_total", {"label": "arm"}) == 1
+    arms = {s.labels["arm"] for s in samples}
+    assert arms == {"default", "b", names.LABEL_OVERFLOW_VALUE}
+
+
+def test_shared_registry_two_recorders(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    reg = CollectorRegistry()
+    RequestRecorder(cfg, registry=reg).record(_event())
+    RequestRecorder(cfg, registry=reg).record(_event())
+    assert reg.get_sample_value("llmsla_requests_total", {"model": "m", "pool": "p", "replica": "r0",
+                                                         "arm": "default", "status": "ok"}) == 2
+
+
+def test_gpu_recorder(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    reg = CollectorRegistry()
+    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_GPU, background=False)
+    s = GpuSample(ts_ms=1_700_000_000_000, node="n", gpu=0, uuid="GPU-x", mem_used_bytes=3, mem_total_bytes=10,
+                  util=0.5, temp_c=60.0, power_w=200.0)
+    GpuRecorder(cfg, registry=reg, spool=spool).record(s, model_name="H200")
+    spool.close()
+    lbl = {"gpu": "0", "uuid": "GPU-x", "model_name": "H200"}
+    assert reg.get_sample_value("llmsla_gpu_memory_free_bytes", lbl) == 7
+    assert reg.get_sample_value("llmsla_gpu_utilization_ratio", lbl) == 0.5
+    assert _read(tmp_path / "spool", names.SPOOL_GPU) == [s]
+
+
+def _sse(obj) -> bytes:
+    import json
+
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def test_stream_timer_against_json_reference() -> None:
+    """The fast per-chunk classification agrees with decoding every chunk as JSON."""
+    import json
+
+    from llmsla.exporters.recorder import StreamTimer, _token_count
+
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},  # vLLM role chunk: no token
+        {"choices": [{"index": 0, "delta": {"content": "He"}}], "usage": None},
+        {"choices": [{"index": 0, "delta": {"content": '"quoted"'}}]},
+        {"choices": [{"index": 0, "delta": {"content": 'text "usage": {'}}]},  # keys inside a string
+        {"choices": [{"index": 0, "text": ""}]},  # partial UTF-8 byte from the byte-level worker
+        {"choices": [{"index": 0, "text": "\\"}]},
+        {"choices": [{"index": 0, "text": "!", "finish_reason": "length"}],
+         "usage": {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15},
+         "llmsla": {"worker_ttft_ms": 1.5, "worker_queue_ms": 0.1, "prompt_tokens": 9, "output_tokens": 6}},
+    ]
+    raw = b"".join(_sse(c) for c in chunks) + b"data: [DONE]\n\n"
+    reference = [bool(_token_count(c)) for c in chunks]
+    for cut in (1, 7, 33, len(raw)):  # arbitrary network splits, even inside "data:"
+        t = StreamTimer(0.0, streaming=True)
+        stamps = []
+        for i in range(0, len(raw), cut):
+            now = 1.0 + i
+            t.feed(raw[i:i + cut], now)
+            stamps.append(now)
+        assert t.chunks_with_tokens == sum(reference) == 5
+        assert t.usage == chunks[-1]["usage"] and t.ext == chunks[-1]["llmsla"]
+        assert t.tokens(prompt_estimate=99) == (9, 6)  # usage wins over counting
+        assert len(t.gaps_ms) == 4 and all(g >= 0 for g in t.gaps_ms)
+    ev = t.event(end=2.0, ts_ms=1, trace_id="b" * 32, model="m", pool="p", replica="r", arm="a", policy="x",
+                 status="ok", prompt_estimate=3)
+    assert ev.ttft_ms == 1000.0 and ev.e2e_ms == 2000.0 and ev.output_tokens == 6
+    json.loads(ev.to_json())
+    # no usage: counted tokens and the prompt estimate
+    t = StreamTimer(0.0, streaming=True)
+    t.feed(_sse({"choices": [{"text": "a"}]}) + _sse({"choices": [{"text": "b"}]}), 0.5)
+    assert t.tokens(prompt_estimate=3) == (3, 2)
+
+
+def test_bulk_histogram_observation_equals_observe() -> None:
+    """observe_many / observe_n (bucket-grouped fast path) vs prometheus-client's own observe."""
+    import random
+
+    from llmsla.exporters.metrics import observe_many, observe_n
+    from prometheus_client import Histogram
+
+    bounds = list(names.ITL_BUCKETS)
+    rng = random.Random(3)
+    values = [rng.choice([rng.uniform(0, 3.0), rng.choice(bounds), 0.0, 1e6]) for _ in range(2000)]
+    reg = CollectorRegistry()
+    fast = Histogram("fast", "", ["k"], buckets=bounds, registry=reg)
+    ref = Histogram("ref", "", ["k"], buckets=bounds, registry=reg)
+    observe_many(fast.labels("a"), values)
+    observe_n(fast.labels("b"), 0.03, 37)  # exactly on a bound
+    observe_n(fast.labels("b"), 0.031, 5)
+    for v in values:
+        ref.labels("a").observe(v)
+    for _ in range(37):
+        ref.labels("b").observe(0.03)
+    for _ in range(5):
+        ref.labels("b").observe(0.031)
+
+    def samples(name: str) -> dict:
+        return {(s.name.replace(name, ""), tuple(sorted(s.labels.items()))): s.value
+                for m in reg.collect() if m.name == name for s in m.samples if not s.name.endswith("_created")}
+
+    got, want = samples("fast"), samples("ref")
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert math.isclose(got[k], v, rel_tol=1e-9), k
