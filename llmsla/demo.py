@@ -55,9 +55,99 @@ def stage_status(ctx: DemoContext) -> str:
     return "tables: " + ", ".join(f"{t}={n}" for t, n in rows.items())
 
 
+def stage_live(ctx: DemoContext) -> str:
+    """Real inference through the real gateway, scraped by a real Prometheus."""
+    import asyncio
+
+    from llmsla import names, services
+    from llmsla.exporters import gateway
+    from llmsla.exporters.worker import WorkerThread
+
+    try:
+        services.find_binary("prometheus")
+    except services.MissingBinary as exc:
+        return f"skipped: {exc}"
+    workers = [WorkerThread(ctx.cfg) for _ in range(2)]
+    urls = [w.start() for w in workers]
+    ctx.cfg.gateway.upstreams = urls
+    requests = ctx.args.live_requests
+    work = Path(ctx.cfg.spool_dir()).parent / "demo-prometheus"
+
+    async def drive() -> dict[str, Any]:
+        import aiohttp
+
+        async with gateway.serve(ctx.cfg, "127.0.0.1", 0) as gw:
+            prom = services.start_prometheus(
+                work, config_yaml=services.scrape_config({"gateway": [f"127.0.0.1:{gw.port}"]}, interval_s=0.5))
+            try:
+                async with aiohttp.ClientSession() as session:
+                    sem = asyncio.Semaphore(8)
+
+                    async def one(i: int) -> None:
+                        body = {"model": ctx.cfg.worker.model, "prompt": "Four score and seven years " * (1 + i % 5),
+                                "max_tokens": 4 + i % 24, "stream": i % 2 == 0}
+                        async with sem, session.post(f"{gw.url}/v1/completions", json=body) as resp:
+                            await resp.read()
+
+                    await asyncio.gather(*(one(i) for i in range(requests)))
+                async with aiohttp.ClientSession() as session:
+
+                    async def query(q: str) -> float | None:
+                        async with session.get(f"{prom.url}/api/v1/query", params={"query": q}) as resp:
+                            result = (await resp.json())["data"]["result"]
+                        return float(result[0]["value"][1]) if result else None
+
+                    total, deadline = None, time.monotonic() + 30
+                    while total != requests and time.monotonic() < deadline:  # until scraped
+                        await asyncio.sleep(0.5)
+                        total = await query(f"sum({names.REQUESTS}_total)")
+                    p99 = await query(f"histogram_quantile(0.99, sum by (le) ({names.REQUEST_TTFT_SECONDS}_bucket))")
+                if total is None or p99 is None:
+                    raise RuntimeError(f"Prometheus did not scrape the gateway; see {prom.log}")
+                return {"requests": total, "ttft_p99_s": p99}
+            finally:
+                prom.stop()
+
+    try:
+        facts = asyncio.run(drive())
+    finally:
+        for w in workers:
+            w.stop()
+    ctx.facts["live"] = facts
+    return (f"{int(facts['requests'])} real completions via gateway -> 2 reference workers; "
+            f"Prometheus histogram_quantile(0.99) TTFT = {facts['ttft_p99_s'] * 1000:.0f} ms")
+
+
+def stage_simulate(ctx: DemoContext) -> str:
+    """Fleet traffic from the Azure conversation trace with a labelled slowdown fault."""
+    from llmsla.cli import build_parser
+
+    out = Path(ctx.cfg.spool_dir()).parent / "demo-simulation.json"
+    minutes = ctx.args.minutes
+    argv = ["simulate", "--trace", "azure_conv", "--duration", str(minutes * 60), "--fleet", "6b:4",
+            "--policy", ctx.cfg.control.route_policy, "--spool", str(ctx.cfg.spool_dir()),
+            "--fault", f"slowdown:r1:{minutes * 20}:{minutes * 40}:4", "--json", str(out)]
+    args = build_parser().parse_args(argv)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = args.handler(args, ctx.cfg)
+    if rc:
+        raise RuntimeError(f"simulate exited {rc}")
+    summary = json.loads(out.read_text())
+    ctx.facts["simulation"] = summary
+    ev = summary.get("events", {})
+    return (f"{minutes} min of the Azure conv trace on 4 x 6B ({summary['policy']}), slowdown x4 on r1 "
+            f"for the middle third; {ev.get('requests', 0)} RequestEvents, {ev.get('gpu', 0)} GpuSamples "
+            f"into {ctx.cfg.spool_dir()}")
+
+
 def stages() -> list[tuple[str, Stage]]:
     return [
         ("store: start and migrate", stage_store),
+        ("live: worker + gateway + Prometheus", stage_live),
+        ("fleet: simulate trace replay with a fault", stage_simulate),
         ("store: status", stage_status),
     ]
 
@@ -94,4 +184,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="keep the demo's store, spool and checkpoints here (default: user data dir)")
     p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards")
     p.add_argument("--json", metavar="FILE", help="also write the demo's facts as JSON")
+    p.add_argument("--minutes", type=int, default=20, help="minutes of trace to simulate (default 20)")
+    p.add_argument("--live-requests", type=int, default=200, help="real requests through the gateway (default 200)")
     p.set_defaults(handler=cmd_demo)
