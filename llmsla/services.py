@@ -117,6 +117,18 @@ def _spawn(name: str, argv: list[str], workdir: Path) -> tuple[subprocess.Popen,
     return proc, log
 
 
+def _start_http_service(name: str, argv: list[str], workdir: Path, host: str, port: int) -> Service:
+    """Spawn a Prometheus-family daemon and wait for its ``/-/ready``; stop it if that fails."""
+    proc, log = _spawn(name, argv, workdir)
+    svc = Service(name, proc, host, port, workdir, log)
+    try:
+        wait_http(f"{svc.url}/-/ready", proc=proc, log=log)
+    except BaseException:
+        svc.stop()
+        raise
+    return svc
+
+
 def start_prometheus(
     workdir: Path,
     *,
@@ -135,26 +147,15 @@ def start_prometheus(
     for fname, text in (extra_files or {}).items():
         (workdir / fname).write_text(text)
     (workdir / "prometheus.yml").write_text(config_yaml)
-    proc, log = _spawn(
-        "prometheus",
-        [
-            binary,
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address={host}:{port}",
-            "--web.enable-lifecycle",
-            "--web.enable-admin-api",
-            "--storage.tsdb.retention.time=2d",
-        ],
-        workdir,
-    )
-    svc = Service("prometheus", proc, host, port, workdir, log)
-    try:
-        wait_http(f"{svc.url}/-/ready", proc=proc, log=log)
-    except BaseException:
-        svc.stop()
-        raise
-    return svc
+    return _start_http_service("prometheus", [
+        binary,
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address={host}:{port}",
+        "--web.enable-lifecycle",
+        "--web.enable-admin-api",
+        "--storage.tsdb.retention.time=2d",
+    ], workdir, host, port)
 
 
 def start_alertmanager(workdir: Path, *, config_yaml: str, port: int | None = None, host: str = "127.0.0.1") -> Service:
@@ -163,24 +164,13 @@ def start_alertmanager(workdir: Path, *, config_yaml: str, port: int | None = No
     port = port or free_port(host)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "alertmanager.yml").write_text(config_yaml)
-    proc, log = _spawn(
-        "alertmanager",
-        [
-            binary,
-            f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address={host}:{port}",
-            "--cluster.listen-address=",
-        ],
-        workdir,
-    )
-    svc = Service("alertmanager", proc, host, port, workdir, log)
-    try:
-        wait_http(f"{svc.url}/-/ready", proc=proc, log=log)
-    except BaseException:
-        svc.stop()
-        raise
-    return svc
+    return _start_http_service("alertmanager", [
+        binary,
+        f"--config.file={workdir / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address={host}:{port}",
+        "--cluster.listen-address=",
+    ], workdir, host, port)
 
 
 def start_redis(workdir: Path, *, port: int | None = None, host: str = "127.0.0.1") -> Service:
