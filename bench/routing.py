@@ -1,10 +1,12 @@
 """Routing policies on a simulated 3-GPU fleet: the reference study's four scenarios.
 
 For each scenario and each policy (round_robin = the anchor, least_outstanding, p2c, ladr, and
-ladr with beta = 0.5 as one parameter-sensitivity point) the
+two LADR ablations: i.i.d. instead of systematic sampling, and alpha = 0 i.e. queue only) the
 fleet simulator (real ``Router`` code, simulated clock) reports P99 E2E latency and P99 TTFT at
-a fixed load, the maximum Poisson rate whose P99 E2E stays under the SLO (bisection over the
-rate, same seed at every rate so the search sees common random numbers), and KV-cache use.
+a fixed load - the median over ``--seeds`` seeds, and the ratio to round robin as the median
+(min, max) of the per-seed ratios, since one seed of an overloaded scenario swings P99 by +-25 % -
+the maximum Poisson rate whose P99 E2E stays under the SLO (seed 0, bisection over the rate, same
+seed at every rate so the search sees common random numbers), and KV-cache use (seed 0).
 
 Scenarios (3 GPUs each):
 
@@ -14,6 +16,15 @@ Scenarios (3 GPUs each):
 * ``mixed``     - chat on a heterogeneous pool: 1 x 70B + 2 x 6B serving the same requests;
 * ``straggler`` - (extra) chat on 3 x 6B with one replica slowed 3x for the whole run, the
   homogeneous-hardware case where a latency-aware router still has something to see.
+
+Held out (never used to choose LADR's defaults, which were picked on the five scenarios above):
+the Azure conversation trace at 2x on 8 x 6B with one replica throttled to half speed, and on a
+mixed 2 x 13B + 2 x 6B fleet (seeds as above, 3 by default).
+
+Variance sweep (why the reference's homogeneous-fleet gains need per-replica variance): chat on
+3 x 6B at 10 req/s where every replica independently spends a third of the time slowed by a
+factor f, in windows of exponential length (mean 20 s or 120 s), round robin vs least-outstanding
+vs LADR.
 
 Then the Azure conversation trace (first ``--trace-minutes``) replayed at 1x, 2x and 4x its rate
 on 8 x 6B, and the speed check: one hour of that trace on 8 replicas, engine alone and with the
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -40,11 +52,12 @@ from llmsla.fleet.sink import RecorderSink  # noqa: E402
 from llmsla import config as config_mod  # noqa: E402
 
 POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
-#: Scenario rows: the four policies with default parameters, plus LADR with beta = 0.5 (one
-#: sensitivity point: the default beta = 0.1 weighs queue length little against 1 / latency).
+#: Scenario rows: the four policies with default parameters, plus two LADR ablations: i.i.d.
+#: sampling (systematic = 0) and no latency term (alpha = 0: what queue awareness alone gives).
 VARIANTS: dict[str, tuple[str, dict[str, float]]] = {
     **{p: (p, {}) for p in POLICIES},
-    "ladr(beta=0.5)": ("ladr", {"beta": 0.5}),
+    "ladr(iid)": ("ladr", {"systematic": 0}),
+    "ladr(alpha=0)": ("ladr", {"alpha": 0.0}),
 }
 ANCHOR = "round_robin"
 #: The reference study's P99 latencies (seconds), static round robin -> LADR.
@@ -70,6 +83,59 @@ def _load(sc: dict[str, Any], rate: float, duration: float, seed: int) -> list[w
     if sc.get("burst"):
         arr = sorted(arr + workload.burst(sc["burst"], prompt, output, rng, at_s=duration / 3, spread_s=0.1))
     return arr
+
+
+#: Held-out scenarios: Azure conv trace (first --trace-minutes) at 2x, fleets with unequal speed.
+HELD_OUT: dict[str, dict[str, Any]] = {
+    "azure2x_throttled": {"fleet": "6b:8", "rate_mult": 2.0, "slow": 2.0},
+    "azure2x_13b+6b": {"fleet": "13b:2,6b:2", "rate_mult": 2.0},
+}
+
+
+#: Variance sweep levels: (slowdown factor, mean window seconds); duty cycle 1/3, chat at 10 req/s.
+NOISE_LEVELS = ((1.0, 20.0), (1.5, 20.0), (2.0, 20.0), (3.0, 20.0), (3.0, 120.0))
+NOISE_DUTY, NOISE_RATE = 1.0 / 3.0, 10.0
+
+
+def noise_faults(seed: int, factor: float, mean_s: float, duration: float, n: int) -> list[faults.Fault]:
+    """Independent on/off slowdowns per replica: on for Exp(mean_s), off for Exp(mean_s * 2)."""
+    if factor <= 1.0:
+        return []
+    rng = random.Random(seed * 7919 + 1)
+    out = []
+    for i in range(n):
+        t = rng.uniform(0.0, mean_s / NOISE_DUTY)
+        while t < duration:
+            d = rng.expovariate(1.0 / mean_s)
+            out.append(faults.Fault(t, t + d, "slowdown", f"r{i}", factor))
+            t += d + rng.expovariate(NOISE_DUTY / ((1.0 - NOISE_DUTY) * mean_s))
+    return out
+
+
+def variance_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
+    sc = {**SCENARIOS["chat"], "rate": NOISE_RATE}
+    rows = []
+    for factor, mean_s in NOISE_LEVELS:
+        per: dict[str, list[float]] = {p: [] for p in ("round_robin", "least_outstanding", "ladr")}
+        for seed in range(args.seed, args.seed + args.held_out_seeds):
+            arr = _load(sc, sc["rate"], args.duration, seed)
+            fl = noise_faults(seed, factor, mean_s, args.duration, 3)
+            for policy in per:
+                cfg = engine.SimConfig(engine.fleet(sc["fleet"]), policy=policy, seed=seed,
+                                       timeout_s=args.timeout_s, gpu_interval_s=0)
+                res = engine.Simulator(cfg).run(arr, faults=fl, start_ms=0)
+                per[policy].append(stats.summarize(res)["e2e_p99_ms"])
+        for policy, p99 in per.items():
+            med, lo, hi = _med_ratio(p99, per[ANCHOR])
+            rows.append({"slowdown": factor, "mean_window_s": mean_s, "duty": NOISE_DUTY, "policy": policy,
+                         "p99_s": statistics.median(p99) / 1000, "p99_vs_rr": med,
+                         "rr_over_policy": 1.0 / med, "p99_vs_rr_min": lo, "p99_vs_rr_max": hi})
+    return rows
+
+
+def _med_ratio(vals: list[float], base: list[float]) -> tuple[float, float, float]:
+    ratios = [a / b for a, b in zip(vals, base, strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def _run(sc: dict[str, Any], variant: str, arrivals: list[workload.Arrival], seed: int,
@@ -106,28 +172,76 @@ def max_qps(sc: dict[str, Any], policy: str, slo_s: float, duration: float, seed
 def scenarios(args: argparse.Namespace, slo_s: float) -> list[dict[str, Any]]:
     rows = []
     for name, sc in SCENARIOS.items():
-        arrivals = _load(sc, sc["rate"], args.duration, args.seed)
-        base = None
+        per: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+        res0: dict[str, dict[str, Any]] = {}
+        t0 = {v: 0.0 for v in VARIANTS}
+        for seed in range(args.seed, args.seed + args.seeds):
+            arrivals = _load(sc, sc["rate"], args.duration, seed)
+            for policy in VARIANTS:
+                t = time.perf_counter()
+                s = stats.summarize(_run(sc, policy, arrivals, seed, args.timeout_s))
+                t0[policy] += time.perf_counter() - t
+                per[policy].append(s)
+                res0.setdefault(policy, s)
+        base = [s["e2e_p99_ms"] for s in per[ANCHOR]]
+        base_qps = None
         for policy in VARIANTS:
-            t0 = time.perf_counter()
-            res = _run(sc, policy, arrivals, args.seed, args.timeout_s)
-            s = stats.summarize(res)
+            t = time.perf_counter()
             qps = max_qps(sc, policy, slo_s, args.search_duration, args.seed, args.timeout_s, args.iters)
+            ss, s0 = per[policy], res0[policy]
+            p99 = [s["e2e_p99_ms"] for s in ss]
+            med, lo, hi = _med_ratio(p99, base)
             row = {
                 "scenario": name, "fleet": sc["fleet"], "policy": policy, "rate": sc["rate"],
-                "requests": s["requests"], "p99_s": s["e2e_p99_ms"] / 1000, "p99_ttft_s": s["ttft_p99_ms"] / 1000,
-                "p50_s": s["e2e_p50_ms"] / 1000, "timeouts": s["status"].get("timeout", 0),
-                "max_qps": qps, "kv_peak_gib": s["kv_peak_gib"], "kv_peak_ratio": s["kv_peak_ratio"],
-                "preemptions": s["preemptions"], "wall_s": time.perf_counter() - t0,
+                "seeds": args.seeds, "requests": s0["requests"],
+                "p99_s": statistics.median(p99) / 1000,
+                "p99_ttft_s": statistics.median(s["ttft_p99_ms"] for s in ss) / 1000,
+                "p50_s": statistics.median(s["e2e_p50_ms"] for s in ss) / 1000,
+                "p99_s_per_seed": [x / 1000 for x in p99],
+                "p99_vs_rr": med, "p99_vs_rr_min": lo, "p99_vs_rr_max": hi,
+                "timeouts": sum(s["status"].get("timeout", 0) for s in ss),
+                "max_qps": qps, "kv_peak_gib": s0["kv_peak_gib"], "kv_peak_ratio": s0["kv_peak_ratio"],
+                "preemptions": statistics.median(s["preemptions"] for s in ss),
+                "wall_s": t0[policy] + time.perf_counter() - t,
             }
             if policy == ANCHOR:
-                base = row
-            assert base is not None
-            row["p99_vs_rr"] = row["p99_s"] / base["p99_s"]
-            row["qps_vs_rr"] = row["max_qps"] / base["max_qps"] if base["max_qps"] else None
+                base_qps = qps
+            row["qps_vs_rr"] = qps / base_qps if base_qps else None
             rows.append(row)
-            print(f"  {name:>9} {policy:>17}: P99 {row['p99_s']:.2f} s  TTFT P99 {row['p99_ttft_s']:.2f} s"
-                  f"  max QPS {qps:.1f}  ({row['wall_s']:.1f} s)", file=sys.stderr)
+            print(f"  {name:>9} {policy:>17}: P99 {row['p99_s']:.2f} s ({med:.3f}x RR [{lo:.3f}, {hi:.3f}])"
+                  f"  TTFT P99 {row['p99_ttft_s']:.2f} s  max QPS {qps:.1f}  ({row['wall_s']:.1f} s)",
+                  file=sys.stderr)
+    return rows
+
+
+def held_out(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Scenarios not used to choose LADR's defaults (see the module docstring)."""
+    conv, _ = traces.load("azure_conv")
+    conv = workload.window(conv, duration_s=args.trace_minutes * 60)
+    rows = []
+    for name, sc in HELD_OUT.items():
+        per: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
+        for seed in range(args.seed, args.seed + args.held_out_seeds):
+            arr = workload.scale(conv, rate=sc["rate_mult"], rng=random.Random(seed))
+            fl = [faults.Fault(0.0, 1e9, "slowdown", "r0", sc["slow"])] if sc.get("slow") else []
+            for policy in POLICIES:
+                cfg = engine.SimConfig(engine.fleet(sc["fleet"]), policy=policy, seed=seed, gpu_interval_s=0)
+                per[policy].append(stats.summarize(engine.Simulator(cfg).run(arr, faults=fl, start_ms=0)))
+        base = [s["e2e_p99_ms"] for s in per[ANCHOR]]
+        for policy in POLICIES:
+            ss = per[policy]
+            p99 = [s["e2e_p99_ms"] for s in ss]
+            med, lo, hi = _med_ratio(p99, base)
+            rows.append({
+                "scenario": name, "fleet": sc["fleet"], "throttled_r0": sc.get("slow", 1.0),
+                "rate_mult": sc["rate_mult"], "policy": policy, "seeds": args.held_out_seeds,
+                "req_s": len(conv) * sc["rate_mult"] / (args.trace_minutes * 60),
+                "p99_s": statistics.median(p99) / 1000,
+                "p99_ttft_s": statistics.median(s["ttft_p99_ms"] for s in ss) / 1000,
+                "p99_vs_rr": med, "p99_vs_rr_min": lo, "p99_vs_rr_max": hi,
+                "timeouts": sum(s["status"].get("timeout", 0) for s in ss),
+                "preemptions": statistics.median(s["preemptions"] for s in ss),
+            })
     return rows
 
 
@@ -138,16 +252,16 @@ def versus_reference(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({
             "scenario": name, "ref_rr_p99_s": rr, "ref_ladr_p99_s": ladr, "ref_ratio": rr / ladr,
             "our_rr_p99_s": ours[ANCHOR]["p99_s"], "our_ladr_p99_s": ours["ladr"]["p99_s"],
-            "our_ratio": ours[ANCHOR]["p99_s"] / ours["ladr"]["p99_s"],
-            "our_ratio_beta0.5": ours[ANCHOR]["p99_s"] / ours["ladr(beta=0.5)"]["p99_s"],
+            "our_ratio": 1.0 / ours["ladr"]["p99_vs_rr"],
+            "our_ratio_lo": 1.0 / ours["least_outstanding"]["p99_vs_rr"],
         })
     for name in ("mixed", "straggler"):  # where latency-aware routing should matter
         ours = {r["policy"]: r for r in rows if r["scenario"] == name}
         out.append({
             "scenario": name, "ref_rr_p99_s": None, "ref_ladr_p99_s": None, "ref_ratio": None,
             "our_rr_p99_s": ours[ANCHOR]["p99_s"], "our_ladr_p99_s": ours["ladr"]["p99_s"],
-            "our_ratio": ours[ANCHOR]["p99_s"] / ours["ladr"]["p99_s"],
-            "our_ratio_beta0.5": ours[ANCHOR]["p99_s"] / ours["ladr(beta=0.5)"]["p99_s"],
+            "our_ratio": 1.0 / ours["ladr"]["p99_vs_rr"],
+            "our_ratio_lo": 1.0 / ours["least_outstanding"]["p99_vs_rr"],
         })
     return out
 
@@ -196,7 +310,9 @@ def speed(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="first seed")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds per fixed-load scenario (median reported)")
+    ap.add_argument("--held-out-seeds", type=int, default=3, help="seeds per held-out scenario")
     ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds per fixed-load run")
     ap.add_argument("--search-duration", type=float, default=120.0, help="simulated seconds per max-QPS probe")
     ap.add_argument("--iters", type=int, default=7, help="bisection steps of the max-QPS search")
@@ -207,16 +323,26 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.duration, args.search_duration, args.iters, args.trace_minutes = 120.0, 60.0, 4, 3.0
+        args.seeds, args.held_out_seeds = 2, 1
     slo_s = config_mod.load(env={}).slo.e2e_ms / 1000.0
     t0 = time.perf_counter()
     rows = scenarios(args, slo_s)
     ref = versus_reference(rows)
+    held = held_out(args)
+    sweep = variance_sweep(args)
     replay = azure_replay(args)
     spd = [] if args.skip_speed else speed(args)
-    cols = ("scenario", "policy", "rate", "p99_s", "p99_ttft_s", "p99_vs_rr", "max_qps", "qps_vs_rr",
-            "kv_peak_gib", "preemptions", "timeouts")
-    print_table([{k: r[k] for k in cols} for r in rows], f"Routing on a simulated 3-GPU fleet (SLO: P99 E2E <= {slo_s:g} s)")
-    print_table(ref, "P99 latency, round robin -> LADR: reference study vs ours")
+    cols = ("scenario", "policy", "rate", "p99_s", "p99_ttft_s", "p99_vs_rr", "p99_vs_rr_min", "p99_vs_rr_max",
+            "max_qps", "qps_vs_rr", "kv_peak_gib", "preemptions", "timeouts")
+    print_table([{k: r[k] for k in cols} for r in rows],
+                f"Routing on a simulated 3-GPU fleet (SLO: P99 E2E <= {slo_s:g} s; P99 = median of {args.seeds} seeds,"
+                " vs RR = median [min, max] of per-seed ratios; max QPS, KV: seed 0)")
+    print_table(ref, "P99 latency, round robin -> LADR: reference study vs ours (ratio = RR / LADR)")
+    print_table([{k: r[k] for k in ("scenario", "fleet", "policy", "req_s", "p99_s", "p99_ttft_s", "p99_vs_rr",
+                                    "p99_vs_rr_min", "p99_vs_rr_max", "timeouts", "preemptions")} for r in held],
+                f"Held out (not used to choose LADR's defaults): Azure conv 2x, {args.held_out_seeds} seeds")
+    print_table(sweep, f"Variance sweep: chat, 3 x 6B, {NOISE_RATE:g} req/s, each replica slowed a third of the"
+                       f" time ({args.held_out_seeds} seeds)")
     print_table([{k: r[k] for k in ("rate_mult", "policy", "req_s", "p99_s", "p99_ttft_s", "p99_vs_rr", "timeouts",
                                     "preemptions", "kv_peak_ratio")} for r in replay],
                 f"Azure conv trace (first {args.trace_minutes:g} min) on 8 x 6B at 1x/2x/4x rate")
@@ -226,7 +352,9 @@ def main() -> int:
         "inputs": {**vars(args), "slo_e2e_s": slo_s, "scenarios": {k: {**v, "tokens": [t._asdict() for t in v["tokens"]]}
                                                                      for k, v in SCENARIOS.items()}},
         "anchor": ANCHOR, "variants": {k: {"policy": p, "params": v} for k, (p, v) in VARIANTS.items()},
-        "scenarios": rows, "versus_reference": ref, "azure_conv_replay": replay,
+        "held_out_scenarios": HELD_OUT,
+        "scenarios": rows, "versus_reference": ref, "held_out": held, "variance_sweep": sweep,
+        "azure_conv_replay": replay,
         "speed": spd, "bench_wall_s": time.perf_counter() - t0,
     })
     return 0

@@ -7,20 +7,26 @@ Policies (``control.route_policy``):
   that has been at that load longest).
 * ``p2c`` - power of two choices: two distinct random replicas, the one with fewer
   outstanding/weight wins.
-* ``ladr`` - latency-aware dynamic routing. Every ``refresh_s`` (default 200 ms, lazily on the
-  first pick after it is due, by the injected clock) each replica gets
-  ``raw = alpha / avg_latency_s - beta * queue_length`` and the smoothed score
-  ``s = theta * s_prev + (1 - theta) * raw`` (theta = 0.7: 70 % memory, so one noisy window moves
-  the score by only 30 %). ``avg_latency_s`` is the mean latency observed in the last refresh
-  window (TTFT when ``end`` got one, else end-to-end; the previous mean is kept through empty
-  windows); ``queue_length`` is the outstanding count (local + other gateways via Redis, or the
-  replica's own report via :meth:`Router.observe`, whichever is larger). Scores are clamped to
-  ``floor * best score`` (default 1 %), multiplied by the weight, and a replica is drawn with
-  probability proportional to that - never always the top one, so a recovering replica keeps
-  being measured. Replicas whose last stats (a completed request, an ``observe`` report, or
-  another gateway's report) are older than ``ttl_s`` (1 s) are left out; if every eligible
-  replica is stale, LADR falls back to least-outstanding among the non-drained ones (the
-  traffic itself then refreshes their stats). New replicas start fresh for one TTL.
+* ``ladr`` - latency-aware dynamic routing. Per replica
+  ``score = alpha / latency - beta * queue`` in commensurable, dimensionless units:
+  ``latency`` is the replica's EMA latency divided by the fastest fresh replica's of the pool
+  (1 = as fast as the best, 3 = three times slower), ``queue`` is its *live* outstanding count
+  at pick time divided by the pool's mean outstanding when the sampler was built (each refresh,
+  and again when a burst has grown the queues a lot; 1 = a fair share; floored at 1 request). The latency EMA (``L = theta * L_prev + (1 - theta) * window mean``,
+  theta = 0.7) is refreshed every ``refresh_s`` (200 ms, lazily on the first pick after it is
+  due, by the injected clock) from the end-to-end latency of the requests that finished in the
+  window (TTFT alone misses slow decode). A replica is drawn with probability proportional to
+  ``weight * exp(sharpness * score)`` - weighted random sampling by score that is defined for
+  negative scores and invariant to a common shift, so a loaded pool where every score is <= 0
+  still prefers the better replicas instead of collapsing to uniform - clamped from below to
+  ``floor`` (1 %) of the best replica's weight at the sampler's build: never always the top one, so
+  a recovering replica keeps being measured. Sampling uses a Fenwick tree per (pool, role)
+  updated by ``begin``/``end`` (O(log n)), so the queue term is live without herding.
+  Replicas whose last stats (a completed request, an ``observe`` report, or another gateway's
+  report) are older than ``ttl_s`` (1 s) are left out; if every eligible replica is stale, LADR
+  falls back to least-outstanding among the non-drained ones (the traffic itself then refreshes
+  their stats). New replicas start fresh for one TTL and are scored like the pool's average
+  measured replica until measured.
 
 Drained replicas are never picked by any policy, and :meth:`Router.drain` refuses to drain the
 last non-drained replica of a pool. ``shared`` (see :mod:`llmsla.control.shared_state`) is any
@@ -35,7 +41,6 @@ import contextlib
 import math
 import random
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -43,14 +48,17 @@ from typing import Any
 from llmsla.control.metrics import RouterMetrics
 from prometheus_client import CollectorRegistry
 
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # step of the systematic sampling sequence
 POLICIES: tuple[str, ...] = ("round_robin", "least_outstanding", "p2c", "ladr")
 ROLES: tuple[str, ...] = ("teacher", "student", "")
 
 #: Tunables accepted by ``Router(**params)`` and :meth:`Router.set_params`, with defaults.
 DEFAULT_PARAMS: dict[str, float] = {
-    "alpha": 1.0,  # weight of 1 / avg latency (seconds)
-    "beta": 0.1,  # penalty per queued request
-    "theta": 0.7,  # EMA memory: s = theta * s_prev + (1 - theta) * raw
+    "alpha": 1.0,  # weight of 1 / latency (latency relative to the pool's fastest replica)
+    "beta": 1.0,  # weight of the queue (live outstanding relative to the pool's mean)
+    "sharpness": 8.0,  # sampling weight = exp(sharpness * score): 0 = uniform, large = greedy
+    "systematic": 1.0,  # 1: low-discrepancy (golden-ratio) sampling sequence, 0: i.i.d. uniform
+    "theta": 0.7,  # EMA memory of the latency: L = theta * L_prev + (1 - theta) * window mean
     "refresh_s": 0.2,  # score refresh cadence
     "ttl_s": 1.0,  # stats older than this drop a replica from LADR's choice
     "floor": 0.01,  # negative/low scores are clamped to floor * best score
@@ -88,7 +96,7 @@ class _State:
     __slots__ = (
         "rep", "outstanding", "drained", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
-        "pick_child", "avg_eff", "score_child", "levels",
+        "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots",
     )
 
     def __init__(self, rep: Replica, now: float) -> None:
@@ -112,6 +120,9 @@ class _State:
         self.score_child: Any = None
         self.levels: _Levels | None = None  # the pool's least-outstanding index
         self.avg_eff: float | None = None  # avg latency merged with other gateways' reports
+        self.lat_ema: float | None = None  # EMA of avg_eff (ms), refreshed every refresh_s
+        self.extra_q = 0.0  # queue seen beyond our own outstanding (other gateways, reports)
+        self.slots: list[tuple[_Ladr, int]] = []  # LADR samplers this replica is in, and where
 
 
 class _Group:
@@ -123,7 +134,77 @@ class _Group:
         self.states = states
         self.uniform = len({s.rep.weight for s in states}) <= 1  # no division needed in LO
         self.rr = rr
-        self.ladr: tuple[list[_State], list[float]] | None = None
+        self.ladr: _Ladr | None = None
+
+
+class _Ladr:
+    """LADR sampler of one group: sampling weights in a Fenwick tree, kept live by begin/end.
+
+    Weight of member i: ``max(base[i] * decay ** queue_i, fl)`` where ``base[i] ~ rep.weight *
+    exp(sharpness * alpha / latency_i)`` (scaled so the best member weighs 1 at the build, and
+    ``fl = floor``) and ``decay = exp(-sharpness * beta / Q)`` are frozen at the refresh (the
+    latency EMA and the queue scale Q change only then, or at a rebuild), and ``queue_i`` is
+    the live outstanding count plus what other gateways/reports add. ``begin``/``end`` change one
+    member's weight in O(log n); a pick is one Fenwick descent, O(log n).
+    """
+
+    __slots__ = ("states", "base", "w", "tree", "total", "decay", "fl", "top", "low", "stale")
+
+    def __init__(self, states: list[_State], base: list[float], decay: float, fl: float) -> None:
+        self.states = states
+        self.base = base
+        self.decay = decay
+        self.fl = fl
+        n = len(states)
+        self.w = [max(b * decay ** (st.outstanding + st.extra_q), fl) for b, st in zip(base, states, strict=True)]
+        tree = [0.0] * (n + 1)
+        for i, x in enumerate(self.w, 1):  # O(n) Fenwick build
+            tree[i] += x
+            j = i + (i & -i)
+            if j <= n:
+                tree[j] += tree[i]
+        self.tree = tree
+        self.total = sum(self.w)
+        # queues grew a lot since the build (a burst): the floor and the queue scale are out of
+        # date - every weight would sink to the floor and LADR would turn uniform. Rebuild.
+        self.low = 0.25 * self.total
+        self.stale = False
+        top = 1
+        while top * 2 <= n:
+            top *= 2
+        self.top = top
+
+    def update(self, i: int, st: _State) -> None:
+        """Member ``i`` (0-based) changed its outstanding count."""
+        new = self.base[i] * self.decay ** (st.outstanding + st.extra_q)
+        if new < self.fl:
+            new = self.fl
+        delta = new - self.w[i]
+        if delta == 0.0:
+            return
+        self.w[i] = new
+        self.total += delta
+        if self.total < self.low:
+            self.stale = True
+        tree, n = self.tree, len(self.w)
+        j = i + 1
+        while j <= n:
+            tree[j] += delta
+            j += j & -j
+
+    def sample(self, u: float) -> _State:
+        """The member whose cumulative weight interval holds ``u * total``."""
+        x = u * self.total
+        tree, n = self.tree, len(self.w)
+        pos = 0
+        step = self.top
+        while step:
+            nxt = pos + step
+            if nxt <= n and tree[nxt] <= x:
+                pos = nxt
+                x -= tree[nxt]
+            step >>= 1
+        return self.states[pos if pos < n else n - 1]  # float rounding may walk past the end
 
 
 class _Levels:
@@ -190,7 +271,9 @@ def _check_params(params: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"floor: must be in (0, 1], got {value}")
         if key in ("refresh_s", "ttl_s") and value <= 0:
             raise ValueError(f"{key}: must be > 0, got {value}")
-        if key in ("alpha", "beta", "error_penalty_ms") and value < 0:
+        if key == "systematic" and value not in (0.0, 1.0):
+            raise ValueError(f"systematic: must be 0 or 1, got {value}")
+        if key in ("alpha", "beta", "sharpness", "error_penalty_ms") and value < 0:
             raise ValueError(f"{key}: must be >= 0, got {value}")
         out[key] = value
     return out
@@ -213,6 +296,8 @@ class Router:
         self._clock = clock
         self._rng = rng or random.Random()
         self._random = self._rng.random
+        self._u0 = self._random()  # random start of the systematic sampling sequences
+        self._useq: dict[tuple[str, str | None], float] = {}
         self.shared = shared
         self.metrics = RouterMetrics(registry)
         self.params: dict[str, float] = dict(DEFAULT_PARAMS)
@@ -291,6 +376,8 @@ class Router:
 
     def _invalidate(self) -> None:
         self._cache.clear()
+        for st in self._states.values():  # the samplers they were in are gone
+            st.slots = []
 
     # -- operator controls -----------------------------------------------------------------------
     def set_weight(self, replica_id: str, weight: float) -> None:
@@ -386,6 +473,8 @@ class Router:
         """The request was dispatched to ``replica_id``."""
         st = self._state(replica_id)
         st.levels.up(st)  # type: ignore[union-attr]
+        for lad, i in st.slots:  # LADR's queue term is live: no herding within a refresh window
+            lad.update(i, st)
 
     def end(self, replica_id: str, latency_ms: float, *, ok: bool = True, ttft_ms: float | None = None) -> None:
         """The request finished: outstanding -= 1 and its latency feeds the replica's stats."""
@@ -394,7 +483,11 @@ class Router:
             return
         if st.outstanding > 0:
             st.levels.down(st)  # type: ignore[union-attr]
-        lat = ttft_ms if ttft_ms is not None else latency_ms
+            for lad, i in st.slots:
+                lad.update(i, st)
+        # end-to-end, not TTFT: a replica that starts fast but decodes slowly (long context, a
+        # bigger model, a throttled GPU) must look slow; ttft_ms is kept for the snapshot only
+        lat = latency_ms
         if not ok:
             st.errors += 1
             lat = max(lat, self.params["error_penalty_ms"])
@@ -534,49 +627,68 @@ class Router:
 
     def _pick_ladr(self, pool: str, role: str | None, exclude: Collection[str]) -> _State:
         g = self._group(pool, role)
-        table = g.ladr
-        if table is None:
-            table = g.ladr = self._ladr_table(g.states)
-        states, cum = table
-        if not states:  # every eligible replica is stale: least outstanding, documented fallback
+        lad = g.ladr
+        if lad is None or lad.stale:
+            if lad is not None:
+                for x in lad.states:
+                    x.slots = [sl for sl in x.slots if sl[0] is not lad]
+            lad = g.ladr = self._ladr_table(g.states)
+        if not lad.states:  # every eligible replica is stale: least outstanding, documented fallback
             return self._pick_lo(pool, role, exclude)
-        i = bisect_right(cum, self._random() * cum[-1])
-        st = states[i] if i < len(states) else states[-1]  # u * total may round up to total
-        if exclude and st.rep.id in exclude:
-            rest = [s for s in states if s.rep.id not in exclude]
+        if self.params["systematic"]:  # golden-ratio sequence from a random start, per group
+            key = (pool, role)
+            u = self._useq[key] = (self._useq.get(key, self._u0) + _GOLDEN) % 1.0
+        else:
+            u = self._random()
+        st = lad.sample(u)
+        if exclude and st.rep.id in exclude:  # rare (gateway retries): sample the rest directly
+            rest = [(x, w) for x, w in zip(lad.states, lad.w, strict=True) if x.rep.id not in exclude]
             if not rest:
                 return self._pick_lo(pool, role, exclude)
-            sub_states, sub_cum = self._ladr_table(rest)
-            i = bisect_right(sub_cum, self._random() * sub_cum[-1])
-            st = sub_states[min(i, len(sub_states) - 1)]
+            x = self._random() * sum(w for _, w in rest)
+            st = rest[-1][0]  # float rounding may leave x >= 0 after the last member
+            for cand, w in rest:
+                x -= w
+                if x < 0:
+                    st = cand
+                    break
         return st
 
-    def _ladr_table(self, lst: list[_State]) -> tuple[list[_State], list[float]]:
-        """Fresh replicas and the cumulative sampling weights max(score, floor*best) * weight."""
+    def _ladr_table(self, lst: list[_State]) -> _Ladr:
+        """The sampler over the group's fresh replicas (see :class:`_Ladr` and the module doc)."""
         fresh = [s for s in lst if s.fresh]
         if not fresh:
-            return [], []
-        scores = [s.score for s in fresh if s.score is not None]
-        best = max(scores) if scores else 0.0
-        floor = self.params["floor"] * best if best > 0 else 1.0
-        # an unmeasured replica (new, or only probed) is sampled like an average one
-        unknown = sum(max(x, floor) for x in scores) / len(scores) if scores else 1.0
-        cum: list[float] = []
-        total = 0.0
+            return _Ladr([], [], 1.0, 0.0)
+        p = self.params
+        alpha, beta, k = p["alpha"], p["beta"], p["sharpness"]
+        measured = [s.lat_ema for s in fresh if s.lat_ema is not None]
+        ref = min(measured) if measured else 1.0
+        # an unmeasured replica (new, or only probed) is scored like the average measured one
+        unknown = sum(ref / x for x in measured) / len(measured) if measured else 1.0
+        q_scale = max(1.0, sum(s.outstanding + s.extra_q for s in fresh) / len(fresh))  # live
+        # log of weight * exp(sharpness * score), shifted so the best replica now has weight 1:
+        # no overflow/underflow whatever alpha, beta and sharpness an operator sets
+        per_q = -k * beta / q_scale
+        log_base = []
         for s in fresh:
-            sc = unknown if s.score is None else s.score
-            total += max(sc, floor) * s.rep.weight
-            cum.append(total)
-        return fresh, cum
+            inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
+            log_base.append(math.log(s.rep.weight) + k * alpha * inv)
+        shift = max(lb + per_q * (s.outstanding + s.extra_q) for lb, s in zip(log_base, fresh, strict=True))
+        base = [math.exp(max(lb - shift, -700.0)) for lb in log_base]
+        lad = _Ladr(fresh, base, math.exp(per_q), self.params["floor"])
+        for i, s in enumerate(fresh):
+            s.slots.append((lad, i))
+        return lad
 
     # -- scores ----------------------------------------------------------------------------------
     def refresh(self, now: float | None = None) -> None:
         """Recompute LADR scores and freshness (called lazily by ``pick``; public for tests)."""
         now = self._clock() if now is None else now
         p = self.params
-        alpha, beta, theta, ttl = p["alpha"], p["beta"], p["theta"], p["ttl_s"]
+        theta, ttl = p["theta"], p["ttl_s"]
         self.refreshes += 1
         for st in self._states.values():
+            st.slots = []  # the samplers are rebuilt from the new EMA on the next pick
             if st.lat_n:
                 st.avg_ms = st.lat_sum / st.lat_n
                 st.win_n = st.lat_n
@@ -596,6 +708,7 @@ class Router:
         expiry = now + p["refresh_s"]
         for rid, st in self._states.items():
             avg_ms, last_seen, queue = st.avg_ms, st.last_seen, float(st.outstanding)
+            new_data = st.win_n > 0
             entries = remote.get(rid)
             if entries:
                 # latency: sample-weighted mean over fresh observations only (a held average
@@ -611,6 +724,7 @@ class Router:
                         w = float(e.get("n", 0)) or 1.0
                         lsum += float(e["avg_ms"]) * w
                         wsum += w
+                        new_data = new_data or bool(e.get("n"))
                     last_seen = max(last_seen, now - age)
                 queue += rq
                 if wsum > 0:
@@ -618,19 +732,41 @@ class Router:
             if st.reported_queue is not None and now - st.reported_at <= ttl:
                 queue = max(queue, float(st.reported_queue))
             st.queue = queue
+            st.extra_q = queue - st.outstanding  # added to the live count at pick time
             st.avg_eff = avg_ms
             st.fresh = now - last_seen <= ttl
             if st.fresh and not st.drained:
                 expiry = min(expiry, last_seen + ttl + 1e-9)
             if avg_ms is None:
                 continue  # not measured yet: sampled at the pool average (see _ladr_table)
-            raw = alpha / max(avg_ms / 1000.0, 1e-6) - beta * queue
-            st.raw = raw
-            st.score = raw if st.score is None else theta * st.score + (1.0 - theta) * raw
-            st.score_child.set(st.score)
+            if st.lat_ema is None:
+                st.lat_ema = avg_ms  # the first measured window initialises the EMA
+            elif new_data:  # an empty window holds the EMA (nothing new was learnt)
+                st.lat_ema = theta * st.lat_ema + (1.0 - theta) * avg_ms
+        self._score_pools()
         self._next_refresh = expiry
         for g in self._cache.values():  # membership did not change: only the LADR tables
             g.ladr = None
+
+    def _score_pools(self) -> None:
+        """Scores at the queue of this refresh, for the snapshot, the gauge and other gateways
+        (picks use the live queue through the samplers, see :meth:`_ladr_table`)."""
+        alpha, beta = self.params["alpha"], self.params["beta"]
+        for lst in self._pools.values():
+            live = [s for s in lst if s.fresh and not s.drained]
+            measured = [s.lat_ema for s in live if s.lat_ema is not None]
+            if not measured:
+                measured = [s.lat_ema for s in lst if s.lat_ema is not None]
+            if not measured:
+                continue
+            ref = min(measured)
+            q_scale = max(1.0, sum(s.queue for s in live) / len(live)) if live else 1.0
+            for st in lst:
+                if st.lat_ema is None:
+                    continue
+                st.raw = ref / max(st.lat_ema, 1e-9)  # 1 / relative latency
+                st.score = alpha * st.raw - beta * st.queue / q_scale
+                st.score_child.set(st.score)
 
     def _local_stats(self, st: _State, now: float) -> dict[str, Any]:
         return {
@@ -659,6 +795,7 @@ class Router:
                     "queue": st.queue,
                     "avg_latency_ms": st.avg_eff,
                     "local_avg_latency_ms": st.avg_ms,
+                    "latency_ema_ms": st.lat_ema,
                     "score": st.score,
                     "fresh": st.fresh,
                     "stats_age_s": max(0.0, now - st.last_seen),
@@ -697,7 +834,8 @@ def from_config(cfg: Any, replicas: Iterable[Replica], *, clock: Callable[[], fl
     c = cfg.control
     try:
         params = _check_params({"alpha": c.ladr_alpha, "beta": c.ladr_beta, "theta": c.ladr_theta,
-                                "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s})
+                                "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s,
+                                "sharpness": c.ladr_sharpness})
     except ValueError as exc:
         from llmsla.config import ConfigError
 

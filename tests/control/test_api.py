@@ -199,7 +199,7 @@ def test_state_changes_are_visible_and_audited_in_the_store(pg_dsn):
         ("bob", "undrain", "r0", "applied"),
     ]
     assert rows[0][3] == {"before": 1.0, "after": 2.5} and rows[0][4] == "bigger GPU"
-    assert rows[4][3]["before"] == {"policy": "ladr", "alpha": 1.0, "beta": 0.1}
+    assert rows[4][3]["before"] == {"policy": "ladr", "alpha": 1.0, "beta": 1.0}
     assert rows[4][3]["after"] == {"policy": "p2c", "alpha": 2.0, "beta": 0.25}
     assert rows[5][3]["requested"] == 50 and all(r[6] == "control_api" for r in rows)
 

@@ -192,29 +192,177 @@ def _ladr_with_latencies(lat_ms: dict[str, float], clock: Clock, **params) -> Ro
     return r
 
 
-def test_weighted_sampling_converges_to_score_proportions():
+def _expected_shares(lat: dict[str, float], queue: dict[str, int], weight: dict[str, float], *,
+                     alpha: float, beta: float, sharpness: float, floor: float = 0.01) -> dict[str, float]:
+    """Independent model of LADR's sampling: p_i ~ weight_i * exp(sharpness * score_i) with
+    score_i = alpha * min(lat) / lat_i - beta * queue_i / max(1, mean queue), floored at
+    ``floor`` times the best weight."""
+    ref = min(lat.values())
+    qbar = max(1.0, sum(queue.values()) / len(queue))
+    raw = {k: weight[k] * math.exp(sharpness * (alpha * ref / lat[k] - beta * queue[k] / qbar)) for k in lat}
+    best = max(raw.values())
+    w = {k: max(v, floor * best) for k, v in raw.items()}
+    total = sum(w.values())
+    return {k: v / total for k, v in w.items()}
+
+
+def _ladr_scene(systematic: float, **params) -> tuple[Router, dict[str, float], dict[str, int], dict[str, float]]:
     clock = Clock()
     lat = {"a": 100.0, "b": 200.0, "c": 400.0, "d": 250.0}
     queue = {"a": 6, "b": 1, "c": 0, "d": 2}
-    alpha, beta = 1.0, 0.5
     r = Router([Replica(k, "default") for k in lat], "ladr", clock=clock, rng=random.Random(11),
-               alpha=alpha, beta=beta, theta=0.0)
+               theta=0.0, systematic=systematic, **params)
     for rid, q in queue.items():
         r.end(rid, lat[rid])
         for _ in range(q):
             r.begin(rid)
     r.set_weight("d", 2.0)
-    # independent expectation: score_i = alpha / latency_s - beta * queue, times the weight
-    weight = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 2.0}
-    expected = {k: (alpha / (lat[k] / 1000) - beta * queue[k]) * weight[k] for k in lat}
-    total = sum(expected.values())
+    return r, lat, queue, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 2.0}
+
+
+def test_weighted_sampling_converges_to_score_proportions():
+    """i.i.d. sampling: shares match the independent model (chi-square, df 3, p = 0.001)."""
+    alpha, beta, k = 1.0, 0.5, 1.5
+    r, lat, queue, weight = _ladr_scene(0.0, alpha=alpha, beta=beta, sharpness=k)
+    expected = _expected_shares(lat, queue, weight, alpha=alpha, beta=beta, sharpness=k)
+    assert min(expected.values()) > 0.05  # no floor involved: the exp(score) law itself is tested
     n = 40_000
     counts = collections.Counter(r.pick("default").id for _ in range(n))
-    chi2 = sum((counts[k] - n * expected[k] / total) ** 2 / (n * expected[k] / total) for k in lat)
-    assert chi2 < 16.27, (chi2, counts, expected)  # df = 3, p = 0.001
-    for k in lat:  # and every share within 4 binomial standard deviations
-        p = expected[k] / total
-        assert abs(counts[k] / n - p) < 4 * math.sqrt(p * (1 - p) / n)
+    chi2 = sum((counts[x] - n * p) ** 2 / (n * p) for x, p in expected.items())
+    assert chi2 < 16.27, (chi2, counts, expected)
+    for x, p in expected.items():  # and every share within 4 binomial standard deviations
+        assert abs(counts[x] / n - p) < 4 * math.sqrt(p * (1 - p) / n)
+    snap = {x["id"]: x for x in r.snapshot()["pools"]["default"]}
+    for x in lat:  # the reported score is the model's score at the refresh
+        want = alpha * 100.0 / lat[x] - beta * queue[x] / (sum(queue.values()) / 4)
+        assert snap[x]["score"] == pytest.approx(want)
+
+
+def test_systematic_sampling_keeps_the_proportions_and_spreads_picks():
+    """Default (golden-ratio) sampling: same probabilities, but every window of consecutive picks
+    is close to its expected split - a weighted round robin without bursts on one replica."""
+    alpha, beta, k = 1.0, 0.5, 1.5
+    r, lat, queue, weight = _ladr_scene(1.0, alpha=alpha, beta=beta, sharpness=k)
+    expected = _expected_shares(lat, queue, weight, alpha=alpha, beta=beta, sharpness=k)
+    seq = [r.pick("default").id for _ in range(20_000)]
+    counts = collections.Counter(seq)
+    for x, p in expected.items():
+        assert abs(counts[x] / len(seq) - p) < 0.002, (counts, expected)
+    worst = 0.0
+    for start in range(0, len(seq) - 200, 50):
+        win = collections.Counter(seq[start:start + 200])
+        worst = max(worst, *(abs(win[x] - 200 * p) for x, p in expected.items()))
+    assert worst <= 4, worst  # i.i.d. sampling would stray by ~ +/- 3 sd = +/- 20 in such windows
+    assert len({tuple(seq[i:i + 4]) for i in range(0, 400, 4)}) > 3  # not a fixed cycle of one
+
+
+def test_all_negative_scores_still_prefer_the_better_replicas():
+    """Defect of the first LADR: with every score <= 0 it sampled uniformly."""
+    clock = Clock()
+    r = Router(reps(3), "ladr", clock=clock, rng=random.Random(3), theta=0.0, alpha=0.1, beta=1.0,
+               sharpness=2.0, systematic=0)
+    lat = {"r0": 100.0, "r1": 100.0, "r2": 100.0}
+    queue = {"r0": 10, "r1": 20, "r2": 30}
+    for rid, q in queue.items():
+        r.end(rid, lat[rid])
+        for _ in range(q):
+            r.begin(rid)
+    r.refresh()
+    snap = {x["id"]: x for x in r.snapshot()["pools"]["default"]}
+    assert all(x["score"] < 0 for x in snap.values())
+    expected = _expected_shares(lat, queue, {k: 1.0 for k in lat}, alpha=0.1, beta=1.0, sharpness=2.0)
+    n = 30_000
+    counts = collections.Counter(r.pick("default").id for _ in range(n))
+    assert counts["r0"] > counts["r1"] > counts["r2"] and counts["r0"] > 0.6 * n
+    for x, p in expected.items():
+        assert abs(counts[x] / n - p) < 4 * math.sqrt(p * (1 - p) / n), (counts, expected)
+
+
+def test_queue_term_is_live_within_a_refresh_window():
+    """Defect of the first LADR: scores frozen for 200 ms, so a burst herded onto one replica.
+    Now begin() moves the odds at once: a burst inside one window spreads evenly."""
+    for systematic in (0.0, 1.0):
+        clock = Clock()
+        r = _ladr_with_latencies({f"r{i}": 100.0 for i in range(4)}, clock, systematic=systematic)
+        refreshes = r.refreshes
+        for _ in range(400):  # clock frozen: no refresh, only the live queue can spread them
+            r.begin(r.pick("default").id)
+        out = [r.outstanding(f"r{i}") for i in range(4)]
+        assert r.refreshes == refreshes
+        assert max(out) - min(out) <= 8, (systematic, out)  # uniform random: sd ~ 9 per replica
+    # and the odds follow the live counts exactly (independent model, queue scale frozen at 1)
+    clock = Clock()
+    r = _ladr_with_latencies({"a": 100.0, "b": 100.0}, clock, systematic=0, sharpness=1.0)
+    r.pick("default")  # builds the sampler at queue 0/0 (scale 1)
+    for _ in range(2):
+        r.begin("a")
+    n = 20_000
+    counts = collections.Counter(r.pick("default").id for _ in range(n))
+    p_a = 1 / (1 + math.exp(2.0))
+    assert abs(counts["a"] / n - p_a) < 4 * math.sqrt(p_a * (1 - p_a) / n), counts
+
+
+def test_slow_decode_counts_not_only_ttft():
+    """Defect of the first LADR: TTFT only, so a replica that decodes 3x slower looked equal."""
+    clock = Clock()
+    r = Router([Replica("fast", "default"), Replica("slowdec", "default")], "ladr", clock=clock,
+               rng=random.Random(5), theta=0.0)
+    for _ in range(5):
+        r.end("fast", 1000.0, ttft_ms=100.0)
+        r.end("slowdec", 3000.0, ttft_ms=100.0)
+    r.refresh()
+    counts = collections.Counter(r.pick("default").id for _ in range(3000))
+    assert counts["slowdec"] < 0.05 * 3000 and counts["slowdec"] > 0, counts
+
+
+def test_extreme_parameters_neither_overflow_nor_go_uniform():
+    clock = Clock()
+    r = _ladr_with_latencies({"a": 100.0, "b": 150.0, "c": 5000.0}, clock, theta=0.0, alpha=100.0,
+                             beta=100.0, sharpness=50.0, systematic=0)
+    for _ in range(3):
+        r.begin("c")
+    counts = collections.Counter(r.pick("default").id for _ in range(5000))
+    # a's weight is exp(5000 * (1 - 2/3)) times b's: b and c are both at the 1 % floor
+    p = 0.01 / 1.02
+    for x in ("b", "c"):
+        assert abs(counts[x] / 5000 - p) < 4 * math.sqrt(p * (1 - p) / 5000), counts
+    r.set_params(sharpness=0.0)  # uniform, whatever the scores
+    counts = collections.Counter(r.pick("default").id for _ in range(6000))
+    assert all(abs(counts[x] / 6000 - 1 / 3) < 4 * math.sqrt(2 / 9 / 6000) for x in "abc"), counts
+
+
+def test_sampler_matches_a_brute_force_scan():
+    """Fenwick-tree sampling vs a linear scan of weights computed in the test, under random
+    begin/end traffic (the sampler is updated incrementally, the scan from scratch)."""
+    rng = random.Random(9)
+    clock = Clock()
+    lat = {f"r{i}": rng.uniform(50, 500) for i in range(13)}
+    r = _ladr_with_latencies(lat, clock, theta=0.0, sharpness=3.0)
+    r.pick("default")
+    lad = r._group("default", None).ladr
+    qbar = max(1.0, sum(r.outstanding(k) for k in lat) / len(lat))  # scale frozen at the build
+    ref = min(lat.values())
+    base = {k: math.exp(3.0 * (ref / v - 1.0)) for k, v in lat.items()}
+    fl = 0.01 * max(base.values())
+    order = [st.rep.id for st in lad.states]
+    for _ in range(2000):
+        rid = rng.choice(order)
+        if rng.random() < 0.6:
+            r.begin(rid)
+        elif r.outstanding(rid):
+            r.end(rid, lat[rid])
+        if lad.stale:
+            break  # the pick would rebuild the sampler with a new scale; stop comparing here
+        w = [max(base[k] * math.exp(-3.0 / qbar) ** r.outstanding(k), fl) for k in order]
+        u = rng.random()
+        x, want = u * sum(w), order[-1]
+        for k, wk in zip(order, w, strict=True):
+            x -= wk
+            if x < 0:
+                want = k
+                break
+        assert lad.sample(u).rep.id == want
+        assert lad.total == pytest.approx(sum(w))
 
 
 def test_never_always_the_top_replica_and_negative_scores_clamped():
@@ -261,21 +409,34 @@ def test_ema_damping_reduces_route_flapping():
 
 def test_ema_formula_and_runtime_alpha_beta():
     clock = Clock()
-    r = Router([Replica("a", "default")], "ladr", clock=clock, theta=0.7)
+    r = Router([Replica("a", "default"), Replica("b", "default")], "ladr", clock=clock, theta=0.7)
     r.end("a", 100.0)
+    r.end("b", 100.0)
     r.refresh()
-    s1 = r.snapshot()["pools"]["default"][0]["score"]
-    assert s1 == pytest.approx(10.0)  # first window: no history, score = raw
+    snap = {x["id"]: x for x in r.snapshot()["pools"]["default"]}
+    assert snap["a"]["latency_ema_ms"] == pytest.approx(100.0)  # first window initialises the EMA
+    assert snap["a"]["score"] == pytest.approx(1.0)  # alpha * 1 (the fastest) - beta * 0
     r.end("a", 200.0)
+    r.end("b", 100.0)
     clock.ms += 200
     r.refresh()
-    assert r.snapshot()["pools"]["default"][0]["score"] == pytest.approx(0.7 * 10.0 + 0.3 * 5.0)
+    snap = {x["id"]: x for x in r.snapshot()["pools"]["default"]}
+    assert snap["a"]["latency_ema_ms"] == pytest.approx(0.7 * 100.0 + 0.3 * 200.0)
+    assert snap["a"]["score"] == pytest.approx(100.0 / 130.0)  # relative to b, the fastest
     r.set_params(alpha=2.0, beta=1.0, theta=0.0)
     r.begin("a")
     r.begin("a")
     clock.ms += 200
-    r.refresh()  # empty window: the last average (200 ms) is kept
-    assert r.snapshot()["pools"]["default"][0]["score"] == pytest.approx(2.0 / 0.2 - 1.0 * 2)
+    r.refresh()  # empty window: the EMA is held
+    snap = {x["id"]: x for x in r.snapshot()["pools"]["default"]}
+    assert snap["a"]["latency_ema_ms"] == pytest.approx(130.0)
+    # queue 2 against the pool's mean of 1: beta * 2 / 1
+    assert snap["a"]["score"] == pytest.approx(2.0 * 100.0 / 130.0 - 1.0 * 2 / 1)
+    assert snap["b"]["score"] == pytest.approx(2.0 - 0.0)
+    with pytest.raises(ValueError, match="systematic"):
+        r.set_params(systematic=0.5)
+    with pytest.raises(ValueError, match="sharpness"):
+        r.set_params(sharpness=-1)
 
 
 def test_all_stale_falls_back_to_least_outstanding_and_observe_keeps_fresh():

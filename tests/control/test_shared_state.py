@@ -47,9 +47,10 @@ def test_two_routers_share_stats(redis_service):
         assert snap["r0"]["queue"] == 5 and snap["r0"]["avg_latency_ms"] == 1000.0
         assert snap["r1"]["queue"] == 0 and snap["r1"]["avg_latency_ms"] == 100.0
         assert snap["r0"]["fresh"] and snap["r1"]["fresh"]
-        # independent expectation: scores 1/1.0 - 0.1*5 = 0.5 and 1/0.1 = 10 -> r1 gets 10/10.5
+        # independent expectation (docs/control.md): scores 1 * 100/1000 - 1 * 5/2.5 = -1.9 and
+        # 1 * 100/100 - 0 = 1; exp(8 * -1.9) is far below the 1 % floor -> r1 gets 1 / 1.01
         picks = [b.pick("default").id for _ in range(4000)]
-        assert abs(picks.count("r1") / 4000 - 10 / 10.5) < 0.02
+        assert abs(picks.count("r1") / 4000 - 1 / 1.01) < 0.005
         assert sb.describe()["peers"] == ["gw-a"]
         # B's own outstanding adds to A's: the queue is the fleet-wide total
         b.begin("r1")
