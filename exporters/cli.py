@@ -95,8 +95,9 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         gw = await gateway.start(cfg, reuse_port=reuse_port)
-        print(f"llmsla gateway pid {os.getpid()} listening on {gw.url} -> {', '.join(cfg.gateway.upstreams)}",
-              flush=True)
+        _tune_gc()
+        print(f"llmsla gateway pid {os.getpid()} listening on {gw.url} -> {', '.join(cfg.gateway.upstreams)}"
+              f" ({type(loop).__module__.split('.')[0]} loop)", flush=True)
         control = None
         if control_port is not None:
             control = await _start_control(cfg, gw.gateway.router, control_port)
@@ -109,8 +110,33 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
                 control[1].flush(5.0)
             await gw.stop()
 
-    asyncio.run(main())
+    run_loop(main())
     return 0
+
+
+def _tune_gc() -> None:
+    """Keep the cyclic GC off the request path: everything alive after startup (modules, the
+    app, metric children) is frozen out of collections, and a young collection runs every 20k
+    allocations instead of 700 (a proxied stream allocates a few hundred objects, nearly all
+    freed by reference counting; a full collection of the startup heap takes ~17 ms here)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
+
+
+def run_loop(coro: Any) -> Any:
+    """``asyncio.run`` on uvloop when it is installed (a faster loop and socket layer: the
+    gateway's per-request overhead is mostly event-loop and syscall work), else on asyncio."""
+    import asyncio
+
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
 
 
 def _supervise(args: argparse.Namespace, cfg: Any) -> int:

@@ -45,6 +45,7 @@ from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
 from llmsla.exporters.metrics import exposition
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
+from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
@@ -218,7 +219,8 @@ class Gateway:
         self.max_concurrency = g.max_concurrency
         self.in_flight = 0
         self._slots: asyncio.Semaphore | None = None
-        self.session: ClientSession | None = None
+        self.session: ClientSession | None = None  # prober and /v1/models (off the hot path)
+        self.upstream: UpstreamPool | None = None  # the proxied requests
         self._in_flight_gauge = self.metrics.in_flight_child(self.pool)
         self._models_cache: tuple[float, dict[str, Any]] | None = None
         self.record_errors = 0
@@ -244,10 +246,13 @@ class Gateway:
             connector=TCPConnector(limit=0, keepalive_timeout=30.0),
             timeout=ClientTimeout(total=None, sock_connect=10.0),
         )
+        self.upstream = UpstreamPool(keepalive_s=30.0, connect_timeout_s=10.0)
         self.prober.start(self.session)
 
     async def _on_cleanup(self, app: web.Application) -> None:
         await self.prober.stop()
+        if self.upstream is not None:
+            await self.upstream.close()
         if self.session is not None:
             await self.session.close()
         shared = getattr(self.router, "shared", None)
@@ -331,6 +336,7 @@ class Gateway:
         status = names.STATUS_ERROR
         rep: Replica | None = None
         resp: web.StreamResponse | None = None
+        up: UpstreamResponse | None = None
         client_gone = False
         headers = {"Content-Type": "application/json", "traceparent": traceparent}
         for h in FORWARD_HEADERS:
@@ -339,7 +345,7 @@ class Gateway:
                 headers[h] = v
         try:
             async with asyncio.timeout(self.timeout_s):
-                assert self._slots is not None and self.session is not None
+                assert self._slots is not None and self.upstream is not None
                 async with self._slots:
                     try:
                         rep = self.router.pick(self.pool)
@@ -349,50 +355,52 @@ class Gateway:
                     self.router.begin(rep.id)
                     timer.dispatch = time.perf_counter()
                     out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id}
-                    async with self.session.post(rep.url + request.path, data=raw, headers=headers) as up:
-                        if up.status >= 400:
-                            body = await up.read()
-                            if up.status < 500:
-                                status = names.STATUS_REJECTED
-                                return web.Response(status=up.status, body=body, headers={
-                                    **out_headers, "Content-Type": up.headers.get("Content-Type", "application/json")})
-                            return error_response(502, f"upstream {rep.id} answered {up.status}: "
-                                                  f"{body[:200].decode('utf-8', 'replace')}", code="upstream_error",
-                                                  headers=out_headers)
-                        if not req.stream:
-                            body = await up.read()
-                            now = time.perf_counter()
-                            timer.feed(body, now)
-                            timer.finish_body(now)
-                            resp = web.Response(status=up.status, body=body, headers={
-                                **out_headers, "Content-Type": up.headers.get("Content-Type", "application/json")})
-                            try:  # send it here, so E2E ends at the last byte written
-                                await resp.prepare(request)
-                                await resp.write_eof()
-                            except (ConnectionError, RuntimeError):
-                                client_gone = True
-                                raise
-                            status = names.STATUS_OK
-                            return resp
-                        resp = web.StreamResponse(status=up.status, headers={
-                            **out_headers, "Content-Type": up.headers.get("Content-Type", "text/event-stream"),
-                            "Cache-Control": "no-cache"})
-                        await resp.prepare(request)
-                        feed, write = timer.feed, resp.write
-                        async for data in up.content.iter_any():
-                            feed(data, time.perf_counter())
-                            try:
-                                await write(data)
-                            except (ConnectionError, RuntimeError):
-                                client_gone = True
-                                raise
-                        try:
+                    up = await self.upstream.request(rep.url, "POST", request.path, headers, raw)
+                    if up.status >= 400:
+                        body = await up.read()
+                        if up.status < 500:
+                            status = names.STATUS_REJECTED
+                            return web.Response(status=up.status, body=body, headers={
+                                **out_headers, "Content-Type": up.headers.get("content-type", "application/json")})
+                        return error_response(502, f"upstream {rep.id} answered {up.status}: "
+                                              f"{body[:200].decode('utf-8', 'replace')}", code="upstream_error",
+                                              headers=out_headers)
+                    if not req.stream:
+                        body = await up.read()
+                        now = time.perf_counter()
+                        timer.feed(body, now)
+                        timer.finish_body(now)
+                        resp = web.Response(status=up.status, body=body, headers={
+                            **out_headers, "Content-Type": up.headers.get("content-type", "application/json")})
+                        try:  # send it here, so E2E ends at the last byte written
+                            await resp.prepare(request)
                             await resp.write_eof()
                         except (ConnectionError, RuntimeError):
                             client_gone = True
                             raise
                         status = names.STATUS_OK
                         return resp
+                    out_headers["Content-Type"] = up.headers.get("content-type", "text/event-stream")
+                    out_headers["Cache-Control"] = "no-cache"
+                    resp = web.StreamResponse(status=up.status, headers=out_headers)
+                    await resp.prepare(request)
+                    # write-through: each upstream piece is written as it arrives (aiohttp sends
+                    # the headers with the first one and drains only past 64 KiB buffered)
+                    feed, write, clock = timer.feed, resp.write, time.perf_counter
+                    async for data in up.iter_chunks():
+                        feed(data, clock())
+                        try:
+                            await write(data)
+                        except (ConnectionError, RuntimeError):
+                            client_gone = True
+                            raise
+                    try:
+                        await resp.write_eof()
+                    except (ConnectionError, RuntimeError):
+                        client_gone = True
+                        raise
+                    status = names.STATUS_OK
+                    return resp
         except TimeoutError:
             status = names.STATUS_TIMEOUT
             msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
@@ -414,6 +422,8 @@ class Gateway:
             return await self._fail(request, resp, 502, f"gateway failed: {type(exc).__name__}", "gateway_error")
         finally:
             end = time.perf_counter()
+            if up is not None:
+                up.close()  # back to the pool if read to the end, else dropped (upstream aborted)
             if rep is not None:
                 dispatch = timer.dispatch or end
                 ttft = None if timer.first_token is None else (timer.first_token - dispatch) * 1000.0

@@ -132,6 +132,10 @@ class StreamTimer:
         if not self.streaming:
             self._body.append(data)
             return
+        # the common case: the upstream flushed exactly one event, ``data: {...}\n\n``
+        if not self._buf and data.startswith(b"data:") and data.endswith(b"\n\n") and data.count(b"\n") == 2:
+            self._data(data[5:-2].strip(), now)
+            return
         buf = self._buf + data if self._buf else data
         start = 0
         while True:

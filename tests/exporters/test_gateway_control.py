@@ -14,8 +14,9 @@ import time
 import urllib.error
 import urllib.request
 
-from llmsla import services
 from llmsla.exporters.worker import WorkerThread
+
+from llmsla import services
 
 TOKEN = "test-token-123"
 

@@ -149,12 +149,15 @@ def test_stream_timer_against_json_reference() -> None:
     ]
     raw = b"".join(_sse(c) for c in chunks) + b"data: [DONE]\n\n"
     reference = [bool(_token_count(c)) for c in chunks]
-    for cut in (1, 7, 33, len(raw)):  # arbitrary network splits, even inside "data:"
+    events = [_sse(c) for c in chunks] + [b"data: [DONE]\n\n"]
+    for cut in (0, 1, 7, 33, len(raw)):  # arbitrary network splits, even inside "data:"
         t = StreamTimer(0.0, streaming=True)
         stamps = []
-        for i in range(0, len(raw), cut):
+        # cut 0: one event per chunk, as upstreams usually flush (the single-event fast path)
+        pieces = events if cut == 0 else [raw[i:i + cut] for i in range(0, len(raw), cut)]
+        for i, piece in enumerate(pieces):
             now = 1.0 + i
-            t.feed(raw[i:i + cut], now)
+            t.feed(piece, now)
             stamps.append(now)
         assert t.chunks_with_tokens == sum(reference) == 5
         assert t.usage == chunks[-1]["usage"] and t.ext == chunks[-1]["llmsla"]
@@ -174,7 +177,7 @@ def test_bulk_histogram_observation_equals_observe() -> None:
     """observe_many / observe_n (bucket-grouped fast path) vs prometheus-client's own observe."""
     import random
 
-    from llmsla.exporters.metrics import observe_many, observe_n
+    from llmsla.exporters.metrics import _observe1, observe_many, observe_n
     from prometheus_client import Histogram
 
     bounds = list(names.ITL_BUCKETS)
@@ -186,6 +189,9 @@ def test_bulk_histogram_observation_equals_observe() -> None:
     observe_many(fast.labels("a"), values)
     observe_n(fast.labels("b"), 0.03, 37)  # exactly on a bound
     observe_n(fast.labels("b"), 0.031, 5)
+    for v in [*values, -1.0]:  # one at a time, as queue/E2E/TTFT are observed
+        _observe1(fast.labels("c"), v)
+        ref.labels("c").observe(v)
     for v in values:
         ref.labels("a").observe(v)
     for _ in range(37):
