@@ -83,4 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m llmsla.cli` runs this file as __main__, a second module object: call the one
+    # components import, so their `CliError` is the class `main` catches
+    from llmsla.cli import main as _main
+
+    sys.exit(_main())

@@ -144,6 +144,7 @@ T_REQUEST_WINDOWS_1H = "request_windows_1h"  # roll-up view / continuous aggrega
 T_POLICY_WINDOWS = "policy_windows"  # 60 s tumbling, per (zone, policy_id)
 T_GPU_WINDOWS = "gpu_windows"  # 5 s tumbling, per (node, gpu)
 T_DEAD_LETTERS = "dead_letters"
+T_DEAD_LETTER_COUNTS = "dead_letter_counts"  # view: dead letters per (source, reason category)
 T_FORECASTS = "forecasts"
 T_ACTION_LOG = "action_log"  # alert receiver / control API audit log
 T_AB_RESULTS = "ab_results"

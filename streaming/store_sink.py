@@ -1,0 +1,210 @@
+"""Writes the job's window rows and dead letters into the store, idempotently.
+
+Each flush is one transaction: COPY the batch into a temporary staging table, then one
+``INSERT ... SELECT`` from it. Window rows upsert on their primary key (bucket + labels), so a
+replay after a restart rewrites the same row instead of adding to it; dead letters insert only
+when their fingerprint is not there yet. A broken connection is retried with exponential backoff
+for ``retry_s``; after that :class:`StoreUnavailable` stops the job rather than dropping rows (the
+restarted job resumes from its last checkpoint, whose sink buffer still holds them).
+
+No pyflink import here: the Flink operator in ``flink_sink`` wraps this, and tests use it directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import psycopg
+from llmsla.streaming import sql
+
+from llmsla import names
+from llmsla.events import EVENT_TYPES, EventError
+from llmsla.store.connection import redact
+
+log = logging.getLogger(__name__)
+
+#: First word of a dead letter's ``reason``; counters and the roll-up view group by it.
+REASONS: tuple[str, ...] = ("parse", "schema", "future", "past", "late")
+
+
+class StoreUnavailable(RuntimeError):
+    """The store stayed unreachable for the whole retry budget; the job must stop, not drop rows."""
+
+
+def _ts(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def fingerprint(source: str, file: str | None, verdict: str, raw: str) -> str:
+    """Identity of a dead letter: the same line of the same file rejected for the same reason."""
+    h = hashlib.sha256()
+    for part in (source, file or "", verdict, raw):
+        h.update(part.encode("utf-8", "replace"))
+        h.update(b"\x00")
+    return h.hexdigest()[:32]
+
+
+def dead_letter_reason(source: str, verdict: str, raw: str, *, max_future_s: float, max_past_s: float) -> str:
+    """``<category>: <detail>``; for invalid lines the contract in ``llmsla.events`` says why."""
+    if verdict == "late":
+        return "late: its event-time window was already emitted (beyond watermark delay + allowed lateness)"
+    if verdict == "future":
+        return f"future: ts_ms more than {max_future_s:g} s ahead of the job's clock"
+    if verdict == "past":
+        return f"past: ts_ms more than {max_past_s:g} s behind the job's clock"
+    try:
+        EVENT_TYPES[source].from_json(raw)
+    except EventError as exc:
+        category = "parse" if "not valid JSON" in exc.reason or exc.field == "<record>" else "schema"
+        return f"{category}: {exc}"
+    except KeyError:
+        return f"schema: unknown spool kind {source!r}"
+    return (
+        "schema: rejected by the stream's SQL check although the contract accepts it "
+        "(e.g. itl_ms given as a list of gaps, or an integer written with a fraction)"
+    )
+
+
+class StoreWriter:
+    """Batched, idempotent writes of encoded job output to PostgreSQL/TimescaleDB."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        retry_s: float = 30.0,
+        max_future_s: float = 300.0,
+        max_past_s: float = 7 * 86400.0,
+        on_dead_letter: Callable[[str], None] | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.retry_s = retry_s
+        self.max_future_s = max_future_s
+        self.max_past_s = max_past_s
+        self.on_dead_letter = on_dead_letter
+        self._conn: psycopg.Connection | None = None
+        self.rows_written = 0
+        self.flushes = 0
+        self.retries = 0
+
+    # -- public ----------------------------------------------------------------------------------
+    def write(self, kind: str, payloads: Iterable[str]) -> int:
+        """Write JSON-array payloads of one output kind; returns rows handed to the database."""
+        if kind == sql.DEAD_LETTERS:
+            rows = self._dead_letter_rows(payloads)
+        else:
+            rows = self._window_rows(kind, payloads)
+        if not rows:
+            return 0
+        self._with_retries(lambda conn: self._flush(conn, kind, rows))
+        self.rows_written += len(rows)
+        self.flushes += 1
+        return len(rows)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    # -- encoding --------------------------------------------------------------------------------
+    def _window_rows(self, kind: str, payloads: Iterable[str]) -> list[Sequence[Any]]:
+        cols = sql.TABLE_COLUMNS[kind]
+        key_idx = [cols.index(k) for k in sql.TABLE_KEYS[kind]]
+        latest: dict[tuple[Any, ...], list[Any]] = {}
+        for p in payloads:
+            row = json.loads(p)
+            row[0] = _ts(int(row[0]))
+            latest[tuple(row[i] for i in key_idx)] = row  # a replayed row replaces, never adds
+        return list(latest.values())
+
+    def _dead_letter_rows(self, payloads: Iterable[str]) -> list[Sequence[Any]]:
+        out: dict[str, tuple[Any, ...]] = {}
+        for p in payloads:
+            source, file, verdict, raw = json.loads(p)
+            reason = dead_letter_reason(source, verdict, raw, max_future_s=self.max_future_s, max_past_s=self.max_past_s)
+            fp = fingerprint(source, file, verdict, raw)
+            if fp not in out and self.on_dead_letter is not None:
+                self.on_dead_letter(reason.split(":", 1)[0])
+            out[fp] = (source, file, None, reason, raw.replace("\x00", "\ufffd"), fp)
+        return list(out.values())
+
+    # -- database --------------------------------------------------------------------------------
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.dsn, connect_timeout=5, application_name="llmsla-stream")
+        return self._conn
+
+    def _with_retries(self, fn: Callable[[psycopg.Connection], None]) -> None:
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.1
+        while True:
+            try:
+                conn = self._connection()
+                fn(conn)
+                return
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                self.close()
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"store sink: {redact(self.dsn)} unavailable for {self.retry_s:g} s "
+                        f"({str(exc).strip() or type(exc).__name__}); stopping the job so no window is "
+                        "lost - a restart resumes from the last checkpoint"
+                    ) from None
+                self.retries += 1
+                log.warning("store write failed (%s); retrying in %.1f s", str(exc).strip(), delay)
+                time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+                delay = min(delay * 2, 5.0)
+
+    def _flush(self, conn: psycopg.Connection, kind: str, rows: list[Sequence[Any]]) -> None:
+        with conn.transaction(), conn.cursor() as cur:
+            if kind == sql.DEAD_LETTERS:
+                self._flush_dead(cur, rows)
+            else:
+                self._flush_windows(cur, kind, rows)
+
+    @staticmethod
+    def _flush_windows(cur: psycopg.Cursor, table: str, rows: list[Sequence[Any]]) -> None:
+        cols = sql.TABLE_COLUMNS[table]
+        keys = sql.TABLE_KEYS[table]
+        stage = f"llmsla_stage_{table}"
+        col_list = ", ".join(cols)
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+            f"SELECT {col_list} FROM {table} WITH NO DATA"
+        )
+        with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
+        cur.execute(
+            f"INSERT INTO {table} ({col_list}) SELECT {col_list} FROM {stage} "
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}, updated_at = now()"
+        )
+
+    @staticmethod
+    def _flush_dead(cur: psycopg.Cursor, rows: list[Sequence[Any]]) -> None:
+        t = names.T_DEAD_LETTERS
+        stage = "llmsla_stage_dead_letters"
+        cols = "source, file, line, reason, raw, fingerprint"
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+            f"SELECT {cols} FROM {t} WITH NO DATA"
+        )
+        with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        # One writer at a time per database, so two sink subtasks cannot both insert a fingerprint
+        # (dead_letters is partitioned by time, so fingerprint cannot carry a unique index).
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (0x11A5_DEAD,))
+        cur.execute(
+            f"INSERT INTO {t} ({cols}) SELECT {cols} FROM {stage} s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {t} d WHERE d.fingerprint = s.fingerprint)"
+        )

@@ -1,0 +1,198 @@
+"""An independent reference for the streaming job: the same lines, judged by the event contract
+(``llmsla.events``) and aggregated with pandas/numpy instead of Flink SQL.
+
+Percentiles use numpy's default ``linear`` method: position ``p * (n - 1)`` between the sorted
+values, interpolated linearly. That is the definition of Flink's ``PERCENTILE`` (its accumulator
+computes ``p * (n - 1) + 1`` as a 1-based rank and interpolates between floor and ceil).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from llmsla.streaming import sql
+
+from llmsla import names
+from llmsla.events import EVENT_TYPES, EventError
+
+WINDOW_MS = {k: v * 1000 for k, v in sql.WINDOW_OF_KIND.items()}
+
+
+@dataclass
+class Judged:
+    """Lines of one kind split into usable events and dead letters (raw, category)."""
+
+    usable: list = field(default_factory=list)
+    dead: list[tuple[str, str]] = field(default_factory=list)
+
+
+def judge(kind: str, lines: Iterable[str], *, delay_ms: int, now_ms: int, max_future_ms: int,
+          max_past_ms: int, wm_interval_ms: int = 200) -> Judged:
+    """Replay the job's decisions over lines in read order.
+
+    The watermark the job has seen before a line is somewhere in
+    ``[max_ts - delay - interval, max_ts - delay]`` (periodic emission); a line whose window
+    end falls in that band could go either way, so the test data must avoid it (asserted)."""
+    out = Judged()
+    cls = EVENT_TYPES[kind]
+    width = WINDOW_MS[kind]
+    max_ts: int | None = None
+    for raw in lines:
+        try:
+            ev = cls.from_json(raw)
+        except EventError as exc:
+            out.dead.append((raw, "parse" if exc.field == "<record>" else "schema"))
+            continue
+        ts = ev.ts_ms
+        if ts > now_ms + max_future_ms:
+            out.dead.append((raw, "future"))
+            continue
+        if ts < now_ms - max_past_ms:
+            out.dead.append((raw, "past"))
+            continue
+        if max_ts is not None:
+            wm_hi = max_ts - delay_ms
+            wm_lo = wm_hi - wm_interval_ms - 1
+            last = ts - ts % width + width - 1
+            assert not (wm_lo < last <= wm_hi), f"test data is ambiguous about lateness: {raw}"
+            if last <= wm_lo:
+                out.dead.append((raw, "late"))
+                max_ts = max(max_ts, ts)
+                continue
+        max_ts = ts if max_ts is None else max(max_ts, ts)
+        out.usable.append(ev)
+    return out
+
+
+def _bucket(ts: pd.Series, width_ms: int) -> pd.Series:
+    return pd.to_datetime(ts - ts % width_ms, unit="ms", utc=True)
+
+
+def _pct(values: pd.Series, q: float) -> float | None:
+    v = values.dropna().to_numpy(dtype=float)
+    return float(np.percentile(v, q * 100)) if len(v) else None
+
+
+def request_windows(events: list, *, ttft_slo: float, e2e_slo: float) -> pd.DataFrame:
+    w = WINDOW_MS[names.SPOOL_REQUESTS]
+    df = pd.DataFrame([
+        {**{k: getattr(e, k) for k in ("ts_ms", "model", "pool", "replica", "arm", "status",
+                                       "prompt_tokens", "output_tokens", "queue_ms", "e2e_ms")},
+         "ttft_ms": e.ttft_ms, "itl_n": e.itl_ms.n, "itl_mean": e.itl_ms.mean, "itl_std": e.itl_ms.std}
+        for e in events
+    ])
+    df["bucket"] = _bucket(df["ts_ms"], w)
+    rows = []
+    for key, g in df.groupby(["bucket", *names.REQUEST_LABELS], sort=True):
+        n = len(g)
+        itl_n = int(g["itl_n"].sum())
+        itl_sum = float((g["itl_n"] * g["itl_mean"]).sum())
+        itl_sumsq = float((g["itl_n"] * (g["itl_std"] ** 2 + g["itl_mean"] ** 2)).sum())
+        mean = itl_sum / itl_n if itl_n else None
+        ttft = g["ttft_ms"].dropna()
+        rows.append({
+            "bucket": key[0], "model": key[1], "pool": key[2], "replica": key[3], "arm": key[4],
+            "requests": n,
+            "ok": int((g.status == names.STATUS_OK).sum()),
+            "errors": int((g.status == names.STATUS_ERROR).sum()),
+            "timeouts": int((g.status == names.STATUS_TIMEOUT).sum()),
+            "cancelled": int((g.status == names.STATUS_CANCELLED).sum()),
+            "rejected": int((g.status == names.STATUS_REJECTED).sum()),
+            "qps": n / (w / 1000),
+            "ttft_p50_ms": _pct(g.ttft_ms, 0.5), "ttft_p95_ms": _pct(g.ttft_ms, 0.95),
+            "ttft_p99_ms": _pct(g.ttft_ms, 0.99),
+            "e2e_p50_ms": _pct(g.e2e_ms, 0.5), "e2e_p95_ms": _pct(g.e2e_ms, 0.95),
+            "e2e_p99_ms": _pct(g.e2e_ms, 0.99),
+            "itl_mean_ms": mean,
+            "itl_jitter_ms": math.sqrt(max(itl_sumsq / itl_n - mean * mean, 0.0)) if itl_n else None,
+            "queue_p99_ms": _pct(g.queue_ms, 0.99),
+            "prompt_tokens": int(g.prompt_tokens.sum()), "output_tokens": int(g.output_tokens.sum()),
+            "output_tps": float(g.output_tokens.sum()) / (w / 1000),
+            "ttft_slo_ms": ttft_slo, "e2e_slo_ms": e2e_slo,
+            "ttft_within_slo": int((ttft <= ttft_slo).sum()),
+            "e2e_within_slo": int((g.e2e_ms <= e2e_slo).sum()),
+            "ttft_count": len(ttft), "ttft_sum_ms": float(ttft.sum()), "e2e_sum_ms": float(g.e2e_ms.sum()),
+            "itl_n": itl_n, "itl_sum_ms": itl_sum, "itl_sumsq_ms2": itl_sumsq,
+        })
+    return pd.DataFrame(rows, columns=list(sql.REQUEST_COLUMNS))
+
+
+def policy_windows(events: list) -> pd.DataFrame:
+    w = WINDOW_MS[names.SPOOL_POLICY]
+    df = pd.DataFrame([{k: getattr(e, k) for k in ("ts_ms", "zone", "policy_id", "trace_id", "temperature", "duration_ms")} for e in events])
+    df["bucket"] = _bucket(df["ts_ms"], w)
+    rows = []
+    for key, g in df.groupby(["bucket", "zone", "policy_id"], sort=True):
+        lat = g.groupby("trace_id")["ts_ms"].agg(lambda s: float(s.max() - s.min()))
+        rows.append({
+            "bucket": key[0], "zone": key[1], "policy_id": key[2], "decisions": len(g),
+            "traces": len(lat), "temperature_mean": float(g.temperature.mean()),
+            "temperature_jitter": float(np.std(g.temperature.to_numpy())),
+            "latency_p50_ms": _pct(lat, 0.5), "latency_p99_ms": _pct(lat, 0.99),
+            "decide_p99_ms": _pct(g.duration_ms, 0.99),
+        })
+    return pd.DataFrame(rows, columns=list(sql.POLICY_COLUMNS))
+
+
+def gpu_windows(events: list) -> pd.DataFrame:
+    w = WINDOW_MS[names.SPOOL_GPU]
+    df = pd.DataFrame([{k: getattr(e, k) for k in ("ts_ms", "node", "gpu", "mem_used_bytes", "mem_total_bytes", "util", "temp_c", "power_w")} for e in events])
+    df["bucket"] = _bucket(df["ts_ms"], w)
+    rows = []
+    for key, g in df.groupby(["bucket", "node", "gpu"], sort=True):
+        rows.append({
+            "bucket": key[0], "node": key[1], "gpu": int(key[2]), "samples": len(g),
+            "mem_used_max_bytes": int(g.mem_used_bytes.max()),
+            "mem_used_mean_bytes": float(g.mem_used_bytes.astype(float).mean()),
+            "mem_total_bytes": int(g.mem_total_bytes.max()), "util_mean": float(g.util.mean()),
+            "temp_max_c": float(g.temp_c.max()), "power_mean_w": float(g.power_w.mean()),
+        })
+    return pd.DataFrame(rows, columns=list(sql.GPU_COLUMNS))
+
+
+def fetch(conn, table: str) -> pd.DataFrame:
+    cols = sql.TABLE_COLUMNS[table]
+    keys = sql.TABLE_KEYS[table]
+    rows = conn.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {', '.join(keys)}").fetchall()
+    return pd.DataFrame(rows, columns=list(cols))
+
+
+def assert_frames_equal(got: pd.DataFrame, want: pd.DataFrame, table: str, *, rel: float = 1e-9) -> None:
+    """Same keys, integer columns identical, floats equal to ``rel`` (summation order differs)."""
+    keys = list(sql.TABLE_KEYS[table])
+    got = got.sort_values(keys).reset_index(drop=True)
+    want = want.sort_values(keys).reset_index(drop=True)
+    gk = [tuple(r) for r in got[keys].itertuples(index=False)]
+    wk = [tuple(r) for r in want[keys].itertuples(index=False)]
+    assert gk == wk, f"{table}: window keys differ: missing {sorted(set(wk) - set(gk))[:3]}, extra {sorted(set(gk) - set(wk))[:3]}"
+    for col in sql.TABLE_COLUMNS[table]:
+        if col in keys:
+            continue
+        for i, (a, b) in enumerate(zip(got[col], want[col], strict=True)):
+            if b is None or (isinstance(b, float) and math.isnan(b)):
+                assert a is None or (isinstance(a, float) and math.isnan(a)), f"{table}.{col} row {gk[i]}: {a!r} != None"
+            elif isinstance(b, int | np.integer):
+                assert int(a) == int(b), f"{table}.{col} row {gk[i]}: {a!r} != {b!r}"
+            else:
+                assert a is not None and math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-9), \
+                    f"{table}.{col} row {gk[i]}: {a!r} != {b!r}"
+
+
+def dead_letters(conn) -> list[tuple[str, str, str, str]]:
+    """(source, file name, category, raw) of every dead letter, sorted."""
+    rows = conn.execute("SELECT source, file, reason, raw FROM dead_letters").fetchall()
+    return sorted((s, (f or "").rsplit("/", 1)[-1], r.split(":", 1)[0], raw) for s, f, r, raw in rows)
+
+
+def ms_to_ts(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def dumps(obj: dict) -> str:
+    return json.dumps(obj, separators=(",", ":"))

@@ -1,0 +1,79 @@
+"""The job's plan and its failure path: each line is parsed once per field (the planner must not
+inline JSON parsing into every check), and a store that goes away mid-stream stops the job with a
+clear message instead of dropping windows."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psycopg
+from llmsla.streaming import sql, synth
+
+from llmsla import config as config_mod
+from llmsla import names
+from llmsla.store import open_store
+from llmsla.store.connection import start_embedded
+
+from .conftest import kill_group, publish, start_stream
+
+
+def test_plan_parses_each_field_once(tmp_path: Path) -> None:
+    from llmsla.streaming.job import ensure_java
+
+    ensure_java()
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    cfg = config_mod.load(env={})
+    cfg.spool.dir = str(tmp_path / "spool")
+    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    job = sql.build(cfg, bounded=True)
+    for stmt in job.ddl:
+        t_env.execute_sql(stmt)
+    plan = t_env.explain_sql(job.output_query).split("== Optimized Execution Plan ==")[1]
+    fields = sum(len(f) for f in sql._FIELDS.values())
+    # one JSON_VALUE per parsed field, plus one per kind for the watermark's ts_ms
+    assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_KINDS), plan
+
+
+def test_store_down_mid_stream_fails_the_job_clearly(tmp_path: Path) -> None:
+    dsn, server = start_embedded(tmp_path / "pg", keep_running=False)
+    cfg = config_mod.load(env={})
+    cfg.store.dsn = dsn
+    cfg.spool.dir = str(tmp_path / "spool")
+    cfg.stream.checkpoint_dir = str(tmp_path / "ckpt")
+    open_store(cfg)
+    req = cfg.spool_dir() / names.SPOOL_REQUESTS
+    req.mkdir(parents=True)
+    log = tmp_path / "stream.log"
+    now = int(time.time() * 1000)
+    proc = start_stream(cfg, "--kinds", "requests", log=log, sink_retry_s=1, restart_attempts=0,
+                        monitor_interval_s=0.2, sink_flush_s=0.1, watermark_delay_s=0)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(cfg.checkpoint_dir().glob("*/chk-*/_metadata")):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.3)
+        lines = list(synth.request_lines(synth.request_columns(200, start_ms=now - 60_000, span_ms=20_000)))
+        publish(req, "0000000000001-a.jsonl", lines)
+        while True:
+            with psycopg.connect(dsn) as conn:
+                if conn.execute("SELECT count(*) FROM request_windows").fetchone()[0]:
+                    break
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.3)
+        server.cleanup()  # the store goes away for good
+        server = None
+        last = json.loads(lines[-1])
+        last["ts_ms"] += 30_000
+        publish(req, "0000000000002-b.jsonl", [json.dumps(last)])
+        rc = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+        if server is not None:
+            server.cleanup()
+    text = log.read_text()
+    assert rc == 2, text[-3000:]
+    assert "llmsla: error: stream job failed: store sink:" in text and "unavailable for 1 s" in text, text[-3000:]
