@@ -10,6 +10,7 @@ differ.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsla import config as config_mod
+from llmsla import names, spool
 
 
 @dataclass
@@ -55,6 +57,15 @@ def stage_status(ctx: DemoContext) -> str:
     return "tables: " + ", ".join(f"{t}={n}" for t, n in rows.items())
 
 
+def live_config(cfg: config_mod.Config) -> config_mod.Config:
+    """The live stage's own pool and spool: its events are 'now' while the simulated trace lies
+    in the recent past, and one event-time stream must not mix the two (the older would be late)."""
+    live = copy.deepcopy(cfg)
+    live.gateway.pool = live.worker.zone = "live"
+    live.spool.dir = str(cfg.spool_dir().parent / "spool-live")
+    return live
+
+
 def stage_live(ctx: DemoContext) -> str:
     """Real inference through the real gateway, scraped by a real Prometheus."""
     import asyncio
@@ -67,16 +78,17 @@ def stage_live(ctx: DemoContext) -> str:
         services.find_binary("prometheus")
     except services.MissingBinary as exc:
         return f"skipped: {exc}"
-    workers = [WorkerThread(ctx.cfg) for _ in range(2)]
+    cfg = live_config(ctx.cfg)
+    workers = [WorkerThread(cfg) for _ in range(2)]
     urls = [w.start() for w in workers]
-    ctx.cfg.gateway.upstreams = urls
+    cfg.gateway.upstreams = urls
     requests = ctx.args.live_requests
     work = Path(ctx.cfg.spool_dir()).parent / "demo-prometheus"
 
     async def drive() -> dict[str, Any]:
         import aiohttp
 
-        async with gateway.serve(ctx.cfg, "127.0.0.1", 0) as gw:
+        async with gateway.serve(cfg, "127.0.0.1", 0) as gw:
             prom = services.start_prometheus(
                 work, config_yaml=services.scrape_config({"gateway": [f"127.0.0.1:{gw.port}"]}, interval_s=0.5))
             try:
@@ -84,7 +96,7 @@ def stage_live(ctx: DemoContext) -> str:
                     sem = asyncio.Semaphore(8)
 
                     async def one(i: int) -> None:
-                        body = {"model": ctx.cfg.worker.model, "prompt": "Four score and seven years " * (1 + i % 5),
+                        body = {"model": cfg.worker.model, "prompt": "Four score and seven years " * (1 + i % 5),
                                 "max_tokens": 4 + i % 24, "stream": i % 2 == 0}
                         async with sem, session.post(f"{gw.url}/v1/completions", json=body) as resp:
                             await resp.read()
@@ -143,11 +155,71 @@ def stage_simulate(ctx: DemoContext) -> str:
             f"into {ctx.cfg.spool_dir()}")
 
 
+def stage_stream(ctx: DemoContext) -> str:
+    """The PyFlink job over everything the spool holds now (bounded run), into the store."""
+    from llmsla.store import connect
+    from llmsla.streaming.job import JobOptions, run
+
+    for cfg in (ctx.cfg, live_config(ctx.cfg)):  # the simulated past, then the live traffic
+        if any(spool.published_segments(cfg.spool_dir(), kind) for kind in names.SPOOL_KINDS):
+            for kind in names.SPOOL_KINDS:  # the file source wants every kind's directory
+                (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
+            run(cfg, JobOptions(bounded=True, dsn=ctx.dsn, resume=False))
+    with connect(ctx.dsn) as conn:
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                  for t in (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS, names.T_DEAD_LETTERS)}
+    ctx.facts["windows"] = counts
+    return ", ".join(f"{t}={n}" for t, n in counts.items())
+
+
+def stage_report(ctx: DemoContext) -> str:
+    """What an SRE would look at first: per-replica TTFT P99 and SLO attainment from the store."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmsla.store import connect
+
+    sql = f"""
+        SELECT replica, sum(requests) AS requests,
+               max(ttft_p99_ms) AS worst_ttft_p99_ms,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_p99_ms) AS median_ttft_p99_ms,
+               sum(ttft_within_slo)::float / nullif(sum(requests), 0) AS ttft_attainment,
+               sum(errors + timeouts)::float / nullif(sum(requests), 0) AS error_ratio
+        FROM {names.T_REQUEST_WINDOWS} WHERE pool = %s
+        GROUP BY replica ORDER BY replica"""
+    with connect(ctx.dsn) as conn:
+        rows = conn.execute(sql, (names.DEFAULT_POOL,)).fetchall()
+    table = Table(title=f"simulated fleet: request windows by replica (TTFT SLO {ctx.cfg.slo.ttft_ms:g} ms)")
+    for col in ("replica", "requests", "worst 5 s TTFT P99", "median 5 s TTFT P99", "TTFT SLO met", "errors"):
+        table.add_column(col, justify="right")
+    for rep, n, worst, median, att, err in rows:
+        table.add_row(rep, f"{n}", f"{worst or 0:,.0f} ms", f"{median or 0:,.0f} ms",
+                      f"{(att or 0) * 100:.2f} %", f"{(err or 0) * 100:.2f} %")
+    Console().print(table)
+    ctx.facts["report"] = [list(r) for r in rows]
+    fault = ctx.facts.get("simulation", {}).get("faults", [{}])[0]
+    if not fault:
+        return f"{len(rows)} replicas"
+    by_phase = f"""
+        SELECT (bucket >= to_timestamp(%(s)s / 1000.0) AND bucket < to_timestamp(%(e)s / 1000.0)) AS during,
+               max(e2e_p99_ms), sum(e2e_within_slo)::float / nullif(sum(requests), 0)
+        FROM {names.T_REQUEST_WINDOWS} WHERE pool = %(pool)s AND replica = %(rep)s GROUP BY 1"""
+    with connect(ctx.dsn) as conn:
+        phases = {r[0]: r[1:] for r in conn.execute(
+            by_phase, {"s": fault["start_ms"], "e": fault["end_ms"], "pool": names.DEFAULT_POOL, "rep": fault["replica"]})}
+    during, outside = phases.get(True, (None, None)), phases.get(False, (None, None))
+    ctx.facts["fault_effect"] = {"during": during, "outside": outside}
+    return (f"{fault['replica']} under the injected x{fault['factor']:g} {fault['kind']}: worst 5 s E2E P99 "
+            f"{during[0] or 0:,.0f} ms vs {outside[0] or 0:,.0f} ms outside the labelled window")
+
+
 def stages() -> list[tuple[str, Stage]]:
     return [
         ("store: start and migrate", stage_store),
         ("live: worker + gateway + Prometheus", stage_live),
         ("fleet: simulate trace replay with a fault", stage_simulate),
+        ("stream: PyFlink windows spool -> store", stage_stream),
+        ("report: SLO per replica from the store", stage_report),
         ("store: status", stage_status),
     ]
 
