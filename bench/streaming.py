@@ -7,8 +7,12 @@ reported separately, so events/s is the steady rate. Freshness runs the continuo
 live traffic: for every published segment and every 5 s window it contributes to, the time from
 the segment's publish (atomic rename) to the window row being visible in the store.
 
-    python bench/streaming.py                 # 5M events (about 10 minutes on 2 busy cores)
-    python bench/streaming.py --events 500000 --fresh-s 30   # quick look
+    python bench/streaming.py                 # 5M events (about 15 minutes on 2 busy cores)
+    python bench/streaming.py --events 500000 --fallback-events 200000 --fresh-s 20   # quick look
+
+Parse paths: ``json_fields`` (default: one Java JSON_FIELDS parse per line) and ``json_value``
+(the pure-SQL fallback without javac: one JSON_VALUE per field), each against its own blackhole
+run; the JSON_FIELDS path also at ``--parallel`` with that many interleaved segment files.
 """
 
 from __future__ import annotations
@@ -101,20 +105,28 @@ def run_job(cfg: config_mod.Config, *args: str, log: Path, **stream: object) -> 
             "peak_jvm_mib": mem.peak_jvm / 2**20, "peak_python_mib": mem.peak_py / 2**20}
 
 
-def write_spool(spool: Path, n: int, start_ms: int, rate: int) -> tuple[int, float]:
-    """One in-order segment (a bounded run reads the files of a directory in no set order)."""
+def write_spool(spool: Path, n: int, start_ms: int, rate: int, files: int = 1) -> tuple[int, float]:
+    """``files`` in-order segments dealt round robin, each spanning the whole event-time range (a
+    bounded run reads a directory's files in no set order, and each reader must not go back in
+    time by more than the watermark delay)."""
     d = spool / names.SPOOL_REQUESTS
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     size, chunk = 0, 500_000
-    with open(d / "0000000000001-bench.jsonl", "w") as fh:
+    fhs = [open(d / f"{k + 1:013d}-bench.jsonl", "w") for k in range(files)]  # noqa: SIM115
+    try:
         for i in range(0, n, chunk):
             m = min(chunk, n - i)
             cols = synth.request_columns(m, start_ms=start_ms + i * 1000 // rate, span_ms=max(1, m * 1000 // rate),
                                          seed=i, keys=KEYS, jitter_ms=1000)
-            text = "\n".join(synth.request_lines(cols, KEYS)) + "\n"
-            size += len(text)
-            fh.write(text)
+            lines = list(synth.request_lines(cols, KEYS))
+            for k, fh in enumerate(fhs):
+                text = "\n".join(lines[k::files]) + "\n"
+                size += len(text)
+                fh.write(text)
+    finally:
+        for fh in fhs:
+            fh.close()
     return size, time.monotonic() - t0
 
 
@@ -183,6 +195,9 @@ def freshness(cfg: config_mod.Config, seconds: float, rate: int, log: Path) -> d
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=5_000_000)
+    ap.add_argument("--fallback-events", type=int, default=1_000_000,
+                    help="events for the pure-SQL (JSON_VALUE) path, ~4x slower; its rate is steady-state too")
+    ap.add_argument("--parallel", type=int, default=2, help="also run the JSON_FIELDS path at this parallelism (0 = skip)")
     ap.add_argument("--rate", type=int, default=5_000, help="event-time rate of the generated traffic, events/s")
     ap.add_argument("--fresh-s", type=float, default=40.0, help="seconds of live traffic for freshness")
     ap.add_argument("--fresh-rate", type=int, default=2_000)
@@ -190,49 +205,67 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="llmsla-bench-stream-"))
     cfg = config_mod.load(env={})
-    cfg.spool.dir = str(work / "spool")
     cfg.stream.checkpoint_dir = str(work / "ckpt")
     cfg.store.data_dir = str(work / "pg")
     handle = open_store(cfg, keep_running=False)
     cfg.store.dsn = handle.dsn
     log = work / "stream.log"
     load_before = os.getloadavg()
+    start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+    # (label, parse path, parallelism, spool, events); the anchor of each is its own blackhole run
+    runs = [("json_fields", True, 1, "main", args.events), ("json_value", False, 1, "fallback", args.fallback_events)]
+    if args.parallel > 1:
+        runs.append(("json_fields", True, args.parallel, "parallel", args.events))
+    results: list[dict] = []
+    gen: dict[str, float] = {}
+    nbytes = 0
     try:
-        (cfg.spool_dir() / names.SPOOL_REQUESTS).mkdir(parents=True)
-        startup = {
-            "blackhole": run_job(cfg, "--blackhole", log=log)["wall_s"],
-            "store": run_job(cfg, log=log)["wall_s"],
-        }
-        start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
-        nbytes, gen_s = write_spool(cfg.spool_dir(), args.events, start_ms, args.rate)
-        bh = run_job(cfg, "--blackhole", log=log)
-        st = run_job(cfg, log=log)
-        rows, summed = counts(cfg.store.dsn)
+        spools = {name: work / f"spool-{name}" for name in ("empty", "main", "fallback", "parallel")}
+        (spools["empty"] / names.SPOOL_REQUESTS).mkdir(parents=True)
+        startup: dict[tuple[bool, str], float] = {}
+        cfg.spool.dir = str(spools["empty"])
+        for udf in (True, False):
+            for sink in ("blackhole", "store"):
+                flag = ("--blackhole",) if sink == "blackhole" else ()
+                startup[(udf, sink)] = run_job(cfg, *flag, log=log, json_udf=udf)["wall_s"]
+        for label, udf, par, spool, n in runs:
+            cfg.spool.dir = str(spools[spool])
+            size, gen[spool] = write_spool(spools[spool], n, start_ms, args.rate, files=par)
+            nbytes = max(nbytes, size)
+            bh = run_job(cfg, "--blackhole", log=log, json_udf=udf, parallelism=par)
+            with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
+                conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}")
+            st = run_job(cfg, log=log, json_udf=udf, parallelism=par)
+            rows, summed = counts(cfg.store.dsn)
+            shutil.rmtree(spools[spool], ignore_errors=True)
+            bh_rate = n / max(1e-9, bh["wall_s"] - startup[(udf, "blackhole")])
+            st_rate = n / max(1e-9, st["wall_s"] - startup[(udf, "store")])
+            for sink, r, rate_ in (("blackhole", bh, bh_rate), ("store", st, st_rate)):
+                results.append({
+                    "parse": label, "parallelism": par, "sink": sink, "events": n, "wall_s": r["wall_s"],
+                    "startup_s": startup[(udf, sink)], "events_per_s": rate_, "vs_own_blackhole": rate_ / bh_rate,
+                    "peak_rss_mib": r["peak_rss_mib"], "jvm_mib": r["peak_jvm_mib"], "python_mib": r["peak_python_mib"],
+                    "window_rows": rows if sink == "store" else None,
+                    "requests_in_windows": int(summed) if sink == "store" else None,
+                })
+        cfg.spool.dir = str(work / "spool-live")
         fresh = freshness(cfg, args.fresh_s, args.fresh_rate, log)
     finally:
         handle.close()
     load_after = os.getloadavg()
 
-    def rate(r: dict, key: str) -> float:
-        return args.events / max(1e-9, r["wall_s"] - startup[key])
-
-    bh_rate, st_rate = rate(bh, "blackhole"), rate(st, "store")
-    table = [
-        {"sink": "blackhole (anchor)", "wall_s": bh["wall_s"], "startup_s": startup["blackhole"], "events_per_s": bh_rate,
-         "vs_anchor": 1.0, "peak_rss_mib": bh["peak_rss_mib"], "jvm_mib": bh["peak_jvm_mib"], "python_mib": bh["peak_python_mib"]},
-        {"sink": "store (PostgreSQL)", "wall_s": st["wall_s"], "startup_s": startup["store"], "events_per_s": st_rate,
-         "vs_anchor": st_rate / bh_rate, "peak_rss_mib": st["peak_rss_mib"], "jvm_mib": st["peak_jvm_mib"], "python_mib": st["peak_python_mib"]},
-    ]
-    print_table(table, f"spool -> windows, {args.events:,} request events ({nbytes / 2**20:.0f} MiB), parallelism 1")
-    print_table([fresh], "freshness: segment published -> window row visible (continuous job, live traffic)")
-    print(f"\nwindow rows {rows:,}, requests in windows {summed:,} of {args.events:,}; "
-          f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
+    sql_bh = next(r["events_per_s"] for r in results if r["parse"] == "json_value" and r["sink"] == "blackhole")
+    for r in results:
+        r["vs_json_value_blackhole"] = r["events_per_s"] / sql_bh
+    print_table(results, "spool -> 5 s request windows; anchor: the same SQL into blackhole, same parse path, same run")
+    print_table([fresh], "freshness: segment published -> window row visible (continuous job, JSON_FIELDS, live traffic)")
+    print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
     write_result("streaming", {
-        "inputs": {"events": args.events, "bytes": nbytes, "event_rate": args.rate, "label_combinations": len(KEYS.combos()),
-                   "generate_s": gen_s, "parallelism": cfg.stream.parallelism, "freshness_s": args.fresh_s,
-                   "freshness_rate": args.fresh_rate},
-        "anchor": "blackhole", "results": table, "freshness": fresh,
-        "window_rows": rows, "requests_in_windows": int(summed),
+        "inputs": {"events": args.events, "fallback_events": args.fallback_events, "bytes_largest_spool": nbytes,
+                   "event_rate": args.rate, "label_combinations": len(KEYS.combos()), "generate_s": gen,
+                   "parallel": args.parallel, "freshness_s": args.fresh_s, "freshness_rate": args.fresh_rate},
+        "anchor": "blackhole sink, same parse path and parallelism, same run",
+        "results": results, "freshness": fresh,
         "loadavg_before": load_before, "loadavg_after": load_after,
         "targets": {"events_per_s": 200_000, "vs_blackhole": 0.7, "freshness_p99_s": fresh["budget_s"]},
     })

@@ -111,31 +111,69 @@ def _in(col: str, values: tuple[str, ...]) -> str:
     return f"{col} IN ({quoted})"
 
 
-# Per kind: (column name, SQL extraction) and the validity predicate over those columns. Both
-# mirror llmsla.events FIELDS / _check_relations; tests feed the same bad lines to both.
-_FIELDS: dict[str, list[tuple[str, str]]] = {
+# Per kind: (column, JSON path, type) with type s string, i integer, n number, v schema version
+# (an integer that must not be an explicit null), r the raw string of a path also read as a number
+# (to tell "absent/null" from "not a number"). Both parse paths derive their columns from this and
+# the validity predicate below; both mirror llmsla.events FIELDS / _check_relations, and tests feed
+# the same bad lines to both.
+_SPEC: dict[str, list[tuple[str, str, str]]] = {
     names.SPOOL_REQUESTS: [
-        ("v", _sv("v")), ("ts_ms", _int("ts_ms")), ("trace_id", _sv("trace_id")),
-        ("model", _sv("model")), ("pool", _sv("pool")), ("replica", _sv("replica")),
-        ("arm", _sv("arm")), ("policy", _sv("policy")), ("prompt_tokens", _int("prompt_tokens")),
-        ("output_tokens", _int("output_tokens")), ("queue_ms", _num("queue_ms")),
-        ("ttft_raw", _sv("ttft_ms")), ("ttft_ms", _num("ttft_ms")), ("itl_n", _int("itl_ms.n")),
-        ("itl_mean", _num("itl_ms.mean")), ("itl_std", _num("itl_ms.std")),
-        ("itl_max", _num("itl_ms.max")), ("e2e_ms", _num("e2e_ms")), ("status", _sv("status")),
+        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("trace_id", "trace_id", "s"),
+        ("model", "model", "s"), ("pool", "pool", "s"), ("replica", "replica", "s"),
+        ("arm", "arm", "s"), ("policy", "policy", "s"), ("prompt_tokens", "prompt_tokens", "i"),
+        ("output_tokens", "output_tokens", "i"), ("queue_ms", "queue_ms", "n"),
+        ("ttft_raw", "ttft_ms", "r"), ("ttft_ms", "ttft_ms", "n"), ("itl_n", "itl_ms.n", "i"),
+        ("itl_mean", "itl_ms.mean", "n"), ("itl_std", "itl_ms.std", "n"),
+        ("itl_max", "itl_ms.max", "n"), ("e2e_ms", "e2e_ms", "n"), ("status", "status", "s"),
     ],
     names.SPOOL_POLICY: [
-        ("v", _sv("v")), ("ts_ms", _int("ts_ms")), ("trace_id", _sv("trace_id")),
-        ("span_id", _sv("span_id")), ("policy_id", _sv("policy_id")), ("zone", _sv("zone")),
-        ("step", _int("step")), ("temperature", _num("temperature")), ("action", _sv("action")),
-        ("trigger_", _sv("trigger")), ("duration_ms", _num("duration_ms")),
+        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("trace_id", "trace_id", "s"),
+        ("span_id", "span_id", "s"), ("policy_id", "policy_id", "s"), ("zone", "zone", "s"),
+        ("step", "step", "i"), ("temperature", "temperature", "n"), ("action", "action", "s"),
+        ("trigger_", "trigger", "s"), ("duration_ms", "duration_ms", "n"),
     ],
     names.SPOOL_GPU: [
-        ("v", _sv("v")), ("ts_ms", _int("ts_ms")), ("node", _sv("node")), ("gpu", _int("gpu")),
-        ("uuid", _sv("uuid")), ("mem_used", _int("mem_used_bytes")),
-        ("mem_total", _int("mem_total_bytes")), ("util", _num("util")), ("temp_c", _num("temp_c")),
-        ("power_w", _num("power_w")),
+        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("node", "node", "s"), ("gpu", "gpu", "i"),
+        ("uuid", "uuid", "s"), ("mem_used", "mem_used_bytes", "i"),
+        ("mem_total", "mem_total_bytes", "i"), ("util", "util", "n"), ("temp_c", "temp_c", "n"),
+        ("power_w", "power_w", "n"),
     ],
 }
+
+_SQL_EXTRACT = {"s": _sv, "v": _sv, "r": _sv, "i": _int, "n": _num}
+
+#: Pure-SQL parse (the fallback without javac): one JSON_VALUE per column.
+_FIELDS: dict[str, list[tuple[str, str]]] = {
+    kind: [(col, _SQL_EXTRACT[t](path)) for col, path, t in spec] for kind, spec in _SPEC.items()
+}
+
+#: Names of the Java functions (streaming/java, registered by the job before the DDL).
+JSON_FIELDS = "JSON_FIELDS"
+JSON_LONG = "JSON_LONG"
+
+
+def udf_spec(kind: str) -> tuple[str, dict[str, int]]:
+    """The JSON_FIELDS spec literal of a kind and each path's 1-based slot in its result; the
+    result's last slot (len + 1) is the type/unknown-field flag."""
+    slots: dict[str, int] = {}
+    parts: list[str] = []
+    for _, path, t in _SPEC[kind]:
+        if t == "r" or path in slots:
+            continue
+        slots[path] = len(parts) + 1
+        parts.append(f"{path}:{t}")
+    return ",".join(parts), slots
+
+
+def _udf_fields(kind: str) -> list[tuple[str, str]]:
+    _, slots = udf_spec(kind)
+    cast = {"i": "BIGINT", "n": "DOUBLE"}
+    out = []
+    for col, path, t in _SPEC[kind]:
+        ref = f"_f[{slots[path]}]"
+        out.append((col, f"TRY_CAST({ref} AS {cast[t]})" if t in cast else ref))
+    return out
+
 
 _VALID: dict[str, str] = {
     names.SPOOL_REQUESTS: " AND ".join([
@@ -178,13 +216,15 @@ def _interval(seconds: float) -> str:
     return f"INTERVAL '{days} {h:02d}:{m:02d}:{sec:02d}.{ms:03d}' DAY TO SECOND(3)"
 
 
-def source_ddl(cfg: Config, kind: str, *, bounded: bool) -> str:
-    """Raw-line source with a bounded-out-of-orderness watermark on the event time."""
+def source_ddl(cfg: Config, kind: str, *, bounded: bool, udf: bool = True) -> str:
+    """Raw-line source with a bounded-out-of-orderness watermark on the event time (``udf``: the
+    computed ``rt`` reads ts_ms with JSON_LONG, which stops at the field, instead of JSON_VALUE)."""
     s = cfg.stream
     delay_ms = round((s.watermark_delay_s + s.allowed_lateness_s) * 1000)
     # The watermark operator rejects a null rowtime: unusable timestamps become 0 (1970), which
     # the range check keeps out of the watermark and the checked view sends to dead letters.
-    ts = f"COALESCE(TRY_CAST({_sv('ts_ms')} AS BIGINT), 0)"
+    ts_ms = f"{JSON_LONG}(line, 'ts_ms')" if udf else f"TRY_CAST({_sv('ts_ms')} AS BIGINT)"
+    ts = f"COALESCE({ts_ms}, 0)"
     in_range = (
         f"rt BETWEEN NOW() - {_interval(s.max_past_s)} AND NOW() + {_interval(s.max_future_s)}"
     )
@@ -212,18 +252,32 @@ def source_ddl(cfg: Config, kind: str, *, bounded: bool) -> str:
     )
 
 
-def checked_view(cfg: Config, kind: str) -> str:
-    """Typed columns plus ``verdict``: '' (use it), invalid, future, past or late."""
+def checked_view(cfg: Config, kind: str, *, udf: bool = True) -> str:
+    """Typed columns plus ``verdict``: '' (use it), invalid, future, past or late.
+
+    ``udf``: one JSON_FIELDS call parses the line; its typed slots feed the same predicates, and a
+    null result (not one JSON object) or a set flag (wrong JSON type, unknown field) is invalid.
+    Otherwise one JSON_VALUE per column (the pure-SQL fallback)."""
     s = cfg.stream
     window_ms = WINDOW_OF_KIND[kind] * 1000
     # RAND() makes each parsed column non-deterministic, so the planner cannot merge this Calc
     # into the checks above it: merging would inline every JSON_VALUE at each of its ~5 uses
     # (measured: ~150 JSON parses per line instead of 20, 6x slower end to end).
-    cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in _FIELDS[kind])
+    fields = _udf_fields(kind) if udf else _FIELDS[kind]
+    cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in fields)
+    valid = _VALID[kind]
+    source = f"{source_table(kind)} WHERE CHAR_LENGTH(TRIM(line)) > 0"
+    if udf:
+        spec, slots = udf_spec(kind)
+        cols += f",\n    _f IS NOT NULL AND _f[{len(slots) + 1}] IS NULL AS json_ok"
+        valid = f"json_ok AND {valid}"
+        # the same RAND() fence: JSON_FIELDS must stay one call, not be inlined into each column
+        source = (f"(SELECT line, `file`, rt, CASE WHEN RAND() < 2 THEN {JSON_FIELDS}(line, '{spec}') END AS _f\n"
+                  f"    FROM {source})")
     return f"""CREATE TEMPORARY VIEW checked_{kind} AS
 SELECT *,
   CASE
-    WHEN ({_VALID[kind]}) IS NOT TRUE THEN 'invalid'
+    WHEN ({valid}) IS NOT TRUE THEN 'invalid'
     WHEN rt > NOW() + {_interval(s.max_future_s)} THEN 'future'
     WHEN rt < NOW() - {_interval(s.max_past_s)} THEN 'past'
     WHEN CURRENT_WATERMARK(rt) IS NOT NULL
@@ -234,8 +288,7 @@ SELECT *,
 FROM (
   SELECT line, `file`, rt,
     {cols}
-  FROM {source_table(kind)}
-  WHERE CHAR_LENGTH(TRIM(line)) > 0
+  FROM {source}
 )"""
 
 
@@ -350,12 +403,13 @@ WINDOW_QUERIES = {
 }
 
 
-def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: bool) -> JobSql:
-    """DDL for every kind and the union of all window and dead-letter outputs."""
+def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: bool, udf: bool = True) -> JobSql:
+    """DDL for every kind and the union of all window and dead-letter outputs; ``udf`` needs
+    JSON_FIELDS / JSON_LONG registered first (see streaming/udf.py), else the pure-SQL parse."""
     ddl: list[str] = []
     outputs: list[str] = []
     for kind in kinds:
-        ddl += [source_ddl(cfg, kind, bounded=bounded), checked_view(cfg, kind),
+        ddl += [source_ddl(cfg, kind, bounded=bounded, udf=udf), checked_view(cfg, kind, udf=udf),
                 f"CREATE TEMPORARY VIEW usable_{kind} AS SELECT * FROM checked_{kind} WHERE verdict = ''"]
         if kind == names.SPOOL_POLICY:
             ddl.append(policy_traces_view())

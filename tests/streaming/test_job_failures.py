@@ -1,6 +1,6 @@
-"""The job's plan and its failure path: each line is parsed once per field (the planner must not
-inline JSON parsing into every check), and a store that goes away mid-stream stops the job with a
-clear message instead of dropping windows."""
+"""The job's plan and its failure path: each line is parsed once (JSON_FIELDS), or once per field
+on the pure-SQL fallback (the planner must not inline JSON parsing into every check), and a store
+that goes away mid-stream stops the job with a clear message instead of dropping windows."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from llmsla.store.connection import start_embedded
 from .conftest import kill_group, publish, start_stream
 
 
-def test_plan_parses_each_field_once(tmp_path: Path) -> None:
+def _optimized_plan(tmp_path: Path, *, udf: bool) -> str:
     from llmsla.streaming.job import ensure_java
+    from llmsla.streaming.udf import FUNCTIONS, ensure_udf_jar
 
     ensure_java()
     from pyflink.table import EnvironmentSettings, TableEnvironment
@@ -28,10 +29,29 @@ def test_plan_parses_each_field_once(tmp_path: Path) -> None:
     cfg = config_mod.load(env={})
     cfg.spool.dir = str(tmp_path / "spool")
     t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-    job = sql.build(cfg, bounded=True)
+    if udf:
+        jar = ensure_udf_jar()
+        assert jar is not None, "javac is needed for the default parse path"
+        t_env.get_config().set("pipeline.jars", jar.as_uri())
+        for name, cls in FUNCTIONS.items():
+            t_env.create_java_temporary_system_function(name, cls)
+    job = sql.build(cfg, bounded=True, udf=udf)
     for stmt in job.ddl:
         t_env.execute_sql(stmt)
-    plan = t_env.explain_sql(job.output_query).split("== Optimized Execution Plan ==")[1]
+    return t_env.explain_sql(job.output_query).split("== Optimized Execution Plan ==")[1]
+
+
+def test_plan_parses_each_line_once(tmp_path: Path) -> None:
+    plan = _optimized_plan(tmp_path, udf=True)
+    kinds = len(names.SPOOL_KINDS)
+    # one full parse per line (JSON_FIELDS) plus one ts_ms lookup for the watermark, per kind
+    assert plan.count(f"{sql.JSON_FIELDS}(") == kinds, plan
+    assert plan.count(f"{sql.JSON_LONG}(") == kinds, plan
+    assert "JSON_VALUE(" not in plan
+
+
+def test_sql_fallback_plan_parses_each_field_once(tmp_path: Path) -> None:
+    plan = _optimized_plan(tmp_path, udf=False)
     fields = sum(len(f) for f in sql._FIELDS.values())
     # one JSON_VALUE per parsed field, plus one per kind for the watermark's ts_ms
     assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_KINDS), plan
