@@ -37,10 +37,10 @@ from llmsla.services import free_port, wait_http  # noqa: E402
 
 # -- 1. instrumentation cost ---------------------------------------------------------------------
 def bench_instrumentation(n: int, gaps: int) -> list[dict]:
-    from llmsla.exporters.recorder import RequestRecorder, StreamTimer
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from llmsla.events import ItlSummary, RequestEvent
+    from llmsla.exporters.recorder import RequestRecorder, StreamTimer
     from llmsla.spool import SpoolWriter
 
     cfg = config_mod.load(env={})
@@ -391,12 +391,12 @@ def bench_overhead(rounds: int, concurrency: int, tmp: Path, gap_s: float,
 def bench_scrape(label_sets: int, scrapes: int) -> list[dict]:
     import urllib.request
 
-    from llmsla.exporters import gateway as gw_mod
-    from llmsla.exporters.metrics import render_fast
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from llmsla.events import ItlSummary, RequestEvent
+    from llmsla.exporters import gateway as gw_mod
+    from llmsla.exporters.metrics import render_fast
 
     cfg = config_mod.load(env={})
     cfg.metrics.label_top_n = label_sets

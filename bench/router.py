@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_result  # noqa: E402
+
 from llmsla.control.router import POLICIES, Replica, Router  # noqa: E402
 
 TARGET_US = 5.0
@@ -49,9 +50,8 @@ def _shared_pick(n: int, calls: int, repeats: int) -> tuple[float, float]:
     """LADR with a real redis-server and the syncer thread running: Redis stays off pick()."""
     import tempfile
 
-    from llmsla.control.shared_state import RedisSharedState
-
     from llmsla import services
+    from llmsla.control.shared_state import RedisSharedState
 
     with tempfile.TemporaryDirectory() as tmp, services.start_redis(Path(tmp)) as svc:
         shared = RedisSharedState(svc.extra["url"], interval_s=0.2).start()

@@ -46,10 +46,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_result  # noqa: E402
-from llmsla.fleet import engine, faults, stats, traces, workload  # noqa: E402
-from llmsla.fleet.sink import RecorderSink  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
+from llmsla.fleet import engine, faults, stats, traces, workload  # noqa: E402
+from llmsla.fleet.sink import RecorderSink  # noqa: E402
 
 POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
 #: Scenario rows: the four policies with default parameters, plus two LADR ablations: i.i.d.

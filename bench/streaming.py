@@ -34,11 +34,11 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_result  # noqa: E402
-from llmsla.streaming import synth  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
 from llmsla import names  # noqa: E402
 from llmsla.store import open_store  # noqa: E402
+from llmsla.streaming import synth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: `python -m llmsla.cli` would import the CLI twice (as __main__ and as llmsla.cli), and a

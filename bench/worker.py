@@ -36,11 +36,12 @@ def http_tokens_per_second(cfg: config_mod.Config, batches: list[int], max_token
 
 def engine_tokens_per_second(cfg: config_mod.Config, batch: int, max_tokens: int, traced: bool) -> float:
     """The engine alone (no HTTP), with or without decision tracing: what tracing costs a step."""
+    from prometheus_client import CollectorRegistry
+
     from llmsla.exporters import model as lm
     from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
     from llmsla.exporters.policy_tracing import PolicyTracer
     from llmsla.exporters.temperature import PolicyParams, make_policy
-    from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry()
     tracer = PolicyTracer(cfg, registry=reg) if traced else None
@@ -80,9 +81,10 @@ def engine_tokens_per_second(cfg: config_mod.Config, batch: int, max_tokens: int
 def decision_overhead(cfg: config_mod.Config, n: int) -> list[dict]:
     """Per-decision cost on the engine thread: bare decide vs decide + span + metrics, and the
     exporter's cost per span (span -> PolicyEvent -> spool line), paid on the export thread."""
+    from prometheus_client import CollectorRegistry
+
     from llmsla.exporters.policy_tracing import PolicyTracer
     from llmsla.exporters.temperature import PolicyParams, make_policy
-    from prometheus_client import CollectorRegistry
 
     tracer = PolicyTracer(cfg, registry=CollectorRegistry())
     root = tracer.request_span({})
@@ -105,11 +107,11 @@ def decision_overhead(cfg: config_mod.Config, n: int) -> list[dict]:
     root.end()
     tracer.shutdown()
     # the exporter's own cost, timed on captured spans (it runs on the export thread, not the engine's)
-    from llmsla.exporters.policy_tracing import SpoolPolicyExporter
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from llmsla import names
+    from llmsla.exporters.policy_tracing import SpoolPolicyExporter
     from llmsla.spool import SpoolWriter
 
     cap = PolicyTracer(cfg, registry=CollectorRegistry())

@@ -24,10 +24,11 @@ import math
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import generate_latest
+
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
 from llmsla.control.router import LastReplicaError, Router, UnknownReplica
-from prometheus_client import generate_latest
 
 MAX_BODY_BYTES = 64 * 1024
 _ROUTER = web.AppKey("router", Router)

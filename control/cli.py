@@ -28,12 +28,11 @@ def register(subparsers: Any) -> None:
 def serve(args: argparse.Namespace, cfg: Config) -> int:
     import asyncio
 
+    from llmsla.cli import CliError
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
     from llmsla.control.router import Replica, from_config
-
-    from llmsla.cli import CliError
 
     upstreams = args.upstream if args.upstream is not None else cfg.gateway.upstreams
     if not upstreams:
@@ -49,6 +48,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
 
     async def run() -> None:
         import aiohttp
+
         from llmsla.control.probe import HealthProber
 
         runner, bound = await api.start(api.make_app(router, distill, token=cfg.control.token), host, port)

@@ -22,9 +22,10 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_CLAMPED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.metrics import DistillMetrics
-from prometheus_client import CollectorRegistry
 
 STUDENT = "student"
 TEACHER = "teacher"

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 import aiohttp
+
 from llmsla.control.router import Router
 
 log = logging.getLogger(__name__)

@@ -45,8 +45,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmsla.control.metrics import RouterMetrics
 from prometheus_client import CollectorRegistry
+
+from llmsla.control.metrics import RouterMetrics
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # step of the systematic sampling sequence
 POLICIES: tuple[str, ...] = ("round_robin", "least_outstanding", "p2c", "ladr")

@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from llmsla import names
+from llmsla.config import Config
 from llmsla.exporters.gateway import (
     CHAT_COMPLETIONS,
     COMPLETIONS,
@@ -30,9 +32,6 @@ from llmsla.exporters.gateway import (
     prompt_estimate,
 )
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
-
-from llmsla import names
-from llmsla.config import Config
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)

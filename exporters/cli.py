@@ -194,10 +194,10 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
     import asyncio
     import json
 
-    from llmsla.exporters.gpu import GpuCollector
     from prometheus_client import CollectorRegistry
 
     from llmsla import names
+    from llmsla.exporters.gpu import GpuCollector
     from llmsla.spool import SpoolWriter
 
     if args.host is not None:
@@ -214,6 +214,7 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
         return 0 if ok else 1
 
     from aiohttp import web
+
     from llmsla.exporters.metrics import exposition
 
     spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_GPU, max_segment_age_s=cfg.spool.segment_max_age_s)

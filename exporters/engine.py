@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from llmsla.exporters import model as lm
-from llmsla.exporters.policy_tracing import PolicyTracer
-from llmsla.exporters.temperature import Policy, entropy_nats
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from llmsla import names
+from llmsla.exporters import model as lm
+from llmsla.exporters.policy_tracing import PolicyTracer
+from llmsla.exporters.temperature import Policy, entropy_nats
 
 log = logging.getLogger(__name__)
 

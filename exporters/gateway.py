@@ -40,16 +40,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from prometheus_client import CollectorRegistry
+
+from llmsla import names
+from llmsla.config import Config
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
 from llmsla.exporters.metrics import exposition
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
-from prometheus_client import CollectorRegistry
-
-from llmsla import names
-from llmsla.config import Config
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)

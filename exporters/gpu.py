@@ -23,13 +23,13 @@ import time
 from types import ModuleType
 from typing import Any
 
-from llmsla.exporters.metrics import gpu_metrics
-from llmsla.exporters.recorder import GpuRecorder
 from prometheus_client import CollectorRegistry, Gauge
 
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample
+from llmsla.exporters.metrics import gpu_metrics
+from llmsla.exporters.recorder import GpuRecorder
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmsla.exporters.temperature import Decision
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -42,6 +41,7 @@ from llmsla.events import (
     PolicyEvent,
     _check_number,  # the contract's own per-field check, reused on the hot path
 )
+from llmsla.exporters.temperature import Decision
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)

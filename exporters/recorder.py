@@ -11,12 +11,12 @@ import json
 import re
 from collections.abc import Sequence
 
-from llmsla.exporters.metrics import gpu_metrics, request_metrics
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
+from llmsla.exporters.metrics import gpu_metrics, request_metrics
 from llmsla.spool import SpoolWriter
 
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from llmsla.config import Config
 from llmsla.exporters import model as lm
 from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
 from llmsla.exporters.policy_tracing import PolicyTracer
 from llmsla.exporters.temperature import SCHEDULES, PolicyParams, make_policy
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
-from llmsla.config import Config
 
 log = logging.getLogger(__name__)
 

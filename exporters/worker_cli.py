@@ -27,10 +27,9 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
     import asyncio
     import signal
 
+    from llmsla.cli import CliError
     from llmsla.exporters.temperature import SCHEDULES
     from llmsla.exporters.worker import serve
-
-    from llmsla.cli import CliError
 
     w = cfg.worker
     for attr, key in (("host", "host"), ("port", "port"), ("model", "model"), ("max_batch", "max_batch"),

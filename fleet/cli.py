@@ -59,9 +59,8 @@ def register(subparsers: Any) -> None:
 
 
 def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
-    from llmsla.fleet import traces, workload
-
     from llmsla.cli import CliError
+    from llmsla.fleet import traces, workload
 
     rng = random.Random(args.seed + 100)
     if bool(args.trace) == bool(args.load):
@@ -96,11 +95,11 @@ def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
-    from llmsla.fleet import engine, faults, stats
-    from llmsla.fleet.sink import RecorderSink
     from prometheus_client import CollectorRegistry, start_http_server
 
     from llmsla.cli import CliError
+    from llmsla.fleet import engine, faults, stats
+    from llmsla.fleet.sink import RecorderSink
 
     arrivals, trace_report = build_load(args)
     try:

@@ -22,15 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from prometheus_client import CollectorRegistry
+
+from llmsla import names
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
+from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models
 from llmsla.fleet.faults import ALL_REPLICAS, Fault
 from llmsla.fleet.replica import ReplicaSim, Req
 from llmsla.fleet.workload import Arrival
-from prometheus_client import CollectorRegistry
-
-from llmsla import names
-from llmsla.events import GpuSample, ItlSummary, RequestEvent
 
 # event kinds (ints: cheap to compare, and ordering among equal times is by push sequence)
 _DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK = range(8)

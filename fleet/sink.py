@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample, RequestEvent
+from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
 from llmsla.spool import SpoolWriter
 
 

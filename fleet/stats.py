@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from llmsla.fleet.engine import RequestRow, SimResult
 
 from llmsla import names
+from llmsla.fleet.engine import RequestRow, SimResult
 
 
 def pct(values: list[float], q: float) -> float | None:

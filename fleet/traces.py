@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from llmsla.fleet.workload import Arrival
-
 from llmsla.data import data_file
+from llmsla.fleet.workload import Arrival
 
 #: Short names for the shared data files (``llmsla simulate --trace azure_conv``).
 TRACES: dict[str, str] = {

@@ -28,11 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace, cfg: Config) -> int:
-    from llmsla.streaming.job import JobOptions, root_cause, run
-
     from llmsla.cli import CliError
     from llmsla.store import open_store
     from llmsla.store.connection import StoreError
+    from llmsla.streaming.job import JobOptions, root_cause, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())

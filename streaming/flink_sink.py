@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmsla.streaming.store_sink import REASONS, StoreWriter
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+
+from llmsla.streaming.store_sink import REASONS, StoreWriter
 
 END_OF_TIME = 2**62
 

@@ -14,10 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmsla.streaming import sql, udf
-
 from llmsla import names
 from llmsla.config import Config
+from llmsla.streaming import sql, udf
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
-from llmsla.streaming import sql
 
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError
 from llmsla.store.connection import redact
+from llmsla.streaming import sql
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import aiohttp
 import psycopg
+
+from llmsla import config as config_mod
+from llmsla import names, services
 from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
 from llmsla.control.router import Replica, Router
-
-from llmsla import config as config_mod
-from llmsla import names, services
 from llmsla.store.connection import connect
 from llmsla.store.migrate import migrate
 

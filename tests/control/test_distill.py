@@ -7,13 +7,13 @@ import math
 
 import psycopg
 import pytest
-from llmsla.control.audit import AuditLog
-from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
-from llmsla.control.router import Replica, Router
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.control.audit import AuditLog
+from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
+from llmsla.control.router import Replica, Router
 from llmsla.store.connection import connect
 from llmsla.store.migrate import migrate
 

@@ -7,10 +7,10 @@ import collections
 
 import aiohttp
 from aiohttp import web
-from llmsla.control.probe import HealthProber
-from llmsla.control.router import Replica, Router
 
 from llmsla import services
+from llmsla.control.probe import HealthProber
+from llmsla.control.router import Replica, Router
 
 
 async def _replica_server(status: int, body: dict) -> tuple[web.AppRunner, str]:

@@ -9,6 +9,8 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
+
+from llmsla import names
 from llmsla.control.router import (
     LastReplicaError,
     NoReplicaAvailable,
@@ -16,8 +18,6 @@ from llmsla.control.router import (
     Router,
     UnknownReplica,
 )
-
-from llmsla import names
 
 
 class Clock:
@@ -543,9 +543,8 @@ def test_ladr_routes_away_from_a_slow_replica():
 
 
 def test_from_config_uses_the_control_section_and_names_bad_keys():
-    from llmsla.control.router import from_config
-
     from llmsla import config as config_mod
+    from llmsla.control.router import from_config
 
     cfg = config_mod.load(env={"LLMSLA_CONTROL_ROUTE_POLICY": "p2c", "LLMSLA_CONTROL_LADR_BETA": "0.3"})
     r = from_config(cfg, reps(2))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 import time
 
-from llmsla.control.distill import DistillControls
-from llmsla.control.router import Replica, Router
-from llmsla.control.shared_state import RedisSharedState
 from prometheus_client import CollectorRegistry
 
 from llmsla import names, services
+from llmsla.control.distill import DistillControls
+from llmsla.control.router import Replica, Router
+from llmsla.control.shared_state import RedisSharedState
 
 
 class Clock:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from llmsla.exporters.asgi import InstrumentedASGI
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.exporters.asgi import InstrumentedASGI
 from llmsla.spool import SpoolWriter, published_segments, read_segment
 
 MODEL = "asgi-model"

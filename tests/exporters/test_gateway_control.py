@@ -14,9 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
-from llmsla.exporters.worker import WorkerThread
-
 from llmsla import services
+from llmsla.exporters.worker import WorkerThread
 
 TOKEN = "test-token-123"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from llmsla.exporters import gateway as gw_mod
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import published_segments, read_segment
 
 MODEL = "tiny"

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import aiohttp
-from llmsla.exporters.worker import WorkerThread
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.exporters.worker import WorkerThread
 from llmsla.services import free_port
 from llmsla.spool import published_segments, read_segment
 

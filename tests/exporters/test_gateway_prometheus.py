@@ -21,12 +21,12 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from llmsla.exporters import gateway as gw_mod
-from llmsla.exporters.worker import WorkerThread
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.exporters import gateway as gw_mod
+from llmsla.exporters.worker import WorkerThread
 from llmsla.spool import published_segments, read_segment
 
 N_REQUESTS = 2500

@@ -11,6 +11,7 @@ import asyncio
 import random
 
 import pytest
+
 from llmsla.exporters.upstream import UpstreamPool, UpstreamProtocolError
 
 

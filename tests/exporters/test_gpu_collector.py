@@ -6,11 +6,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from llmsla.exporters import gpu as gpu_mod
 from prometheus_client import CollectorRegistry, generate_latest
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.exporters import gpu as gpu_mod
 from llmsla.spool import SpoolWriter, published_segments, read_segment
 
 from . import fake_nvml

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from llmsla.exporters.metrics import exposition, render_fast
-from llmsla.exporters.recorder import RequestRecorder
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -27,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.events import ItlSummary, RequestEvent
+from llmsla.exporters.metrics import exposition, render_fast
+from llmsla.exporters.recorder import RequestRecorder
 
 
 def _samples(text: str) -> list[tuple[str, tuple, float | str]]:

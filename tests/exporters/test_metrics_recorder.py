@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
-from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.events import EventError, GpuSample, ItlSummary, RequestEvent
+from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
 from llmsla.spool import SpoolWriter, published_segments, read_segment
 
 
@@ -177,8 +177,9 @@ def test_bulk_histogram_observation_equals_observe() -> None:
     """observe_many / observe_n (bucket-grouped fast path) vs prometheus-client's own observe."""
     import random
 
-    from llmsla.exporters.metrics import _observe1, observe_many, observe_n
     from prometheus_client import Histogram
+
+    from llmsla.exporters.metrics import _observe1, observe_many, observe_n
 
     bounds = list(names.ITL_BUCKETS)
     rng = random.Random(3)

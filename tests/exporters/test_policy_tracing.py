@@ -9,9 +9,6 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from llmsla.exporters.policy_tracing import REQUEST_SPAN_NAME, PolicyTracer, SpoolPolicyExporter
-from llmsla.exporters.temperature import Decision
-from llmsla.exporters.worker import WorkerThread
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -19,6 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.events import PolicyEvent
+from llmsla.exporters.policy_tracing import REQUEST_SPAN_NAME, PolicyTracer, SpoolPolicyExporter
+from llmsla.exporters.temperature import Decision
+from llmsla.exporters.worker import WorkerThread
 from llmsla.spool import BadLine, SpoolWriter, published_segments, read_segment
 
 from ._worker_util import MODEL, metric_samples, post, worker_cfg
@@ -186,11 +186,11 @@ def test_fast_line_encoder_equals_the_contract_serialiser() -> None:
     import random
 
     import pytest
-    from llmsla.exporters.policy_tracing import PolicyLineEncoder, span_to_event
     from opentelemetry import trace
     from opentelemetry.sdk.trace import ReadableSpan
 
     from llmsla.events import EventError
+    from llmsla.exporters.policy_tracing import PolicyLineEncoder, span_to_event
 
     rng = random.Random(4)
     enc = PolicyLineEncoder()

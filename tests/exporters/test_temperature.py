@@ -8,6 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from llmsla.events import POLICY_ACTIONS
 from llmsla.exporters.temperature import (
     SCHEDULES,
     Decision,
@@ -15,8 +17,6 @@ from llmsla.exporters.temperature import (
     entropy_nats,
     make_policy,
 )
-
-from llmsla.events import POLICY_ACTIONS
 
 
 def run(name: str, params: PolicyParams, steps: int, entropies=None) -> list[Decision]:

@@ -10,10 +10,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 import torch
-from llmsla.exporters import model as lm
-from llmsla.exporters.worker import WorkerThread
 
 from llmsla import names
+from llmsla.exporters import model as lm
+from llmsla.exporters.worker import WorkerThread
 
 from ._worker_util import MODEL, metric_samples, parse_sse, post, worker_cfg
 

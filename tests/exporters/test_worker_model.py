@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from llmsla.exporters import model as lm
 
 SPEC = lm.ModelSpec(max_ctx=96)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llmsla.fleet import engine, traces, workload
-from llmsla.fleet.sink import RecorderSink
 
 from llmsla import config as config_mod
+from llmsla.fleet import engine, traces, workload
+from llmsla.fleet.sink import RecorderSink
 from llmsla.spool import BadLine, published_segments, read_segment
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from llmsla.fleet import engine, models, workload
 
 TARGETS = {"6b": 1200.0, "70b": 220.0}

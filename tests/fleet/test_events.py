@@ -7,10 +7,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from llmsla.fleet import engine, faults
-
 from llmsla import names
 from llmsla.events import GpuSample, RequestEvent
+from llmsla.fleet import engine, faults
 
 from .conftest import read_events, run_to_spool
 

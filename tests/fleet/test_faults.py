@@ -8,9 +8,9 @@ import statistics
 from pathlib import Path
 
 import pytest
-from llmsla.fleet import engine, faults, workload
 
 from llmsla import names
+from llmsla.fleet import engine, faults, workload
 
 from .conftest import ListSink
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import random
 
-from llmsla.fleet import engine, workload
-
 from llmsla import names
+from llmsla.fleet import engine, workload
 
 from .conftest import ListSink
 

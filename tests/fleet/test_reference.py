@@ -8,6 +8,7 @@ import random
 from collections import deque
 
 import pytest
+
 from llmsla.fleet import engine, faults, models, workload
 
 

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from llmsla.fleet import traces, workload
 
 AZURE_BAD = """TIMESTAMP,ContextTokens,GeneratedTokens

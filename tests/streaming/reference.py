@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from llmsla.streaming import sql
 
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError
+from llmsla.streaming import sql
 
 WINDOW_MS = {k: v * 1000 for k, v in sql.WINDOW_OF_KIND.items()}
 

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import psycopg
-from llmsla.streaming import sql, synth
 
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.store import open_store
 from llmsla.store.connection import start_embedded
+from llmsla.streaming import sql, synth
 
 from .conftest import kill_group, publish, start_stream
 

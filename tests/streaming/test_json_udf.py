@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from llmsla.streaming import sql, synth
 
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError
+from llmsla.streaming import sql, synth
 
 _SHAPE_ERRORS = ("expected ", "unknown field", "not valid JSON", "integer out of 64-bit range")
 

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import psycopg
-from llmsla.streaming import sql
 
 from llmsla import names
+from llmsla.streaming import sql
 
 from .conftest import publish, start_stream
 from .test_windows import DELAY_MS, _gpu, _policy, _requests

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import psycopg
-from llmsla.streaming import synth
 
 from llmsla import names
+from llmsla.streaming import synth
 
 from . import reference as ref
 from .conftest import kill_group, publish, start_stream

@@ -8,11 +8,11 @@ import time
 
 import psycopg
 import pytest
-from llmsla.streaming import sql
-from llmsla.streaming.store_sink import StoreUnavailable, StoreWriter
 
 from llmsla import names, services
 from llmsla.store import open_store
+from llmsla.streaming import sql
+from llmsla.streaming.store_sink import StoreUnavailable, StoreWriter
 
 
 def _gpu_payload(bucket_ms: int, samples: int) -> str:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import psycopg
-from llmsla.streaming import synth
 
 from llmsla import names
 from llmsla.events import RequestEvent
+from llmsla.streaming import synth
 
 from . import reference as ref
 from .conftest import publish, start_stream
