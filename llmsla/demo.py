@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -185,10 +186,11 @@ def stage_report(ctx: DemoContext) -> str:
                percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_p99_ms) AS median_ttft_p99_ms,
                sum(ttft_within_slo)::float / nullif(sum(requests), 0) AS ttft_attainment,
                sum(errors + timeouts)::float / nullif(sum(requests), 0) AS error_ratio
-        FROM {names.T_REQUEST_WINDOWS} WHERE pool = %s
+        FROM {names.T_REQUEST_WINDOWS} WHERE pool = %s AND bucket >= to_timestamp(%s / 1000.0)
         GROUP BY replica ORDER BY replica"""
+    start_ms = ctx.facts.get("simulation", {}).get("start_ms", 0)  # this run only; the store keeps earlier ones
     with connect(ctx.dsn) as conn:
-        rows = conn.execute(sql, (names.DEFAULT_POOL,)).fetchall()
+        rows = conn.execute(sql, (names.DEFAULT_POOL, start_ms)).fetchall()
     table = Table(title=f"simulated fleet: request windows by replica (TTFT SLO {ctx.cfg.slo.ttft_ms:g} ms)")
     for col in ("replica", "requests", "worst 5 s TTFT P99", "median 5 s TTFT P99", "TTFT SLO met", "errors"):
         table.add_column(col, justify="right")
@@ -203,10 +205,12 @@ def stage_report(ctx: DemoContext) -> str:
     by_phase = f"""
         SELECT (bucket >= to_timestamp(%(s)s / 1000.0) AND bucket < to_timestamp(%(e)s / 1000.0)) AS during,
                max(e2e_p99_ms), sum(e2e_within_slo)::float / nullif(sum(requests), 0)
-        FROM {names.T_REQUEST_WINDOWS} WHERE pool = %(pool)s AND replica = %(rep)s GROUP BY 1"""
+        FROM {names.T_REQUEST_WINDOWS}
+        WHERE pool = %(pool)s AND replica = %(rep)s AND bucket >= to_timestamp(%(t0)s / 1000.0) GROUP BY 1"""
     with connect(ctx.dsn) as conn:
         phases = {r[0]: r[1:] for r in conn.execute(
-            by_phase, {"s": fault["start_ms"], "e": fault["end_ms"], "pool": names.DEFAULT_POOL, "rep": fault["replica"]})}
+            by_phase, {"s": fault["start_ms"], "e": fault["end_ms"], "pool": names.DEFAULT_POOL,
+                       "rep": fault["replica"], "t0": start_ms})}
     during, outside = phases.get(True, (None, None)), phases.get(False, (None, None))
     ctx.facts["fault_effect"] = {"during": during, "outside": outside}
     return (f"{fault['replica']} under the injected x{fault['factor']:g} {fault['kind']}: worst 5 s E2E P99 "
@@ -228,11 +232,16 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from rich.console import Console
 
     console = Console()
+    # The demo's events go to a spool of its own, emptied first: a rerun must not mix the last
+    # run's (older) simulated trace into this run's event-time stream. The store is the
+    # configured one (embedded by default), so `llmsla store status` shows the demo's windows.
+    work = Path(args.workdir).resolve() if args.workdir else config_mod.default_data_dir() / "demo"
     if args.workdir:
-        work = Path(args.workdir).resolve()
-        cfg.spool.dir = cfg.spool.dir or str(work / "spool")
         cfg.store.data_dir = cfg.store.data_dir or str(work / "pg")
-        cfg.stream.checkpoint_dir = cfg.stream.checkpoint_dir or str(work / "checkpoints")
+    cfg.spool.dir = str(work / "spool")
+    cfg.stream.checkpoint_dir = str(work / "checkpoints")
+    for old in (work / "spool", work / "spool-live", work / "checkpoints"):
+        shutil.rmtree(old, ignore_errors=True)
     ctx = DemoContext(cfg=cfg, args=args)
     t0 = time.monotonic()
     try:
