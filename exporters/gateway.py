@@ -337,7 +337,7 @@ class Gateway:
         rep: Replica | None = None
         resp: web.StreamResponse | None = None
         up: UpstreamResponse | None = None
-        client_gone = False
+        writing = False  # True while awaiting a write to the client: its failure means "client gone"
         headers = {"Content-Type": "application/json", "traceparent": traceparent}
         for h in FORWARD_HEADERS:
             v = request.headers.get(h)
@@ -372,12 +372,9 @@ class Gateway:
                         timer.finish_body(now)
                         resp = web.Response(status=up.status, body=body, headers={
                             **out_headers, "Content-Type": up.headers.get("content-type", "application/json")})
-                        try:  # send it here, so E2E ends at the last byte written
-                            await resp.prepare(request)
-                            await resp.write_eof()
-                        except (ConnectionError, RuntimeError):
-                            client_gone = True
-                            raise
+                        writing = True  # send it here, so E2E ends at the last byte written
+                        await resp.prepare(request)
+                        await resp.write_eof()
                         status = names.STATUS_OK
                         return resp
                     out_headers["Content-Type"] = up.headers.get("content-type", "text/event-stream")
@@ -389,16 +386,11 @@ class Gateway:
                     feed, write, clock = timer.feed, resp.write, time.perf_counter
                     async for data in up.iter_chunks():
                         feed(data, clock())
-                        try:
-                            await write(data)
-                        except (ConnectionError, RuntimeError):
-                            client_gone = True
-                            raise
-                    try:
-                        await resp.write_eof()
-                    except (ConnectionError, RuntimeError):
-                        client_gone = True
-                        raise
+                        writing = True
+                        await write(data)
+                        writing = False
+                    writing = True
+                    await resp.write_eof()
                     status = names.STATUS_OK
                     return resp
         except TimeoutError:
@@ -409,7 +401,7 @@ class Gateway:
             status = names.STATUS_CANCELLED
             raise
         except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
-            if client_gone:
+            if writing and isinstance(exc, ConnectionError | RuntimeError):
                 status = names.STATUS_CANCELLED
                 return resp  # type: ignore[return-value]
             status = names.STATUS_ERROR

