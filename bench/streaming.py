@@ -10,9 +10,10 @@ the segment's publish (atomic rename) to the window row being visible in the sto
     python bench/streaming.py                 # 5M events (about 15 minutes on 2 busy cores)
     python bench/streaming.py --events 500000 --fallback-events 200000 --fresh-s 20   # quick look
 
-Parse paths: ``json_fields`` (default: one Java JSON_FIELDS parse per line) and ``json_value``
-(the pure-SQL fallback without javac: one JSON_VALUE per field), each against its own blackhole
-run; the JSON_FIELDS path also at ``--parallel`` with that many interleaved segment files.
+Paths: ``java`` (default: the llmsla-json format parses each line once, the Percentiles aggregate,
+both outputs planned together) and ``sql`` (the pure-SQL fallback without javac: one JSON_VALUE
+per field, Flink's PERCENTILE), each against its own blackhole run; the Java path also at
+``--parallel`` with that many interleaved segment files.
 """
 
 from __future__ import annotations
@@ -196,8 +197,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=5_000_000)
     ap.add_argument("--fallback-events", type=int, default=1_000_000,
-                    help="events for the pure-SQL (JSON_VALUE) path, ~4x slower; its rate is steady-state too")
-    ap.add_argument("--parallel", type=int, default=2, help="also run the JSON_FIELDS path at this parallelism (0 = skip)")
+                    help="events for the pure-SQL fallback, ~8x slower; its rate is steady-state too")
+    ap.add_argument("--parallel", type=int, default=2, help="also run the Java path at this parallelism (0 = skip)")
     ap.add_argument("--rate", type=int, default=5_000, help="event-time rate of the generated traffic, events/s")
     ap.add_argument("--fresh-s", type=float, default=40.0, help="seconds of live traffic for freshness")
     ap.add_argument("--fresh-rate", type=int, default=2_000)
@@ -213,9 +214,9 @@ def main() -> int:
     load_before = os.getloadavg()
     start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
     # (label, parse path, parallelism, spool, events); the anchor of each is its own blackhole run
-    runs = [("json_fields", True, 1, "main", args.events), ("json_value", False, 1, "fallback", args.fallback_events)]
+    runs = [("java", True, 1, "main", args.events), ("sql", False, 1, "fallback", args.fallback_events)]
     if args.parallel > 1:
-        runs.append(("json_fields", True, args.parallel, "parallel", args.events))
+        runs.append(("java", True, args.parallel, "parallel", args.events))
     results: list[dict] = []
     gen: dict[str, float] = {}
     nbytes = 0
@@ -224,26 +225,26 @@ def main() -> int:
         (spools["empty"] / names.SPOOL_REQUESTS).mkdir(parents=True)
         startup: dict[tuple[bool, str], float] = {}
         cfg.spool.dir = str(spools["empty"])
-        for udf in (True, False):
+        for java in (True, False):
             for sink in ("blackhole", "store"):
                 flag = ("--blackhole",) if sink == "blackhole" else ()
-                startup[(udf, sink)] = run_job(cfg, *flag, log=log, json_udf=udf)["wall_s"]
-        for label, udf, par, spool, n in runs:
+                startup[(java, sink)] = run_job(cfg, *flag, log=log, java_parser=java)["wall_s"]
+        for label, java, par, spool, n in runs:
             cfg.spool.dir = str(spools[spool])
             size, gen[spool] = write_spool(spools[spool], n, start_ms, args.rate, files=par)
             nbytes = max(nbytes, size)
-            bh = run_job(cfg, "--blackhole", log=log, json_udf=udf, parallelism=par)
+            bh = run_job(cfg, "--blackhole", log=log, java_parser=java, parallelism=par)
             with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
                 conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}")
-            st = run_job(cfg, log=log, json_udf=udf, parallelism=par)
+            st = run_job(cfg, log=log, java_parser=java, parallelism=par)
             rows, summed = counts(cfg.store.dsn)
             shutil.rmtree(spools[spool], ignore_errors=True)
-            bh_rate = n / max(1e-9, bh["wall_s"] - startup[(udf, "blackhole")])
-            st_rate = n / max(1e-9, st["wall_s"] - startup[(udf, "store")])
+            bh_rate = n / max(1e-9, bh["wall_s"] - startup[(java, "blackhole")])
+            st_rate = n / max(1e-9, st["wall_s"] - startup[(java, "store")])
             for sink, r, rate_ in (("blackhole", bh, bh_rate), ("store", st, st_rate)):
                 results.append({
-                    "parse": label, "parallelism": par, "sink": sink, "events": n, "wall_s": r["wall_s"],
-                    "startup_s": startup[(udf, sink)], "events_per_s": rate_, "vs_own_blackhole": rate_ / bh_rate,
+                    "path": label, "parallelism": par, "sink": sink, "events": n, "wall_s": r["wall_s"],
+                    "startup_s": startup[(java, sink)], "events_per_s": rate_, "vs_own_blackhole": rate_ / bh_rate,
                     "peak_rss_mib": r["peak_rss_mib"], "jvm_mib": r["peak_jvm_mib"], "python_mib": r["peak_python_mib"],
                     "window_rows": rows if sink == "store" else None,
                     "requests_in_windows": int(summed) if sink == "store" else None,
@@ -254,17 +255,17 @@ def main() -> int:
         handle.close()
     load_after = os.getloadavg()
 
-    sql_bh = next(r["events_per_s"] for r in results if r["parse"] == "json_value" and r["sink"] == "blackhole")
+    sql_bh = next(r["events_per_s"] for r in results if r["path"] == "sql" and r["sink"] == "blackhole")
     for r in results:
-        r["vs_json_value_blackhole"] = r["events_per_s"] / sql_bh
-    print_table(results, "spool -> 5 s request windows; anchor: the same SQL into blackhole, same parse path, same run")
-    print_table([fresh], "freshness: segment published -> window row visible (continuous job, JSON_FIELDS, live traffic)")
+        r["vs_sql_blackhole"] = r["events_per_s"] / sql_bh
+    print_table(results, "spool -> 5 s request windows; anchor: the same SQL into blackhole, same path, same run")
+    print_table([fresh], "freshness: segment published -> window row visible (continuous job, Java path, live traffic)")
     print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
     write_result("streaming", {
         "inputs": {"events": args.events, "fallback_events": args.fallback_events, "bytes_largest_spool": nbytes,
                    "event_rate": args.rate, "label_combinations": len(KEYS.combos()), "generate_s": gen,
                    "parallel": args.parallel, "freshness_s": args.fresh_s, "freshness_rate": args.fresh_rate},
-        "anchor": "blackhole sink, same parse path and parallelism, same run",
+        "anchor": "blackhole sink, same path and parallelism, same run",
         "results": results, "freshness": fresh,
         "loadavg_before": load_before, "loadavg_after": load_after,
         "targets": {"events_per_s": 200_000, "vs_blackhole": 0.7, "freshness_p99_s": fresh["budget_s"]},

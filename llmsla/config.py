@@ -168,7 +168,7 @@ class StreamConfig:
     sink_retry_s: float = _k(30.0, "keep retrying store writes this long before failing the job", minimum=0)
     restart_attempts: int = _k(3, "Flink restarts (from the last checkpoint) before the job fails", minimum=0)
     watermark_interval_ms: int = _k(200, "periodic watermark emission interval (pipeline.auto-watermark-interval)", minimum=1)
-    json_udf: bool = _k(True, "parse spool lines once with the JVM JSON_FIELDS function (built with javac on first use); false or no javac = one JSON_VALUE per field")
+    java_parser: bool = _k(True, "parse each spool line once into typed columns with the Java llmsla-json table format (built with javac on first use); false or no javac = one JSON_VALUE per field")
 
 
 @dataclass

