@@ -150,3 +150,38 @@ def test_jar_is_built_once_and_missing_javac_falls_back(tmp_path, monkeypatch, c
     with caplog.at_level("WARNING"):
         assert jar_mod.ensure_parser_jar(tmp_path / "other") is None
     assert "no javac" in caplog.text
+
+
+def test_percentiles_aggregate_matches_numpy(t_env) -> None:
+    """The Java aggregate the windows use, against numpy's default (linear at p·(n−1)): odd and
+    even counts, ties, one value, nulls ignored, a group of nulls only (null, like PERCENTILE)."""
+    import numpy as np
+
+    from llmsla.streaming.job import register_percentiles
+
+    register_percentiles(t_env)
+    rng = np.random.default_rng(7)
+    groups: dict[int, list[float | None]] = {
+        0: [float(x) for x in rng.lognormal(5, 1, 101)], 1: [float(x) for x in rng.normal(0, 3, 64)],
+        2: [4.0], 3: [1.0, 1.0, 2.0, 2.0, 2.0, 9.5], 4: [None, 3.0, None, 1.0], 5: [None, None],
+    }
+    from pyflink.table import DataTypes
+
+    table = t_env.from_elements([(g, v) for g, vs in groups.items() for v in vs],
+                                DataTypes.ROW([DataTypes.FIELD("g", DataTypes.INT()),
+                                               DataTypes.FIELD("x", DataTypes.DOUBLE())]))
+    t_env.create_temporary_view("pct_input", table)
+    fns = {ps: sql.percentile_function(ps) for ps in sql.PERCENTILE_SETS}
+    select = ", ".join(f"{fn}(x)" for fn in fns.values())
+    result = t_env.execute_sql(f"SELECT g, {select} FROM pct_input GROUP BY g").collect()
+    with result:
+        got = {r[0]: list(r[1:]) for r in result}
+    assert set(got) == set(groups)
+    for g, values in groups.items():
+        finite = [v for v in values if v is not None]
+        for ps, arr in zip(fns, got[g], strict=True):
+            if not finite:
+                assert arr is None, g
+                continue
+            want = np.percentile(finite, [p * 100 for p in ps])
+            assert np.allclose(arr, want, rtol=1e-12, atol=0), (g, ps, arr, want)
