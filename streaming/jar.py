@@ -47,7 +47,7 @@ def find_javac() -> str | None:
 def default_cache_dir() -> Path:
     from llmsla.config import default_data_dir
 
-    return default_data_dir() / "flink-udf"
+    return default_data_dir() / "flink-java"
 
 
 def _sources() -> list[Path]:

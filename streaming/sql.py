@@ -288,8 +288,10 @@ def checked_query(cfg: Config, kind: str, *, java: bool = True) -> str:
     if java:
         valid = f"{JSON_ERROR} IS NULL AND " + _VALID[kind].replace("{v_ok}", "(v IS NULL OR v = 1)")
         typed = ", ".join(col for col, _ in format_columns(kind))
-        # ttft_raw tells "absent or null" from "not a number"; here a non-number is a json_error
-        aliases = ", ttft_ms AS ttft_raw" if kind == names.SPOOL_REQUESTS else ""
+        # an `r` column (ttft_raw) tells "absent or null" from "not a number" on the fallback;
+        # here a non-number is a json_error, so it is the typed column itself
+        typed_of = {path: col for col, path, t in _SPEC[kind] if t != "r"}
+        aliases = "".join(f", {typed_of[path]} AS {col}" for col, path, t in _SPEC[kind] if t == "r")
         inner = f"SELECT line, `file`, rt, {JSON_ERROR}, {typed}{aliases}\n  FROM {source_table(kind)}"
     else:
         valid = _VALID[kind].replace("{v_ok}", "(v IS NULL OR v = '1')")
@@ -299,8 +301,8 @@ def checked_query(cfg: Config, kind: str, *, java: bool = True) -> str:
         cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in _FIELDS[kind])
         inner = (f"SELECT line, `file`, rt,\n    {cols}\n"
                  f"  FROM {source_table(kind)} WHERE CHAR_LENGTH(TRIM(line)) > 0")
-    # The fallback plans both outputs as one tree: `line IS NULL OR file IS NULL` (never true)
-    # makes the window output read the columns the dead letters need, so the planner keeps one
+    # The fallback plans both outputs as one tree: `line IS NOT NULL AND file IS NOT NULL` (always
+    # true) makes the window output read the columns the dead letters need, so the planner keeps one
     # watermark assigner instead of one per output (two could disagree about what is late). On
     # the Java path the outputs are planned together and share this view as one block.
     if not java:
