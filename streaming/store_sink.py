@@ -17,7 +17,9 @@ import hashlib
 import json
 import logging
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -48,6 +50,30 @@ def fingerprint(source: str, file: str | None, verdict: str, raw: str) -> str:
         h.update(part.encode("utf-8", "replace"))
         h.update(b"\x00")
     return h.hexdigest()[:32]
+
+
+def line_numbers(file: str, raws: set[str]) -> dict[str, int]:
+    """1-based number of the first line of ``file`` equal to each of ``raws``.
+
+    Flink's file source does not say where a record came from; a published spool segment never
+    changes, so the sink reads it once per batch of dead letters to find them. A file that is gone
+    (pruned) or a line that is not valid UTF-8 (Flink replaced bytes in ``raw``) gets no number.
+    """
+    path = Path(urllib.parse.urlparse(file).path) if file.startswith("file:") else Path(file)
+    wanted = {raw.encode(): raw for raw in raws}
+    found: dict[str, int] = {}
+    try:
+        with open(path, "rb") as fh:
+            for n, line in enumerate(fh, 1):
+                line = line.rstrip(b"\n")
+                raw = wanted.get(line[:-1] if line.endswith(b"\r") else line)
+                if raw is not None and raw not in found:
+                    found[raw] = n
+                    if len(found) == len(wanted):
+                        break
+    except OSError as exc:
+        log.warning("dead letters of %s get no line numbers: %s", file, exc)
+    return found
 
 
 def dead_letter_reason(source: str, verdict: str, raw: str, *, max_future_s: float, max_past_s: float) -> str:
@@ -126,14 +152,24 @@ class StoreWriter:
         return list(latest.values())
 
     def _dead_letter_rows(self, payloads: Iterable[str]) -> list[Sequence[Any]]:
-        out: dict[str, tuple[Any, ...]] = {}
+        out: dict[str, list[Any]] = {}
         for p in payloads:
             source, file, verdict, raw = json.loads(p)
             reason = dead_letter_reason(source, verdict, raw, max_future_s=self.max_future_s, max_past_s=self.max_past_s)
             fp = fingerprint(source, file, verdict, raw)
             if fp not in out and self.on_dead_letter is not None:
                 self.on_dead_letter(reason.split(":", 1)[0])
-            out[fp] = (source, file, None, reason, raw.replace("\x00", "\ufffd"), fp)
+            out[fp] = [source, file, None, reason, raw, fp]
+        by_file: dict[str, list[list[Any]]] = {}
+        for row in out.values():
+            if row[1]:
+                by_file.setdefault(row[1], []).append(row)
+        for file, rows in by_file.items():
+            numbers = line_numbers(file, {row[4] for row in rows})
+            for row in rows:
+                row[2] = numbers.get(row[4])
+        for row in out.values():
+            row[4] = row[4].replace("\x00", "\ufffd")
         return list(out.values())
 
     # -- database --------------------------------------------------------------------------------

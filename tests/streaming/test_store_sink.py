@@ -71,3 +71,16 @@ def test_store_that_stays_down_fails_clearly() -> None:
     msg = str(err.value)
     assert f"127.0.0.1:{port}" in msg and "secret" not in msg and "unavailable for 1 s" in msg
     assert w.retries >= 2
+
+
+def test_line_numbers_find_the_first_occurrence(tmp_path, caplog) -> None:
+    from llmsla.streaming.store_sink import line_numbers
+
+    seg = tmp_path / "0000000000001-a.jsonl"
+    seg.write_bytes('{"ok":1}\n{"bad"\r\nnot json\n{"bad"\nnaïve ✓\n'.encode())
+    got = line_numbers(str(seg), {'{"bad"', "not json", "naïve ✓", "absent"})
+    assert got == {'{"bad"': 2, "not json": 3, "naïve ✓": 5}  # CRLF stripped like Flink does
+    assert line_numbers(seg.as_uri(), {"not json"}) == {"not json": 3}  # a file: URI works too
+    with caplog.at_level("WARNING"):
+        assert line_numbers(str(tmp_path / "pruned.jsonl"), {"x"}) == {}
+    assert "no line numbers" in caplog.text

@@ -118,6 +118,9 @@ def test_windows_match_reference_and_replay_is_idempotent(cfg, spool_dirs, tmp_p
                 f"SELECT source, reason, records FROM {names.T_DEAD_LETTER_COUNTS} ORDER BY 1, 2").fetchall()
             reasons = dict(conn.execute(
                 "SELECT raw, reason FROM dead_letters WHERE source = 'requests'").fetchall())
+            numbered = conn.execute("SELECT source, raw, line FROM dead_letters").fetchall()
+        # each dead letter points at its line of the segment (1-based, first occurrence)
+        assert numbered and all(n == lines[kind].index(raw) + 1 for kind, raw, n in numbered), numbered
         want_counts: dict[tuple[str, str], int] = {}
         for source, _, cat, _ in want_dead:
             want_counts[(source, cat)] = want_counts.get((source, cat), 0) + 1
