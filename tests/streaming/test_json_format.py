@@ -1,8 +1,13 @@
-"""The llmsla-json table format (the one-parse Java reader of spool lines) against the contract in
-llmsla.events, line by line, through a real Flink source: a line the contract accepts yields exactly
-the contract's values; a line the contract rejects for its JSON shape (wrong type, unknown field,
-not one object, unparseable) gets a json_error and no field values. Range/enum/relation rules stay
-with the SQL predicates (test_windows/test_parity)."""
+"""The job's Java parts (streaming/java), each against an independent judge:
+
+* the llmsla-json table format against the contract in llmsla.events, line by line, through a real
+  Flink source: a line the contract accepts yields exactly the contract's values; a line the
+  contract rejects for its JSON shape (wrong type, unknown field, not one object, unparseable)
+  gets a json_error and no field values (range/enum/relation rules stay with the SQL predicates:
+  test_windows/test_parity);
+* the Percentiles aggregate against numpy;
+* the jar build (cached, with the format's services entry; no javac → the fallback).
+"""
 
 from __future__ import annotations
 
