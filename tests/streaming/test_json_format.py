@@ -190,3 +190,25 @@ def test_percentiles_aggregate_matches_numpy(t_env) -> None:
                 continue
             want = np.percentile(finite, [p * 100 for p in ps])
             assert np.allclose(arr, want, rtol=1e-12, atol=0), (g, ps, arr, want)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ("'llmsla-json.paths' = 'nope=x', 'llmsla-json.time-column' = 'rt=a'", "is not column=json.path of a column"),
+    ("'llmsla-json.paths' = 'b=a', 'llmsla-json.time-column' = 'rt=a'", "two columns read the JSON path a"),
+    ("'llmsla-json.error-column' = 'missing', 'llmsla-json.time-column' = 'rt=a'", "no error column 'missing'"),
+    ("'llmsla-json.time-column' = 'rt=b'", "is not timestamp_column=bigint_column"),
+    ("'llmsla-json.time-column' = 'rt=a', 'llmsla-json.typo' = 'x'", "Unsupported option 'llmsla-json.typo'"),
+    ("'llmsla-json.paths' = 'a=x'", "column rt must be BIGINT, DOUBLE or STRING"),
+])
+def test_format_options_are_validated(t_env, tmp_path, options: str, message: str) -> None:
+    """A misconfigured source fails when the query is planned, naming the option."""
+    (tmp_path / "in").mkdir()
+    t_env.execute_sql(
+        "CREATE TEMPORARY TABLE bad_fmt (line STRING, json_error STRING, a BIGINT, b STRING, rt TIMESTAMP_LTZ(3)) "
+        f"WITH ('connector' = 'filesystem', 'path' = '{(tmp_path / 'in').as_uri()}', "
+        f"'format' = '{sql.JAVA_FORMAT}', {options})")
+    try:
+        with pytest.raises(Exception, match=message.replace("(", r"\(")):
+            t_env.execute_sql("SELECT * FROM bad_fmt").collect().close()
+    finally:
+        t_env.execute_sql("DROP TEMPORARY TABLE bad_fmt")

@@ -116,6 +116,9 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
             if (path.indexOf('.') != path.lastIndexOf('.')) {
                 throw new ValidationException("llmsla-json: path " + path + " nests more than one level");
             }
+            if (Arrays.asList(paths).contains(path)) {
+                throw new ValidationException("llmsla-json: two columns read the JSON path " + path);
+            }
             paths[i] = path;
             switch (type.getTypeRoot()) {
                 case BIGINT:

@@ -2,12 +2,14 @@ package dev.llmsla.flink;
 
 import java.util.HashSet;
 import java.util.Set;
+import java.util.TreeSet;
 
 import org.apache.flink.api.common.serialization.DeserializationSchema;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.table.api.ValidationException;
 import org.apache.flink.table.connector.ChangelogMode;
 import org.apache.flink.table.connector.format.DecodingFormat;
 import org.apache.flink.table.connector.source.DynamicTableSource;
@@ -57,6 +59,17 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
     public DecodingFormat<DeserializationSchema<RowData>> createDecodingFormat(
             DynamicTableFactory.Context context, ReadableConfig options) {
         FactoryUtil.validateFactoryOptions(this, options);
+        Set<String> known = new HashSet<>();
+        for (ConfigOption<?> option : optionalOptions()) {
+            known.add(option.key());
+        }
+        for (String key : options.toMap().keySet()) { // a typo must not silently mean "default"
+            String name = key.startsWith(IDENTIFIER + ".") ? key.substring(IDENTIFIER.length() + 1) : key;
+            if (!known.contains(name)) {
+                throw new ValidationException("Unsupported option '" + IDENTIFIER + "." + name
+                        + "' of format " + IDENTIFIER + "; supported: " + new TreeSet<>(known));
+            }
+        }
         final String paths = options.get(PATHS);
         final String notNull = options.get(NOT_NULL);
         final String time = options.get(TIME_COLUMN);
