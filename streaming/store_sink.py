@@ -52,6 +52,10 @@ def fingerprint(source: str, file: str | None, verdict: str, raw: str) -> str:
     return h.hexdigest()[:32]
 
 
+#: Files whose dead letters could not be numbered (warned about once).
+_UNREADABLE: set[str] = set()
+
+
 def line_numbers(file: str, raws: set[str]) -> dict[str, int]:
     """1-based number of the first line of ``file`` equal to each of ``raws``.
 
@@ -72,7 +76,9 @@ def line_numbers(file: str, raws: set[str]) -> dict[str, int]:
                     if len(found) == len(wanted):
                         break
     except OSError as exc:
-        log.warning("dead letters of %s get no line numbers: %s", file, exc)
+        if file not in _UNREADABLE:  # once per file: every later batch from it fails the same way
+            _UNREADABLE.add(file)
+            log.warning("dead letters of %s get no line numbers: %s", file, exc)
     return found
 
 
