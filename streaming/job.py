@@ -117,9 +117,7 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     for k, v in settings.items():
         conf.set_string(k, v)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    t_env = StreamTableEnvironment.create(env)
-    for k, v in settings.items():  # statement sets build their job from the table config
-        t_env.get_config().set(k, v)
+    t_env = StreamTableEnvironment.create(env)  # its config reads through to the env's
     java = java_jar is not None
     if java:
         register_percentiles(t_env)
