@@ -43,6 +43,27 @@ class Field:
 
 _INT_MAX = 2**63 - 1
 
+#: Longest string a field may hold, in Unicode code points (Python's ``len``; the stream job
+#: counts code points too, not UTF-16 units, so both sides agree on emoji and other astral text).
+MAX_STRING_CHARS = 256
+
+
+def string_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored and rendered everywhere an event goes, else None.
+
+    One definition for the gateway, the spool writer, ``spool check`` and the stream job: no NUL
+    (PostgreSQL text cannot hold U+0000) and no lone surrogate (U+D800..U+DFFF is not Unicode
+    text: UTF-8 - the spool, the store, the Prometheus exposition - cannot encode it)."""
+    if value.isascii():  # the common case, one C-level scan
+        return "contains NUL (U+0000), which the store cannot hold" if "\x00" in value else None
+    if "\x00" in value:
+        return "contains NUL (U+0000), which the store cannot hold"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate U+{ord(value[exc.start]):04X} at character {exc.start}, which is not Unicode text"
+    return None
+
 
 def _check_number(kind: str, f: Field, value: Any, *, integer: bool) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -67,8 +88,11 @@ def _check_string(kind: str, f: Field, value: Any) -> str:
         raise EventError(kind, f.name, f"expected string, got {type(value).__name__}")
     if not value:
         raise EventError(kind, f.name, "must not be empty")
-    if len(value) > 256:
-        raise EventError(kind, f.name, "longer than 256 characters")
+    if len(value) > MAX_STRING_CHARS:
+        raise EventError(kind, f.name, f"longer than {MAX_STRING_CHARS} characters")
+    problem = string_problem(value)
+    if problem is not None:
+        raise EventError(kind, f.name, problem)
     if f.enum is not None and value not in f.enum:
         raise EventError(kind, f.name, f"must be one of {', '.join(f.enum)}, got {value!r}")
     return value
@@ -149,6 +173,24 @@ def _check_value(kind: str, f: Field, raw: Any) -> Any:
     raise AssertionError(f.type)  # pragma: no cover - a programming error in FIELDS
 
 
+class _DuplicateName(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook: a repeated name is an error (Python would keep the last silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _DuplicateName(name)
+            seen.add(name)
+    return out
+
+
 class _Event:
     """Shared parse/validate/serialise logic; subclasses declare KIND and FIELDS."""
 
@@ -180,10 +222,25 @@ class _Event:
 
     @classmethod
     def from_json(cls, line: str | bytes) -> Any:
+        """Parse one wire/spool line. Stricter than :meth:`from_dict` where the wire is stricter
+        than the Python API, so ``spool check``, the stream job and the JSON Schema agree on every
+        line: UTF-8 without a byte-order mark, each name once, ``itl_ms`` as its summary object."""
+        kind = cls.KIND
+        if isinstance(line, bytes | bytearray):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise EventError(kind, "<record>", f"not valid UTF-8 at byte {exc.start}") from None
+        if line.startswith("\ufeff"):
+            raise EventError(kind, "<record>", "not valid JSON: starts with a byte-order mark (U+FEFF)")
         try:
-            data = json.loads(line)
+            data = json.loads(line, object_pairs_hook=_unique_names)
+        except _DuplicateName as dup:
+            raise EventError(kind, dup.name, "duplicate field (each JSON name must appear once)") from None
         except (ValueError, RecursionError) as exc:
-            raise EventError(cls.KIND, "<record>", f"not valid JSON: {exc}") from None
+            raise EventError(kind, "<record>", f"not valid JSON: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("itl_ms"), list):
+            raise EventError(kind, "itl_ms", "expected the summary object {n, mean, std, max}, got a list of gaps")
         return cls.from_dict(data)
 
     def validate(self) -> Any:

@@ -214,16 +214,30 @@ def read_segment(path: Path, kind: str) -> Iterator[Any | BadLine]:
     cls = EVENT_TYPES[kind]
     with open(path, "rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
-            text = raw.decode("utf-8", errors="replace").rstrip("\n")
             if not raw.endswith(b"\n"):
-                yield BadLine(path, line_no, "truncated line (no newline at end)", text)
+                yield BadLine(path, line_no, "truncated line (no newline at end)", _shown(raw))
                 continue
-            if not text.strip():
+            line = raw[:-1]
+            if is_blank(line):
                 continue
             try:
-                yield cls.from_json(text)
+                yield cls.from_json(line)
             except EventError as exc:
-                yield BadLine(path, line_no, str(exc), text)
+                yield BadLine(path, line_no, str(exc), _shown(line))
+
+
+#: Bytes of a line the readers skip as blank; the stream job's format skips exactly these too.
+BLANK_BYTES = b" \t\r"
+
+
+def is_blank(line: bytes) -> bool:
+    """A line of spaces, tabs and carriage returns only (no other whitespace: Python's and Java's
+    notions of Unicode whitespace differ, and the spool check and the job must agree)."""
+    return not line.strip(BLANK_BYTES)
+
+
+def _shown(raw: bytes) -> str:
+    return raw.rstrip(b"\n").decode("utf-8", errors="replace")
 
 
 class SpoolReader:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -144,3 +145,47 @@ def test_schema_agrees_with_validator(kind: str) -> None:
             jsonschema.validate(bad, schema)
         with pytest.raises(EventError):
             cls.from_dict(bad)
+
+
+@pytest.mark.parametrize("value, reason", [
+    ("x\x00y", "NUL"),
+    ("\ud800", "lone surrogate U+D800"),
+    ("ok\udfffok", "lone surrogate U+DFFF at character 2"),
+])
+def test_unstorable_strings_are_rejected_in_every_string_field(value: str, reason: str) -> None:
+    for cls, base in ((RequestEvent, request()), (PolicyEvent, policy()), (GpuSample, gpu())):
+        for f in cls.FIELDS:
+            if f.type != "string" or f.enum:
+                continue
+            with pytest.raises(EventError, match=re.escape(reason)) as err:
+                cls.from_dict({**base, f.name: value})
+            assert err.value.field == f.name
+            assert events.string_problem(value) is not None
+
+
+def test_string_length_counts_code_points_not_utf16_units() -> None:
+    emoji = "\U0001f600"  # one code point, two UTF-16 units, four UTF-8 bytes
+    assert RequestEvent.from_dict(request(model=emoji * 256)).model == emoji * 256
+    with pytest.raises(EventError, match="longer than 256"):
+        RequestEvent.from_dict(request(model=emoji * 257))
+
+
+def test_wire_lines_are_stricter_than_the_python_api() -> None:
+    good = json.dumps(request())
+    assert RequestEvent.from_json(good.encode()) == RequestEvent.from_json(good)
+    cases = {
+        "\ufeff" + good: ("<record>", "byte-order mark"),
+        good.encode()[:-1] + b"\xff}": ("<record>", "not valid UTF-8 at byte"),
+        good[:-1] + ', "model": "again"}': ("model", "duplicate field"),
+        good.replace('"n": 4', '"n": 4, "n": 5'): ("n", "duplicate field"),
+        json.dumps(request(itl_ms=[1.0, 2.0])): ("itl_ms", "list of gaps"),
+        '{"model": "\\ud800"}': ("ts_ms", "missing"),  # surrogates decode, then the contract judges
+    }
+    for line, (field, reason) in cases.items():
+        with pytest.raises(EventError, match=reason) as err:
+            RequestEvent.from_json(line)
+        assert err.value.field == field, line
+    with pytest.raises(EventError, match="lone surrogate"):
+        RequestEvent.from_json(json.dumps(request(model="\ud800")))
+    # the Python API still summarises a list of gaps for producers
+    assert RequestEvent.from_dict(request(itl_ms=[1.0, 3.0])).itl_ms.n == 2

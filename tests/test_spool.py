@@ -111,13 +111,17 @@ def test_corrupt_lines_reported_with_file_and_line(tmp_path: Path) -> None:
     seg = d / "0000000000001-host-1-abcd-000000.jsonl"
     bad_type = json.loads(good)
     bad_type["ttft_ms"] = "fast"
-    seg.write_text("\n".join([good, "{not json", json.dumps(bad_type), good]) + "\n" + good[:20])
+    lines = [good, "{not json", json.dumps(bad_type), good, "\ufeff" + good, " \t\r", "\x1c" + good]
+    seg.write_bytes("\n".join(lines).encode() + b"\n" + good.encode()[:-1] + b"\xff}\n" + good[:20].encode())
     items = list(spool.read_segment(seg, names.SPOOL_REQUESTS))
     bad = [i for i in items if isinstance(i, spool.BadLine)]
-    assert [b.line_no for b in bad] == [2, 3, 5]
+    assert [b.line_no for b in bad] == [2, 3, 5, 7, 8, 9]  # line 6 is blank
     assert str(bad[0]).startswith(f"{seg}:2: RequestEvent.<record>: not valid JSON")
     assert "RequestEvent.ttft_ms: expected number" in bad[1].reason
-    assert "truncated" in bad[2].reason
+    assert "byte-order mark" in bad[2].reason
+    assert "not valid JSON" in bad[3].reason  # U+001C is whitespace to Python's str.strip, not to JSON
+    assert "not valid UTF-8" in bad[4].reason and bad[4].raw.endswith("\ufffd}")
+    assert "truncated" in bad[5].reason
     assert sum(1 for i in items if isinstance(i, RequestEvent)) == 2
 
 
