@@ -20,6 +20,14 @@ from llmsla import names
 SCHEMA_VERSION = 1
 
 
+def shown_name(name: str, limit: int = 64) -> str:
+    """A name taken from the input, safe to put in a message, a log line or the store: JSON
+    escapes for anything but printable ASCII (a NUL or lone surrogate in an unknown field's name
+    must not poison the dead-letter reason), cut to ``limit`` characters."""
+    text = name if name.isascii() and name.isprintable() else json.dumps(name)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class EventError(ValueError):
     """A record that does not satisfy its contract; ``field`` and ``reason`` say why."""
 
@@ -149,7 +157,7 @@ def _parse_itl(kind: str, value: Any) -> ItlSummary:
         out[f.name] = _check_number(kind, check, value[f.name], integer=f.type == "int")
     extra = set(value) - {f.name for f in _ITL_FIELDS}
     if extra:
-        raise EventError(kind, f"itl_ms.{sorted(extra)[0]}", "unknown field")
+        raise EventError(kind, f"itl_ms.{shown_name(sorted(extra)[0])}", "unknown field")
     s = ItlSummary(**out)
     if s.n and s.max < s.mean:
         raise EventError(kind, "itl_ms.max", "smaller than mean")
@@ -215,7 +223,7 @@ class _Event:
             values[f.name] = _check_value(kind, f, data[f.name])
         unknown = set(data) - {f.name for f in cls.FIELDS} - {"v"}
         if unknown:
-            raise EventError(kind, sorted(unknown)[0], "unknown field")
+            raise EventError(kind, shown_name(sorted(unknown)[0]), "unknown field")
         event = cls(**values)  # type: ignore[call-arg]
         event._check_relations()
         return event
@@ -236,7 +244,7 @@ class _Event:
         try:
             data = json.loads(line, object_pairs_hook=_unique_names)
         except _DuplicateName as dup:
-            raise EventError(kind, dup.name, "duplicate field (each JSON name must appear once)") from None
+            raise EventError(kind, shown_name(dup.name), "duplicate field (each JSON name must appear once)") from None
         except (ValueError, RecursionError) as exc:
             raise EventError(kind, "<record>", f"not valid JSON: {exc}") from None
         if isinstance(data, dict) and isinstance(data.get("itl_ms"), list):

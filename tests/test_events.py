@@ -189,3 +189,12 @@ def test_wire_lines_are_stricter_than_the_python_api() -> None:
         RequestEvent.from_json(json.dumps(request(model="\ud800")))
     # the Python API still summarises a list of gaps for producers
     assert RequestEvent.from_dict(request(itl_ms=[1.0, 3.0])).itl_ms.n == 2
+
+
+def test_names_from_the_input_are_escaped_in_the_reason() -> None:
+    for name in ("a\x00b", "\ud800", "x" * 500, "é\n"):
+        for line in (json.dumps({**request(), name: 1}), json.dumps(request())[:-1] + f", {json.dumps(name)}: 1, {json.dumps(name)}: 2}}"):
+            with pytest.raises(EventError) as err:
+                RequestEvent.from_json(line)
+            msg = str(err.value)
+            assert events.string_problem(msg) is None and msg.isprintable() and len(msg) < 200, msg
