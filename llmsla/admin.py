@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmsla import config as config_mod
 from llmsla import events, names, spool
 from llmsla.cli import CliError
+
+if TYPE_CHECKING:
+    from llmsla.store import StoreHandle
 
 SCHEMA_DIR = Path("deploy") / "schemas"
 
@@ -45,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from llmsla.store import open_store, redact
+    from llmsla.redaction import redact
+    from llmsla.store import open_store
     from llmsla.store.migrate import migrate
 
     handle = open_store(cfg, migrate=False)
@@ -59,12 +64,11 @@ def cmd_migrate(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
-def store_status(dsn: str) -> dict:
+def store_status(handle: StoreHandle) -> dict:
     """Flavour, versions, migrations, per-table rows and partitions (plain) or chunks (Timescale)."""
-    from llmsla.store import connect
     from llmsla.store.migrate import recorded_flavor, timescale_version
 
-    with connect(dsn) as conn:
+    with handle.connect() as conn:
         flavor = recorded_flavor(conn)
         info: dict = {
             "server_version": conn.execute("SHOW server_version").fetchone()[0],
@@ -92,10 +96,11 @@ def store_status(dsn: str) -> dict:
 
 
 def cmd_store_status(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from llmsla.store import open_store, redact
+    from llmsla.redaction import redact
+    from llmsla.store import open_store
 
     handle = open_store(cfg, migrate=False)
-    info = store_status(handle.dsn)
+    info = store_status(handle)
     print(f"store: {redact(handle.dsn)}{' (embedded, ' + str(handle.data_dir) + ')' if handle.embedded else ''}")
     print(json.dumps(info, indent=2))
     return 0 if info["flavor"] else 1
@@ -114,17 +119,9 @@ def cmd_store_maintain(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    from dataclasses import asdict
-
-    from llmsla.store import redact
-
-    for section in config_mod.SECTIONS:
+    for section, values in config_mod.shown(cfg).items():
         print(f"[{section}]")
-        for key, value in asdict(getattr(cfg, section)).items():
-            if key in ("dsn",):
-                value = redact(value)
-            if key == "token" and value:
-                value = "***"
+        for key, value in values.items():
             print(f"{key} = {json.dumps(value)}")
         print()
     return 0

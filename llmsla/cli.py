@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -59,10 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
 def load_config(args: argparse.Namespace) -> config_mod.Config:
     cfg = config_mod.load(args.config)
     if args.dsn:
-        cfg.store.dsn = args.dsn
+        config_mod.set_value(cfg, "store.dsn", args.dsn, "--dsn")
     if args.data_dir:
-        cfg.store.data_dir = args.data_dir
+        config_mod.set_value(cfg, "store.data_dir", args.data_dir, "--data-dir")
     return cfg
+
+
+def setup_logging(secrets: set[str]) -> None:
+    """One stderr handler; every record it prints is scrubbed of the configuration's secrets.
+    Commands that want more (the stream job) lower the root level themselves."""
+    from llmsla.redaction import ScrubFilter
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ScrubFilter(secrets))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,14 +85,27 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    from llmsla.redaction import scrub
+    from llmsla.store.connection import StoreError
+
+    secrets: set[str] = set()
     try:
         cfg = load_config(args)
+        secrets = config_mod.secrets(cfg)
+        setup_logging(secrets)
         return int(handler(args, cfg) or 0)
-    except (CliError, config_mod.ConfigError) as exc:
-        print(f"llmsla: error: {exc}", file=sys.stderr)
+    except (CliError, config_mod.ConfigError, StoreError) as exc:
+        print(f"llmsla: error: {scrub(str(exc), secrets)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `llmsla config show | head`: the reader left, nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception:  # a bug: show the traceback, but never a credential it may carry
+        print(scrub(traceback.format_exc(), secrets), file=sys.stderr, end="")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,8 +8,10 @@ a typo fails at startup instead of silently using a default.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -27,8 +29,11 @@ class ConfigError(ValueError):
     """A bad configuration value; the message names the source (file or env var) and the key."""
 
 
-def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None) -> Any:
-    meta = {"doc": doc, "choices": choices, "minimum": minimum}
+def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
+       maximum: float | None = None, kind: str | None = None) -> Any:
+    """A key: default, doc, bounds; ``kind`` "host"/"port" adds the address checks, "secret"
+    masks the value wherever the configuration is shown."""
+    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind}
     if isinstance(default, list | dict):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -94,8 +99,8 @@ class MetricsConfig:
 class GatewayConfig:
     """The instrumented OpenAI-compatible proxy."""
 
-    host: str = _k("127.0.0.1", "listen address")
-    port: int = _k(8000, "listen port", minimum=0)
+    host: str = _k("127.0.0.1", "listen address (loopback by default; 0.0.0.0 = every interface)", kind="host")
+    port: int = _k(8000, "listen port", kind="port")
     upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001")
     pool: str = _k("default", "pool name of these upstreams")
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
@@ -110,8 +115,8 @@ class GatewayConfig:
 class WorkerConfig:
     """The reference CPU inference worker."""
 
-    host: str = _k("127.0.0.1", "listen address")
-    port: int = _k(9001, "listen port", minimum=0)
+    host: str = _k("127.0.0.1", "listen address (loopback by default; 0.0.0.0 = every interface)", kind="host")
+    port: int = _k(9001, "listen port", kind="port")
     model: str = _k("llmsla-tiny", "model name served")
     max_batch: int = _k(16, "continuous-batching limit", minimum=1)
     max_tokens: int = _k(256, "cap on generated tokens per request", minimum=1)
@@ -129,6 +134,16 @@ class WorkerConfig:
 
 
 @dataclass
+class HttpConfig:
+    """Bounds on slow and numerous clients, for every llmsla HTTP server."""
+
+    header_timeout_s: float = _k(10.0, "close a connection whose request line and headers are not complete this long after their first byte (slowloris)", minimum=0.1)
+    body_timeout_s: float = _k(30.0, "answer 408 when a request body is not complete after this long", minimum=0.1)
+    keepalive_timeout_s: float = _k(75.0, "close idle keep-alive connections after this long (keep it above your load balancer's idle timeout)", minimum=0.1)
+    max_connections: int = _k(4096, "open connections per server process; the next get a bare 503 and are closed", minimum=1)
+
+
+@dataclass
 class OtelConfig:
     """OpenTelemetry tracing."""
 
@@ -142,8 +157,8 @@ class GpuConfig:
 
     interval_s: float = _k(5.0, "seconds between samples", minimum=0.1)
     node: str = _k("", "node label; empty = host name")
-    host: str = _k("127.0.0.1", "listen address of `llmsla gpu` (/metrics)")
-    port: int = _k(9400, "listen port of `llmsla gpu` (/metrics)", minimum=0)
+    host: str = _k("127.0.0.1", "listen address of `llmsla gpu` (/metrics)", kind="host")
+    port: int = _k(9400, "listen port of `llmsla gpu` (/metrics)", kind="port")
 
 
 @dataclass
@@ -175,9 +190,9 @@ class StreamConfig:
 class ControlConfig:
     """Router, distillation controls and their HTTP control API."""
 
-    host: str = _k("127.0.0.1", "control API listen address (loopback by default)")
-    port: int = _k(8100, "control API port", minimum=0)
-    token: str = _k("", "bearer token the control API requires (also LLMSLA_CONTROL_TOKEN); empty refuses all writes")
+    host: str = _k("127.0.0.1", "control API listen address (loopback by default)", kind="host")
+    port: int = _k(8100, "control API port", kind="port")
+    token: str = _k("", "bearer token the control API requires (also LLMSLA_CONTROL_TOKEN); empty refuses all writes", kind="secret")
     route_policy: str = _k("ladr", "router policy", choices=("round_robin", "least_outstanding", "p2c", "ladr"))
     redis_url: str = _k("", "Redis URL for router state shared by gateway replicas; empty = in process")
     ladr_alpha: float = _k(1.0, "LADR score weight of 1 / latency (latency relative to the pool's fastest replica)", minimum=0)
@@ -202,7 +217,15 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
     source: str = ""  # the file this was loaded from, for messages
+    #: "section.key" -> where its value came from (file, environment variable, CLI option)
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def origin(self, key: str) -> str:
+        """``"store.dsn (from --dsn)"``: a key and where it was set, for error messages."""
+        where = self.origins.get(key)
+        return f"{key} (from {where})" if where else key
 
     # -- derived paths ---------------------------------------------------------------------------
     def spool_dir(self) -> Path:
@@ -215,7 +238,8 @@ class Config:
         return Path(self.stream.checkpoint_dir) if self.stream.checkpoint_dir else default_data_dir() / "checkpoints"
 
 
-SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else globals()[f.type] for f in fields(Config) if f.name != "source"}
+SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else globals()[f.type]
+                             for f in fields(Config) if f.name not in ("source", "origins")}
 #: Short aliases the architecture names (LLMSLA_DSN is what operators type).
 ENV_ALIASES = {"LLMSLA_DSN": ("store", "dsn")}
 
@@ -272,11 +296,52 @@ def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_
     hints = typing.get_type_hints(type(section_obj))
     value = _coerce(value, hints[key], where, f"{section}.{key}", from_env)
     meta = f.metadata
+    name = f"{section}.{key}"
     if meta.get("choices") and value not in meta["choices"]:
-        raise ConfigError(f"{where}: {section}.{key}: must be one of {', '.join(meta['choices'])}, got {value!r}")
+        raise ConfigError(f"{where}: {name}: must be one of {', '.join(meta['choices'])}, got {value!r}")
     if meta.get("minimum") is not None and isinstance(value, int | float) and value < meta["minimum"]:
-        raise ConfigError(f"{where}: {section}.{key}: must be >= {meta['minimum']}, got {value!r}")
+        raise ConfigError(f"{where}: {name}: must be >= {meta['minimum']}, got {value!r}")
+    if meta.get("maximum") is not None and isinstance(value, int | float) and value > meta["maximum"]:
+        raise ConfigError(f"{where}: {name}: must be <= {meta['maximum']}, got {value!r}")
+    if meta.get("kind") == "host":
+        check_host(value, f"{where}: {name}")
+    elif meta.get("kind") == "port":
+        check_port(value, f"{where}: {name}")
     setattr(section_obj, key, value)
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?$")
+
+
+def check_host(value: str, where: str) -> str:
+    """A listen address: an IP literal or a host name. Empty is an error, not "every interface"
+    (aiohttp would bind 0.0.0.0 and [::]); say 0.0.0.0 to mean that."""
+    if not value:
+        raise ConfigError(f"{where}: empty listen address; use 127.0.0.1 (this machine only) "
+                          "or 0.0.0.0 (every interface)")
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(value):
+        raise ConfigError(f"{where}: {value!r} is neither an IP address nor a host name")
+    return value
+
+
+def check_port(value: int, where: str, *, allow_zero: bool = False) -> int:
+    """1..65535 (``allow_zero``: 0 = a free port, for command-line use)."""
+    if not (0 if allow_zero else 1) <= value <= 65535:
+        raise ConfigError(f"{where}: port must be {'0' if allow_zero else '1'}..65535, got {value}")
+    return value
+
+
+def set_value(cfg: Config, key: str, value: Any, where: str) -> None:
+    """Set ``section.key`` from a command-line option with the same checks as the file/env, and
+    remember where it came from (messages then say ``store.dsn (from --dsn)``)."""
+    section, _, name = key.partition(".")
+    _set(getattr(cfg, section), section, name, value, where)
+    cfg.origins[key] = where
 
 
 def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | None = None) -> Config:
@@ -300,6 +365,7 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
                 raise ConfigError(f"{where}: [{section}] must be a table")
             for key, value in body.items():
                 _set(getattr(cfg, section), section, key, value, where)
+                cfg.origins[f"{section}.{key}"] = where
         cfg.source = where
     for var, value in sorted(env.items()):
         if not var.startswith(ENV_PREFIX) or var == ENV_CONFIG_FILE:
@@ -313,8 +379,51 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
                 continue  # LLMSLA_TEST_DSN, LLMSLA_DATA_DIR ... belong to other tools
             key = rest[len(section) + 1:]
         _set(getattr(cfg, section), section, key, value, f"environment variable {var}", from_env=True)
+        cfg.origins[f"{section}.{key}"] = f"environment variable {var}"
     check_slo_buckets(cfg)
     return cfg
+
+
+def shown(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The effective configuration as it may be printed: every string redacted (a password in
+    any URL or DSN, whatever the key), every ``secret`` key masked."""
+    from llmsla.redaction import MASK, redact
+
+    out: dict[str, dict[str, Any]] = {}
+    for section, cls in SECTIONS.items():
+        obj = getattr(cfg, section)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = getattr(obj, f.name)
+            if f.metadata.get("kind") == "secret":
+                value = MASK if value else ""
+            elif isinstance(value, str):
+                value = redact(value)
+            elif isinstance(value, list):
+                value = [redact(v) if isinstance(v, str) else v for v in value]
+            values[f.name] = value
+        out[section] = values
+    return out
+
+
+def secrets(cfg: Config) -> set[str]:
+    """Every secret the configuration holds (tokens; passwords inside any URL or DSN), for the
+    log scrubber and for error messages that may echo them."""
+    from llmsla.redaction import secrets_of
+
+    found: set[str] = set()
+    for section, cls in SECTIONS.items():
+        obj = getattr(cfg, section)
+        for f in fields(cls):
+            value = getattr(obj, f.name)
+            items = value if isinstance(value, list) else [value]
+            for v in items:
+                if not isinstance(v, str) or not v:
+                    continue
+                if f.metadata.get("kind") == "secret":
+                    found.add(v)
+                found |= secrets_of(v)
+    return found
 
 
 def check_slo_buckets(cfg: Config) -> None:

@@ -35,7 +35,8 @@ Stage = Callable[[DemoContext], str]
 
 
 def stage_store(ctx: DemoContext) -> str:
-    from llmsla.store import open_store, redact
+    from llmsla.redaction import redact
+    from llmsla.store import open_store
     from llmsla.store.migrate import migrate
 
     handle = open_store(ctx.cfg, migrate=False, keep_running=ctx.args.keep)
@@ -52,7 +53,7 @@ def stage_store(ctx: DemoContext) -> str:
 def stage_status(ctx: DemoContext) -> str:
     from llmsla.admin import store_status
 
-    info = store_status(ctx.dsn)
+    info = store_status(ctx.facts["_store_handle"])
     ctx.facts["status"] = info
     rows = {t: v["rows"] for t, v in info["tables"].items()}
     return "tables: " + ", ".join(f"{t}={n}" for t, n in rows.items())

@@ -68,7 +68,8 @@ def check_java() -> Check:
 
 
 def check_store(cfg: config_mod.Config) -> Check:
-    from llmsla.store import open_store, redact
+    from llmsla.redaction import redact
+    from llmsla.store import open_store
     from llmsla.store.connection import StoreError
     from llmsla.store.migrate import recorded_flavor, timescale_version
 

@@ -33,7 +33,7 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.store.connection import StoreError
     from llmsla.streaming.job import JobOptions, root_cause, run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.INFO)  # the handler (scrubbed) is set up by llmsla.cli
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     unknown = [k for k in kinds if k not in names.SPOOL_KINDS]
     if unknown or not kinds:

@@ -26,7 +26,7 @@ import psycopg
 
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError
-from llmsla.store.connection import redact
+from llmsla.redaction import redact
 from llmsla.streaming import sql
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from llmsla import names
-from llmsla.store import connect, redact
+from llmsla.redaction import redact
+from llmsla.store import connect
 from llmsla.store.maintenance import maintain
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
 

@@ -4,6 +4,6 @@
 ready to use: the server is running and migrations are applied.
 """
 
-from llmsla.store.connection import StoreHandle, connect, open_store, redact
+from llmsla.store.connection import StoreError, StoreHandle, connect, open_store
 
-__all__ = ["StoreHandle", "connect", "open_store", "redact"]
+__all__ = ["StoreError", "StoreHandle", "connect", "open_store"]

@@ -3,7 +3,6 @@ with a timeout, and never print a password."""
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Any
 import psycopg
 
 from llmsla.config import Config
+from llmsla.redaction import redact, scrub, secrets_of
 
 # platformdirs warns about XDG_RUNTIME_DIR on servers without a login session; pgserver asks it
 # for a lock directory on every call. The fallback (/tmp) is fine, the noise is not.
@@ -23,14 +23,14 @@ class StoreError(RuntimeError):
     """The store cannot be reached or prepared; the message says what to do."""
 
 
-_PASSWORD_IN_URI = re.compile(r"(://[^:/@]*:)([^@]*)(@)")
-_PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-
-def redact(dsn: str) -> str:
-    """The DSN with any password replaced by ``***``, for logs and ``doctor`` output."""
-    dsn = _PASSWORD_IN_URI.sub(lambda m: m.group(1) + ("***" if m.group(2) else "") + m.group(3), dsn)
-    return _PASSWORD_KV.sub(r"\1***", dsn)
+def check_dsn(dsn: str, key: str = "store.dsn") -> None:
+    """A one-line :class:`StoreError` naming ``key`` for a DSN psycopg cannot parse; the
+    driver's message echoes the bad token (often the password), so it is scrubbed."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        reason = scrub(str(exc).strip().splitlines()[0], secrets_of(dsn))
+        raise StoreError(f"{key}: malformed DSN {redact(dsn)}: {reason}") from None
 
 
 @dataclass
@@ -41,9 +41,15 @@ class StoreHandle:
     embedded: bool
     data_dir: Path | None = None
     _server: Any = None
+    key: str = "store.dsn"  #: where the DSN came from, for messages ("store.dsn (from --dsn)")
+    timeout_s: float = 10.0  #: store.connect_timeout_s
 
     def connect(self, **kwargs: Any) -> psycopg.Connection:
-        return connect(self.dsn, **kwargs)
+        kwargs.setdefault("timeout_s", self.timeout_s)
+        try:
+            return connect(self.dsn, **kwargs)
+        except StoreError as exc:
+            raise StoreError(f"{self.key}: {exc}") from None
 
     def close(self) -> None:
         """Release the embedded server handle (pgserver stops it when the last user goes)."""
@@ -79,7 +85,11 @@ def connect(dsn: str, *, timeout_s: float = 10.0, autocommit: bool = False, **kw
             return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=max(1, int(timeout_s)), **kwargs)
         except psycopg.OperationalError as exc:
             if time.monotonic() >= deadline:
-                raise StoreError(f"cannot connect to {redact(dsn)}: {str(exc).strip()}") from None
+                reason = scrub(" ".join(str(exc).split()), secrets_of(dsn))
+                raise StoreError(f"cannot connect to {redact(dsn)}: {reason}") from None
+        except psycopg.ProgrammingError:
+            check_dsn(dsn, "DSN")
+            raise
             time.sleep(0.2)
 
 
@@ -87,7 +97,8 @@ def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, kee
     """The configured store, started if embedded and migrated unless ``migrate=False``."""
     dsn = dsn or cfg.store.dsn
     if dsn:
-        handle = StoreHandle(dsn=dsn, embedded=False)
+        check_dsn(dsn, cfg.origin("store.dsn"))
+        handle = StoreHandle(dsn=dsn, embedded=False, key=cfg.origin("store.dsn"), timeout_s=cfg.store.connect_timeout_s)
     else:
         data_dir = cfg.store_data_dir()
         uri, server = start_embedded(data_dir, keep_running=keep_running)
@@ -95,6 +106,6 @@ def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, kee
     if migrate:
         from llmsla.store.migrate import migrate as run_migrations
 
-        with connect(handle.dsn, timeout_s=cfg.store.connect_timeout_s) as conn:
+        with handle.connect() as conn:
             run_migrations(conn, cfg)
     return handle
