@@ -29,12 +29,23 @@ from prometheus_client import generate_latest
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
 from llmsla.control.router import LastReplicaError, Router, UnknownReplica
+from llmsla.events import shown_name
+from llmsla.httpkit import (
+    DEFAULT_LIMITS,
+    HttpError,
+    Limits,
+    Served,
+    parse_json_object,
+    read_body,
+    serve,
+)
 
 MAX_BODY_BYTES = 64 * 1024
 _ROUTER = web.AppKey("router", Router)
 _DISTILL = web.AppKey("distill", DistillControls)
 _AUDIT = web.AppKey("audit", AuditLog)
 _TOKEN = web.AppKey("token", str)
+_LIMITS = web.AppKey("limits", Limits)
 
 
 class _BadRequest(Exception):
@@ -57,26 +68,22 @@ def _check_auth(request: web.Request) -> None:
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not given:
         raise _BadRequest(401, "missing bearer token: send 'Authorization: Bearer <token>'")
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not hmac.compare_digest(given.encode(), token.encode()):  # exact: no stripping
         raise _BadRequest(401, "invalid bearer token")
 
 
 async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
-    raw = await request.read()
-    if not raw:
-        raise _BadRequest(400, "empty body: expected a JSON object")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _BadRequest(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _BadRequest(400, f"body must be a JSON object, got {type(body).__name__}")
+        raw = await read_body(request, max_bytes=MAX_BODY_BYTES, timeout_s=request.app[_LIMITS].body_timeout_s)
+        body = parse_json_object(raw)
+    except HttpError as exc:
+        raise _BadRequest(exc.status, exc.reason) from None
     unknown = sorted(set(body) - allowed - {"actor", "reason"})
     if unknown:
-        raise _BadRequest(400, f"unknown field(s) {unknown}; allowed: {sorted(allowed | {'actor', 'reason'})}")
+        raise _BadRequest(400, f"unknown field(s) {[shown_name(u) for u in unknown]}; allowed: {sorted(allowed | {'actor', 'reason'})}")
     for k in ("actor", "reason"):
         if k in body and not isinstance(body[k], str):
-            raise _BadRequest(400, f"{k}: expected a string, got {body[k]!r}")
+            raise _BadRequest(400, f"{k}: expected a string, got {type(body[k]).__name__}")
     return body
 
 
@@ -221,8 +228,9 @@ async def _set_schedule(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application, router: Router, distill: DistillControls, *, token: str,
-               audit: AuditLog | None = None) -> web.Application:
+               audit: AuditLog | None = None, limits: Limits = DEFAULT_LIMITS) -> web.Application:
     """Mount the control API on ``app`` (the gateway can host it next to its proxy routes)."""
+    app[_LIMITS] = limits
     app[_ROUTER] = router
     app[_DISTILL] = distill
     app[_AUDIT] = audit or distill.audit
@@ -240,15 +248,12 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     return app
 
 
-def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None) -> web.Application:
-    return add_routes(web.Application(client_max_size=MAX_BODY_BYTES), router, distill, token=token, audit=audit)
+def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None,
+             limits: Limits = DEFAULT_LIMITS) -> web.Application:
+    return add_routes(web.Application(client_max_size=MAX_BODY_BYTES), router, distill, token=token, audit=audit,
+                      limits=limits)
 
 
-async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
-    """Serve ``app``; returns the runner (``await runner.cleanup()`` stops it) and the bound port."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, bound
+async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0, limits: Limits = DEFAULT_LIMITS) -> Served:
+    """Serve ``app`` (``await served.stop()`` stops it; ``served.port`` is the bound port)."""
+    return await serve(app, host, port, limits)

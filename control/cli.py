@@ -27,22 +27,30 @@ def register(subparsers: Any) -> None:
 
 def serve(args: argparse.Namespace, cfg: Config) -> int:
     import asyncio
+    import contextlib
+    import signal
+    import sys
 
     from llmsla.cli import CliError
+    from llmsla.config import check_host, check_port
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
     from llmsla.control.router import Replica, from_config
+    from llmsla.httpkit import Limits
+    from llmsla.store import open_store
 
     upstreams = args.upstream if args.upstream is not None else cfg.gateway.upstreams
     if not upstreams:
         raise CliError("no replicas: pass --upstream URL or set gateway.upstreams")
     pool = cfg.gateway.pool
     router = from_config(cfg, [Replica(f"r{i}", pool, url=u) for i, u in enumerate(upstreams)])
-    audit = AuditLog(cfg.store.dsn)
+    host = cfg.control.host if args.host is None else check_host(args.host, "--host")
+    port = cfg.control.port if args.port is None else check_port(args.port, "--port", allow_zero=True)
+    # every change is audited in the store's action_log: the embedded PostgreSQL by default
+    store = open_store(cfg)
+    audit = AuditLog(store.dsn)
     distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
-    host = args.host or cfg.control.host
-    port = cfg.control.port if args.port is None else args.port
     if not cfg.control.token:
         print("llmsla control: control.token is empty - every write will be refused (503)")
 
@@ -51,24 +59,32 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
 
         from llmsla.control.probe import HealthProber
 
-        runner, bound = await api.start(api.make_app(router, distill, token=cfg.control.token), host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: pending audit rows are written
+            loop.add_signal_handler(sig, stop.set)
+        app = api.make_app(router, distill, token=cfg.control.token, limits=Limits.from_config(cfg))
+        served = await api.start(app, host, port, Limits.from_config(cfg))
         session = aiohttp.ClientSession()
         prober = HealthProber(router)
         prober.start(session)
-        print(f"llmsla control API on http://{host}:{bound} ({len(upstreams)} replicas, policy {router.policy})",
+        print(f"llmsla control API on {served.url} ({len(upstreams)} replicas, policy {router.policy})",
               flush=True)
         try:
             if args.duration_s > 0:
-                await asyncio.sleep(args.duration_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), args.duration_s)
             else:
-                await asyncio.Event().wait()
+                await stop.wait()
         finally:
             await prober.stop()
             await session.close()
-            await runner.cleanup()
-            audit.flush(5.0)
+            await served.stop()
+            if not audit.flush(10.0):
+                print("llmsla control: some audit rows could not be written to the store", file=sys.stderr)
             if router.shared is not None:
                 router.shared.close()
 
     asyncio.run(run())
+    store.close()
     return 0

@@ -7,6 +7,7 @@ the parent must set ``PROMETHEUS_MULTIPROC_DIR`` *before* any process imports pr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import signal
@@ -72,16 +73,22 @@ def gateway_main(args: argparse.Namespace, cfg: Any) -> int:
     return _serve_one(cfg, reuse_port=args.reuse_port, control_port=getattr(args, "control_port", None))
 
 
-async def _start_control(cfg: Any, router: Any, port: int) -> tuple[Any, Any, int]:
-    """The control API on the gateway's own router, on its own loopback listener."""
+async def _start_control(cfg: Any, router: Any, port: int) -> tuple[Any, Any, Any]:
+    """The control API on the gateway's own router, on its own loopback listener; its audit
+    rows go to the store's action_log (the embedded PostgreSQL unless store.dsn is set)."""
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
+    from llmsla.httpkit import Limits
+    from llmsla.store import open_store
 
-    audit = AuditLog(cfg.store.dsn)
+    store = await asyncio.to_thread(open_store, cfg)
+    audit = AuditLog(store.dsn)
     distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
-    runner, bound = await api.start(api.make_app(router, distill, token=cfg.control.token), cfg.control.host, port)
-    return runner, audit, bound
+    limits = Limits.from_config(cfg)
+    served = await api.start(api.make_app(router, distill, token=cfg.control.token, limits=limits),
+                             cfg.control.host, port, limits)
+    return served, audit, store
 
 
 def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -> int:
@@ -101,13 +108,15 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
         control = None
         if control_port is not None:
             control = await _start_control(cfg, gw.gateway.router, control_port)
-            print(f"llmsla gateway control API on http://{cfg.control.host}:{control[2]}", flush=True)
+            print(f"llmsla gateway control API on {control[0].url}", flush=True)
         try:
             await stop.wait()
         finally:
             if control is not None:
-                await control[0].cleanup()
-                control[1].flush(5.0)
+                served, audit, store = control
+                await served.stop()
+                audit.flush(10.0)
+                store.close()
             await gw.stop()
 
     run_loop(main())

@@ -47,9 +47,12 @@ from llmsla.config import Config
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
+from llmsla.events import MAX_STRING_CHARS, string_problem
 from llmsla.exporters.metrics import exposition
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
+from llmsla.httpkit import HttpError, Limits, Served, read_body
+from llmsla.httpkit import serve as serve_http
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -154,8 +157,11 @@ def parse_request(raw: bytes, path: str, *, max_prompt_chars: int) -> ParsedRequ
     model = body.get("model")
     if model is None:
         raise BadRequest(400, "missing_model", "missing required field 'model'", "model")
-    if not isinstance(model, str) or not model.strip() or len(model) > 256:
-        raise BadRequest(400, "invalid_model", "'model' must be a non-empty string of at most 256 characters", "model")
+    if not isinstance(model, str) or not model.strip() or len(model) > MAX_STRING_CHARS:
+        raise BadRequest(400, "invalid_model", f"'model' must be a non-empty string of at most {MAX_STRING_CHARS} characters", "model")
+    problem = string_problem(model)
+    if problem is not None:  # it would reach metric labels, the spool and the store
+        raise BadRequest(400, "invalid_model", f"'model' {problem}", "model")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest(400, "invalid_field", "'stream' must be true or false", "stream")
@@ -181,10 +187,16 @@ def parse_request(raw: bytes, path: str, *, max_prompt_chars: int) -> ParsedRequ
     if chars > max_prompt_chars:
         raise BadRequest(400, "prompt_too_long",
                          f"prompt has {chars} characters, more than the gateway limit of {max_prompt_chars}", "prompt")
-    policy = body.get("llmsla_policy")
-    if not isinstance(policy, str) or not policy or len(policy) > 64:
-        policy = names.DEFAULT_POLICY
+    policy = storable_label(body.get("llmsla_policy"))
     return ParsedRequest(body, model, stream, chars, policy)
+
+
+def storable_label(value: Any, limit: int = 64) -> str:
+    """A client- or upstream-chosen policy name as it may be recorded: a short storable string,
+    else the default (a hint, so normalised rather than refused)."""
+    if not isinstance(value, str) or not value or len(value) > limit or string_problem(value) is not None:
+        return names.DEFAULT_POLICY
+    return value
 
 
 def prompt_estimate(chars: int) -> int:
@@ -215,6 +227,8 @@ class Gateway:
         self.timeout_s = g.request_timeout_s
         self.max_in_flight = g.max_in_flight
         self.max_body = g.max_body_bytes
+        self.limits = Limits.from_config(cfg)
+        self.body_timeout_s = self.limits.body_timeout_s
         self.max_prompt_chars = g.max_prompt_chars
         self.max_concurrency = g.max_concurrency
         self.in_flight = 0
@@ -224,6 +238,7 @@ class Gateway:
         self._in_flight_gauge = self.metrics.in_flight_child(self.pool)
         self._models_cache: tuple[float, dict[str, Any]] | None = None
         self.record_errors = 0
+        self._record_error_logged = 0.0
         # keeps LADR's per-replica stats fresh between requests (an idle replica must not go
         # stale and drop out; a dead one must)
         self.prober = HealthProber(self.router)
@@ -305,27 +320,27 @@ class Gateway:
 
     async def handle_completion(self, request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter()
-        if request.content_length is not None and request.content_length > self.max_body:
-            return self._bad(BadRequest(413, "body_too_large",
-                                        f"request body of {request.content_length} bytes exceeds the limit of {self.max_body}"))
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._bad(BadRequest(413, "body_too_large", f"request body exceeds the limit of {self.max_body} bytes"))
-        try:
-            req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
-        except BadRequest as exc:
-            return self._bad(exc)
-        trace_id, traceparent = child_traceparent(request.headers.get("traceparent"))
-        arm = self.arms.assign(trace_id=trace_id, body=req.body, headers=request.headers)
-        timer = StreamTimer(arrival, streaming=req.stream)
-        if self.in_flight >= self.max_in_flight:
-            self._record(timer, trace_id, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
-            return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
-                                  code="overloaded", headers={"Retry-After": "1"})
+        # a request holds its in-flight slot from its first body byte: a client trickling its
+        # body costs a slot like any other (bounded by http.body_timeout_s)
         self.in_flight += 1
         self._in_flight_gauge.inc()
         try:
+            try:
+                raw = await read_body(request, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+            except HttpError as exc:
+                code = "body_too_large" if exc.status == 413 else "body_timeout"
+                return self._bad(BadRequest(exc.status, code, exc.reason))
+            try:
+                req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
+            except BadRequest as exc:
+                return self._bad(exc)
+            trace_id, traceparent = child_traceparent(request.headers.get("traceparent"))
+            arm = self.arms.assign(trace_id=trace_id, body=req.body, headers=request.headers)
+            timer = StreamTimer(arrival, streaming=req.stream)
+            if self.in_flight > self.max_in_flight:
+                self._record(timer, trace_id, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
+                return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
+                                      code="overloaded", headers={"Retry-After": "1"})
             return await self._proxy(request, raw, req, timer, trace_id, traceparent, arm)
         finally:
             self.in_flight -= 1
@@ -443,33 +458,46 @@ class Gateway:
                 status: str, *, end: float | None = None) -> None:
         end = time.perf_counter() if end is None else end
         policy = req.policy
-        if timer.ext and isinstance(timer.ext.get("policy"), str) and timer.ext["policy"]:
-            policy = timer.ext["policy"][:64]
+        if timer.ext and timer.ext.get("policy"):
+            policy = storable_label(timer.ext["policy"])
         try:
             ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
                              pool=self.pool, replica=replica, arm=arm, policy=policy, status=status,
                              prompt_estimate=prompt_estimate(req.prompt_chars))
             self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms)
-        except Exception:  # spool full, disk error: keep serving, but loudly
+        except Exception as exc:  # spool full, disk error: keep serving, but loudly (not per request)
             self.record_errors += 1
-            log.exception("could not record request %s", trace_id)
+            now = time.monotonic()
+            if self.record_errors == 1:
+                log.exception("could not record request %s", trace_id)
+                self._record_error_logged = now
+            elif now - self._record_error_logged >= 60.0:
+                log.error("could not record %d requests so far; latest: %s: %s", self.record_errors,
+                          type(exc).__name__, exc)
+                self._record_error_logged = now
 
 
 # -- running it ---------------------------------------------------------------------------------
 @dataclass
 class RunningGateway:
     gateway: Gateway
-    runner: web.AppRunner
-    host: str
-    port: int
+    served: Served
     spool: SpoolWriter | None
 
     @property
+    def host(self) -> str:
+        return self.served.host
+
+    @property
+    def port(self) -> int:
+        return self.served.port
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.served.url
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        await self.served.stop()
         if self.spool is not None:
             self.spool.close()
 
@@ -490,19 +518,14 @@ async def start(cfg: Config, host: str | None = None, port: int | None = None, *
     gw = Gateway(cfg, router=router, registry=registry, spool=writer, arm_assigner=arm_assigner)  # type: ignore[arg-type]
     # handler_cancellation: a client that disconnects cancels its handler, which records
     # ``cancelled`` and aborts the upstream request instead of generating for nobody.
-    runner = web.AppRunner(gw.app(), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    host = cfg.gateway.host if host is None else host
-    site = web.TCPSite(runner, host, cfg.gateway.port if port is None else port, reuse_port=reuse_port or None)
     try:
-        await site.start()
+        served = await serve_http(gw.app(), cfg.gateway.host if host is None else host,
+                                  cfg.gateway.port if port is None else port, gw.limits, reuse_port=reuse_port)
     except BaseException:
-        await runner.cleanup()
         if own is not None:
             own.close()
         raise
-    bound = runner.addresses[0][1]
-    return RunningGateway(gw, runner, host, bound, own)
+    return RunningGateway(gw, served, own)
 
 
 @contextlib.asynccontextmanager

@@ -32,6 +32,7 @@ from prometheus_client.utils import floatToGoString
 
 from llmsla import names
 from llmsla.config import Config
+from llmsla.events import string_problem
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -99,9 +100,11 @@ class LabelGuard:
     """Bounds the distinct values of each guarded label.
 
     A value is kept if it is in the label's allow-list (when one is configured) and among the
-    first ``top_n`` distinct values seen; anything else becomes ``other``. First-seen rather
-    than most-frequent: it needs no counting state, never relabels an existing series, and the
-    values that matter in a fleet (configured models/pools/arms) appear first.
+    first ``top_n`` distinct values *admitted*; anything else becomes ``other``. Only a request
+    the upstream served (``admit``: status ok) can claim a slot, so a flood of junk model names,
+    which the upstream refuses, cannot take the slots of real traffic. First-admitted rather than
+    most-frequent: it needs no counting state and never relabels an existing series. A value
+    that cannot be stored or rendered (``events.string_problem``) never gets a slot.
     """
 
     def __init__(self, top_n: int, allowed: dict[str, Iterable[str]] | None = None) -> None:
@@ -110,13 +113,15 @@ class LabelGuard:
         self._seen: dict[str, set[str]] = {}
         self._lock = threading.Lock()
 
-    def fold(self, label: str, value: str) -> tuple[str, bool]:
-        """``(value_to_export, folded)``."""
+    def fold(self, label: str, value: str, *, admit: bool = True) -> tuple[str, bool]:
+        """``(value_to_export, folded)``; ``admit``: this value may claim a free slot."""
         seen = self._seen.get(label)
         if seen is not None and value in seen:
             return value, False
         allowed = self.allowed.get(label)
         if allowed is not None and value not in allowed:
+            return names.LABEL_OVERFLOW_VALUE, True
+        if not admit or string_problem(value) is not None:
             return names.LABEL_OVERFLOW_VALUE, True
         with self._lock:
             seen = self._seen.setdefault(label, set())
@@ -180,25 +185,35 @@ class RequestMetrics:
         self.guard = LabelGuard.from_config(cfg)
         self._overflow_children = {lbl: self.overflow.labels(lbl) for lbl in labels}
         self._cache: dict[tuple[str, str, str, str], _Children] = {}
+        self._by_folded: dict[tuple[Any, ...], _Children] = {}
         self._in_flight_children: dict[str, Any] = {}
 
-    def children(self, model: str, pool: str, replica: str, arm: str) -> _Children:
-        """Labelled children for a raw label tuple (guarded, cached)."""
+    def children(self, model: str, pool: str, replica: str, arm: str, *, admit: bool = True) -> _Children:
+        """Labelled children for a raw label tuple (guarded, cached). ``admit``: the upstream
+        served this request, so its model name may claim a free slot. A tuple folded for lack of
+        admission is not cached under its raw values: its next served request may claim one."""
         key = (model, pool, replica, arm)
         ch = self._cache.get(key)
         if ch is not None:
             return ch
         folded: list[str] = []
-        overflow: list[Any] = []
+        flags: list[bool] = []
         for lbl, value in zip(names.REQUEST_LABELS, key, strict=True):
-            v, was_folded = self.guard.fold(lbl, value)
+            # only the model is the client's choice; pool, replica and arm come from our config
+            v, was_folded = self.guard.fold(lbl, value, admit=admit or lbl != names.L_MODEL)
             folded.append(v)
-            if was_folded:
-                overflow.append(self._overflow_children[lbl])
-        ch = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type]
-        if len(self._cache) >= _CACHE_MAX:
-            self._cache.clear()
-        self._cache[key] = ch
+            flags.append(was_folded)
+        overflow = [self._overflow_children[lbl] for lbl, f in zip(names.REQUEST_LABELS, flags, strict=True) if f]
+        fkey = (*folded, *flags)
+        ch = self._by_folded.get(fkey)  # type: ignore[arg-type]
+        if ch is None:
+            if len(self._by_folded) >= _CACHE_MAX:
+                self._by_folded.clear()
+            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type,index]
+        if admit or not overflow:
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[key] = ch
         return ch
 
     def bad_request(self, reason: str) -> None:
@@ -216,7 +231,7 @@ class RequestMetrics:
                 itl_gaps_s: Sequence[float] = (), itl_mean_s: float = 0.0, itl_n: int = 0) -> None:
         """Account one finished request. ITL: each raw gap when known; else the mean ``itl_n``
         times, which keeps the histogram's ``_sum`` and ``_count`` exact (simulator events)."""
-        ch = self.children(model, pool, replica, arm)
+        ch = self.children(model, pool, replica, arm, admit=status == names.STATUS_OK)
         for c in ch.overflow:
             c.inc()
         ch.status[status].inc()

@@ -31,6 +31,8 @@ from llmsla.exporters import model as lm
 from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
 from llmsla.exporters.policy_tracing import PolicyTracer
 from llmsla.exporters.temperature import SCHEDULES, PolicyParams, make_policy
+from llmsla.httpkit import Limits, Served
+from llmsla.httpkit import serve as serve_http
 
 log = logging.getLogger(__name__)
 
@@ -380,16 +382,13 @@ async def serve(cfg: Config, host: str | None = None, port: int | None = None, *
     port = cfg.worker.port if port is None else port
     worker = await asyncio.to_thread(build, cfg, registry=registry)
     worker.engine.start()
-    runner = web.AppRunner(worker.app(), handler_cancellation=True, access_log=None)
+    served: Served | None = None
     try:
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1]
-        url = f"http://{host}:{bound}"
-        yield RunningWorker(url, host, bound, worker.engine, worker.registry, worker.tracer, worker)
+        served = await serve_http(worker.app(), host, port, Limits.from_config(cfg))
+        yield RunningWorker(served.url, host, served.port, worker.engine, worker.registry, worker.tracer, worker)
     finally:
-        await runner.cleanup()
+        if served is not None:
+            await served.stop()
         await asyncio.to_thread(worker.engine.stop)
         await asyncio.to_thread(worker.tracer.shutdown)
 

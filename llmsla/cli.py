@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from llmsla.redaction import scrub
+    from llmsla.spool import SpoolError
     from llmsla.store.connection import StoreError
 
     secrets: set[str] = set()
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         secrets = config_mod.secrets(cfg)
         setup_logging(secrets)
         return int(handler(args, cfg) or 0)
-    except (CliError, config_mod.ConfigError, StoreError) as exc:
+    except (CliError, config_mod.ConfigError, StoreError, SpoolError) as exc:
         print(f"llmsla: error: {scrub(str(exc), secrets)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

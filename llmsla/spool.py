@@ -31,7 +31,11 @@ INPROGRESS = ".inprogress"
 SUFFIX = ".jsonl"
 
 
-class SpoolFullError(OSError):
+class SpoolError(OSError):
+    """The spool cannot take writes; the message says where and what to do."""
+
+
+class SpoolFullError(SpoolError):
     """The spool directory reached its byte limit; the consumer is behind or retention is off."""
 
 
@@ -94,7 +98,10 @@ class SpoolWriter:
         self.max_segment_age_s = max_segment_age_s
         self.max_total_bytes = max_total_bytes
         self.fsync = fsync
-        (self.dir / INPROGRESS).mkdir(parents=True, exist_ok=True)
+        try:
+            (self.dir / INPROGRESS).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(f"spool.dir: cannot create {self.dir / INPROGRESS}: {exc.strerror or exc}") from None
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._file: Any = None
@@ -102,6 +109,7 @@ class SpoolWriter:
         self._opened = 0.0
         self._size = 0
         self._pid = os.getpid()
+        self._tag: str | None = None
         self._used = dir_bytes(self.dir)
         self._closed = False
         self.published = 0
@@ -165,10 +173,14 @@ class SpoolWriter:
 
     # -- internals -------------------------------------------------------------------------------
     def _open_locked(self) -> None:
-        self._pid = os.getpid()
+        if os.getpid() != self._pid or self._tag is None:  # a new writer (or a forked child)
+            self._pid, self._tag = os.getpid(), uuid.uuid4().hex[:8]
+            self._seq = itertools.count()
+        # <open ms>-<host>-<pid>-<tag>-<seq>: host-pid-tag names this writer in every segment it
+        # publishes (the stream job keeps one watermark per writer), seq orders them
         name = (
             f"{time.time_ns() // 1_000_000:013d}-{socket.gethostname()}-{self._pid}-"
-            f"{uuid.uuid4().hex[:8]}-{next(self._seq):06d}{SUFFIX}"
+            f"{self._tag}-{next(self._seq):06d}{SUFFIX}"
         )
         self._path = self.dir / INPROGRESS / name
         self._file = open(self._path, "xb", buffering=1 << 16)  # noqa: SIM115 - closed on publish

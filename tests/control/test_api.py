@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
 from llmsla.control.router import Replica, Router
-from llmsla.store.connection import connect
+from llmsla.store.connection import connect, start_embedded
 from llmsla.store.migrate import migrate
 
 TOKEN = "s3cret-token"
@@ -34,8 +36,8 @@ def _setup(token: str = TOKEN, dsn: str = "") -> tuple[Router, DistillControls, 
 
 
 async def _serve(app):
-    runner, port = await api.start(app, "127.0.0.1", 0)
-    return runner, f"http://127.0.0.1:{port}"
+    served = await api.start(app, "127.0.0.1", 0)
+    return served, served.url
 
 
 def _run(coro):
@@ -50,7 +52,8 @@ def test_writes_need_the_bearer_token():
             async with aiohttp.ClientSession() as s:
                 url = f"{base}/v1/replicas/r0/weight"
                 for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
-                                {"Authorization": "Bearer"}):
+                                {"Authorization": "Bearer"}, {"Authorization": f"Bearer \t{TOKEN}"},
+                                {"Authorization": f"Bearer  {TOKEN}"}):  # compared exactly, never stripped
                     async with s.post(url, json={"weight": 0.5}, headers=headers) as resp:
                         assert resp.status == 401, headers
                         assert resp.headers["WWW-Authenticate"] == "Bearer"
@@ -61,7 +64,7 @@ def test_writes_need_the_bearer_token():
                 async with s.get(f"{base}/v1/state") as resp:  # reads are open (loopback only)
                     assert resp.status == 200
         finally:
-            await runner.cleanup()
+            await runner.stop()
 
     _run(main())
 
@@ -78,7 +81,7 @@ def test_empty_token_refuses_every_write():
                         assert "control.token is empty" in (await resp.json())["error"]
             assert not router.is_drained("r0")
         finally:
-            await runner.cleanup()
+            await runner.stop()
 
     _run(main())
 
@@ -94,6 +97,9 @@ def test_bad_requests_get_4xx_with_a_reason():
             ("/v1/replicas/r0/weight", {"weight": "heavy"}, 400, "weight"),
             ("/v1/replicas/r0/weight", {"weight": -2}, 400, "weight"),
             ("/v1/replicas/r0/weight", b'{"weight": NaN}', 400, "finite"),
+            ("/v1/replicas/r0/weight", b'{"weight": ' + b"9" * 400 + b"}", 400, "64-bit range"),
+            ("/v1/router/params", b'{"alpha": ' + b"1" * 30 + b"}", 400, "64-bit range"),
+            ("/v1/replicas/r0/weight", b'{"weight": 1e400}', 400, "finite"),
             ("/v1/replicas/r0/weight", {"weigth": 1}, 400, "unknown field"),
             ("/v1/replicas/r0/weight", {"weight": 1, "actor": 7}, 400, "actor"),
             ("/v1/replicas/nope/weight", {"weight": 1}, 404, "unknown replica"),
@@ -128,7 +134,7 @@ def test_bad_requests_get_4xx_with_a_reason():
             assert all(x["weight"] == 1.0 for x in snap["pools"]["default"])
             assert distill.student_share_pct("default") == 0
         finally:
-            await runner.cleanup()
+            await runner.stop()
 
     _run(main())
 
@@ -167,7 +173,7 @@ def test_state_changes_are_visible_and_audited_in_the_store(pg_dsn):
                 async with s.get(base + "/v1/audit?n=3") as resp:
                     audit_tail = (await resp.json())["records"]
         finally:
-            await runner.cleanup()
+            await runner.stop()
         return state, metrics, audit_tail, distill
 
     state, metrics, audit_tail, distill = _run(main())
@@ -206,8 +212,11 @@ def test_state_changes_are_visible_and_audited_in_the_store(pg_dsn):
 
 def test_cli_serve_binds_loopback_and_answers(tmp_path, redis_service):
     port = services.free_port()
+    pg_root = Path(tempfile.mkdtemp(prefix="llmsla-test-ctl-pg-"))  # outside pytest's 0700 tmp tree
     env = {**os.environ, "LLMSLA_CONTROL_TOKEN": TOKEN, "LLMSLA_CONTROL_PORT": str(port),
-           "LLMSLA_CONTROL_REDIS_URL": redis_service.extra["url"]}
+           "LLMSLA_CONTROL_REDIS_URL": redis_service.extra["url"],
+           "LLMSLA_STORE_DATA_DIR": str(pg_root / "pg")}  # the default: the embedded store
+    env.pop("LLMSLA_DSN", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmsla.cli", "control", "serve", "--upstream", "http://127.0.0.1:9101",
          "--upstream", "http://127.0.0.1:9102", "--duration-s", "20"],
@@ -230,7 +239,18 @@ def test_cli_serve_binds_loopback_and_answers(tmp_path, redis_service):
         assert f"0100007F:{port:04X}" in listeners
         assert not any(addr.endswith(f":{port:04X}") and addr != f"0100007F:{port:04X}" for addr in listeners)
         assert config_mod.load(env={}).control.host == "127.0.0.1"
+        proc.terminate()  # SIGTERM: a clean stop writes the pending audit rows
+        assert proc.wait(timeout=30) == 0
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert "control API on http://127.0.0.1:" in proc.stdout.read()
+    dsn, server = start_embedded(pg_root / "pg", keep_running=False)
+    try:
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(f"SELECT action, target, outcome FROM {names.T_ACTION_LOG}").fetchall()
+        assert rows == [("drain", "r0", "applied")]
+    finally:
+        server.cleanup()
+        shutil.rmtree(pg_root, ignore_errors=True)

@@ -74,13 +74,13 @@ def test_request_metrics_render_like_generate_latest(tmp_path: Path) -> None:
         rec.record(_event(i), itl_gaps_ms=[10.0, 20.0 + i, 3000.0 * i])
     # label values that need escaping, and unicode
     for model in ('we"ird', "back\\slash", "new\nline", "modèle-é"):
-        rec.record(_event(1, model=model), itl_gaps_ms=[1.0])
+        rec.record(_event(1, model=model, status=names.STATUS_OK), itl_gaps_ms=[1.0])  # served: admitted
     rec.metrics.bad_request("invalid_json")
     rec.metrics.in_flight_child("p").inc(3)
     _assert_equivalent(reg)
     # the prefix cache must follow value changes and new children
     for i in range(60, 90):
-        rec.record(_event(i, model="late"), itl_gaps_ms=[5.0] * 40)
+        rec.record(_event(i, model="late", status=names.STATUS_OK), itl_gaps_ms=[5.0] * 40)
     fast = _assert_equivalent(reg)
     assert 'model="late"' in fast
     assert 'model="we\\"ird"' in fast and 'model="new\\nline"' in fast

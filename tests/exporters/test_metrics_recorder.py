@@ -208,3 +208,18 @@ def test_bulk_histogram_observation_equals_observe() -> None:
     assert got.keys() == want.keys()
     for k, v in want.items():
         assert math.isclose(got[k], v, rel_tol=1e-9), k
+
+
+def test_only_served_models_claim_label_slots_and_unrenderable_values_never_do() -> None:
+    from llmsla.exporters.metrics import LabelGuard
+
+    guard = LabelGuard(top_n=2)
+    other = names.LABEL_OVERFLOW_VALUE
+    for i in range(1000):  # a flood the upstream refused
+        assert guard.fold(names.L_MODEL, f"junk-{i}", admit=False) == (other, True)
+    assert guard.fold(names.L_MODEL, "real", admit=True) == ("real", False)
+    assert guard.fold(names.L_MODEL, "real", admit=False) == ("real", False)  # once admitted, kept
+    for bad in ("x\x00y", "\ud800"):
+        assert guard.fold(names.L_MODEL, bad, admit=True) == (other, True)
+    assert guard.fold(names.L_MODEL, "second", admit=True) == ("second", False)
+    assert guard.fold(names.L_MODEL, "third", admit=True) == (other, True)  # top_n reached

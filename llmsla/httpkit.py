@@ -1,0 +1,228 @@
+"""The HTTP kit every llmsla server uses: one way to listen, to bound slow or numerous clients,
+and to read a request body.
+
+aiohttp alone leaves three doors open that a hostile or broken client walks through: a
+connection that sends its request head a byte at a time is kept as long as aiohttp's keep-alive
+timeout (an hour by default), the number of connections is unbounded, and a body can be
+trickled forever. :func:`serve` closes them for every server (gateway, worker, control API,
+receiver, exporters): the request line and headers must arrive within ``header_timeout_s`` of
+their first byte (and a new connection must send one within that time), at most
+``max_connections`` are open (the next ones get a bare 503 and are closed), and idle keep-alive
+connections close after ``keepalive_timeout_s``. :func:`read_body` bounds the body by size and
+by time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+
+log = logging.getLogger(__name__)
+
+#: After answering a request whose body was not read (413, 408), aiohttp keeps reading and
+#: discarding for this long so the client sees the answer rather than a reset (its default, 10 s,
+#: would let a trickling client keep the socket).
+LINGER_S = 2.0
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long and how many: the slow-client bounds of one server (config ``[http]``)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
+    max_connections: int = 4096
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Limits:
+        h = cfg.http
+        return cls(h.header_timeout_s, h.body_timeout_s, h.keepalive_timeout_s, h.max_connections)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class HttpError(Exception):
+    """A client error found while reading a request: status and a reason for the body."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
+    """The whole body, or :class:`HttpError` 413 (too large) / 408 (not sent within
+    ``timeout_s``): a client that trickles its body must not hold a slot forever."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise HttpError(413, f"request body of {request.content_length} bytes exceeds the limit of {max_bytes}")
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise HttpError(413, f"request body exceeds the limit of {max_bytes} bytes") from None
+    except TimeoutError:
+        raise HttpError(408, f"request body not received within {timeout_s:g} s") from None
+
+
+_INT_LIMIT = 2**63
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if not -_INT_LIMIT <= value < _INT_LIMIT:
+        raise ValueError(f"integer {text[:20]}{'...' if len(text) > 20 else ''} is out of the 64-bit range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite JSON number")
+
+
+def parse_json_object(raw: bytes, *, what: str = "body") -> dict[str, Any]:
+    """A JSON object, or :class:`HttpError` 400 saying why. Integers beyond 64 bits and the
+    non-standard ``NaN``/``Infinity`` are refused here, so no handler meets an int that
+    overflows a float or a number that is not finite."""
+    if not raw.strip():
+        raise HttpError(400, f"empty {what}: expected a JSON object")
+    try:
+        value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise HttpError(400, f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise HttpError(400, f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+class _Guard:
+    """Connection accounting shared by the handlers of one server."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.open = 0
+        self.refused = 0  # connections turned away at the bound
+        self.timed_out = 0  # connections closed for an incomplete request head
+        self.malformed = 0  # requests aiohttp's parser rejected (400)
+
+
+class _GuardedHandler(RequestHandler):
+    """aiohttp's protocol plus a deadline on each request head and the connection bound.
+
+    A head is complete when aiohttp's parser has produced a message (its request count moved);
+    the deadline starts when the connection opens and when the first byte of a later head
+    arrives, and closes the connection if that head is still incomplete when it fires."""
+
+    def __init__(self, manager: web.Server, *, guard: _Guard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._admitted = False
+        self._heads = 0  # complete heads seen, to tell "a new head started" from "body bytes"
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        if guard.open >= guard.limits.max_connections:
+            guard.refused += 1
+            transport.write(_BUSY)  # type: ignore[attr-defined]
+            transport.close()
+            return
+        guard.open += 1
+        self._admitted = True
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        count = self._request_count
+        if count != self._heads:  # the head (or several pipelined ones) is complete
+            self._heads = count
+            self._disarm()
+        elif self._head_timer is None and not self._request_in_progress:
+            self._arm()  # first bytes of the next head on a kept-alive connection
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        if self._admitted:
+            self._admitted = False
+            self._guard.open -= 1
+            super().connection_lost(exc)
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """A client's malformed bytes are its problem: one DEBUG line, not an ERROR traceback
+        per request (log flooding); anything else (a handler's bug) keeps aiohttp's ERROR."""
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            self._guard.malformed += 1
+            log.debug("malformed request: %s", exc)
+            return
+        super().log_exception(*args, **kwargs)
+
+    def _arm(self) -> None:
+        self._head_timer = self._loop.call_later(self._guard.limits.header_timeout_s, self._expire, self._heads)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _expire(self, heads: int) -> None:
+        self._head_timer = None
+        if self._request_count == heads and not self._request_in_progress:
+            self._guard.timed_out += 1
+            if self.transport is not None:
+                self.transport.close()
+
+
+@dataclass
+class Served:
+    """A running server: where it listens and how to stop it."""
+
+    runner: web.AppRunner
+    server: asyncio.AbstractServer
+    host: str
+    port: int
+    guard: _Guard
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        self.server.close()
+        await self.runner.cleanup()
+
+
+async def serve(app: web.Application, host: str, port: int, limits: Limits = DEFAULT_LIMITS, *,
+                reuse_port: bool = False, handler_cancellation: bool = True,
+                on_listening: Callable[[int], None] | None = None) -> Served:
+    """Listen on ``host:port`` (0 = a free port) with the slow-client bounds of ``limits``."""
+    runner = web.AppRunner(app, handler_cancellation=handler_cancellation, access_log=None)
+    await runner.setup()
+    server = runner.server
+    assert server is not None
+    guard = _Guard(limits)
+    loop = asyncio.get_running_loop()
+    def factory() -> _GuardedHandler:
+        return _GuardedHandler(server, guard=guard, loop=loop, keepalive_timeout=limits.keepalive_timeout_s,
+                               lingering_time=LINGER_S, access_log=None)  # type: ignore[arg-type]
+
+    try:
+        srv = await loop.create_server(factory, host, port, reuse_port=reuse_port or None, backlog=1024)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sock = srv.sockets[0]
+    bound = sock.getsockname()[1]
+    if on_listening is not None:
+        on_listening(bound)
+    return Served(runner, srv, host, bound, guard)
