@@ -41,10 +41,12 @@ def register(subparsers: Any) -> None:
 
 
 def _apply(args: argparse.Namespace, cfg: Any) -> None:
+    from llmsla.config import check_host, check_port
+
     if args.host is not None:
-        cfg.gateway.host = args.host
+        cfg.gateway.host = check_host(args.host, "--host")
     if args.port is not None:
-        cfg.gateway.port = args.port
+        cfg.gateway.port = check_port(args.port, "--port", allow_zero=True)
     if args.upstream:
         cfg.gateway.upstreams = list(args.upstream)
     if args.pool:
@@ -206,13 +208,14 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
     from prometheus_client import CollectorRegistry
 
     from llmsla import names
+    from llmsla.config import check_host, check_port
     from llmsla.exporters.gpu import GpuCollector
     from llmsla.spool import SpoolWriter
 
     if args.host is not None:
-        cfg.gpu.host = args.host
+        cfg.gpu.host = check_host(args.host, "--host")
     if args.port is not None:
-        cfg.gpu.port = args.port
+        cfg.gpu.port = check_port(args.port, "--port", allow_zero=True)
     registry = CollectorRegistry()  # this exporter shows the GPU series and nothing else
     if args.once:
         col = GpuCollector(cfg, registry=registry)
@@ -225,6 +228,7 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
     from aiohttp import web
 
     from llmsla.exporters.metrics import exposition
+    from llmsla.httpkit import Limits, serve
 
     spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_GPU, max_segment_age_s=cfg.spool.segment_max_age_s)
     col = GpuCollector(cfg, registry=registry, spool=spool)
@@ -242,14 +246,12 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
             loop.add_signal_handler(sig, stop.set)
         app = web.Application()
         app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, cfg.gpu.host, cfg.gpu.port).start()
-        print(f"llmsla gpu listening on http://{cfg.gpu.host}:{runner.addresses[0][1]}/metrics", flush=True)
+        served = await serve(app, cfg.gpu.host, cfg.gpu.port, Limits.from_config(cfg))
+        print(f"llmsla gpu listening on {served.url}/metrics", flush=True)
         try:
             await col.run(stop)
         finally:
-            await runner.cleanup()
+            await served.stop()
             spool.close()
 
     asyncio.run(main())

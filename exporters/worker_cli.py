@@ -28,6 +28,7 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
     import signal
 
     from llmsla.cli import CliError
+    from llmsla.config import check_host, check_port
     from llmsla.exporters.temperature import SCHEDULES
     from llmsla.exporters.worker import serve
 
@@ -39,8 +40,10 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
             setattr(w, key, value)
     if w.max_batch < 1:
         raise CliError(f"--max-batch must be >= 1, got {w.max_batch}")
-    if w.port < 0 or w.port > 65535:
-        raise CliError(f"--port must be 0..65535, got {w.port}")
+    if args.host is not None:
+        check_host(w.host, "--host")
+    if args.port is not None:
+        check_port(w.port, "--port", allow_zero=True)
     if w.policy not in SCHEDULES:
         raise CliError(f"--policy must be one of {', '.join(SCHEDULES)}, got {w.policy!r}")
 

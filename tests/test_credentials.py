@@ -118,3 +118,12 @@ def test_bind_addresses_and_ports_are_validated(tmp_path: Path) -> None:
         assert out.returncode == 2 and message in out.stderr, (text, out.stderr)
     out = llmsla("config", "check", env={"LLMSLA_GATEWAY_HOST": "::1", "LLMSLA_CONTROL_HOST": "gw-1.example"})
     assert out.returncode == 0, out.stderr
+    for args, message in (
+        (("gateway", "--host", "", "--upstream", "http://127.0.0.1:9"), "--host: empty listen address"),
+        (("gateway", "--port", "99999", "--upstream", "http://127.0.0.1:9"), "--port: port must be 0..65535"),
+        (("worker", "--host", "a b"), "--host: 'a b' is neither"),
+        (("control", "serve", "--port", "70000", "--upstream", "http://127.0.0.1:9"), "--port: port must be"),
+        (("gpu", "--host", ""), "--host: empty listen address"),
+    ):
+        out = llmsla(*args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
