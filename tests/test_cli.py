@@ -78,3 +78,12 @@ def test_spool_check_reports_file_and_line(tmp_path: Path) -> None:
     out = llmsla("spool", "check", env={"LLMSLA_SPOOL_DIR": str(tmp_path / "spool")})
     assert out.returncode == 1
     assert "0000000000001-h-1-a-000000.jsonl:1: RequestEvent.ts_ms: missing" in out.stdout
+
+
+def test_unwritable_spool_dir_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = llmsla("gateway", "--port", "0", "--upstream", "http://127.0.0.1:9",
+                 env={"LLMSLA_SPOOL_DIR": str(blocker / "spool")})
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"llmsla: error: spool.dir: cannot create {blocker}/spool/requests/.inprogress: Not a directory"
