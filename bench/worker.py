@@ -41,7 +41,7 @@ def engine_tokens_per_second(cfg: config_mod.Config, batch: int, max_tokens: int
     from llmsla.exporters import model as lm
     from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
     from llmsla.exporters.policy_tracing import PolicyTracer
-    from llmsla.exporters.temperature import PolicyParams, make_policy
+    from llmsla.temperature import PolicyParams, make_policy
 
     reg = CollectorRegistry()
     tracer = PolicyTracer(cfg, registry=reg) if traced else None
@@ -84,7 +84,7 @@ def decision_overhead(cfg: config_mod.Config, n: int) -> list[dict]:
     from prometheus_client import CollectorRegistry
 
     from llmsla.exporters.policy_tracing import PolicyTracer
-    from llmsla.exporters.temperature import PolicyParams, make_policy
+    from llmsla.temperature import PolicyParams, make_policy
 
     tracer = PolicyTracer(cfg, registry=CollectorRegistry())
     root = tracer.request_span({})

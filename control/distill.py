@@ -24,8 +24,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from llmsla import names
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_CLAMPED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.metrics import DistillMetrics
+from llmsla.temperature import SCHEDULES, PolicyParams
 
 STUDENT = "student"
 TEACHER = "teacher"
@@ -45,9 +47,9 @@ class UnknownPool(LookupError):
 
 @dataclass
 class Schedule:
-    """Temperature schedule in force: a name of ``exporters.temperature.SCHEDULES`` and params."""
+    """Temperature schedule in force: a name of ``llmsla.temperature.SCHEDULES`` and params."""
 
-    name: str = "constant"
+    name: str = names.DEFAULT_POLICY
     params: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,10 +58,6 @@ class Schedule:
 
 def validate_schedule(name: Any, params: Any) -> Schedule:
     """A normalised schedule (all params filled in), or ValueError naming the bad field."""
-    # The temperature policy owns what a valid schedule is; imported here (not at module top) so
-    # control does not import exporters at load time (exporters depends on control, not back).
-    from llmsla.exporters.temperature import SCHEDULES, PolicyParams
-
     if not isinstance(name, str) or name not in SCHEDULES:
         raise ValueError(f"schedule.name: must be one of {', '.join(SCHEDULES)}, got {name!r}")
     if params is None:
@@ -88,7 +86,7 @@ def validate_schedule(name: Any, params: Any) -> Schedule:
 @dataclass
 class PoolControls:
     student_share_pct: float = 0.0
-    schedule: Schedule = field(default_factory=lambda: validate_schedule("constant", {}))
+    schedule: Schedule = field(default_factory=lambda: validate_schedule(names.DEFAULT_POLICY, {}))
 
 
 def key_point(pool: str, key: str) -> int:
@@ -172,7 +170,7 @@ class DistillControls:
 
     def schedule(self, pool: str) -> Schedule:
         pc = self._pools.get(pool)
-        return pc.schedule if pc else validate_schedule("constant", {})
+        return pc.schedule if pc else validate_schedule(names.DEFAULT_POLICY, {})
 
     def role_for(self, pool: str, key: str) -> str:
         """``student`` or ``teacher`` for this request key (deterministic, see module doc)."""

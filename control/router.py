@@ -47,10 +47,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from llmsla import names
 from llmsla.control.metrics import RouterMetrics
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # step of the systematic sampling sequence
-POLICIES: tuple[str, ...] = ("round_robin", "least_outstanding", "p2c", "ladr")
+POLICIES: tuple[str, ...] = names.ROUTE_POLICIES
 ROLES: tuple[str, ...] = ("teacher", "student", "")
 
 #: Tunables accepted by ``Router(**params)`` and :meth:`Router.set_params`, with defaults.

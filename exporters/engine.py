@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from llmsla import names
 from llmsla.exporters import model as lm
 from llmsla.exporters.policy_tracing import PolicyTracer
-from llmsla.exporters.temperature import Policy, entropy_nats
+from llmsla.temperature import Policy
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,14 @@ GREEDY_T = 1e-5  # at or below this temperature, sampling is argmax
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+
+
+def entropy_nats(logits: Any) -> Any:
+    """Entropy (nats) of softmax(logits) along the last axis, for a (B, V) torch tensor -> (B,)."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
 
 
 @dataclass(eq=False)

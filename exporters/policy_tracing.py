@@ -41,8 +41,8 @@ from llmsla.events import (
     PolicyEvent,
     _check_number,  # the contract's own per-field check, reused on the hot path
 )
-from llmsla.exporters.temperature import Decision
 from llmsla.spool import SpoolWriter
+from llmsla.temperature import Decision
 
 log = logging.getLogger(__name__)
 

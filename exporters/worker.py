@@ -30,9 +30,9 @@ from llmsla.config import Config
 from llmsla.exporters import model as lm
 from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
 from llmsla.exporters.policy_tracing import PolicyTracer
-from llmsla.exporters.temperature import SCHEDULES, PolicyParams, make_policy
 from llmsla.httpkit import Limits, Served
 from llmsla.httpkit import serve as serve_http
+from llmsla.temperature import SCHEDULES, PolicyParams, make_policy
 
 log = logging.getLogger(__name__)
 

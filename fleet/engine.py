@@ -81,7 +81,7 @@ class SimConfig:
     gpu_interval_s: float = 5.0  # GPU samples (gpu.interval_s); 0 = off
     student_share: float | None = None  # share of requests asking for role "student"
     arm: str = names.DEFAULT_ARM
-    temperature_policy: str = "static"  # RequestEvent.policy
+    temperature_policy: str = names.DEFAULT_POLICY  # RequestEvent.policy
     node: str = "sim"  # GPU node name prefix (8 GPUs per node)
 
 

@@ -62,8 +62,11 @@ LABEL_OVERFLOW = "llmsla_label_overflow"  # counter, label=label name; llmsla_la
 GATEWAY_BAD_REQUESTS = "llmsla_gateway_bad_requests"  # counter, label reason; 4xx before dispatch
 #: ``RequestEvent.replica`` of a request that never reached a replica (429, no replica available).
 NO_REPLICA = "none"
-#: ``RequestEvent.policy`` when neither the request nor the upstream names a temperature policy.
-DEFAULT_POLICY = "default"
+#: Temperature schedules (``llmsla.temperature`` implements them); the first is the default:
+#: the worker's ``worker.policy``, a pool's schedule and ``RequestEvent.policy`` when neither the
+#: request nor the upstream names one.
+SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine", "exponential", "entropy")
+DEFAULT_POLICY = SCHEDULES[0]
 TOKEN_KIND_PROMPT = "prompt"
 TOKEN_KIND_OUTPUT = "output"
 
@@ -103,6 +106,8 @@ WORKER_FIRST_TOKEN_SECONDS = "llmsla_worker_first_token_seconds"
 WORKER_REQUEST_SPAN_NAME = "llmsla.worker.request"
 
 # --- router and distillation controls (control) -------------------------------------------------
+#: Router policies (``llmsla.control.router``); config and the control API validate against it.
+ROUTE_POLICIES: tuple[str, ...] = ("round_robin", "least_outstanding", "p2c", "ladr")
 ROUTER_PICKS = "llmsla_router_picks"  # counter; llmsla_router_picks_total
 ROUTER_SCORE = "llmsla_router_score"
 ROUTER_WEIGHT = "llmsla_router_weight"

@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 from llmsla import names
 from llmsla.events import PolicyEvent
 from llmsla.exporters.policy_tracing import REQUEST_SPAN_NAME, PolicyTracer, SpoolPolicyExporter
-from llmsla.exporters.temperature import Decision
 from llmsla.exporters.worker import WorkerThread
 from llmsla.spool import BadLine, SpoolWriter, published_segments, read_segment
+from llmsla.temperature import Decision
 
 from ._worker_util import MODEL, metric_samples, post, worker_cfg
 

@@ -4,8 +4,11 @@ A policy is a small stateful object per request: ``decide(step, entropy)`` retur
 :class:`Decision` (temperature, action, trigger). Schedules are closed forms of the decode step,
 bounded by ``[t_min, t_max]``; the entropy-adaptive policy is a bounded multiplicative controller
 on the entropy of the model's next-token distribution. Pure Python on floats so that one decision
-costs about a microsecond; the caller computes entropies for a whole batch in one tensor op
-(:func:`entropy_nats`) and only for policies that ask for it (``needs_entropy``).
+costs about a microsecond; the caller (the worker's engine) computes entropies for a whole batch
+in one tensor op and only for policies that ask for it (``needs_entropy``).
+
+Core, not a component: the worker applies these policies, the control plane validates a pool's
+schedule against them and the gateway names them, so all three share this one vocabulary.
 
 Actions (``events.POLICY_ACTIONS``): ``set`` for the first decision of a request, then ``raise``,
 ``lower`` or ``hold`` relative to the previous temperature. Triggers say why: ``schedule`` for
@@ -16,11 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from llmsla import names
 from llmsla.events import POLICY_ACTIONS
 
-SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine", "exponential", "entropy")
+#: The temperature schedules a pool can run; the first is the default everywhere (the worker's
+#: ``worker.policy``, a pool's schedule, ``RequestEvent.policy`` when nothing else is named).
+SCHEDULES: tuple[str, ...] = names.SCHEDULES
 #: Relative change below which two temperatures count as the same (action ``hold``).
 _EPS = 1e-9
 
@@ -182,11 +187,3 @@ def make_policy(name: str, params: PolicyParams, policy_id: str | None = None) -
     except KeyError:
         raise ValueError(f"unknown temperature policy {name!r}; expected one of {', '.join(SCHEDULES)}") from None
     return cls(params, policy_id)
-
-
-def entropy_nats(logits: Any) -> Any:
-    """Entropy (nats) of softmax(logits) along the last axis, for a (B, V) torch tensor -> (B,)."""
-    import torch
-
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)

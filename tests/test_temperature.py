@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsla.events import POLICY_ACTIONS
-from llmsla.exporters.temperature import (
+from llmsla.exporters.engine import entropy_nats  # the worker computes entropies with torch
+from llmsla.temperature import (
     SCHEDULES,
     Decision,
     PolicyParams,
-    entropy_nats,
     make_policy,
 )
 
