@@ -462,8 +462,8 @@ def bench_scrape(label_sets: int, scrapes: int) -> list[dict]:
 
 # -- 4. worker throughput -------------------------------------------------------------------------
 def bench_worker(max_tokens: int, rounds: int) -> list[dict]:
-    from llmsla.exporters.worker import WorkerThread
-    from llmsla.exporters.worker_load import measure_tokens_per_second
+    from llmsla.worker.load import measure_tokens_per_second
+    from llmsla.worker.server import WorkerThread
 
     cfg = config_mod.load(env={})
     cfg.spool.dir = tempfile.mkdtemp(prefix="llmsla-bench-")

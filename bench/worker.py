@@ -22,8 +22,8 @@ from llmsla import config as config_mod  # noqa: E402
 
 
 def http_tokens_per_second(cfg: config_mod.Config, batches: list[int], max_tokens: int, rounds: int) -> list[dict]:
-    from llmsla.exporters.worker import WorkerThread
-    from llmsla.exporters.worker_load import measure_tokens_per_second
+    from llmsla.worker.load import measure_tokens_per_second
+    from llmsla.worker.server import WorkerThread
 
     rows = []
     with WorkerThread(cfg) as wt:
@@ -38,10 +38,10 @@ def engine_tokens_per_second(cfg: config_mod.Config, batch: int, max_tokens: int
     """The engine alone (no HTTP), with or without decision tracing: what tracing costs a step."""
     from prometheus_client import CollectorRegistry
 
-    from llmsla.exporters import model as lm
-    from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
     from llmsla.exporters.policy_tracing import PolicyTracer
     from llmsla.temperature import PolicyParams, make_policy
+    from llmsla.worker import model as lm
+    from llmsla.worker.engine import Engine, GenRequest, WorkerMetrics
 
     reg = CollectorRegistry()
     tracer = PolicyTracer(cfg, registry=reg) if traced else None

@@ -25,7 +25,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.demo:register",
     "llmsla.admin:register",
     "llmsla.exporters.cli:register",
-    "llmsla.exporters.worker_cli:register",
+    "llmsla.worker.cli:register",
     "llmsla.streaming.cli:register",
     "llmsla.control.cli:register",
     "llmsla.fleet.cli:register",

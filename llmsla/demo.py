@@ -74,7 +74,7 @@ def stage_live(ctx: DemoContext) -> str:
 
     from llmsla import names, services
     from llmsla.exporters import gateway
-    from llmsla.exporters.worker import WorkerThread
+    from llmsla.worker.server import WorkerThread
 
     try:
         services.find_binary("prometheus")

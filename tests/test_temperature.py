@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsla.events import POLICY_ACTIONS
-from llmsla.exporters.engine import entropy_nats  # the worker computes entropies with torch
 from llmsla.temperature import (
     SCHEDULES,
     Decision,
     PolicyParams,
     make_policy,
 )
+from llmsla.worker.engine import entropy_nats  # the worker computes entropies with torch
 
 
 def run(name: str, params: PolicyParams, steps: int, entropies=None) -> list[Decision]:

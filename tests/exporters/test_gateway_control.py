@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 from llmsla import services
-from llmsla.exporters.worker import WorkerThread
+from llmsla.worker.server import WorkerThread
 
 TOKEN = "test-token-123"
 

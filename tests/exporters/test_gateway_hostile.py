@@ -28,9 +28,9 @@ from llmsla import config as config_mod
 from llmsla import httpkit, names
 from llmsla.events import RequestEvent
 from llmsla.exporters import gateway as gw_mod
-from llmsla.exporters import worker as worker_mod
 from llmsla.spool import BadLine, published_segments, read_segment
-from tests.exporters._worker_util import MODEL, worker_cfg
+from llmsla.worker import server as worker_mod
+from tests.worker._worker_util import MODEL, worker_cfg
 
 
 def _cfg(tmp_path: Path, **http: Any) -> config_mod.Config:

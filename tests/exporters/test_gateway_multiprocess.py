@@ -15,9 +15,9 @@ import aiohttp
 
 from llmsla import config as config_mod
 from llmsla import names
-from llmsla.exporters.worker import WorkerThread
 from llmsla.services import free_port
 from llmsla.spool import published_segments, read_segment
+from llmsla.worker.server import WorkerThread
 
 N = 200
 

@@ -26,8 +26,8 @@ from prometheus_client import CollectorRegistry
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.exporters import gateway as gw_mod
-from llmsla.exporters.worker import WorkerThread
 from llmsla.spool import published_segments, read_segment
+from llmsla.worker.server import WorkerThread
 
 N_REQUESTS = 2500
 CONCURRENCY = 32

@@ -17,11 +17,10 @@ from prometheus_client import CollectorRegistry
 from llmsla import names
 from llmsla.events import PolicyEvent
 from llmsla.exporters.policy_tracing import REQUEST_SPAN_NAME, PolicyTracer, SpoolPolicyExporter
-from llmsla.exporters.worker import WorkerThread
 from llmsla.spool import BadLine, SpoolWriter, published_segments, read_segment
 from llmsla.temperature import Decision
-
-from ._worker_util import MODEL, metric_samples, post, worker_cfg
+from llmsla.worker.server import WorkerThread
+from tests.worker._worker_util import MODEL, metric_samples, post, worker_cfg
 
 
 def read_policy_events(spool_dir: str) -> list[PolicyEvent]:

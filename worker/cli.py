@@ -29,8 +29,8 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
 
     from llmsla.cli import CliError
     from llmsla.config import check_host, check_port
-    from llmsla.exporters.worker import serve
     from llmsla.temperature import SCHEDULES
+    from llmsla.worker.server import serve
 
     w = cfg.worker
     for attr, key in (("host", "host"), ("port", "port"), ("model", "model"), ("max_batch", "max_batch"),

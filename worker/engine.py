@@ -28,9 +28,9 @@ import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from llmsla import names
-from llmsla.exporters import model as lm
 from llmsla.exporters.policy_tracing import PolicyTracer
 from llmsla.temperature import Policy
+from llmsla.worker import model as lm
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Why it exists: every test and demo of llmsla should see real inference — a real queue, real
 continuous batching and real per-token timing — rather than ``sleep``. The model and the batching
-live in :mod:`llmsla.exporters.engine`; this module validates requests (4xx with a reason, never a
+live in :mod:`llmsla.worker.engine`; this module validates requests (4xx with a reason, never a
 500 for client mistakes), streams tokens as SSE and adds the worker timing extension
 (``"llmsla": {...}``, see docs/worker.md) that the gateway's tests compare against.
 
@@ -27,12 +27,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from llmsla.config import Config
-from llmsla.exporters import model as lm
-from llmsla.exporters.engine import Engine, GenRequest, WorkerMetrics
 from llmsla.exporters.policy_tracing import PolicyTracer
 from llmsla.httpkit import Limits, Served
 from llmsla.httpkit import serve as serve_http
 from llmsla.temperature import SCHEDULES, PolicyParams, make_policy
+from llmsla.worker import model as lm
+from llmsla.worker.engine import Engine, GenRequest, WorkerMetrics
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from llmsla.exporters import model as lm
+from llmsla.worker import model as lm
 
 SPEC = lm.ModelSpec(max_ctx=96)
 
@@ -52,7 +52,7 @@ def test_training_is_deterministic_and_lowers_loss() -> None:
     spec = lm.ModelSpec(max_ctx=160)
     a, b = lm.build_model(0, train_steps=3, spec=spec), lm.build_model(0, train_steps=3, spec=spec)
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
-    from llmsla.exporters.corpus import TEXT
+    from llmsla.worker.corpus import TEXT
 
     data = torch.tensor([list(TEXT.encode()[:129])])
     untrained = lm.build_model(0, spec=spec)

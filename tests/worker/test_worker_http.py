@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from llmsla import names
-from llmsla.exporters import model as lm
-from llmsla.exporters.worker import WorkerThread
+from llmsla.worker import model as lm
+from llmsla.worker.server import WorkerThread
 
 from ._worker_util import MODEL, metric_samples, parse_sse, post, worker_cfg
 
@@ -291,7 +291,7 @@ def test_cli_worker_serves_and_stops_cleanly(tmp_path: Path) -> None:
 
 
 def test_measure_tokens_per_second_counts_what_the_server_generated(worker: WorkerThread) -> None:
-    from llmsla.exporters.worker_load import measure_tokens_per_second
+    from llmsla.worker.load import measure_tokens_per_second
 
     before = worker.running.engine.stats()["generated_tokens"]
     r = asyncio.run(measure_tokens_per_second(worker.url, concurrency=4, max_tokens=8, rounds=2))

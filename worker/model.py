@@ -176,7 +176,7 @@ def build_model(seed: int = 0, *, train_steps: int = 0, spec: ModelSpec = ModelS
     """
     model = TinyLM(spec, seed)
     if train_steps > 0:
-        from llmsla.exporters.corpus import TEXT
+        from llmsla.worker.corpus import TEXT
 
         data = torch.tensor(list(TEXT.encode("utf-8")), dtype=torch.long)
         g = torch.Generator().manual_seed(seed + 1)
