@@ -333,7 +333,7 @@ def bench_overhead(rounds: int, concurrency: int, tmp: Path, gap_s: float,
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     procs = [subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(up_port), "--gap-s", str(gap_s),
                                "--tokens", str(tokens)], env=env),
-             subprocess.Popen([sys.executable, "-m", "llmsla.cli", "gateway", "--port", str(gw_port),
+             subprocess.Popen([sys.executable, "-m", "llmsla", "gateway", "--port", str(gw_port),
                                "--workers", str(workers), "--upstream", f"http://127.0.0.1:{up_port}"], env=env,
                               stdout=subprocess.DEVNULL)]
     try:

@@ -46,7 +46,7 @@ from llmsla.streaming import synth  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 #: `python -m llmsla.cli` would import the CLI twice (as __main__ and as llmsla.cli), and a
 #: component's CliError would then escape main() as a traceback; this runs it like the script.
-LLMSLA_MAIN = "import sys; from llmsla.cli import main; sys.exit(main())"
+LLMSLA_MAIN = "import sys; from llmsla.app.cli import main; sys.exit(main())"
 KEYS = synth.Keys(models=("llama-8b", "qwen-7b", "mistral-7b", "phi-3"), pools=("east", "west", "north", "south"),
                   replicas=8, arms=("control", "treatment"))  # 256 label combinations
 

@@ -31,12 +31,12 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     import signal
     import sys
 
-    from llmsla.cli import CliError
     from llmsla.config import check_host, check_port
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
     from llmsla.control.router import Replica, from_config
+    from llmsla.errors import CliError
     from llmsla.httpkit import Limits
     from llmsla.store import open_store
 

@@ -53,7 +53,7 @@ def _apply(args: argparse.Namespace, cfg: Any) -> None:
         cfg.gateway.pool = args.pool
     if args.workers is not None:
         if args.workers < 1:
-            from llmsla.cli import CliError
+            from llmsla.errors import CliError
 
             raise CliError("--workers must be >= 1")
         cfg.gateway.workers = args.workers
@@ -62,12 +62,12 @@ def _apply(args: argparse.Namespace, cfg: Any) -> None:
 def gateway_main(args: argparse.Namespace, cfg: Any) -> int:
     _apply(args, cfg)
     if not cfg.gateway.upstreams:
-        from llmsla.cli import CliError
+        from llmsla.errors import CliError
 
         raise CliError("no upstreams: pass --upstream URL or set gateway.upstreams / LLMSLA_GATEWAY_UPSTREAMS")
     if cfg.gateway.workers > 1:
         if args.control_port is not None:
-            from llmsla.cli import CliError
+            from llmsla.errors import CliError
 
             raise CliError("--control-port needs a single gateway process; with --workers N share "
                            "the router through control.redis_url and run `llmsla control serve`")
@@ -161,7 +161,7 @@ def _supervise(args: argparse.Namespace, cfg: Any) -> int:
         mp_dir = own_dir = tempfile.mkdtemp(prefix="llmsla-prom-")
     port = cfg.gateway.port or free_port(cfg.gateway.host)
     env = {**os.environ, MULTIPROC_ENV: mp_dir}
-    argv = [sys.executable, "-m", "llmsla.cli"]
+    argv = [sys.executable, "-m", "llmsla"]
     if args.config:
         argv += ["--config", args.config]
     argv += ["gateway", "--host", cfg.gateway.host, "--port", str(port), "--workers", "1", "--reuse-port",

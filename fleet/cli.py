@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
 
 
 def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
-    from llmsla.cli import CliError
+    from llmsla.errors import CliError
     from llmsla.fleet import traces, workload
 
     rng = random.Random(args.seed + 100)
@@ -97,7 +97,7 @@ def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
 def run(args: argparse.Namespace, cfg: Config) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from llmsla.cli import CliError
+    from llmsla.errors import CliError
     from llmsla.fleet import engine, faults, stats
     from llmsla.fleet.sink import RecorderSink
 

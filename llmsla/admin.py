@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from llmsla import config as config_mod
 from llmsla import events, names, spool
-from llmsla.cli import CliError
+from llmsla.errors import CliError
 
 if TYPE_CHECKING:
     from llmsla.store import StoreHandle

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from llmsla import names
+from llmsla.errors import UserError
 
 ENV_PREFIX = "LLMSLA_"
 ENV_CONFIG_FILE = "LLMSLA_CONFIG"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad configuration value; the message names the source (file or env var) and the key."""
 
 

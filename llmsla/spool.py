@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmsla.errors import UserError
 from llmsla.events import EVENT_TYPES, EventError
 
 INPROGRESS = ".inprogress"
 SUFFIX = ".jsonl"
 
 
-class SpoolError(OSError):
+class SpoolError(UserError, OSError):
     """The spool cannot take writes; the message says where and what to do."""
 
 

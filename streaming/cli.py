@@ -28,12 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace, cfg: Config) -> int:
-    from llmsla.cli import CliError
+    from llmsla.errors import CliError
     from llmsla.store import open_store
     from llmsla.store.connection import StoreError
     from llmsla.streaming.job import JobOptions, root_cause, run
 
-    logging.getLogger().setLevel(logging.INFO)  # the handler (scrubbed) is set up by llmsla.cli
+    logging.getLogger().setLevel(logging.INFO)  # the handler (scrubbed) is set up by llmsla.app.cli
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     unknown = [k for k in kinds if k not in names.SPOOL_KINDS]
     if unknown or not kinds:

@@ -11,7 +11,7 @@ from pathlib import Path
 def llmsla(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "llmsla.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmsla", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=120)
 
 

@@ -69,7 +69,7 @@ def test_config_show_masks_every_credential_whatever_the_key(tmp_path: Path) -> 
 
 
 def test_config_show_into_a_closed_pipe_is_quiet() -> None:
-    proc = subprocess.run(f"{sys.executable} -m llmsla.cli config show | head -1", shell=True,
+    proc = subprocess.run(f"{sys.executable} -m llmsla config show | head -1", shell=True,
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[store]"
     assert proc.stderr == "", proc.stderr

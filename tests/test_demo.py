@@ -18,7 +18,7 @@ def test_demo_runs_end_to_end(pg_dsn: str, tmp_path: Path) -> None:
     facts_file = tmp_path / "facts.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
     out = subprocess.run(
-        [sys.executable, "-m", "llmsla.cli", "--dsn", pg_dsn, "demo", "--workdir", str(tmp_path / "work"),
+        [sys.executable, "-m", "llmsla", "--dsn", pg_dsn, "demo", "--workdir", str(tmp_path / "work"),
          "--minutes", "4", "--live-requests", "40", "--json", str(facts_file)],
         capture_output=True, text=True, env=env, timeout=600,
     )

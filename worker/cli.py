@@ -27,8 +27,8 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
     import asyncio
     import signal
 
-    from llmsla.cli import CliError
     from llmsla.config import check_host, check_port
+    from llmsla.errors import CliError
     from llmsla.temperature import SCHEDULES
     from llmsla.worker.server import serve
 

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from llmsla.config import Config
+from llmsla.errors import UserError
 from llmsla.redaction import redact, scrub, secrets_of
 
 # platformdirs warns about XDG_RUNTIME_DIR on servers without a login session; pgserver asks it
@@ -19,7 +20,7 @@ from llmsla.redaction import redact, scrub, secrets_of
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """The store cannot be reached or prepared; the message says what to do."""
 
 

@@ -218,7 +218,7 @@ def test_cli_serve_binds_loopback_and_answers(tmp_path, redis_service):
            "LLMSLA_STORE_DATA_DIR": str(pg_root / "pg")}  # the default: the embedded store
     env.pop("LLMSLA_DSN", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmsla.cli", "control", "serve", "--upstream", "http://127.0.0.1:9101",
+        [sys.executable, "-m", "llmsla", "control", "serve", "--upstream", "http://127.0.0.1:9101",
          "--upstream", "http://127.0.0.1:9102", "--duration-s", "20"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

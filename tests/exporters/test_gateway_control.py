@@ -51,7 +51,7 @@ def test_control_api_drives_the_gateway_router(cfg, tmp_path) -> None:
     gw_port, ctl_port = services.free_port(), services.free_port()
     env = {**os.environ, "LLMSLA_CONTROL_TOKEN": TOKEN, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool"),
            "LLMSLA_DSN": cfg.store.dsn, "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin"}
-    cmd = [sys.executable, "-m", "llmsla.cli", "gateway", "--port", str(gw_port), "--control-port", str(ctl_port)]
+    cmd = [sys.executable, "-m", "llmsla", "gateway", "--port", str(gw_port), "--control-port", str(ctl_port)]
     for url in urls:
         cmd += ["--upstream", url]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -37,7 +37,7 @@ def test_two_processes_one_port_merged_metrics(tmp_path: Path) -> None:
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp_dir), "LLMSLA_SPOOL_DIR": str(spool),
                "LLMSLA_SPOOL_SEGMENT_MAX_AGE_S": "0.2", "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin"}
         log = open(tmp_path / "gateway.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen([sys.executable, "-m", "llmsla.cli", "gateway", "--workers", "2", "--host",
+        proc = subprocess.Popen([sys.executable, "-m", "llmsla", "gateway", "--workers", "2", "--host",
                                  "127.0.0.1", "--port", str(port), "--upstream", worker.url],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"

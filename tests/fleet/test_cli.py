@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmsla import cli, names
+from llmsla import names
+from llmsla.app import cli
 
 from .conftest import read_events
 from .test_traces import AZURE_BAD

@@ -17,7 +17,7 @@ from llmsla import names
 ROOT = Path(__file__).resolve().parents[2]
 #: `python -m llmsla.cli` would import the CLI twice (as __main__ and as llmsla.cli), and a
 #: component's CliError would then escape main() as a traceback; this runs it like the script.
-LLMSLA_MAIN = "import sys; from llmsla.cli import main; sys.exit(main())"
+LLMSLA_MAIN = "import sys; from llmsla.app.cli import main; sys.exit(main())"
 
 
 def stream_env(cfg: config_mod.Config, **stream: object) -> dict[str, str]:

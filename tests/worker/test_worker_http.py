@@ -269,7 +269,7 @@ def test_cli_worker_serves_and_stops_cleanly(tmp_path: Path) -> None:
     env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool"), "LLMSLA_WORKER_MAX_BATCH": "4"}
     log = tmp_path / "worker.log"
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "llmsla.cli", "worker", "--host", "127.0.0.1", "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "llmsla", "worker", "--host", "127.0.0.1", "--port", str(port),
                                  "--model", "cli-model"], stdout=fh, stderr=subprocess.STDOUT, env=env)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=60, proc=proc, log=log)

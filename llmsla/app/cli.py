@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from llmsla import config as config_mod
+from llmsla.errors import UserError
 
 #: subcommand registrars: "module:function", each called with the subparsers object.
 REGISTRARS: tuple[str, ...] = (
-    "llmsla.doctor:register",
-    "llmsla.demo:register",
+    "llmsla.app.doctor:register",
+    "llmsla.app.demo:register",
     "llmsla.admin:register",
     "llmsla.exporters.cli:register",
     "llmsla.worker.cli:register",
@@ -32,10 +33,6 @@ REGISTRARS: tuple[str, ...] = (
 )
 
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,8 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from llmsla.redaction import scrub
-    from llmsla.spool import SpoolError
-    from llmsla.store.connection import StoreError
 
     secrets: set[str] = set()
     try:
@@ -95,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         secrets = config_mod.secrets(cfg)
         setup_logging(secrets)
         return int(handler(args, cfg) or 0)
-    except (CliError, config_mod.ConfigError, StoreError, SpoolError) as exc:
+    except UserError as exc:
         print(f"llmsla: error: {scrub(str(exc), secrets)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -107,11 +102,3 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # a bug: show the traceback, but never a credential it may carry
         print(scrub(traceback.format_exc(), secrets), file=sys.stderr, end="")
         return 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    # `python -m llmsla.cli` runs this file as __main__, a second module object: call the one
-    # components import, so their `CliError` is the class `main` catches
-    from llmsla.cli import main as _main
-
-    sys.exit(_main())

@@ -134,7 +134,7 @@ def stage_live(ctx: DemoContext) -> str:
 
 def stage_simulate(ctx: DemoContext) -> str:
     """Fleet traffic from the Azure conversation trace with a labelled slowdown fault."""
-    from llmsla.cli import build_parser
+    from llmsla.app.cli import build_parser
 
     out = Path(ctx.cfg.spool_dir()).parent / "demo-simulation.json"
     minutes = ctx.args.minutes
