@@ -396,7 +396,7 @@ def bench_scrape(label_sets: int, scrapes: int) -> list[dict]:
 
     from llmsla.events import ItlSummary, RequestEvent
     from llmsla.exporters import gateway as gw_mod
-    from llmsla.exporters.metrics import render_fast
+    from llmsla.exposition import render_fast
 
     cfg = config_mod.load(env={})
     cfg.metrics.label_top_n = label_sets

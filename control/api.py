@@ -3,7 +3,8 @@
 Reads (``GET /v1/state``, ``/v1/audit``, ``/metrics``, ``/healthz``) are open - the server binds
 127.0.0.1 by default. Every write needs ``Authorization: Bearer <control.token>``, compared in
 constant time; with no token configured all writes are refused (503) rather than left open.
-Bad requests get a 4xx with ``{"error": reason}``; every write attempt that reached the state
+Bad requests get a 4xx with the OpenAI error shape ``{"error": {"message", "type", "param",
+"code"}}`` (the HTTP kit's, as every llmsla server); every write attempt that reached the state
 (applied, clamped or refused) is audited with who (``actor``) and why (``reason``).
 
 Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
@@ -24,7 +25,6 @@ import math
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import generate_latest
 
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
@@ -32,9 +32,11 @@ from llmsla.control.router import LastReplicaError, Router, UnknownReplica
 from llmsla.events import shown_name
 from llmsla.httpkit import (
     DEFAULT_LIMITS,
-    HttpError,
+    ApiError,
     Limits,
     Served,
+    add_metrics,
+    error_response,
     parse_json_object,
     read_body,
     serve,
@@ -48,42 +50,34 @@ _TOKEN = web.AppKey("token", str)
 _LIMITS = web.AppKey("limits", Limits)
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-def _error(status: int, reason: str, **headers: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status, headers=headers or None)
+def _bad(reason: str, status: int = 400, code: str = "invalid_request") -> ApiError:
+    return ApiError(status, reason, code=code)
 
 
 def _check_auth(request: web.Request) -> None:
     token = request.app[_TOKEN]
     if not token:
-        raise _BadRequest(503, "control API writes are disabled: control.token is empty "
-                               "(set LLMSLA_CONTROL_TOKEN or [control] token)")
+        raise ApiError(503, "control API writes are disabled: control.token is empty "
+                            "(set LLMSLA_CONTROL_TOKEN or [control] token)", code="writes_disabled")
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
+    challenge = {"WWW-Authenticate": "Bearer"}
     if scheme.lower() != "bearer" or not given:
-        raise _BadRequest(401, "missing bearer token: send 'Authorization: Bearer <token>'")
+        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", code="unauthorized",
+                       headers=challenge)
     if not hmac.compare_digest(given.encode(), token.encode()):  # exact: no stripping
-        raise _BadRequest(401, "invalid bearer token")
+        raise ApiError(401, "invalid bearer token", code="unauthorized", headers=challenge)
 
 
 async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
-    try:
-        raw = await read_body(request, max_bytes=MAX_BODY_BYTES, timeout_s=request.app[_LIMITS].body_timeout_s)
-        body = parse_json_object(raw)
-    except HttpError as exc:
-        raise _BadRequest(exc.status, exc.reason) from None
+    raw = await read_body(request, max_bytes=MAX_BODY_BYTES, timeout_s=request.app[_LIMITS].body_timeout_s)
+    body = parse_json_object(raw)
     unknown = sorted(set(body) - allowed - {"actor", "reason"})
     if unknown:
-        raise _BadRequest(400, f"unknown field(s) {[shown_name(u) for u in unknown]}; allowed: {sorted(allowed | {'actor', 'reason'})}")
+        raise _bad(f"unknown field(s) {[shown_name(u) for u in unknown]}; allowed: {sorted(allowed | {'actor', 'reason'})}")
     for k in ("actor", "reason"):
         if k in body and not isinstance(body[k], str):
-            raise _BadRequest(400, f"{k}: expected a string, got {type(body[k]).__name__}")
+            raise _bad(f"{k}: expected a string, got {type(body[k]).__name__}")
     return body
 
 
@@ -94,10 +88,10 @@ def _who(request: web.Request, body: dict[str, Any]) -> tuple[str, str]:
 
 def _number(body: dict[str, Any], key: str) -> float:
     if key not in body:
-        raise _BadRequest(400, f"missing field {key!r}")
+        raise _bad(f"missing field {key!r}")
     v = body[key]
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise _BadRequest(400, f"{key}: expected a finite number, got {v!r}")
+        raise _bad(f"{key}: expected a finite number, got {v!r}")
     return float(v)
 
 
@@ -108,15 +102,14 @@ def _write(handler: Any) -> Any:
         try:
             _check_auth(request)
             return await handler(request)
-        except _BadRequest as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-            return _error(exc.status, exc.reason, **headers)
+        except ApiError as exc:
+            return exc.response()
         except (UnknownReplica, UnknownPool) as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc), code="not_found")
         except (LastReplicaError, StepTooLarge) as exc:
-            return _error(409, str(exc))
+            return error_response(409, str(exc), code="conflict")
         except ValueError as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc), code="invalid_value")
 
     return wrapped
 
@@ -135,13 +128,8 @@ async def _audit(request: web.Request) -> web.Response:
         if not 1 <= n <= 10_000:
             raise ValueError
     except ValueError:
-        return _error(400, "n: expected an integer in [1, 10000]")
+        return error_response(400, "n: expected an integer in [1, 10000]", code="invalid_request", param="n")
     return web.json_response({"records": request.app[_AUDIT].recent(n)}, dumps=lambda o: json.dumps(o, default=str))
-
-
-async def _metrics(request: web.Request) -> web.Response:
-    text = generate_latest(request.app[_ROUTER].metrics.registry) + generate_latest(request.app[_DISTILL].metrics.registry)
-    return web.Response(body=text, content_type="text/plain", charset="utf-8")
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -193,7 +181,7 @@ async def _set_params(request: web.Request) -> web.Response:
     body = await _body(request, {"policy", *router.params})
     params = {k: v for k, v in body.items() if k not in ("actor", "reason")}
     if not params:
-        raise _BadRequest(400, f"no parameters given; allowed: policy, {', '.join(router.params)}")
+        raise _bad(f"no parameters given; allowed: policy, {', '.join(router.params)}")
     before = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
     router.set_params(**params)  # ValueError -> 400 naming the parameter
     after = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
@@ -209,7 +197,7 @@ async def _set_share(request: web.Request) -> web.Response:
     pct = _number(body, "pct")
     clamp = body.get("clamp", True)
     if not isinstance(clamp, bool):
-        raise _BadRequest(400, f"clamp: expected true/false, got {clamp!r}")
+        raise _bad(f"clamp: expected true/false, got {clamp!r}")
     actor, reason = _who(request, body)
     rec = request.app[_DISTILL].set_student_share(request.match_info["pool"], pct, actor=actor,
                                                   reason=reason, clamp=clamp)
@@ -220,7 +208,7 @@ async def _set_share(request: web.Request) -> web.Response:
 async def _set_schedule(request: web.Request) -> web.Response:
     body = await _body(request, {"name", "params"})
     if "name" not in body:
-        raise _BadRequest(400, "missing field 'name'")
+        raise _bad("missing field 'name'")
     actor, reason = _who(request, body)
     rec = request.app[_DISTILL].set_schedule(request.match_info["pool"], body["name"], body.get("params"),
                                              actor=actor, reason=reason)
@@ -237,7 +225,7 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     app[_TOKEN] = token
     app.router.add_get("/v1/state", _state)
     app.router.add_get("/v1/audit", _audit)
-    app.router.add_get("/metrics", _metrics)
+    add_metrics(app, router.metrics.registry, distill.metrics.registry)
     app.router.add_get("/healthz", _healthz)
     app.router.add_post("/v1/replicas/{rid}/weight", _set_weight)
     app.router.add_post("/v1/replicas/{rid}/drain", _drain_handler(True))

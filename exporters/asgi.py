@@ -22,16 +22,10 @@ from typing import Any
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.exporters.gateway import (
-    CHAT_COMPLETIONS,
-    COMPLETIONS,
-    ArmAssigner,
-    BadRequest,
-    child_traceparent,
-    parse_request,
-    prompt_estimate,
-)
+from llmsla.exporters.gateway import ArmAssigner
+from llmsla.exporters.openai import CHAT_COMPLETIONS, COMPLETIONS, parse_request, prompt_estimate
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
+from llmsla.httpkit import ApiError, trace_context
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -97,18 +91,17 @@ class InstrumentedASGI:
             return
         try:
             req = parse_request(raw, scope["path"], max_prompt_chars=self.max_prompt_chars)
-        except BadRequest as exc:
+        except ApiError as exc:
             self.metrics.bad_request(exc.code)
             await self.app(scope, replay, send)
             return
 
+        incoming = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        trace_id, traceparent = trace_context(incoming)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"traceparent"]
-        incoming = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"traceparent"), None)
-        trace_id, traceparent = child_traceparent(incoming)
         headers.append((b"traceparent", traceparent.encode()))
         scope = {**scope, "headers": headers}
-        arm = self.arms.assign(trace_id=trace_id, body=req.body,
-                               headers={k.decode("latin-1"): v.decode("latin-1") for k, v in headers})
+        arm = self.arms.assign(trace_id=trace_id, body=req.body, headers={**incoming, "traceparent": traceparent})
         timer = StreamTimer(arrival, streaming=req.stream)
 
         async def watch(message: Message) -> None:

@@ -17,8 +17,6 @@ import tempfile
 import time
 from typing import Any
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("gateway", help="instrumented OpenAI-compatible proxy in front of the upstreams")
@@ -153,6 +151,7 @@ def run_loop(coro: Any) -> Any:
 def _supervise(args: argparse.Namespace, cfg: Any) -> int:
     """Start ``workers`` single-process gateways on one port (SO_REUSEPORT) sharing a fresh
     prometheus multiprocess directory; restart nothing, stop all on TERM/INT or first exit."""
+    from llmsla.exposition import MULTIPROC_ENV  # this parent records no metric itself
     from llmsla.services import free_port
 
     own_dir = None
@@ -227,17 +226,10 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
 
     from aiohttp import web
 
-    from llmsla.exporters.metrics import exposition
-    from llmsla.httpkit import Limits, serve
+    from llmsla.httpkit import Limits, add_metrics, serve
 
     spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_GPU, max_segment_age_s=cfg.spool.segment_max_age_s)
     col = GpuCollector(cfg, registry=registry, spool=spool)
-
-    async def metrics(request: web.Request) -> web.Response:
-        body, ctype = exposition(registry)
-        resp = web.Response(body=body)
-        resp.headers["Content-Type"] = ctype
-        return resp
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -245,7 +237,7 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         app = web.Application()
-        app.router.add_get("/metrics", metrics)
+        add_metrics(app, registry)
         served = await serve(app, cfg.gpu.host, cfg.gpu.port, Limits.from_config(cfg))
         print(f"llmsla gpu listening on {served.url}/metrics", flush=True)
         try:

@@ -47,18 +47,32 @@ from llmsla.config import Config
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
-from llmsla.events import MAX_STRING_CHARS, string_problem
-from llmsla.exporters.metrics import exposition
+from llmsla.exporters.openai import (
+    CHAT_COMPLETIONS,
+    COMPLETIONS,
+    ParsedRequest,
+    parse_request,
+    prompt_estimate,
+    storable_label,
+)
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
-from llmsla.httpkit import HttpError, Limits, Served, read_body
+from llmsla.httpkit import (
+    ApiError,
+    Limits,
+    Served,
+    add_metrics,
+    error_response,
+    read_body,
+    trace_context,
+)
 from llmsla.httpkit import serve as serve_http
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)
 
-COMPLETIONS = "/v1/completions"
-CHAT_COMPLETIONS = "/v1/chat/completions"
+#: ``error.type`` of errors the gateway itself answers (vs. the client's invalid request).
+GATEWAY_ERROR = "gateway_error"
 #: Request headers passed to the upstream besides the body's content type and ``traceparent``.
 FORWARD_HEADERS = ("Authorization", "tracestate", "X-Request-Id", "Accept")
 REPLICA_HEADER = "X-Llmsla-Replica"
@@ -68,32 +82,6 @@ _HEX = frozenset("0123456789abcdef")
 _rand = random.getrandbits
 
 
-# -- W3C trace context --------------------------------------------------------------------------
-def parse_traceparent(value: str | None) -> tuple[str, str] | None:
-    """``(trace_id, flags)`` of a valid W3C ``traceparent``, else None (then a new trace starts)."""
-    if not value:
-        return None
-    parts = value.strip().lower().split("-")
-    if len(parts) < 4:
-        return None
-    ver, tid, sid, flags = parts[:4]
-    if len(ver) != 2 or ver == "ff" or len(tid) != 32 or len(sid) != 16 or len(flags) != 2:
-        return None
-    if ver == "00" and len(parts) != 4:
-        return None
-    if not _HEX.issuperset(ver + tid + sid + flags) or tid == "0" * 32 or sid == "0" * 16:
-        return None
-    return tid, flags
-
-
-def child_traceparent(incoming: str | None) -> tuple[str, str]:
-    """``(trace_id, traceparent to send upstream)``: the caller's trace continued with a new
-    gateway span id, or a fresh sampled trace when the caller sent none (or a broken one)."""
-    parsed = parse_traceparent(incoming)
-    trace_id, flags = parsed if parsed else (f"{_rand(128) or 1:032x}", "01")
-    return trace_id, f"00-{trace_id}-{_rand(64) or 1:016x}-{flags}"
-
-
 # -- A/B arm hook -------------------------------------------------------------------------------
 class ArmAssigner:
     """Which A/B arm a request belongs to. A single arm until the rollout issue replaces this
@@ -101,107 +89,6 @@ class ArmAssigner:
 
     def assign(self, *, trace_id: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
         return names.DEFAULT_ARM
-
-
-# -- input validation ---------------------------------------------------------------------------
-class BadRequest(Exception):
-    """A client error found before dispatch: HTTP status, a machine-readable code, a reason."""
-
-    def __init__(self, status: int, code: str, reason: str, param: str | None = None) -> None:
-        super().__init__(reason)
-        self.status, self.code, self.reason, self.param = status, code, reason, param
-
-    def response(self) -> web.Response:
-        return error_response(self.status, self.reason, code=self.code, param=self.param,
-                              type_="invalid_request_error")
-
-
-def error_response(status: int, message: str, *, code: str, param: str | None = None,
-                   type_: str = "gateway_error", headers: Mapping[str, str] | None = None) -> web.Response:
-    """An OpenAI-shaped JSON error body, so SDK clients surface the reason."""
-    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
-
-
-def _content_chars(content: Any, where: str) -> int:
-    if content is None:
-        return 0
-    if isinstance(content, str):
-        return len(content)
-    if isinstance(content, list):  # multimodal parts: count the text ones
-        total = 0
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                total += len(part["text"])
-        return total
-    raise BadRequest(400, "invalid_field", f"{where}: expected a string or a list of parts", where)
-
-
-@dataclass(slots=True)
-class ParsedRequest:
-    body: dict[str, Any]
-    model: str
-    stream: bool
-    prompt_chars: int
-    policy: str
-
-
-def parse_request(raw: bytes, path: str, *, max_prompt_chars: int) -> ParsedRequest:
-    """Validate the parts the gateway relies on; the rest is the upstream's business."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest(400, "invalid_json", f"request body must be a JSON object, got {type(body).__name__}")
-    model = body.get("model")
-    if model is None:
-        raise BadRequest(400, "missing_model", "missing required field 'model'", "model")
-    if not isinstance(model, str) or not model.strip() or len(model) > MAX_STRING_CHARS:
-        raise BadRequest(400, "invalid_model", f"'model' must be a non-empty string of at most {MAX_STRING_CHARS} characters", "model")
-    problem = string_problem(model)
-    if problem is not None:  # it would reach metric labels, the spool and the store
-        raise BadRequest(400, "invalid_model", f"'model' {problem}", "model")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest(400, "invalid_field", "'stream' must be true or false", "stream")
-    if path == CHAT_COMPLETIONS:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest(400, "missing_messages", "'messages' must be a non-empty list", "messages")
-        chars = 0
-        for i, msg in enumerate(messages):
-            if not isinstance(msg, dict):
-                raise BadRequest(400, "invalid_field", f"messages[{i}] must be an object", f"messages[{i}]")
-            chars += _content_chars(msg.get("content"), f"messages[{i}].content")
-    else:
-        prompt = body.get("prompt")
-        if prompt is None:
-            raise BadRequest(400, "missing_prompt", "missing required field 'prompt'", "prompt")
-        if isinstance(prompt, str):
-            chars = len(prompt)
-        elif isinstance(prompt, list):  # batch of strings or token ids
-            chars = sum(len(p) if isinstance(p, str | list) else 1 for p in prompt)
-        else:
-            raise BadRequest(400, "invalid_field", "'prompt' must be a string or a list", "prompt")
-    if chars > max_prompt_chars:
-        raise BadRequest(400, "prompt_too_long",
-                         f"prompt has {chars} characters, more than the gateway limit of {max_prompt_chars}", "prompt")
-    policy = storable_label(body.get("llmsla_policy"))
-    return ParsedRequest(body, model, stream, chars, policy)
-
-
-def storable_label(value: Any, limit: int = 64) -> str:
-    """A client- or upstream-chosen policy name as it may be recorded: a short storable string,
-    else the default (a hint, so normalised rather than refused)."""
-    if not isinstance(value, str) or not value or len(value) > limit or string_problem(value) is not None:
-        return names.DEFAULT_POLICY
-    return value
-
-
-def prompt_estimate(chars: int) -> int:
-    """Prompt tokens when the upstream reports no ``usage``: ~4 characters per token."""
-    return (chars + 3) // 4
 
 
 # -- the proxy ----------------------------------------------------------------------------------
@@ -250,7 +137,7 @@ class Gateway:
         app.router.add_post(CHAT_COMPLETIONS, self.handle_completion)
         app.router.add_get("/v1/models", self.handle_models)
         app.router.add_get("/healthz", self.handle_health)
-        app.router.add_get("/metrics", self.handle_metrics)
+        add_metrics(app, self.registry)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -279,12 +166,6 @@ class Gateway:
         return web.json_response({"status": "ok", "pid": os.getpid(), "in_flight": self.in_flight,
                                   "replicas": [r.id for r in self.router.replicas()]})
 
-    async def handle_metrics(self, request: web.Request) -> web.Response:
-        body, ctype = await asyncio.to_thread(exposition, self.registry)
-        resp = web.Response(body=body)
-        resp.headers["Content-Type"] = ctype
-        return resp
-
     async def handle_models(self, request: web.Request) -> web.Response:
         """The union of the replicas' ``/v1/models`` (cached 5 s)."""
         now = time.monotonic()
@@ -308,13 +189,14 @@ class Gateway:
             for m in models:
                 seen.setdefault(str(m.get("id")), m)
         if not seen:
-            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable")
+            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
+                                  type_=GATEWAY_ERROR)
         body = {"object": "list", "data": list(seen.values())}
         self._models_cache = (now, body)
         return web.json_response(body)
 
     # -- completions -----------------------------------------------------------------------------
-    def _bad(self, exc: BadRequest) -> web.Response:
+    def _bad(self, exc: ApiError) -> web.Response:
         self.metrics.bad_request(exc.code)
         return exc.response()
 
@@ -327,20 +209,16 @@ class Gateway:
         try:
             try:
                 raw = await read_body(request, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
-            except HttpError as exc:
-                code = "body_too_large" if exc.status == 413 else "body_timeout"
-                return self._bad(BadRequest(exc.status, code, exc.reason))
-            try:
                 req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
-            except BadRequest as exc:
+            except ApiError as exc:
                 return self._bad(exc)
-            trace_id, traceparent = child_traceparent(request.headers.get("traceparent"))
+            trace_id, traceparent = trace_context(request.headers)
             arm = self.arms.assign(trace_id=trace_id, body=req.body, headers=request.headers)
             timer = StreamTimer(arrival, streaming=req.stream)
             if self.in_flight > self.max_in_flight:
                 self._record(timer, trace_id, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
                 return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
-                                      code="overloaded", headers={"Retry-After": "1"})
+                                      code="overloaded", type_=GATEWAY_ERROR, headers={"Retry-After": "1"})
             return await self._proxy(request, raw, req, timer, trace_id, traceparent, arm)
         finally:
             self.in_flight -= 1
@@ -366,7 +244,7 @@ class Gateway:
                         rep = self.router.pick(self.pool)
                     except NoReplicaAvailable as exc:
                         return error_response(503, f"no replica available in pool {self.pool!r}: {exc}",
-                                              code="no_replica")
+                                              code="no_replica", type_=GATEWAY_ERROR)
                     self.router.begin(rep.id)
                     timer.dispatch = time.perf_counter()
                     out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id}
@@ -379,7 +257,7 @@ class Gateway:
                                 **out_headers, "Content-Type": up.headers.get("content-type", "application/json")})
                         return error_response(502, f"upstream {rep.id} answered {up.status}: "
                                               f"{body[:200].decode('utf-8', 'replace')}", code="upstream_error",
-                                              headers=out_headers)
+                                              type_=GATEWAY_ERROR, headers=out_headers)
                     if not req.stream:
                         body = await up.read()
                         now = time.perf_counter()
@@ -447,8 +325,8 @@ class Gateway:
                     message: str, code: str) -> web.StreamResponse:
         """An error response, or an SSE error event when the stream has already begun."""
         if resp is None or not resp.prepared:
-            return error_response(http_status, message, code=code)
-        err = {"error": {"message": message, "type": "gateway_error", "code": code}}
+            return error_response(http_status, message, code=code, type_=GATEWAY_ERROR)
+        err = {"error": {"message": message, "type": GATEWAY_ERROR, "code": code}}
         with contextlib.suppress(ConnectionError, RuntimeError, OSError):
             await resp.write(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
             await resp.write_eof()

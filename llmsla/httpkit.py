@@ -1,5 +1,6 @@
 """The HTTP kit every llmsla server uses: one way to listen, to bound slow or numerous clients,
-and to read a request body.
+to read a request body, to answer an error (the OpenAI shape), to continue a W3C trace and to
+serve ``/metrics``.
 
 aiohttp alone leaves three doors open that a hostile or broken client walks through: a
 connection that sends its request head a byte at a time is kept as long as aiohttp's keep-alive
@@ -17,13 +18,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from llmsla.exposition import exposition
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +59,42 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-class HttpError(Exception):
-    """A client error found while reading a request: status and a reason for the body."""
+class ApiError(Exception):
+    """An error answered with the OpenAI error shape, ``{"error": {message, type, param, code}}``:
+    SDK clients surface the message whichever llmsla server (gateway, worker, control API,
+    receiver) sent it."""
 
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
+    def __init__(self, status: int, message: str, *, code: str, param: str | None = None,
+                 type_: str = "invalid_request_error", headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param, self.type = status, message, code, param, type_
+        self.headers = headers
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.message, code=self.code, param=self.param, type_=self.type,
+                              headers=self.headers)
+
+
+def error_response(status: int, message: str, *, code: str, param: str | None = None,
+                   type_: str = "invalid_request_error", headers: Mapping[str, str] | None = None) -> web.Response:
+    """An OpenAI-shaped JSON error."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
 
 
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
-    """The whole body, or :class:`HttpError` 413 (too large) / 408 (not sent within
+    """The whole body, or :class:`ApiError` 413 (too large) / 408 (not sent within
     ``timeout_s``): a client that trickles its body must not hold a slot forever."""
     if request.content_length is not None and request.content_length > max_bytes:
-        raise HttpError(413, f"request body of {request.content_length} bytes exceeds the limit of {max_bytes}")
+        raise ApiError(413, f"request body of {request.content_length} bytes exceeds the limit of {max_bytes}",
+                       code="body_too_large")
     try:
         async with asyncio.timeout(timeout_s):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise HttpError(413, f"request body exceeds the limit of {max_bytes} bytes") from None
+        raise ApiError(413, f"request body exceeds the limit of {max_bytes} bytes", code="body_too_large") from None
     except TimeoutError:
-        raise HttpError(408, f"request body not received within {timeout_s:g} s") from None
+        raise ApiError(408, f"request body not received within {timeout_s:g} s", code="body_timeout") from None
 
 
 _INT_LIMIT = 2**63
@@ -89,18 +112,50 @@ def _no_constant(name: str) -> Any:
 
 
 def parse_json_object(raw: bytes, *, what: str = "body") -> dict[str, Any]:
-    """A JSON object, or :class:`HttpError` 400 saying why. Integers beyond 64 bits and the
+    """A JSON object, or :class:`ApiError` 400 saying why. Integers beyond 64 bits and the
     non-standard ``NaN``/``Infinity`` are refused here, so no handler meets an int that
     overflows a float or a number that is not finite."""
     if not raw.strip():
-        raise HttpError(400, f"empty {what}: expected a JSON object")
+        raise ApiError(400, f"empty {what}: expected a JSON object", code="invalid_json")
     try:
         value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise HttpError(400, f"{what} is not valid JSON: {exc}") from None
+        raise ApiError(400, f"{what} is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(value, dict):
-        raise HttpError(400, f"{what} must be a JSON object, got {type(value).__name__}")
+        raise ApiError(400, f"{what} must be a JSON object, got {type(value).__name__}", code="invalid_json")
     return value
+
+
+# -- W3C trace context ------------------------------------------------------------------------
+_PROPAGATOR = TraceContextTextMapPropagator()
+#: Span ids need uniqueness, not secrecy (OTel's SDK uses the same generator); the module
+#: generator is reseeded in forked children, and unlike ``secrets`` it costs no syscall.
+_rand = random.getrandbits
+
+
+def trace_context(headers: Mapping[str, str]) -> tuple[str, str]:
+    """``(trace_id, traceparent for the next hop)``: the caller's W3C trace continued with a new
+    span id, or a fresh sampled trace when the caller sent none or a broken one. Parsed by
+    OpenTelemetry's propagator, the one parser every llmsla process uses."""
+    span = otel_trace.get_current_span(_PROPAGATOR.extract(headers))
+    ctx = span.get_span_context()
+    if ctx.is_valid:
+        trace_id, flags = f"{ctx.trace_id:032x}", f"{int(ctx.trace_flags):02x}"
+    else:
+        trace_id, flags = f"{_rand(128) or 1:032x}", "01"
+    return trace_id, f"00-{trace_id}-{_rand(64) or 1:016x}-{flags}"
+
+
+# -- /metrics -----------------------------------------------------------------------------------
+def add_metrics(app: web.Application, *registries: Any) -> None:
+    """``GET /metrics``: the text exposition of ``registries`` (none: the process's default
+    registry, or the multi-process merge), rendered off the event loop."""
+
+    async def handler(request: web.Request) -> web.Response:
+        parts = await asyncio.to_thread(lambda: [exposition(r)[0] for r in (registries or (None,))])
+        return web.Response(body=b"".join(parts), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/metrics", handler)
 
 
 class _Guard:

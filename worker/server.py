@@ -24,11 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from llmsla.config import Config
 from llmsla.exporters.policy_tracing import PolicyTracer
-from llmsla.httpkit import Limits, Served
+from llmsla.httpkit import (
+    ApiError,
+    Limits,
+    Served,
+    add_metrics,
+    error_response,
+    parse_json_object,
+    read_body,
+)
 from llmsla.httpkit import serve as serve_http
 from llmsla.temperature import SCHEDULES, PolicyParams, make_policy
 from llmsla.worker import model as lm
@@ -39,17 +47,12 @@ log = logging.getLogger(__name__)
 MAX_STOP = 4
 
 
-class BadRequest(Exception):
-    """A client error: HTTP ``status`` with an OpenAI-style error body naming ``param``."""
-
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.param, self.status, self.code = message, param, status, code
+MAX_BODY_BYTES = 4 << 20
 
 
-def error_response(exc: BadRequest) -> web.Response:
-    body = {"error": {"message": exc.message, "type": "invalid_request_error", "param": exc.param, "code": exc.code}}
-    return web.json_response(body, status=exc.status)
+def _bad(message: str, *, param: str | None = None, status: int = 400, code: str = "invalid_request") -> ApiError:
+    """A client error in the OpenAI shape, naming ``param``."""
+    return ApiError(status, message, code=code, param=param)
 
 
 @dataclass
@@ -72,7 +75,7 @@ def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int | float) or not (lo <= v <= hi):
-        raise BadRequest(f"'{key}' must be a number between {lo:g} and {hi:g}, got {v!r}", param=key)
+        raise _bad(f"'{key}' must be a number between {lo:g} and {hi:g}, got {v!r}", param=key)
     return float(v)
 
 
@@ -81,43 +84,43 @@ def _int(body: dict, key: str, default: int | None, lo: int) -> int | None:
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"'{key}' must be an integer, got {v!r}", param=key)
+        raise _bad(f"'{key}' must be an integer, got {v!r}", param=key)
     if v < lo:
-        raise BadRequest(f"'{key}' must be >= {lo}, got {v}", param=key)
+        raise _bad(f"'{key}' must be >= {lo}, got {v}", param=key)
     return v
 
 
 def chat_prompt(messages: Any) -> str:
     """A plain chat template: one ``role: content`` line per message, then ``assistant: ``."""
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list", param="messages")
+        raise _bad("'messages' must be a non-empty list", param="messages")
     lines = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise BadRequest(f"messages[{i}] must be an object", param="messages")
+            raise _bad(f"messages[{i}] must be an object", param="messages")
         role, content = m.get("role"), m.get("content")
         if role not in ("system", "user", "assistant", "tool", "developer"):
-            raise BadRequest(f"messages[{i}].role must be system, user, assistant, tool or developer, got {role!r}", param="messages")
+            raise _bad(f"messages[{i}].role must be system, user, assistant, tool or developer, got {role!r}", param="messages")
         if isinstance(content, list):  # content parts: keep the text ones
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
         if not isinstance(content, str):
-            raise BadRequest(f"messages[{i}].content must be a string, got {type(content).__name__}", param="messages")
+            raise _bad(f"messages[{i}].content must be a string, got {type(content).__name__}", param="messages")
         lines.append(f"{role}: {content}\n")
     return "".join(lines) + "assistant: "
 
 
 def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
-    """Validate an OpenAI completions/chat body; BadRequest (400/404) names the field."""
+    """Validate an OpenAI completions/chat body; ApiError (400/404) names the field."""
     w = cfg.worker
     if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
+        raise _bad("request body must be a JSON object")
     model = body.get("model")
     if model is None or model == "":
-        raise BadRequest("missing field 'model'", param="model")
+        raise _bad("missing field 'model'", param="model")
     if not isinstance(model, str):
-        raise BadRequest("'model' must be a string", param="model")
+        raise _bad("'model' must be a string", param="model")
     if model != w.model:
-        raise BadRequest(f"model '{model}' not found; this worker serves '{w.model}'", param="model", status=404, code="model_not_found")
+        raise _bad(f"model '{model}' not found; this worker serves '{w.model}'", param="model", status=404, code="model_not_found")
     if chat:
         tokens = lm.encode(chat_prompt(body.get("messages")))
     else:
@@ -129,20 +132,20 @@ def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             bad = [t for t in prompt if not 0 <= t < lm.VOCAB]
             if bad:
-                raise BadRequest(f"token id {bad[0]} outside the vocabulary 0..{lm.VOCAB - 1}", param="prompt")
+                raise _bad(f"token id {bad[0]} outside the vocabulary 0..{lm.VOCAB - 1}", param="prompt")
             tokens = list(prompt)
         elif prompt is None:
-            raise BadRequest("missing field 'prompt'", param="prompt")
+            raise _bad("missing field 'prompt'", param="prompt")
         else:
-            raise BadRequest("'prompt' must be a string, a list with one string, or a list of token ids", param="prompt")
+            raise _bad("'prompt' must be a string, a list with one string, or a list of token ids", param="prompt")
     if len(tokens) > w.max_prompt_tokens:
-        raise BadRequest(f"prompt is {len(tokens)} tokens, more than max_prompt_tokens={w.max_prompt_tokens}", param="prompt")
+        raise _bad(f"prompt is {len(tokens)} tokens, more than max_prompt_tokens={w.max_prompt_tokens}", param="prompt")
     key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
     max_tokens = _int(body, key, 16 if not chat else w.max_tokens, 1)
     assert max_tokens is not None
     n = _int(body, "n", 1, 1)
     if n != 1:
-        raise BadRequest("only n=1 is supported", param="n")
+        raise _bad("only n=1 is supported", param="n")
     temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     seed = _int(body, "seed", None, 0)
     stop_raw = body.get("stop")
@@ -153,18 +156,18 @@ def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
     elif isinstance(stop_raw, list) and all(isinstance(s, str) for s in stop_raw):
         stops = stop_raw
     else:
-        raise BadRequest("'stop' must be a string or a list of strings", param="stop")
+        raise _bad("'stop' must be a string or a list of strings", param="stop")
     if len(stops) > MAX_STOP or any(not s for s in stops):
-        raise BadRequest(f"'stop' takes at most {MAX_STOP} non-empty strings", param="stop")
+        raise _bad(f"'stop' takes at most {MAX_STOP} non-empty strings", param="stop")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be true or false", param="stream")
+        raise _bad("'stream' must be true or false", param="stream")
     policy = body.get("llmsla_policy", w.policy)
     if policy not in SCHEDULES:
-        raise BadRequest(f"'llmsla_policy' must be one of {', '.join(SCHEDULES)}, got {policy!r}", param="llmsla_policy")
+        raise _bad(f"'llmsla_policy' must be one of {', '.join(SCHEDULES)}, got {policy!r}", param="llmsla_policy")
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
-        raise BadRequest("'ignore_eos' must be true or false", param="ignore_eos")
+        raise _bad("'ignore_eos' must be true or false", param="ignore_eos")
     return Parsed(chat, tokens, min(max_tokens, w.max_tokens), temperature, seed,
                   tuple(s.encode() for s in stops), stream, policy, ignore_eos)
 
@@ -175,15 +178,16 @@ class Worker:
     def __init__(self, cfg: Config, engine: Engine, tracer: PolicyTracer, registry: CollectorRegistry,
                  metrics: WorkerMetrics) -> None:
         self.cfg, self.engine, self.tracer, self.registry, self.metrics = cfg, engine, tracer, registry, metrics
+        self.limits = Limits.from_config(cfg)
         self.created = int(time.time())
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=4 << 20)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/metrics", self.metrics_view)
+        add_metrics(app, self.registry)
         return app
 
     async def models(self, request: web.Request) -> web.Response:
@@ -192,10 +196,6 @@ class Worker:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "model": self.cfg.worker.model, **self.engine.stats()})
-
-    async def metrics_view(self, request: web.Request) -> web.Response:
-        data = generate_latest(self.registry)
-        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -212,14 +212,10 @@ class Worker:
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         received = time.monotonic()
         try:
-            raw = await request.read()
-            try:
-                body = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                raise BadRequest(f"invalid JSON body: {exc}") from None
-            p = parse_request(body, chat=chat, cfg=self.cfg)
-        except BadRequest as exc:
-            return error_response(exc)
+            raw = await read_body(request, max_bytes=MAX_BODY_BYTES, timeout_s=self.limits.body_timeout_s)
+            p = parse_request(parse_json_object(raw), chat=chat, cfg=self.cfg)
+        except ApiError as exc:
+            return exc.response()
         loop = asyncio.get_running_loop()
         span = self.tracer.request_span(request.headers, {"llm.model": self.cfg.worker.model, "llm.stream": p.stream})
         req = GenRequest(tokens=p.tokens, max_tokens=p.max_tokens, policy=make_policy(p.policy, self._params(p)),
@@ -232,8 +228,7 @@ class Worker:
                 self.engine.submit(req)
             except RuntimeError as exc:  # stopping: tell the client to retry elsewhere
                 finished = True
-                return web.json_response({"error": {"message": str(exc), "type": "server_error", "param": None,
-                                                    "code": "unavailable"}}, status=503)
+                return error_response(503, str(exc), code="unavailable", type_="server_error")
             if p.stream:
                 resp = await self._stream(request, req, p, rid)
             else:

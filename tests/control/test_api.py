@@ -57,7 +57,7 @@ def test_writes_need_the_bearer_token():
                     async with s.post(url, json={"weight": 0.5}, headers=headers) as resp:
                         assert resp.status == 401, headers
                         assert resp.headers["WWW-Authenticate"] == "Bearer"
-                        assert "token" in (await resp.json())["error"]
+                        assert "token" in (await resp.json())["error"]["message"]
                 assert router.replicas()[0].weight == 1.0  # nothing changed
                 async with s.post(url, json={"weight": 0.5}, headers=AUTH) as resp:
                     assert resp.status == 200
@@ -78,7 +78,7 @@ def test_empty_token_refuses_every_write():
                 for path in ("/v1/replicas/r0/drain", "/v1/router/params"):
                     async with s.post(base + path, json={"alpha": 2}, headers={"Authorization": "Bearer "}) as resp:
                         assert resp.status == 503
-                        assert "control.token is empty" in (await resp.json())["error"]
+                        assert "control.token is empty" in (await resp.json())["error"]["message"]
             assert not router.is_drained("r0")
         finally:
             await runner.stop()
@@ -123,7 +123,7 @@ def test_bad_requests_get_4xx_with_a_reason():
                     async with s.post(base + path, headers=AUTH, **kw) as resp:
                         payload = await resp.json()
                         assert resp.status == status, (path, body, payload)
-                        assert reason in payload["error"], (path, body, payload)
+                        assert reason in payload["error"]["message"], (path, body, payload)
                 big = {"weight": 1, "reason": "x" * (api.MAX_BODY_BYTES + 10)}
                 async with s.post(base + "/v1/replicas/r0/weight", json=big, headers=AUTH) as resp:
                     assert resp.status == 413
@@ -158,7 +158,7 @@ def test_state_changes_are_visible_and_audited_in_the_store(pg_dsn):
                 await post("/v1/replicas/r1/weight", {"weight": 2.5, "actor": "alice", "reason": "bigger GPU"})
                 await post("/v1/replicas/r0/drain", {"actor": "bob", "reason": "maintenance"})
                 refused = await post("/v1/replicas/r1/drain", {"actor": "bob"}, 409)
-                assert "last healthy" in refused["error"]
+                assert "last healthy" in refused["error"]["message"]
                 refused = await post("/v1/replicas/b0/drain", {}, 409)
                 await post("/v1/router/params", {"alpha": 2.0, "beta": 0.25, "policy": "p2c", "actor": "carol"})
                 clamped = await post("/v1/pools/default/student_share", {"pct": 50, "actor": "dave"})

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.events import ItlSummary, RequestEvent
-from llmsla.exporters.metrics import exposition, render_fast
 from llmsla.exporters.recorder import RequestRecorder
+from llmsla.exposition import exposition, render_fast
 
 
 def _samples(text: str) -> list[tuple[str, tuple, float | str]]:

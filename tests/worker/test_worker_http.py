@@ -161,7 +161,7 @@ def test_bad_requests_get_4xx_and_good_ones_around_them_complete(worker: WorkerT
     url = worker.url
     good = {"model": MODEL, "prompt": "ok", "max_tokens": 10, "ignore_eos": True}
     bad_cases = [
-        (b"{not json", 400, "invalid JSON"),
+        (b"{not json", 400, "not valid JSON"),
         ([1, 2], 400, "JSON object"),
         ({"prompt": "x"}, 400, "missing field 'model'"),
         ({"model": "gpt-9", "prompt": "x"}, 404, "not found"),

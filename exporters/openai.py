@@ -1,0 +1,97 @@
+"""The OpenAI request shape, as far as llmsla relies on it: the gateway and the ASGI middleware
+both validate a completion request here before anything is recorded.
+
+Only the parts the measurement needs are checked (model, stream, the prompt's size, the policy
+hint); the rest is the upstream's business. The model name reaches metric labels, the spool and
+the store, so it must be a storable string (``llmsla.events.string_problem``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmsla import names
+from llmsla.events import MAX_STRING_CHARS, string_problem
+from llmsla.httpkit import ApiError, parse_json_object
+
+COMPLETIONS = "/v1/completions"
+CHAT_COMPLETIONS = "/v1/chat/completions"
+
+
+def _content_chars(content: Any, where: str) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):  # multimodal parts: count the text ones
+        total = 0
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                total += len(part["text"])
+        return total
+    raise ApiError(400, f"{where}: expected a string or a list of parts", code="invalid_field", param=where)
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    prompt_chars: int
+    policy: str
+
+
+def parse_request(raw: bytes, path: str, *, max_prompt_chars: int) -> ParsedRequest:
+    """Validate the parts the gateway relies on; the rest is the upstream's business."""
+    body = parse_json_object(raw, what="request body")
+    model = body.get("model")
+    if model is None:
+        raise ApiError(400, "missing required field 'model'", code="missing_model", param="model")
+    if not isinstance(model, str) or not model.strip() or len(model) > MAX_STRING_CHARS:
+        raise ApiError(400, f"'model' must be a non-empty string of at most {MAX_STRING_CHARS} characters", code="invalid_model", param="model")
+    problem = string_problem(model)
+    if problem is not None:  # it would reach metric labels, the spool and the store
+        raise ApiError(400, f"'model' {problem}", code="invalid_model", param="model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false", code="invalid_field", param="stream")
+    if path == CHAT_COMPLETIONS:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "'messages' must be a non-empty list", code="missing_messages", param="messages")
+        chars = 0
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, dict):
+                raise ApiError(400, f"messages[{i}] must be an object", code="invalid_field", param=f"messages[{i}]")
+            chars += _content_chars(msg.get("content"), f"messages[{i}].content")
+    else:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise ApiError(400, "missing required field 'prompt'", code="missing_prompt", param="prompt")
+        if isinstance(prompt, str):
+            chars = len(prompt)
+        elif isinstance(prompt, list):  # batch of strings or token ids
+            chars = sum(len(p) if isinstance(p, str | list) else 1 for p in prompt)
+        else:
+            raise ApiError(400, "'prompt' must be a string or a list", code="invalid_field", param="prompt")
+    if chars > max_prompt_chars:
+        raise ApiError(400, f"prompt has {chars} characters, more than the gateway limit of {max_prompt_chars}",
+                       code="prompt_too_long", param="prompt")
+    policy = storable_label(body.get("llmsla_policy"))
+    return ParsedRequest(body, model, stream, chars, policy)
+
+
+def storable_label(value: Any, limit: int = 64) -> str:
+    """A client- or upstream-chosen policy name as it may be recorded: a short storable string,
+    else the default (a hint, so normalised rather than refused)."""
+    if not isinstance(value, str) or not value or len(value) > limit or string_problem(value) is not None:
+        return names.DEFAULT_POLICY
+    return value
+
+
+def prompt_estimate(chars: int) -> int:
+    """Prompt tokens when the upstream reports no ``usage``: ~4 characters per token."""
+    return (chars + 3) // 4
+
+
