@@ -123,7 +123,7 @@ def cmd_config_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
         for key, value in asdict(getattr(cfg, section)).items():
             if key in ("dsn",):
                 value = redact(value)
-            if key == "token" and value:
+            if key.endswith("token") and value:
                 value = "***"
             print(f"{key} = {json.dumps(value)}")
         print()
