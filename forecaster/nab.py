@@ -38,8 +38,11 @@ def _ts(raw: str, where: str) -> float:
     return t.timestamp()
 
 
-def read_series(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(epoch seconds, values) of one ``timestamp,value`` CSV."""
+def read_series(path: Path, skipped: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(epoch seconds, values) of one ``timestamp,value`` CSV. A row whose timestamp is not
+    after the previous one is skipped and its line number appended to ``skipped`` (real NAB
+    files repeat a stamp); any other bad row is an error naming file, line and field."""
+    skipped = [] if skipped is None else skipped
     ts, vs = [], []
     with open(path, newline="", encoding="utf-8") as fh:
         r = csv.reader(fh)
@@ -57,8 +60,9 @@ def read_series(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 raise NabError(f"{where}: value: not a number: {row[1]!r}") from None
             if not np.isfinite(v):
                 raise NabError(f"{where}: value: not finite: {row[1]!r}")
-            if ts and t <= ts[-1]:
-                raise NabError(f"{where}: timestamp: not after the previous row")
+            if ts and t <= ts[-1]:  # a repeated or out-of-order stamp: keep the first, say so
+                skipped.append(r.line_num)
+                continue
             ts.append(t)
             vs.append(v)
     if len(ts) < 2:
@@ -88,7 +92,10 @@ def load(folder: Path, *, window: int, horizon: int, folds: int = 4) -> tuple[Da
                                                                "precursor_kinds": ["labelled"]})
     parts = []
     for i, f in enumerate(files):
-        ts, vs = read_series(f)
+        skipped: list[int] = []
+        ts, vs = read_series(f, skipped)
+        if skipped:
+            ds.info.setdefault("skipped_rows", {})[f.name] = skipped
         step = float(np.median(np.diff(ts)))
         step_s = step if step_s is None else step_s
         inside = np.zeros(len(ts), bool)
