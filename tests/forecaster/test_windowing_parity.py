@@ -5,7 +5,11 @@ of every request and GPU window - and the features built from them - match
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -18,7 +22,19 @@ from llmsla.forecaster import features, store_io, windowing
 from llmsla.forecaster import slo as slo_mod
 from llmsla.spool import BadLine, published_segments, read_segment
 
-from ..streaming.conftest import start_stream
+ROOT = Path(__file__).resolve().parents[2]
+MAIN = "import sys; from llmsla.cli import main; sys.exit(main())"
+
+
+def stream_once(cfg, log: Path) -> int:
+    """``llmsla stream --once`` as a real process on the test's store and spool."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
+    env.update({"LLMSLA_STORE_DSN": cfg.store.dsn, "LLMSLA_SPOOL_DIR": str(cfg.spool_dir()),
+                "LLMSLA_STREAM_CHECKPOINT_DIR": str(cfg.checkpoint_dir()),
+                "LLMSLA_STREAM_WATERMARK_DELAY_S": "600"})
+    with open(log, "wb") as fh:
+        return subprocess.run([sys.executable, "-c", MAIN, "stream", "--once"], env=env, stdout=fh,
+                              stderr=subprocess.STDOUT, cwd=ROOT, timeout=300).returncode
 
 
 def _events(root, kind):
@@ -40,8 +56,7 @@ def test_windowing_equals_the_streaming_job(cfg, tmp_path) -> None:
         scenarios.run(sc, sink, start_ms=start)
     for kind in names.SPOOL_KINDS:
         (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
-    proc = start_stream(cfg, "--once", log=tmp_path / "stream.log", watermark_delay_s=600)
-    assert proc.wait(timeout=300) == 0, (tmp_path / "stream.log").read_text()[-3000:]
+    assert stream_once(cfg, tmp_path / "stream.log") == 0, (tmp_path / "stream.log").read_text()[-3000:]
     req_ev, gpu_ev = _events(cfg.spool_dir(), names.SPOOL_REQUESTS), _events(cfg.spool_dir(), names.SPOOL_GPU)
     want_req = windowing.request_windows(req_ev, ttft_slo_ms=cfg.slo.ttft_ms, e2e_slo_ms=cfg.slo.e2e_ms)
     want_gpu = windowing.gpu_windows(gpu_ev)
