@@ -28,12 +28,14 @@ from llmsla import names
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models
-from llmsla.fleet.faults import ALL_REPLICAS, Fault
+from llmsla.fleet.faults import ALL_REPLICAS, GRADUAL, LOAD_KINDS, THERMAL_RISE_C, Fault
 from llmsla.fleet.replica import ReplicaSim, Req
 from llmsla.fleet.workload import Arrival
 
 # event kinds (ints: cheap to compare, and ordering among equal times is by push sequence)
 _DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK = range(8)
+#: Gradual faults (ramp, leak, thermal) are re-applied at every tick, at least this often.
+GRADUAL_STEP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class Simulator:
         self._ran = False
         self._jitter: list[Fault] = []
         self._active: list[Fault] = []
+        self._gradual_run = False  # the run has gradual faults: ticks re-apply them
         self.rows: list[RequestRow] = []
         self.sink: Sink | None = None
         self.start_ms = 0
@@ -201,7 +204,8 @@ class Simulator:
         for f in faults:
             self._push(f.start_s, _FAULT_ON, f)
             self._push(f.end_s, _FAULT_OFF, f)
-        if cfg.gpu_interval_s > 0 or cfg.probe_s > 0:
+        self._gradual_run = any(f.kind in GRADUAL for f in faults)
+        if cfg.gpu_interval_s > 0 or cfg.probe_s > 0 or self._gradual_run:
             self._push(0.0, _TICK, 0.0, 0.0)
         trace_rng = random.Random(cfg.seed + 2)
         n_arr, ai = len(arrivals), 0
@@ -419,14 +423,14 @@ class Simulator:
         return extra
 
     def _apply(self, rep: ReplicaSim) -> None:
-        """Recompute a replica's slowdown and KV capacity from the active faults."""
+        """Recompute a replica's slowdown and KV capacity from the active faults (gradual
+        ones at their strength now)."""
         slow, share = 1.0, 1.0
+        t = self.now
         for f in self._active:
             if f.replica == rep.id:
-                if f.kind == "slowdown":
-                    slow *= f.factor
-                elif f.kind == "memory":
-                    share = min(share, f.factor)
+                slow *= f.slow_at(t)
+                share = min(share, f.kv_share_at(t))
         rep.slow = slow
         rep.kv_cap = max(1, int(rep.spec.kv_capacity_tokens * share))
         if rep.up:
@@ -434,6 +438,8 @@ class Simulator:
 
     def _on_fault_on(self, f: Fault, _: Any) -> None:
         self._active.append(f)
+        if f.kind in LOAD_KINDS:  # already in the arrivals (workload.surge)
+            return
         if f.kind == "jitter":
             self._jitter.append(f)
             return
@@ -450,6 +456,8 @@ class Simulator:
 
     def _on_fault_off(self, f: Fault, _: Any) -> None:
         self._active.remove(f)
+        if f.kind in LOAD_KINDS:
+            return
         if f.kind == "jitter":
             self._jitter.remove(f)
             return
@@ -484,6 +492,12 @@ class Simulator:
             next_probe = t + cfg.probe_s
         nxt = min(next_gpu if cfg.gpu_interval_s > 0 else math.inf,
                   next_probe if cfg.probe_s > 0 else math.inf)
+        if self._gradual_run:
+            for rid in {f.replica for f in self._active if f.kind in GRADUAL}:
+                rep = self.reps[rid]
+                if rep.up:
+                    self._apply(rep)
+            nxt = min(nxt, t + GRADUAL_STEP_S)
         self._push(nxt, _TICK, next_gpu, next_probe)
 
     def _sample_gpus(self, t: float) -> None:
@@ -500,11 +514,13 @@ class Simulator:
             total = spec.gpu_mem_bytes
             stolen = (spec.kv_capacity_tokens - rep.kv_cap) * spec.kv_bytes_per_token
             used = min(total, spec.weights_bytes + rep.kv_at(t) * spec.kv_bytes_per_token + stolen)
+            heat = sum(THERMAL_RISE_C * f.progress(t) for f in self._active
+                       if f.kind == "thermal" and f.replica == rep.id) if self._gradual_run else 0.0
             sink.gpu(GpuSample(
                 ts_ms=self.start_ms + round(t * 1000.0), node=f"{cfg.node}-{rep.index // 8}",
                 gpu=rep.index % 8, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'llmsla-sim/{rep.id}')}",
                 mem_used_bytes=int(used), mem_total_bytes=total, util=round(util, 4),
-                temp_c=round(35.0 + 45.0 * util, 2), power_w=round(spec.idle_w + (spec.tdp_w - spec.idle_w) * util, 1),
+                temp_c=round(35.0 + 45.0 * util + heat, 2), power_w=round(spec.idle_w + (spec.tdp_w - spec.idle_w) * util, 1),
             ), spec.name)
 
     def _replica_stats(self, rep: ReplicaSim, end: float) -> dict[str, Any]:

@@ -14,6 +14,20 @@ Kinds and what they do to the replica during ``[start, end)``:
   it is back (empty) at ``end``; the simulated health checker drains it after ``detect_s``;
 * ``jitter`` - each request to/from the replica waits an extra exponential delay with mean
   ``factor`` seconds on the network (``replica`` ``*`` = all replicas).
+
+Gradual kinds, whose strength grows over ``[start, end)`` so that they have precursors (what the
+forecaster must learn to see coming; ``crash`` is the kind that has none):
+
+* ``ramp`` - a slow ramp: iterations take ``1 + (factor - 1) * p`` times longer, ``p`` going
+  linearly from 0 at ``start`` to 1 at ``end`` (a degrading NVLink, a growing noisy neighbour);
+* ``leak`` - a memory leak: the KV cache shrinks linearly from its capacity to ``factor`` of it,
+  so usage creeps up until running sequences are preempted;
+* ``thermal`` - thermal throttling: the GPU heats up by up to 30 C over the window (its samples
+  show it) and past a third of the window the clocks drop, iterations growing quadratically to
+  ``factor`` times longer;
+* ``surge`` - a load surge on the pool (replica ``*``): the request rate grows linearly to
+  ``factor`` times the trace's rate (the extra arrivals are added by
+  :func:`llmsla.fleet.workload.surge`; the engine only keeps the label).
 """
 
 from __future__ import annotations
@@ -22,9 +36,19 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-KINDS: tuple[str, ...] = ("slowdown", "memory", "crash", "jitter")
-DEFAULT_FACTOR: dict[str, float] = {"slowdown": 3.0, "memory": 0.08, "crash": 0.0, "jitter": 0.25}
+KINDS: tuple[str, ...] = ("slowdown", "memory", "crash", "jitter", "ramp", "leak", "thermal", "surge")
+DEFAULT_FACTOR: dict[str, float] = {"slowdown": 3.0, "memory": 0.08, "crash": 0.0, "jitter": 0.25,
+                                    "ramp": 4.0, "leak": 0.05, "thermal": 3.0, "surge": 3.0}
 ALL_REPLICAS = "*"
+#: Kinds whose strength grows over the window (the engine re-applies them every tick).
+GRADUAL: tuple[str, ...] = ("ramp", "leak", "thermal")
+#: Kinds that change the load, not a replica (applied to the arrivals before the run).
+LOAD_KINDS: tuple[str, ...] = ("surge",)
+#: Kinds with a precursor a forecaster can see; the rest (crash, and the step changes
+#: slowdown/memory/jitter) start at full strength.
+PRECURSOR_KINDS: tuple[str, ...] = GRADUAL + LOAD_KINDS
+#: Largest GPU temperature rise of a ``thermal`` fault, C.
+THERMAL_RISE_C = 30.0
 
 
 @dataclass(frozen=True)
@@ -46,11 +70,40 @@ class Fault:
             raise ValueError(f"memory factor (share of KV capacity left) must be in (0, 1], got {self.factor}")
         if self.kind == "jitter" and self.factor < 0:
             raise ValueError(f"jitter mean must be >= 0 s, got {self.factor}")
-        if self.replica == ALL_REPLICAS and self.kind != "jitter":
-            raise ValueError(f"fault {self.kind}: replica '*' is only allowed for jitter")
+        if self.kind in ("ramp", "thermal", "surge") and self.factor < 1:
+            raise ValueError(f"{self.kind} factor must be >= 1, got {self.factor}")
+        if self.kind == "leak" and not 0 < self.factor <= 1:
+            raise ValueError(f"leak factor (share of KV capacity left at the end) must be in (0, 1], got {self.factor}")
+        if self.replica == ALL_REPLICAS and self.kind not in ("jitter", "surge"):
+            raise ValueError(f"fault {self.kind}: replica '*' is only allowed for jitter and surge")
+        if self.kind == "surge" and self.replica != ALL_REPLICAS:
+            raise ValueError("fault surge: applies to the whole load, replica must be '*'")
 
     def active(self, t: float) -> bool:
         return self.start_s <= t < self.end_s
+
+    def progress(self, t: float) -> float:
+        """Share of the window elapsed at ``t``, 0..1 (the strength of a gradual fault)."""
+        return min(1.0, max(0.0, (t - self.start_s) / (self.end_s - self.start_s)))
+
+    def slow_at(self, t: float) -> float:
+        """Iteration-time multiplier at ``t`` (1 for kinds that do not slow the replica)."""
+        if self.kind == "slowdown":
+            return self.factor
+        if self.kind == "ramp":
+            return 1.0 + (self.factor - 1.0) * self.progress(t)
+        if self.kind == "thermal":
+            hot = max(0.0, (self.progress(t) - 1 / 3) * 1.5)
+            return 1.0 + (self.factor - 1.0) * hot * hot
+        return 1.0
+
+    def kv_share_at(self, t: float) -> float:
+        """Share of the KV capacity left at ``t`` (1 for kinds that take no memory)."""
+        if self.kind == "memory":
+            return self.factor
+        if self.kind == "leak":
+            return 1.0 - (1.0 - self.factor) * self.progress(t)
+        return 1.0
 
 
 def parse(spec: str) -> Fault:

@@ -108,3 +108,25 @@ def window(arrivals: list[Arrival], *, start_s: float = 0.0, duration_s: float |
     """The arrivals in ``[start_s, start_s + duration_s)``, re-based to start at 0."""
     end = math.inf if duration_s is None else start_s + duration_s
     return [Arrival(a.t - start_s, a.prompt, a.output) for a in arrivals if start_s <= a.t < end]
+
+
+def surge(arrivals: list[Arrival], start_s: float, end_s: float, peak: float,
+          rng: random.Random) -> list[Arrival]:
+    """A load surge: over ``[start_s, end_s)`` the request rate grows linearly from the load's
+    own rate to ``peak`` times it. Extra requests are copies of the load's requests (token counts
+    from a random request of the load, time within 0.5 s of a real arrival), so the surge keeps
+    the trace's size mix and burst structure."""
+    if peak < 1 or end_s <= start_s:
+        raise ValueError("surge: need peak >= 1 and start < end")
+    out = list(arrivals)
+    span = end_s - start_s
+    for a in arrivals:
+        if not start_s <= a.t < end_s:
+            continue
+        extra = (peak - 1.0) * (a.t - start_s) / span
+        n = int(extra) + (1 if rng.random() < extra - int(extra) else 0)
+        for _ in range(n):
+            donor = arrivals[rng.randrange(len(arrivals))]
+            out.append(Arrival(max(start_s, a.t + rng.uniform(-0.5, 0.5)), donor.prompt, donor.output))
+    out.sort()
+    return out

@@ -207,6 +207,42 @@ class ControlConfig:
 
 
 @dataclass
+class ForecastConfig:
+    """The degradation forecaster (LSTM): data, training, evaluation and the online scorer."""
+
+    dir: str = _k("", "data sets and model artifacts; empty = <user data dir>/llmsla/forecast")
+    window_steps: int = _k(64, "input window W, 5 s steps", minimum=2)
+    horizon_steps: int = _k(5, "label horizon H: an SLO breach within the next H steps", minimum=1)
+    slo_window_steps: int = _k(12, "SLO evaluation window of a label, 5 s steps (counts merged exactly)", minimum=1)
+    hidden: int = _k(50, "LSTM hidden units", minimum=1)
+    layers: int = _k(1, "LSTM layers", minimum=1)
+    dropout: float = _k(0.3, "dropout after the LSTM and the dense layer", minimum=0)
+    dense: int = _k(32, "dense layer width", minimum=1)
+    epochs: int = _k(30, "maximum training epochs (early stopping on validation AUC-PR)", minimum=1)
+    patience: int = _k(4, "epochs without validation improvement before stopping", minimum=1)
+    batch_size: int = _k(256, "training batch size", minimum=1)
+    lr: float = _k(0.001, "Adam learning rate", minimum=0)
+    seed: int = _k(0, "training seed (deterministic on the CPU for a seed and thread count)", minimum=0)
+    threads: int = _k(2, "torch CPU threads for training and scoring", minimum=1)
+    false_alarms_per_day: float = _k(4.0, "alarm threshold target: false alarms per target per healthy day, chosen on validation", minimum=0)
+    lead_max_steps: int = _k(24, "an alarm up to this many steps before a breach counts as an early warning", minimum=1)
+    interval_s: float = _k(5.0, "online: seconds between scoring steps", minimum=0.1)
+    lag_s: float = _k(10.0, "online: score the last 5 s window that ended at least this long ago (streaming latency)", minimum=0)
+    receiver_url: str = _k("", "online: Alertmanager webhook v4 receiver URL for forecast alerts; empty = no alerts")
+    receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN)", kind="secret")
+    fire_steps: int = _k(2, "online: consecutive steps at or above the threshold before an alert fires", minimum=1)
+    resolve_steps: int = _k(6, "online: consecutive steps below resolve_ratio x threshold before it resolves", minimum=1)
+    resolve_ratio: float = _k(0.8, "online: hysteresis, resolve below this share of the threshold", minimum=0)
+    repeat_s: float = _k(300.0, "online: re-send a firing alert this often", minimum=1)
+    host: str = _k("127.0.0.1", "online: listen address of /metrics (llmsla_forecast_risk)", kind="host")
+    port: int = _k(9465, "online: /metrics port", kind="port")
+    gpu_map: list[str] = _k([], "replica=node/gpu pairs for GPU features; empty = the fleet simulator's layout (rN on sim-N//8, GPU N%8)")
+
+    def root(self) -> Path:
+        return Path(self.dir) if self.dir else default_data_dir() / "forecast"
+
+
+@dataclass
 class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     spool: SpoolConfig = field(default_factory=SpoolConfig)
@@ -219,6 +255,7 @@ class Config:
     stream: StreamConfig = field(default_factory=StreamConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
     source: str = ""  # the file this was loaded from, for messages
     #: "section.key" -> where its value came from (file, environment variable, CLI option)
     origins: dict[str, str] = field(default_factory=dict)

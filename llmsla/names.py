@@ -116,8 +116,32 @@ ROUTER_FALLBACK = "llmsla_router_fallback"  # counter: shared state unavailable,
 DISTILL_STUDENT_SHARE_RATIO = "llmsla_distill_student_share_ratio"
 
 # --- forecaster and alerting (later issues reserve these) ---------------------------------------
-FORECAST_RISK = "llmsla_forecast_risk"
+FORECAST_RISK = "llmsla_forecast_risk"  # gauge 0..1, labels target, model, pool, replica
 ALERT_ACTIONS = "llmsla_alert_actions"  # counter; llmsla_alert_actions_total
+FORECAST_SCORE_SECONDS = "llmsla_forecast_score_seconds"  # histogram: one batch scored
+FORECAST_NOTIFICATIONS = "llmsla_forecast_notifications"  # counter, label status, outcome
+#: ``target`` label of the risk gauge and ``forecasts.target``: a replica or a whole pool.
+FORECAST_TARGET_REPLICA = "replica"
+FORECAST_TARGET_POOL = "pool"
+L_TARGET = "target"
+L_OUTCOME = "outcome"
+#: The forecaster's alerts (Alertmanager webhook v4 to the receiver): name and labels.
+FORECAST_ALERTNAME = "LLMSLAForecastDegradation"
+L_ALERTNAME = "alertname"
+L_SEVERITY = "severity"
+L_SOURCE = "source"
+L_SLO = "slo"
+FORECAST_SEVERITY = "warning"
+FORECAST_SOURCE = "forecaster"
+#: Annotations of a forecaster alert.
+ANN_RISK = "risk"
+ANN_THRESHOLD = "threshold"
+ANN_HORIZON_S = "horizon_s"
+ANN_SUMMARY = "summary"
+#: SLO names (the ``slo`` label): one per SLI the labels are derived from.
+SLO_TTFT = "ttft-p99"
+SLO_E2E = "e2e-p95"
+SLO_AVAILABILITY = "availability"
 
 # --- histogram bucket defaults (seconds) --------------------------------------------------------
 # SLO-aligned: every default SLO threshold in config.py is a bound here; a configured SLO that is

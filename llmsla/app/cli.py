@@ -30,6 +30,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.streaming.cli:register",
     "llmsla.control.cli:register",
     "llmsla.fleet.cli:register",
+    "llmsla.app.forecast_cli:register",
 )
 
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]

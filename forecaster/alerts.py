@@ -1,0 +1,165 @@
+"""Forecast alerts: hysteresis per target and the Alertmanager webhook v4 poster.
+
+The forecaster talks to alerting only over webhook v4, the payload Alertmanager itself sends,
+so the receiver handles forecast alerts and burn-rate alerts with one code path (its policy
+matches ``alertname``/``source``). Hysteresis: an alert fires after ``fire_steps`` consecutive
+scores at or above the threshold and resolves after ``resolve_steps`` consecutive scores below
+``resolve_ratio * threshold``; a firing alert is re-sent every ``repeat_s`` (Alertmanager's
+repeat interval). A failed POST is kept and retried on the next step (bounded), so a receiver
+restart loses no transition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmsla import names
+
+log = logging.getLogger(__name__)
+
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of a firing alert
+RECEIVER = "llmsla-forecaster"
+
+
+def rfc3339(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def fingerprint(labels: dict[str, str]) -> str:
+    """16 hex digits identifying the label set (stable, like Alertmanager's)."""
+    text = "\xff".join(f"{k}\xfe{labels[k]}" for k in sorted(labels))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def alert_labels(pool: str, replica: str, model: str, slo_name: str) -> dict[str, str]:
+    return {names.L_ALERTNAME: names.FORECAST_ALERTNAME, names.L_SEVERITY: names.FORECAST_SEVERITY,
+            names.L_SOURCE: names.FORECAST_SOURCE, names.L_SLO: slo_name, names.L_MODEL: model,
+            names.L_POOL: pool, names.L_REPLICA: replica}
+
+
+def payload(status: str, alert: dict[str, Any], external_url: str) -> dict[str, Any]:
+    """One webhook v4 notification for one alert (its group: alertname, pool, replica)."""
+    labels = alert["labels"]
+    group = {k: labels[k] for k in (names.L_ALERTNAME, names.L_POOL, names.L_REPLICA)}
+    group_key = "{}:{" + ", ".join(f'{k}="{v}"' for k, v in group.items()) + "}"
+    return {
+        "version": "4", "groupKey": group_key, "truncatedAlerts": 0, "status": status, "receiver": RECEIVER,
+        "groupLabels": group, "commonLabels": dict(labels), "commonAnnotations": dict(alert["annotations"]),
+        "externalURL": external_url, "alerts": [alert],
+    }
+
+
+@dataclass
+class TargetState:
+    firing: bool = False
+    above: int = 0
+    below: int = 0
+    starts_ms: int = 0
+    last_sent_ms: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class Hysteresis:
+    """Per-target firing state; :meth:`update` returns the notifications to send."""
+
+    def __init__(self, threshold: float, *, fire_steps: int, resolve_steps: int, resolve_ratio: float,
+                 repeat_s: float, horizon_s: int, generator_url: str = "") -> None:
+        self.threshold = threshold
+        self.fire_steps, self.resolve_steps = fire_steps, resolve_steps
+        self.resolve_below = threshold * resolve_ratio
+        self.repeat_ms = int(repeat_s * 1000)
+        self.horizon_s = horizon_s
+        self.generator_url = generator_url
+        self.states: dict[str, TargetState] = {}
+
+    def _alert(self, st: TargetState, status: str, risk: float, now_ms: int) -> dict[str, Any]:
+        target = f"{st.labels[names.L_POOL]}/{st.labels[names.L_REPLICA] or '*'}"
+        what = f"replica {st.labels[names.L_REPLICA]}" if st.labels[names.L_REPLICA] else "the pool"
+        ann = {names.ANN_RISK: f"{risk:.4f}", names.ANN_THRESHOLD: f"{self.threshold:.4f}",
+               names.ANN_HORIZON_S: str(self.horizon_s),
+               names.ANN_SUMMARY: (f"{st.labels[names.L_SLO]} SLO breach forecast within {self.horizon_s} s for {what} "
+                                   f"of pool {st.labels[names.L_POOL]} (risk {risk:.2f} >= {self.threshold:.2f})"
+                                   if status == "firing" else f"forecast risk for {target} back below "
+                                   f"{self.resolve_below:.2f}")}
+        return {"status": status, "labels": dict(st.labels), "annotations": ann,
+                "startsAt": rfc3339(st.starts_ms), "endsAt": ZERO_TIME if status == "firing" else rfc3339(now_ms),
+                "generatorURL": self.generator_url, "fingerprint": fingerprint(st.labels)}
+
+    def update(self, key: str, risk: float, now_ms: int, labels: dict[str, str]) -> list[tuple[str, dict]]:
+        st = self.states.setdefault(key, TargetState())
+        out: list[tuple[str, dict]] = []
+        if risk >= self.threshold:
+            st.above += 1
+            st.below = 0
+        elif risk < self.resolve_below:
+            st.below += 1
+            st.above = 0
+        else:  # inside the hysteresis band: neither counts
+            st.above = 0
+            st.below = 0
+        if not st.firing and st.above >= self.fire_steps:
+            st.firing, st.starts_ms, st.last_sent_ms, st.labels = True, now_ms, now_ms, dict(labels)
+            out.append(("firing", self._alert(st, "firing", risk, now_ms)))
+        elif st.firing and st.below >= self.resolve_steps:
+            st.firing = False
+            out.append(("resolved", self._alert(st, "resolved", risk, now_ms)))
+        elif st.firing and now_ms - st.last_sent_ms >= self.repeat_ms:
+            st.last_sent_ms = now_ms
+            out.append(("firing", self._alert(st, "firing", risk, now_ms)))
+        return out
+
+
+class WebhookPoster:
+    """POSTs webhook v4 JSON to the receiver; failures are queued and retried next time."""
+
+    def __init__(self, url: str, *, token: str = "", timeout_s: float = 5.0, max_pending: int = 1000) -> None:
+        self.url, self.token, self.timeout_s = url, token, timeout_s
+        self.pending: deque[dict] = deque(maxlen=max_pending)
+        self.sent = 0
+        self.failed = 0
+
+    def _post(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "llmsla-forecaster"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            resp.read()
+
+    def send(self, bodies: list[dict]) -> list[tuple[dict, str]]:
+        """Send queued then new notifications in order; returns (body, outcome) per attempt."""
+        self.pending.extend(bodies)
+        results = []
+        while self.pending:
+            body = self.pending[0]
+            try:
+                self._post(body)
+            except urllib.error.HTTPError as exc:
+                if 400 <= exc.code < 500 and exc.code not in (408, 429):  # the receiver refused it: retrying cannot help
+                    self.pending.popleft()
+                    self.failed += 1
+                    log.error("forecast alert to %s refused: HTTP %s %s", self.url, exc.code, exc.reason)
+                    results.append((body, f"refused {exc.code}"))
+                    continue
+                self.failed += 1
+                results.append((body, "failed"))
+                break
+            except (urllib.error.URLError, OSError, TimeoutError) as exc:
+                self.failed += 1
+                log.warning("forecast alert to %s failed (%s); %d pending, retried next step",
+                            self.url, exc, len(self.pending))
+                results.append((body, "failed"))
+                break
+            self.pending.popleft()
+            self.sent += 1
+            results.append((body, "sent"))
+        return results

@@ -1,0 +1,142 @@
+"""The versioned model artifact: a directory with the weights and everything needed to score.
+
+``artifact.json`` holds the format version, the model version (sha256 of the weights and the
+settings), the model and training configuration, the feature names, input window, horizon, SLO
+targets, the scaler (median/IQR per feature), the alarm threshold and how it was chosen, the
+evaluation metrics and the data set's sha256; ``model.pt`` holds the state dict (tensors only,
+loaded with ``weights_only=True``), its sha256 recorded in the JSON. Any mismatch - a missing
+key, a truncated weights file, a shape that does not fit - is an :class:`ArtifactError` naming
+the file and the field, never a half-loaded model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from llmsla.forecaster.model import LstmForecaster, ModelConfig
+from llmsla.forecaster.scaler import RobustScaler
+
+FORMAT = 1
+META = "artifact.json"
+WEIGHTS = "model.pt"
+
+
+class ArtifactError(ValueError):
+    """An artifact that cannot be used; the message names the file and the field."""
+
+
+@dataclass
+class Artifact:
+    model: LstmForecaster
+    scaler: RobustScaler | None
+    meta: dict[str, Any]
+
+    @property
+    def version(self) -> str:
+        return self.meta["version"]
+
+    @property
+    def threshold(self) -> float:
+        return float(self.meta["threshold"])
+
+    @property
+    def window(self) -> int:
+        return int(self.meta["window"])
+
+    @property
+    def horizon(self) -> int:
+        return int(self.meta["horizon"])
+
+
+def save(path: Path, model: LstmForecaster, scaler: RobustScaler | None, meta: dict[str, Any]) -> Path:
+    """Write atomically: a temp directory renamed into place (readers never see half a model)."""
+    path = Path(path)
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    weights = buf.getvalue()
+    digest = hashlib.sha256(weights).hexdigest()
+    meta = {**meta, "format": FORMAT, "model": model.cfg.to_dict(), "weights_sha256": digest,
+            "scaler": scaler.to_dict() if scaler is not None else None,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    meta["version"] = hashlib.sha256((digest + json.dumps(meta.get("train", {}), sort_keys=True)).encode()).hexdigest()[:12]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / WEIGHTS).write_bytes(weights)
+    (tmp / META).write_text(json.dumps(meta, indent=1, default=_json) + "\n")
+    if path.exists():
+        old = path.with_name(path.name + ".old")
+        if old.exists():
+            import shutil
+
+            shutil.rmtree(old)
+        path.rename(old)
+        tmp.rename(path)
+        import shutil
+
+        shutil.rmtree(old)
+    else:
+        tmp.rename(path)
+    return path
+
+
+def _json(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(f"not JSON: {type(v).__name__}")
+
+
+def load(path: Path) -> Artifact:
+    path = Path(path)
+    meta_path, w_path = path / META, path / WEIGHTS
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{meta_path}: missing (train one with `llmsla forecast train`)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{meta_path}: not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"{meta_path}: expected a JSON object")
+    for key in ("format", "version", "model", "weights_sha256", "threshold", "window", "horizon", "mode"):
+        if key not in meta:
+            raise ArtifactError(f"{meta_path}: missing field {key!r}")
+    if meta["format"] != FORMAT:
+        raise ArtifactError(f"{meta_path}: format: {meta['format']!r}, this llmsla reads {FORMAT}")
+    try:
+        weights = w_path.read_bytes()
+    except FileNotFoundError:
+        raise ArtifactError(f"{w_path}: missing") from None
+    if hashlib.sha256(weights).hexdigest() != meta["weights_sha256"]:
+        raise ArtifactError(f"{w_path}: sha256 differs from {META} weights_sha256 (corrupt or replaced)")
+    try:
+        mcfg = ModelConfig(**meta["model"])
+        model = LstmForecaster(mcfg)
+        state = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise ArtifactError(f"{path}: model: {str(exc).splitlines()[0]}") from None
+    model.eval()
+    scaler = None
+    if meta["mode"] == "fleet":
+        try:
+            scaler = RobustScaler.from_dict(meta["scaler"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"{meta_path}: scaler: {exc}") from None
+        features = meta.get("features", [])
+        if len(scaler.median) != len(features) or mcfg.inputs != len(features) + len(meta.get("masks", [])):
+            raise ArtifactError(f"{meta_path}: scaler/features/model inputs disagree "
+                                f"({len(scaler.median)} scaled, {len(features)} features, {mcfg.inputs} inputs)")
+    thr = meta["threshold"]
+    if not isinstance(thr, int | float) or not np.isfinite(thr):
+        raise ArtifactError(f"{meta_path}: threshold: expected a finite number, got {thr!r}")
+    return Artifact(model, scaler, meta)

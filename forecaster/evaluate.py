@@ -1,0 +1,176 @@
+"""The evaluation harness: every method on the same windows, thresholds from validation only.
+
+For each method: parameters (rules) or weights (learned) come from the train split, parameter
+choice and the alarm threshold from the validation split (the lowest threshold whose false
+alarms per healthy day stay within ``false_alarms_per_day``), and the reported numbers from the
+test split, which nothing before has looked at.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmsla.forecaster import baselines
+from llmsla.forecaster import metrics as m
+from llmsla.forecaster.dataset import Dataset
+from llmsla.forecaster.scaler import RobustScaler
+
+LSTM = "lstm"
+#: A scorer maps window end indices of the data set to risk scores.
+Scorer = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class EvalConfig:
+    false_alarms_per_day: float = 4.0
+    lead_max_steps: int = 24
+    learned_stride: int = 3
+    seed: int = 0
+
+
+@dataclass
+class MethodResult:
+    method: str
+    params: dict
+    threshold: float
+    val: m.Report
+    test: m.Report
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192) -> list[m.SeriesScores]:
+    """Score every full window of every series of ``split``; episodes attributed to faults."""
+    out = []
+    info = ds.info
+    precursor = tuple(info.get("precursor_kinds", ()))
+    tail = int(info.get("slo_window_steps", 1)) + ds.horizon
+    for s in ds.series_of(split):
+        lo, hi = int(ds.offsets[s]), int(ds.offsets[s + 1])
+        score = np.full(hi - lo, np.nan)
+        ends = np.arange(lo + ds.window - 1, hi)
+        for i in range(0, len(ends), batch):
+            score[ends[i: i + batch] - lo] = scorer(ends[i: i + batch])
+        if not np.all(np.isfinite(score[ds.window - 1:])):
+            raise FloatingPointError(f"series {s}: a scorer returned a non-finite score")
+        eps = m.episodes(ds.breach[lo:hi], ds.horizon)
+        meta = ds.meta[s]
+        m.attribute(eps, meta.get("faults", []), ds.step_s, int(meta.get("t0_ms", 0)), tail, precursor)
+        out.append(m.SeriesScores(score, ds.y[lo:hi], ds.breach[lo:hi], eps))
+    return out
+
+
+def _calibrated(method: str, params: dict, ds: Dataset, scorer: Scorer, ec: EvalConfig, t0: float,
+                extra: dict | None = None) -> MethodResult:
+    val = series_scores(ds, "val", scorer)
+    thr = m.threshold_for(val, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s)
+    test = series_scores(ds, "test", scorer)
+    min_onset = ds.window - 1
+    return MethodResult(method, params, thr, m.report(val, thr, ec.lead_max_steps, ds.step_s, min_onset),
+                        m.report(test, thr, ec.lead_max_steps, ds.step_s, min_onset),
+                        time.perf_counter() - t0, extra or {})
+
+
+def rule_scorer(ds: Dataset, method: str, params: dict) -> Scorer:
+    if ds.mode == "fleet":
+        return lambda ends: baselines.fleet_score(method, ds.signal_windows(ends), ds.horizon, **params)
+    return lambda ends: baselines.univariate_score(method, ds.signal_windows(ends), ds.horizon, **params)
+
+
+def tune_rule(ds: Dataset, method: str) -> dict:
+    """The grid point with the best validation AUC-PR."""
+    va = ds.samples("val")
+    best, best_p = -1.0, baselines.GRIDS[method][0]
+    for p in baselines.GRIDS[method]:
+        ap = m.auc_pr(ds.y[va], rule_scorer(ds, method, p)(va))
+        if ap > best:
+            best, best_p = ap, p
+    return best_p
+
+
+def run_rule(ds: Dataset, method: str, ec: EvalConfig) -> MethodResult:
+    t0 = time.perf_counter()
+    params = tune_rule(ds, method)
+    return _calibrated(method, params, ds, rule_scorer(ds, method, params), ec, t0)
+
+
+def run_learned(ds: Dataset, method: str, scaler: RobustScaler | None, ec: EvalConfig) -> MethodResult:
+    t0 = time.perf_counter()
+    tr = ds.samples("train", stride=ec.learned_stride)
+    model = baselines.fit_learned(method, ds.inputs(tr, scaler), ds.y[tr], seed=ec.seed)
+    return _calibrated(method, {"train_stride": ec.learned_stride}, ds,
+                       lambda ends: model.score(ds.inputs(ends, scaler)), ec, t0)
+
+
+def run_model(ds: Dataset, name: str, scorer: Scorer, ec: EvalConfig, params: dict, t0: float,
+              extra: dict | None = None) -> MethodResult:
+    return _calibrated(name, params, ds, scorer, ec, t0, extra)
+
+
+def run_all(ds: Dataset, lstm_scorer: Scorer | None, scaler: RobustScaler | None, ec: EvalConfig,
+            methods: tuple[str, ...] = baselines.METHODS, *, lstm_params: dict | None = None,
+            lstm_seconds: float = 0.0, log: Callable[[str], None] | None = None) -> list[MethodResult]:
+    out: list[MethodResult] = []
+    if lstm_scorer is not None:
+        t0 = time.perf_counter() - lstm_seconds
+        out.append(run_model(ds, LSTM, lstm_scorer, ec, lstm_params or {}, t0))
+        if log:
+            log(f"{LSTM}: test AUC-PR {out[-1].test.auc_pr:.4f}")
+    for meth in methods:
+        r = run_rule(ds, meth, ec) if meth in baselines.RULES else run_learned(ds, meth, scaler, ec)
+        out.append(r)
+        if log:
+            log(f"{meth}: test AUC-PR {r.test.auc_pr:.4f} ({r.seconds:.1f} s)")
+    return out
+
+
+def _learned_scorer(model: baselines.Learned, ds: Dataset) -> Scorer:
+    return lambda ends: model.score(ds.inputs(ends, None))
+
+
+def cross_validate(ds: Dataset, folds: int, make_lstm: Callable[[Dataset], Scorer] | None, ec: EvalConfig,
+                   methods: tuple[str, ...] = baselines.METHODS,
+                   log: Callable[[str], None] | None = None) -> list[MethodResult]:
+    """Univariate mode over whole series: every series is scored once, by models (and a
+    threshold) fitted without it. ``make_lstm`` trains an LSTM on a fold's train/val split."""
+    from llmsla.forecaster.nab import fold_splits
+
+    names_ = ([LSTM] if make_lstm is not None else []) + list(methods)
+    test: dict[str, list[m.SeriesScores]] = {n: [] for n in names_}
+    val: dict[str, list[m.SeriesScores]] = {n: [] for n in names_}
+    secs = dict.fromkeys(names_, 0.0)
+    for fold in range(folds):
+        fds = fold_splits(ds, fold)
+        for name in names_:
+            t0 = time.perf_counter()
+            if name == LSTM:
+                scorer = make_lstm(fds)  # type: ignore[misc]
+            elif name in baselines.RULES:
+                scorer = rule_scorer(fds, name, tune_rule(fds, name))
+            else:
+                tr = fds.samples("train", stride=ec.learned_stride)
+                model = baselines.fit_learned(name, fds.inputs(tr, None), fds.y[tr], seed=ec.seed)
+                scorer = _learned_scorer(model, fds)
+            v = series_scores(fds, "val", scorer)
+            thr = m.threshold_for(v, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s)
+            for s in v:
+                s.threshold = thr
+            t = series_scores(fds, "test", scorer)
+            for s in t:
+                s.threshold = thr
+            val[name] += v
+            test[name] += t
+            secs[name] += time.perf_counter() - t0
+        if log:
+            log(f"fold {fold + 1}/{folds} done")
+    out = []
+    for name in names_:
+        out.append(MethodResult(name, {"folds": folds}, float("nan"),
+                                m.report(val[name], float("nan"), ec.lead_max_steps, ds.step_s, ds.window - 1),
+                                m.report(test[name], float("nan"), ec.lead_max_steps, ds.step_s, ds.window - 1),
+                                secs[name]))
+    return out

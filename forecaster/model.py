@@ -1,0 +1,45 @@
+"""The LSTM forecaster: one layer, 50 hidden units, dropout 0.3, a dense layer of 32, sigmoid.
+
+Input ``[batch, W, C]`` (C = 12 features + 3 presence masks, or 1 in univariate mode); output the
+logit of "an SLO breach within H steps". The sigmoid is applied by :meth:`risk`, so training can
+use the numerically stable ``BCEWithLogitsLoss`` with a positive-class weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    inputs: int
+    hidden: int = 50
+    layers: int = 1
+    dropout: float = 0.3
+    dense: int = 32
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LstmForecaster(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.lstm = nn.LSTM(cfg.inputs, cfg.hidden, num_layers=cfg.layers, batch_first=True,
+                            dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.dense = nn.Linear(cfg.hidden, cfg.dense)
+        self.out = nn.Linear(cfg.dense, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, (h, _) = self.lstm(x)
+        z = torch.relu(self.dense(self.drop(h[-1])))
+        return self.out(self.drop(z)).squeeze(-1)
+
+    @torch.inference_mode()
+    def risk(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.forward(x))

@@ -1,0 +1,148 @@
+"""The online scorer: every step, the latest windows of every target scored in one batch.
+
+One process scores every target of a store (replicas and pools): it reads the last W steps of
+request, GPU and policy windows in three queries, builds the same features as training, runs
+one batched forward pass, exports ``llmsla_forecast_risk``, upserts the scores into
+``forecasts`` and posts firing/resolved alerts (webhook v4, hysteresis) to the receiver.
+
+The step scored is the last 5 s window that ended at least ``lag_s`` ago, so the streaming job
+has written it. A step whose window is missing for every target (streaming down, no traffic) is
+skipped with that reason rather than scored on imputed data.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.forecaster import alerts, features, store_io
+from llmsla.forecaster import slo as slo_mod
+from llmsla.forecaster.artifact import Artifact
+from llmsla.forecaster.dataset import fleet_inputs
+
+log = logging.getLogger(__name__)
+STEP_MS = features.STEP_MS
+
+
+@dataclass
+class StepResult:
+    step_ms: int  # start of the window scored
+    scored: int = 0
+    skipped: str = ""  # why nothing was scored
+    risks: dict[str, float] = field(default_factory=dict)
+    notifications: list[tuple[str, dict]] = field(default_factory=list)
+    seconds: float = 0.0
+    score_seconds: float = 0.0
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.risk = Gauge(names.FORECAST_RISK, "Forecast probability of an SLO breach within the horizon",
+                          [names.L_TARGET, names.L_MODEL, names.L_POOL, names.L_REPLICA], registry=registry)
+        self.score_seconds = Histogram(names.FORECAST_SCORE_SECONDS, "Time to score one batch of targets, seconds",
+                                       registry=registry, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+        self.notifications = Counter(names.FORECAST_NOTIFICATIONS, "Forecast alert notifications to the receiver",
+                                     [names.L_STATUS, names.L_OUTCOME], registry=registry)
+
+
+class BatchScorer:
+    """Model + scaler: ``[targets, W, C]`` inputs -> risks, one forward pass."""
+
+    def __init__(self, art: Artifact) -> None:
+        if art.meta.get("mode") != "fleet":
+            raise ValueError("the online scorer needs a fleet-mode artifact (not a univariate one)")
+        self.art = art
+        self.model = art.model
+        self.scaler = art.scaler
+
+    def inputs(self, ts: features.TargetSeries) -> np.ndarray:
+        return fleet_inputs(features.transform(ts.x), ts.present, self.scaler)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        if not np.all(np.isfinite(x)):
+            raise FloatingPointError("non-finite model input")  # fleet_inputs never yields one
+        return self.model.risk(torch.from_numpy(x)).numpy().astype(float)
+
+
+class OnlineScorer:
+    def __init__(self, art: Artifact, cfg: Config, dsn: str, *, registry: CollectorRegistry | None = None,
+                 poster: alerts.WebhookPoster | None = None, external_url: str = "") -> None:
+        self.cfg = cfg
+        self.fc = cfg.forecast
+        self.scorer = BatchScorer(art)
+        self.window = art.window
+        self.slos = slo_mod.from_config(cfg)
+        self.gpu_map = features.gpu_map_from(self.fc.gpu_map)
+        self.dsn = dsn
+        self.name = f"lstm-{art.version}"
+        self.horizon_s = art.horizon * names.REQUEST_WINDOW_S
+        self.metrics = Metrics(registry if registry is not None else CollectorRegistry())
+        self.poster = poster
+        self.external_url = external_url
+        self.hyst = alerts.Hysteresis(art.threshold, fire_steps=self.fc.fire_steps,
+                                      resolve_steps=self.fc.resolve_steps, resolve_ratio=self.fc.resolve_ratio,
+                                      repeat_s=self.fc.repeat_s, horizon_s=self.horizon_s,
+                                      generator_url=external_url)
+        self._conn = None
+
+    def _connection(self):
+        from llmsla.store import connect
+
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.dsn, timeout_s=self.cfg.store.connect_timeout_s)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def step_for(self, now_ms: int) -> int:
+        """Start of the newest window that ended at least ``lag_s`` before ``now_ms``."""
+        ready = now_ms - int(self.fc.lag_s * 1000)
+        return ready - ready % STEP_MS - STEP_MS
+
+    def step(self, now_ms: int) -> StepResult:
+        t_start = time.perf_counter()
+        step_ms = self.step_for(now_ms)
+        res = StepResult(step_ms)
+        t0 = step_ms - (self.window - 1) * STEP_MS
+        conn = self._connection()
+        req, gpu, pol = store_io.read_windows(conn, t0, step_ms + STEP_MS)
+        if not np.any(req["bucket"] == step_ms):
+            res.skipped = f"no request windows at {alerts.rfc3339(step_ms)} (streaming behind or no traffic)"
+            res.seconds = time.perf_counter() - t_start
+            return res
+        targets = features.targets_of(req)
+        ts = features.build(req, gpu, pol, targets=targets, t0_ms=t0, n_steps=self.window,
+                            slos=self.slos, gpu_map=self.gpu_map)
+        x = self.scorer.inputs(ts)
+        t_score = time.perf_counter()
+        risk = self.scorer.score(x)
+        res.score_seconds = time.perf_counter() - t_score
+        self.metrics.score_seconds.observe(res.score_seconds)
+        rows, bodies = [], []
+        for j, t in enumerate(targets):
+            r = float(risk[j])
+            res.risks[t.id] = r
+            self.metrics.risk.labels(t.kind, ts.models[j], t.pool, t.replica).set(r)
+            rows.append((step_ms, self.name, t.kind, t.pool, t.replica, self.horizon_s, None, self.scorer.art.threshold, r))
+            worst = int(np.argmax(ts.signals[j, -1]))
+            slo_name = next((s.name for s in self.slos if s.sli == features.SIGNALS[worst]), self.slos[0].name)
+            labels = alerts.alert_labels(t.pool, t.replica, ts.models[j], slo_name)
+            for status, alert in self.hyst.update(t.id, r, step_ms + STEP_MS, labels):
+                res.notifications.append((status, alert))
+                bodies.append(alerts.payload(status, alert, self.external_url))
+        store_io.write_forecasts(conn, rows)
+        res.scored = len(targets)
+        if self.poster is not None and (bodies or self.poster.pending):
+            for body, outcome in self.poster.send(bodies):
+                self.metrics.notifications.labels(body["status"], outcome).inc()
+        res.seconds = time.perf_counter() - t_start
+        return res

@@ -1,0 +1,64 @@
+"""Reading the store's windows into frames and writing scores to ``forecasts``.
+
+The column names are the store's (``llmsla/store/migrations/0001_core.sql``), so a frame read
+here and one computed by :mod:`llmsla.forecaster.windowing` are interchangeable for
+:func:`llmsla.forecaster.features.build`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import psycopg
+
+from llmsla import names
+from llmsla.forecaster import windowing as w
+
+
+def _read(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],
+          from_ms: int, to_ms: int) -> w.Frame:
+    cols = ["(extract(epoch from bucket) * 1000)::bigint", *keys[1:], *values]
+    rows = conn.execute(
+        f"SELECT {', '.join(cols)} FROM {table} WHERE bucket >= %s AND bucket < %s ORDER BY 1",
+        (_ts(from_ms), _ts(to_ms))).fetchall()
+    if not rows:
+        return w.empty(keys, values)
+    out: w.Frame = {}
+    cols_t = list(zip(*rows, strict=True))
+    for i, k in enumerate(keys):
+        out[k] = np.asarray(cols_t[i], dtype=np.int64 if k in ("bucket", "gpu") else object)
+    for j, v in enumerate(values):
+        out[v] = np.asarray([math.nan if x is None else float(x) for x in cols_t[len(keys) + j]], dtype=float)
+    return out
+
+
+def read_windows(conn: psycopg.Connection, from_ms: int, to_ms: int) -> tuple[w.Frame, w.Frame, w.Frame]:
+    """Request and GPU windows with ``from_ms <= bucket < to_ms``; policy windows from two
+    minutes earlier (a 60 s window is used for the minute after it)."""
+    req = _read(conn, names.T_REQUEST_WINDOWS, w.REQUEST_KEYS, w.REQUEST_VALUES, from_ms, to_ms)
+    gpu = _read(conn, names.T_GPU_WINDOWS, w.GPU_KEYS, w.GPU_VALUES, from_ms, to_ms)
+    pol = _read(conn, names.T_POLICY_WINDOWS, w.POLICY_KEYS, w.POLICY_VALUES,
+                from_ms - 2 * names.POLICY_WINDOW_S * 1000, to_ms)
+    return req, gpu, pol
+
+
+def _ts(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def write_forecasts(conn: psycopg.Connection, rows: Iterable[tuple]) -> int:
+    """Upsert ``(ts_ms, forecaster, target, pool, replica, horizon_s, predicted, threshold, risk)``."""
+    data = [(_ts(r[0]), *r[1:]) for r in rows]
+    if not data:
+        return 0
+    with conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO {names.T_FORECASTS} (ts, forecaster, target, pool, replica, horizon_s, predicted, "
+            "threshold, risk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (ts, forecaster, target, pool, replica, horizon_s) DO UPDATE SET "
+            "predicted = EXCLUDED.predicted, threshold = EXCLUDED.threshold, risk = EXCLUDED.risk", data)
+    conn.commit()
+    return len(data)

@@ -1,0 +1,111 @@
+"""Training the LSTM: time-ordered splits, class weighting, early stopping, determinism.
+
+The split is by series (runs), fixed when the data set is built; the scaler is fitted on the
+train split only; early stopping and the alarm threshold use the validation split; the test
+split is only ever scored. Class imbalance: ``BCEWithLogitsLoss(pos_weight = negatives /
+positives)`` on the train split. Deterministic for a seed on the CPU: fixed torch seed and
+thread count, deterministic algorithms, and a numpy generator for batch order.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from llmsla.forecaster.dataset import Dataset
+from llmsla.forecaster.metrics import auc_pr
+from llmsla.forecaster.model import LstmForecaster, ModelConfig
+from llmsla.forecaster.scaler import RobustScaler
+
+
+@dataclass
+class TrainConfig:
+    hidden: int = 50
+    layers: int = 1
+    dropout: float = 0.3
+    dense: int = 32
+    epochs: int = 30
+    batch_size: int = 256
+    lr: float = 1e-3
+    patience: int = 4
+    seed: int = 0
+    threads: int = 2
+    stride: int = 2  # every stride-th training window (neighbouring windows overlap in W - 1 steps)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    model: LstmForecaster
+    scaler: RobustScaler | None
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    seconds: float = 0.0
+    pos_weight: float = 1.0
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+
+
+def predict(model: LstmForecaster, x: np.ndarray, *, batch: int = 4096) -> np.ndarray:
+    model.eval()
+    out = [model.risk(torch.from_numpy(x[i: i + batch])).numpy() for i in range(0, len(x), batch)]
+    return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | None = None) -> TrainResult:
+    t_start = time.perf_counter()
+    seed_everything(tc.seed, tc.threads)
+    scaler = ds.fit_scaler() if ds.mode == "fleet" else None
+    tr = ds.samples("train", stride=tc.stride)
+    va = ds.samples("val")
+    if len(tr) == 0 or len(va) == 0:
+        raise ValueError("training needs windows in both the train and the val split")
+    ytr = ds.y[tr].astype(np.float32)
+    yva = ds.y[va]
+    xtr = ds.inputs(tr, scaler)
+    xva = ds.inputs(va, scaler)
+    pos = float(ytr.sum())
+    pos_weight = (len(ytr) - pos) / pos if pos > 0 else 1.0
+    model = LstmForecaster(ModelConfig(xtr.shape[-1], tc.hidden, tc.layers, tc.dropout, tc.dense))
+    opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight, dtype=torch.float32))
+    rng = np.random.default_rng(tc.seed)
+    best, best_state, best_epoch, bad = -1.0, copy.deepcopy(model.state_dict()), 0, 0
+    history = []
+    xt, yt = torch.from_numpy(xtr), torch.from_numpy(ytr)
+    for epoch in range(1, tc.epochs + 1):
+        model.train()
+        order = torch.from_numpy(rng.permutation(len(xtr)))
+        total = 0.0
+        for i in range(0, len(order), tc.batch_size):
+            b = order[i: i + tc.batch_size]
+            opt.zero_grad()
+            loss = loss_fn(model(xt[b]), yt[b])
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(b)
+        ap = auc_pr(yva, predict(model, xva))
+        history.append({"epoch": epoch, "train_loss": total / len(xtr), "val_auc_pr": ap})
+        if log:
+            log(f"epoch {epoch}: train loss {total / len(xtr):.4f}, val AUC-PR {ap:.4f}")
+        if ap > best + 1e-4:
+            best, best_state, best_epoch, bad = ap, copy.deepcopy(model.state_dict()), epoch, 0
+        else:
+            bad += 1
+            if bad >= tc.patience:
+                break
+    model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(model, scaler, history, best_epoch, time.perf_counter() - t_start, pos_weight)

@@ -1,0 +1,134 @@
+"""The store's 5 s request and GPU windows, computed in memory from events.
+
+Building a training set through the streaming job would cost a JVM run per simulation; this
+module computes the same rows with the same definitions (docs/streaming.md: tumbling windows
+aligned to the epoch, keyed by (model, pool, replica, arm) or (node, gpu), exact percentiles
+with linear interpolation, ITL pooled from per-request summaries). ``tests/forecaster`` runs
+the real PyFlink job on the same events and checks every column equal, so the training data
+and the online scorer (which reads the store) see identical windows.
+
+A frame is a ``dict`` of equal-length numpy columns named as in the store, ``bucket`` in epoch
+ms (int64), the key columns as object arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from llmsla import names
+from llmsla.events import GpuSample, RequestEvent
+
+Frame = dict[str, np.ndarray]
+
+REQUEST_KEYS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS)
+REQUEST_VALUES: tuple[str, ...] = (
+    "requests", "ok", "errors", "timeouts", "cancelled", "rejected", "qps",
+    "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms",
+    "itl_mean_ms", "itl_jitter_ms", "queue_p99_ms", "prompt_tokens", "output_tokens", "output_tps",
+    "ttft_slo_ms", "e2e_slo_ms", "ttft_within_slo", "e2e_within_slo", "ttft_count", "ttft_sum_ms",
+    "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2",
+)
+GPU_KEYS: tuple[str, ...] = ("bucket", "node", "gpu")
+GPU_VALUES: tuple[str, ...] = ("samples", "mem_used_max_bytes", "mem_used_mean_bytes", "mem_total_bytes",
+                               "util_mean", "temp_max_c", "power_mean_w")
+POLICY_KEYS: tuple[str, ...] = ("bucket", "zone", "policy_id")
+POLICY_VALUES: tuple[str, ...] = ("decisions", "traces", "temperature_mean", "temperature_jitter")
+
+_STATUS_COL = {names.STATUS_OK: "ok", names.STATUS_ERROR: "errors", names.STATUS_TIMEOUT: "timeouts",
+               names.STATUS_CANCELLED: "cancelled", names.STATUS_REJECTED: "rejected"}
+
+
+def empty(keys: tuple[str, ...], values: tuple[str, ...]) -> Frame:
+    out: Frame = {k: np.empty(0, dtype=object) for k in keys}
+    out["bucket"] = np.empty(0, dtype=np.int64)
+    for v in values:
+        out[v] = np.empty(0, dtype=float)
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    """Exact percentile, linear interpolation at rank q * (n - 1) (Flink, numpy, percentile_cont)."""
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else math.nan
+
+
+def request_windows(events: Iterable[RequestEvent], *, ttft_slo_ms: float, e2e_slo_ms: float,
+                    width_s: int = names.REQUEST_WINDOW_S) -> Frame:
+    """5 s request windows; a null percentile (no values) is NaN."""
+    width = width_s * 1000
+    groups: dict[tuple, list[RequestEvent]] = {}
+    for e in events:
+        groups.setdefault((e.ts_ms - e.ts_ms % width, e.model, e.pool, e.replica, e.arm), []).append(e)
+    rows: list[tuple] = []
+    for key in sorted(groups):
+        g = groups[key]
+        counts = dict.fromkeys(_STATUS_COL.values(), 0)
+        for e in g:
+            counts[_STATUS_COL[e.status]] += 1
+        ttft = [e.ttft_ms for e in g if e.ttft_ms is not None]
+        e2e = [e.e2e_ms for e in g]
+        itl_n = sum(e.itl_ms.n for e in g)
+        itl_sum = math.fsum(e.itl_ms.n * e.itl_ms.mean for e in g)
+        itl_sumsq = math.fsum(e.itl_ms.n * (e.itl_ms.std ** 2 + e.itl_ms.mean ** 2) for e in g)
+        mean = itl_sum / itl_n if itl_n else math.nan
+        jitter = math.sqrt(max(itl_sumsq / itl_n - mean * mean, 0.0)) if itl_n else math.nan
+        out_tok = sum(e.output_tokens for e in g)
+        rows.append((*key, len(g), counts["ok"], counts["errors"], counts["timeouts"], counts["cancelled"],
+                     counts["rejected"], len(g) / width_s,
+                     _pct(ttft, 50), _pct(ttft, 95), _pct(ttft, 99), _pct(e2e, 50), _pct(e2e, 95), _pct(e2e, 99),
+                     mean, jitter, _pct([e.queue_ms for e in g], 99),
+                     sum(e.prompt_tokens for e in g), out_tok, out_tok / width_s,
+                     ttft_slo_ms, e2e_slo_ms, sum(t <= ttft_slo_ms for t in ttft), sum(x <= e2e_slo_ms for x in e2e),
+                     len(ttft), math.fsum(ttft), math.fsum(e2e), itl_n, itl_sum, itl_sumsq))
+    return _frame(rows, REQUEST_KEYS, REQUEST_VALUES)
+
+
+def gpu_windows(samples: Iterable[GpuSample], *, width_s: int = names.GPU_WINDOW_S) -> Frame:
+    width = width_s * 1000
+    groups: dict[tuple, list[GpuSample]] = {}
+    for s in samples:
+        groups.setdefault((s.ts_ms - s.ts_ms % width, s.node, s.gpu), []).append(s)
+    rows = []
+    for key in sorted(groups):
+        g = groups[key]
+        rows.append((*key, len(g), max(s.mem_used_bytes for s in g),
+                     math.fsum(s.mem_used_bytes for s in g) / len(g), max(s.mem_total_bytes for s in g),
+                     math.fsum(s.util for s in g) / len(g), max(s.temp_c for s in g),
+                     math.fsum(s.power_w for s in g) / len(g)))
+    return _frame(rows, GPU_KEYS, GPU_VALUES)
+
+
+def _frame(rows: list[tuple], keys: tuple[str, ...], values: tuple[str, ...]) -> Frame:
+    if not rows:
+        return empty(keys, values)
+    cols = list(zip(*rows, strict=True))
+    out: Frame = {}
+    for i, k in enumerate(keys):
+        out[k] = np.asarray(cols[i], dtype=np.int64 if k in ("bucket", "gpu") else object)
+    for j, v in enumerate(values):
+        out[v] = np.asarray(cols[len(keys) + j], dtype=float)
+    return out
+
+
+def concat(frames: list[Frame]) -> Frame:
+    frames = [f for f in frames if len(f["bucket"])]
+    if not frames:
+        raise ValueError("concat: no rows")
+    return {k: np.concatenate([f[k] for f in frames]) for k in frames[0]}
+
+
+class Collector:
+    """A simulator sink that keeps events in memory (for :func:`request_windows`)."""
+
+    def __init__(self) -> None:
+        self.requests: list[RequestEvent] = []
+        self.gpus: list[GpuSample] = []
+        self.gpu_models: dict[tuple[str, int], str] = {}
+
+    def request(self, event: RequestEvent) -> None:
+        self.requests.append(event)
+
+    def gpu(self, sample: GpuSample, model_name: str) -> None:
+        self.gpus.append(sample)

@@ -1,0 +1,28 @@
+"""The forecaster imports core only (ARCHITECTURE.md, layer 2): it reaches the fleet simulator
+only through the composition root and alerting only over webhook v4."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ("llmsla.config", "llmsla.names", "llmsla.events", "llmsla.store", "llmsla.data", "llmsla.spool")
+
+
+def test_forecaster_imports_core_only() -> None:
+    bad = []
+    for path in sorted((ROOT / "forecaster").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = []
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                mods = [node.module]
+            for mod in mods:
+                if mod.startswith("llmsla.") and not (mod.startswith("llmsla.forecaster") or mod.startswith(CORE)):
+                    bad.append(f"{path.name}: {mod}")
+                if mod == "llmsla":
+                    names = [a.name for a in node.names]  # type: ignore[attr-defined]
+                    bad += [f"{path.name}: llmsla.{n}" for n in names if f"llmsla.{n}" not in CORE]
+    assert not bad, bad

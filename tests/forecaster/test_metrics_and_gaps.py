@@ -1,0 +1,95 @@
+"""Event metrics on hand-built series (independent counts), labels from SLO counts, and gaps:
+missing windows are masked and a NaN never reaches a score."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmsla import names
+from llmsla.forecaster import features, metrics, windowing
+from llmsla.forecaster import slo as slo_mod
+from llmsla.forecaster.dataset import fleet_inputs
+from llmsla.forecaster.scaler import RobustScaler
+
+
+def test_event_metrics_by_hand() -> None:
+    breach = np.zeros(100, bool)
+    breach[40:50] = True  # event A (onset 40): warned at 35 -> lead 5 steps
+    breach[80:85] = True  # event B (onset 80): alarm only at 81 (after onset) -> missed
+    score = np.zeros(100)
+    score[:9] = np.nan  # first full window at step 9
+    score[35:45] = 0.9
+    score[81] = 0.9
+    score[20] = 0.9  # a false alarm, healthy time
+    s = metrics.SeriesScores(score, slo_mod.future_label(breach, 3), breach, metrics.episodes(breach, 3))
+    s.episodes[0].cause, s.episodes[1].cause = metrics.PRECURSOR, metrics.CRASH
+    r = metrics.report([s], 0.5, lead_max=10, step_s=5.0, min_onset=9)
+    assert r.events == {"precursor": 1, "crash": 1, "none": 0}
+    assert r.warned == {"precursor": 1, "crash": 0, "none": 0}
+    assert r.mean_lead_s["precursor"] == 25.0
+    # healthy steps: scored (9..99) minus [30, 49] and [70, 84]
+    healthy = (100 - 9) - 20 - 15
+    assert r.false_alarms_per_day == pytest.approx(1 / (healthy * 5 / 86400))
+    # the threshold search keeps false alarms at or under the target
+    thr = metrics.threshold_for([s], 0.0, 10, 5.0)
+    assert thr > 0.9 and metrics.false_alarms([s], thr, 10, 5.0)[0] == 0
+
+
+def test_labels_from_slo_counts() -> None:
+    slos = [slo_mod.SloTarget("ttft-p99", "ttft", 800, 0.99), slo_mod.SloTarget("avail", "availability", 0, 0.9995)]
+    counts = np.zeros((10, len(slo_mod.COUNTS)))
+    counts[:, 0] = counts[:, 1] = 50  # requests, with a first token
+    counts[4, 2] = 1  # one slow TTFT of 50 in step 4: 2 % > 1 % allowed
+    b1 = slo_mod.breaches(counts, slos, 1)
+    assert b1.tolist() == [i == 4 for i in range(10)]
+    b3 = slo_mod.breaches(counts, slos, 3)  # merged over 3 steps: 1 of 150 < 1 %? no: 0.67 % -> ok
+    assert not b3.any()
+    counts[7, 4] = 1  # one error in 50: availability breach
+    assert slo_mod.breaches(counts, slos, 3)[7:10].tolist() == [True, True, True]
+    y = slo_mod.future_label(b1, 2)
+    assert y.tolist() == [0, 0, 1, 1, 0, 0, 0, 0, -1, -1]
+
+
+def _frame(rows: list[dict]) -> windowing.Frame:
+    out = windowing.empty(windowing.REQUEST_KEYS, windowing.REQUEST_VALUES)
+    for k in out:
+        vals = [r.get(k, 0.0) for r in rows]
+        out[k] = np.asarray(vals, dtype=out[k].dtype if k != "bucket" else np.int64)
+    return out
+
+
+def test_gaps_and_nans_are_masked_and_never_scored() -> None:
+    t0 = 1_700_000_000_000
+    base = {"model": "6b", "pool": "p", "arm": "a", "requests": 4.0, "ttft_count": 4.0, "itl_n": 10.0,
+            "itl_sum_ms": 200.0, "itl_sumsq_ms2": 4400.0, "ttft_p50_ms": 100.0, "ttft_p95_ms": 150.0,
+            "ttft_p99_ms": 200.0, "e2e_p95_ms": 900.0, "e2e_p99_ms": 1000.0, "queue_p99_ms": 1.0,
+            "ttft_within_slo": 4.0, "e2e_within_slo": 4.0, "output_tokens": 40.0}
+    rows = [{**base, "bucket": t0 + i * 5000, "replica": "r0"} for i in range(8) if i != 3]  # step 3 missing
+    rows.append({**base, "bucket": t0 + 5 * 5000, "replica": "r1", "ttft_p99_ms": math.nan, "ttft_p50_ms": math.nan,
+                 "ttft_count": 0.0, "ttft_within_slo": 0.0, "errors": 4.0})  # all failed: null TTFT
+    req = _frame(rows)
+    gpu = windowing.empty(windowing.GPU_KEYS, windowing.GPU_VALUES)
+    pol = windowing.empty(windowing.POLICY_KEYS, windowing.POLICY_VALUES)
+    targets = features.targets_of(req)
+    assert [t.id for t in targets] == ["p/*", "p/r0", "p/r1"]
+    slos = slo_mod.from_config(__import__("llmsla.config", fromlist=["load"]).load(env={}))
+    ts = features.build(req, gpu, pol, targets=targets, t0_ms=t0, n_steps=8, slos=slos)
+    r0 = targets.index(features.Target("p", "r0"))
+    pool = targets.index(features.Target("p", ""))
+    f = features.FEATURES.index
+    assert not ts.present[r0, 3, 0] and ts.x[r0, 3, f("qps")] == 0 and math.isnan(ts.x[r0, 3, f("ttft_p99_ms")])
+    assert not ts.present[r0, :, 1].any() and not ts.present[r0, :, 2].any()  # no GPU, no policy windows
+    # pool: counts add, percentiles are the worst replica's, ITL pooled exactly from sums
+    assert ts.x[pool, 5, f("qps")] == 8 / names.REQUEST_WINDOW_S
+    assert ts.x[pool, 5, f("ttft_p99_ms")] == 200.0 and ts.x[pool, 5, f("error_ratio")] == 0.5
+    assert ts.x[pool, 5, f("itl_mean_ms")] == pytest.approx(20.0)
+    assert ts.x[pool, 5, f("itl_jitter_ms")] == pytest.approx(math.sqrt(440 - 400))
+    x = np.where(np.isfinite(ts.x), ts.x, np.nan)
+    assert np.isnan(x).any()
+    scaler = RobustScaler.fit(features.transform(ts.x).reshape(-1, len(features.FEATURES)))
+    inputs = fleet_inputs(features.transform(ts.x), ts.present, scaler)
+    assert np.all(np.isfinite(inputs)) and inputs.shape == (3, 8, len(features.FEATURES) + len(features.MASKS))
+    assert ts.signals[targets.index(features.Target("p", "r1")), 5, 2] == pytest.approx(1 / (1 - 0.9995))
