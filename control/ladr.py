@@ -1,0 +1,182 @@
+"""LADR (latency-aware dynamic routing): its parameters, how a refresh turns request
+latencies and queues into scores, and how a group's sampler is built from them.
+
+Functions over :class:`~llmsla.control.replica.ReplicaState` lists, so the router keeps only
+the bookkeeping (membership, operator actions, the request lifecycle); see the router's module
+docstring for the definition and docs/control.md for why it is built this way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from llmsla import names
+from llmsla.control.replica import ReplicaState
+from llmsla.control.sampler import LadrSampler
+
+POLICIES: tuple[str, ...] = names.ROUTE_POLICIES
+
+#: Tunables accepted by ``Router(**params)`` and :meth:`Router.set_params`, with defaults.
+DEFAULT_PARAMS: dict[str, float] = {
+    "alpha": 1.0,  # weight of 1 / latency (latency relative to the pool's fastest replica)
+    "beta": 1.0,  # weight of the queue (live outstanding relative to the pool's mean)
+    "sharpness": 8.0,  # sampling weight = exp(sharpness * score): 0 = uniform, large = greedy
+    "systematic": 1.0,  # 1: low-discrepancy (golden-ratio) sampling sequence, 0: i.i.d. uniform
+    "theta": 0.7,  # EMA memory of the latency: L = theta * L_prev + (1 - theta) * window mean
+    "refresh_s": 0.2,  # score refresh cadence
+    "ttl_s": 1.0,  # stats older than this drop a replica from LADR's choice
+    "floor": 0.01,  # negative/low scores are clamped to floor * best score
+    "error_penalty_ms": 10_000.0,  # latency charged for a failed request (fast failures are not fast)
+}
+
+
+
+def check_params(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if key == "policy":
+            if value not in POLICIES:
+                raise ValueError(f"policy: must be one of {', '.join(POLICIES)}, got {value!r}")
+            out[key] = value
+            continue
+        if key not in DEFAULT_PARAMS:
+            raise ValueError(f"unknown router parameter {key!r} (known: policy, {', '.join(DEFAULT_PARAMS)})")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"{key}: expected a finite number, got {value!r}")
+        value = float(value)
+        if key == "theta" and not 0.0 <= value < 1.0:
+            raise ValueError(f"theta: must be in [0, 1), got {value}")
+        if key == "floor" and not 0.0 < value <= 1.0:
+            raise ValueError(f"floor: must be in (0, 1], got {value}")
+        if key in ("refresh_s", "ttl_s") and value <= 0:
+            raise ValueError(f"{key}: must be > 0, got {value}")
+        if key == "systematic" and value not in (0.0, 1.0):
+            raise ValueError(f"systematic: must be 0 or 1, got {value}")
+        if key in ("alpha", "beta", "sharpness", "error_penalty_ms") and value < 0:
+            raise ValueError(f"{key}: must be >= 0, got {value}")
+        out[key] = value
+    return out
+
+
+
+
+def build_sampler(lst: list[ReplicaState], p: dict[str, float]) -> LadrSampler:
+    """The sampler over the group's fresh replicas (see :class:`LadrSampler`)."""
+    fresh = [s for s in lst if s.fresh]
+    if not fresh:
+        return LadrSampler([], [], 1.0, 0.0)
+    alpha, beta, k = p["alpha"], p["beta"], p["sharpness"]
+    measured = [s.lat_ema for s in fresh if s.lat_ema is not None]
+    ref = min(measured) if measured else 1.0
+    # an unmeasured replica (new, or only probed) is scored like the average measured one
+    unknown = sum(ref / x for x in measured) / len(measured) if measured else 1.0
+    q_scale = max(1.0, sum(s.outstanding + s.extra_q for s in fresh) / len(fresh))  # live
+    # log of weight * exp(sharpness * score), shifted so the best replica now has weight 1:
+    # no overflow/underflow whatever alpha, beta and sharpness an operator sets
+    per_q = -k * beta / q_scale
+    log_base = []
+    for s in fresh:
+        inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
+        log_base.append(math.log(s.rep.weight) + k * alpha * inv)
+    shift = max(lb + per_q * (s.outstanding + s.extra_q) for lb, s in zip(log_base, fresh, strict=True))
+    base = [math.exp(max(lb - shift, -700.0)) for lb in log_base]
+    lad = LadrSampler(fresh, base, math.exp(per_q), p["floor"])
+    for i, s in enumerate(fresh):
+        s.slots.append((lad, i))
+    return lad
+
+
+
+def roll_window(states: Iterable[ReplicaState]) -> None:
+    """Close the latency window of every replica: its mean becomes ``avg_ms`` (held when the
+    window was empty), and the samplers built from the old EMA are forgotten."""
+    for st in states:
+        st.slots = []
+        if st.lat_n:
+            st.avg_ms = st.lat_sum / st.lat_n
+            st.win_n = st.lat_n
+            st.lat_sum = 0.0
+            st.lat_n = 0
+        else:
+            st.win_n = 0
+
+
+def local_stats(st: ReplicaState, now: float) -> dict[str, Any]:
+    """What this router publishes about a replica to the other gateways."""
+    return {
+        "avg_ms": st.avg_ms,
+        "n": st.win_n,
+        "outstanding": st.outstanding,
+        "score": st.score,  # for operators reading Redis; each router computes its own
+        "age_s": max(0.0, now - st.last_seen),
+    }
+
+
+def update_states(states: dict[str, ReplicaState], p: dict[str, float], now: float,
+                  remote: dict[str, list[dict[str, Any]]]) -> float:
+    """Merge each replica's window with what other gateways reported (``remote``), update its
+    queue, freshness and latency EMA; returns when the next refresh is due (a fresh replica
+    turning stale must be noticed)."""
+    theta, ttl = p["theta"], p["ttl_s"]
+    expiry = now + p["refresh_s"]
+    for rid, st in states.items():
+        avg_ms, last_seen, queue = st.avg_ms, st.last_seen, float(st.outstanding)
+        new_data = st.win_n > 0
+        entries = remote.get(rid)
+        if entries:
+            # latency: sample-weighted mean over fresh observations only (a held average
+            # from long ago must not dilute what another gateway measured just now)
+            local_fresh = now - st.last_seen <= ttl
+            wsum = float(st.win_n) if st.win_n else float(avg_ms is not None and local_fresh)
+            lsum = (avg_ms or 0.0) * wsum
+            rq = 0.0
+            for e in entries:  # entries of live writers only (shared_state filters)
+                rq += float(e.get("outstanding", 0))
+                age = float(e.get("age_s", math.inf))
+                if e.get("avg_ms") is not None and age <= ttl:
+                    w = float(e.get("n", 0)) or 1.0
+                    lsum += float(e["avg_ms"]) * w
+                    wsum += w
+                    new_data = new_data or bool(e.get("n"))
+                last_seen = max(last_seen, now - age)
+            queue += rq
+            if wsum > 0:
+                avg_ms = lsum / wsum
+        if st.reported_queue is not None and now - st.reported_at <= ttl:
+            queue = max(queue, float(st.reported_queue))
+        st.queue = queue
+        st.extra_q = queue - st.outstanding  # added to the live count at pick time
+        st.avg_eff = avg_ms
+        st.fresh = now - last_seen <= ttl
+        if st.fresh and not st.drained:
+            expiry = min(expiry, last_seen + ttl + 1e-9)
+        if avg_ms is None:
+            continue  # not measured yet: sampled at the pool average (see build_sampler)
+        if st.lat_ema is None:
+            st.lat_ema = avg_ms  # the first measured window initialises the EMA
+        elif new_data:  # an empty window holds the EMA (nothing new was learnt)
+            st.lat_ema = theta * st.lat_ema + (1.0 - theta) * avg_ms
+    return expiry
+
+
+def score_pools(pools: Iterable[list[ReplicaState]], p: dict[str, float]) -> None:
+    """Scores at the queue of this refresh, for the snapshot, the gauge and other gateways
+    (picks use the live queue through the samplers, see :func:`build_sampler`)."""
+    alpha, beta = p["alpha"], p["beta"]
+    for lst in pools:
+        live = [s for s in lst if s.fresh and not s.drained]
+        measured = [s.lat_ema for s in live if s.lat_ema is not None]
+        if not measured:
+            measured = [s.lat_ema for s in lst if s.lat_ema is not None]
+        if not measured:
+            continue
+        ref = min(measured)
+        q_scale = max(1.0, sum(s.queue for s in live) / len(live)) if live else 1.0
+        for st in lst:
+            if st.lat_ema is None:
+                continue
+            st.raw = ref / max(st.lat_ema, 1e-9)  # 1 / relative latency
+            st.score = alpha * st.raw - beta * st.queue / q_scale
+            st.score_child.set(st.score)
