@@ -33,16 +33,18 @@ N_REQUESTS = 2500
 CONCURRENCY = 32
 
 
-def promql(url: str, query: str) -> list[dict]:
-    q = urllib.parse.urlencode({"query": query})
+def promql(url: str, query: str, at: float | None = None) -> list[dict]:
+    """An instant query, evaluated at ``at`` (epoch s) when given: after the exporter stops,
+    its series are marked stale at the next failed scrape, so later queries pin the time."""
+    q = urllib.parse.urlencode({"query": query, **({"time": f"{at:.3f}"} if at is not None else {})})
     with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
         data = json.load(r)
     assert data["status"] == "success", data
     return data["data"]["result"]
 
 
-def scalar(url: str, query: str) -> float | None:
-    res = promql(url, query)
+def scalar(url: str, query: str, at: float | None = None) -> float | None:
+    res = promql(url, query, at)
     return float(res[0]["value"][1]) if res else None
 
 
@@ -101,20 +103,22 @@ def test_prometheus_agrees_with_spool(tmp_path: Path, start_prometheus) -> None:
     try:
         cfg.gateway.upstreams = [w.start() for w in workers]
 
-        async def main() -> tuple[dict[str, dict], str]:
+        async def main() -> tuple[dict[str, dict], str, float]:
             async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg) as gw:
                 prom = start_prometheus({"gateway": [f"127.0.0.1:{gw.port}"]}, interval_s=0.5)
                 ext = await _drive(gw.url, cfg.worker.model)
                 # wait until a scrape has seen every request, then stop (flushes the spool)
                 deadline = time.monotonic() + 20
+                at = time.time()
                 while time.monotonic() < deadline:
-                    if await asyncio.to_thread(scalar, prom.url, f"sum({names.REQUESTS}_total)") == N_REQUESTS:
+                    at = time.time()
+                    if await asyncio.to_thread(scalar, prom.url, f"sum({names.REQUESTS}_total)", at) == N_REQUESTS:
                         break
                     await asyncio.sleep(0.25)
-                return ext, prom.url
+                return ext, prom.url, at
 
         t0 = time.monotonic()
-        ext, prom_url = asyncio.run(main())
+        ext, prom_url, at = asyncio.run(main())
         drive_s = time.monotonic() - t0
     finally:
         for w in workers:
@@ -128,21 +132,21 @@ def test_prometheus_agrees_with_spool(tmp_path: Path, start_prometheus) -> None:
 
     # exact counts: requests by status, histogram _count, tokens
     by_status = {r["metric"]["status"]: float(r["value"][1])
-                 for r in promql(prom_url, f"sum by (status) ({names.REQUESTS}_total)")}
+                 for r in promql(prom_url, f"sum by (status) ({names.REQUESTS}_total)", at)}
     spool_status = {s: float(sum(e.status == s for e in events)) for s in names.STATUSES}
     assert {k: v for k, v in by_status.items() if v} == {k: v for k, v in spool_status.items() if v}
     assert spool_status["ok"] == N_REQUESTS
     per_replica = {r["metric"]["replica"]: float(r["value"][1])
-                   for r in promql(prom_url, f"sum by (replica) ({names.REQUESTS}_total)")}
+                   for r in promql(prom_url, f"sum by (replica) ({names.REQUESTS}_total)", at)}
     assert per_replica == {r: float(sum(e.replica == r for e in events)) for r in ("r0", "r1")}
     ttft = [e for e in events if e.ttft_ms is not None]
-    assert scalar(prom_url, f"sum({names.REQUEST_TTFT_SECONDS}_count)") == len(ttft)
-    assert scalar(prom_url, f"sum({names.REQUEST_E2E_SECONDS}_count)") == len(events)
-    assert scalar(prom_url, f"sum({names.REQUEST_QUEUE_SECONDS}_count)") == len(events)
-    assert scalar(prom_url, f"sum({names.REQUEST_ITL_SECONDS}_count)") == sum(e.itl_ms.n for e in events)
-    out_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_OUTPUT}"}})')
+    assert scalar(prom_url, f"sum({names.REQUEST_TTFT_SECONDS}_count)", at) == len(ttft)
+    assert scalar(prom_url, f"sum({names.REQUEST_E2E_SECONDS}_count)", at) == len(events)
+    assert scalar(prom_url, f"sum({names.REQUEST_QUEUE_SECONDS}_count)", at) == len(events)
+    assert scalar(prom_url, f"sum({names.REQUEST_ITL_SECONDS}_count)", at) == sum(e.itl_ms.n for e in events)
+    out_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_OUTPUT}"}})', at)
     assert out_tokens == sum(e.output_tokens for e in events)
-    prompt_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_PROMPT}"}})')
+    prompt_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_PROMPT}"}})', at)
     assert prompt_tokens == sum(e.prompt_tokens for e in events)
 
     # P99: PromQL's estimate and the exact order statistic share a bucket
@@ -151,7 +155,7 @@ def test_prometheus_agrees_with_spool(tmp_path: Path, start_prometheus) -> None:
         (names.REQUEST_E2E_SECONDS, [e.e2e_ms for e in events], cfg.metrics.e2e_buckets),
     ):
         exact_s = float(np.quantile(np.array(values_ms) / 1000.0, 0.99, method="inverted_cdf"))
-        est_s = scalar(prom_url, f"histogram_quantile(0.99, sum by (le) ({metric}_bucket))")
+        est_s = scalar(prom_url, f"histogram_quantile(0.99, sum by (le) ({metric}_bucket))", at)
         assert est_s is not None
         assert bucket_index(bounds, est_s) == bucket_index(bounds, exact_s), (metric, est_s, exact_s)
 
