@@ -6,7 +6,8 @@ proxied 8-chunk stream from ~0.83 to ~0.64 ms in bench/exporters.py, much of it 
 path. The gateway needs much less: send one prepared
 request, parse one status line and a few headers, and hand body pieces (chunked or
 content-length framing decoded) to one consumer as they arrive. This module does exactly that
-on an ``asyncio.Protocol``; ``TCP_NODELAY`` is set on every connection so a small SSE chunk is
+on an ``asyncio.Protocol``, with llhttp (``httptools``) doing all the framing - no hand-written
+HTTP parser on the hot path, where a framing bug would be a request-smuggling bug; ``TCP_NODELAY`` is set on every connection so a small SSE chunk is
 never held back by Nagle. The health prober and ``/v1/models`` keep using aiohttp (off the hot
 path).
 
@@ -26,6 +27,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
+import httptools
+
 #: Pause reading from the upstream while this many decoded bytes wait for a slow client.
 HIGH_WATER = 256 * 1024
 
@@ -35,9 +38,11 @@ class UpstreamProtocolError(ConnectionError):
 
 
 class _Conn(asyncio.Protocol):
-    """One keep-alive connection; at most one response in flight."""
+    """One keep-alive connection; at most one response in flight. Framing is llhttp's (through
+    ``httptools``, the parser uvicorn uses): status line, headers, chunked or content-length
+    bodies, 1xx interim responses; this class only routes its callbacks."""
 
-    __slots__ = ("key", "tr", "idle_since", "buf", "state", "status", "headers", "remaining",
+    __slots__ = ("key", "tr", "idle_since", "parser", "head_size", "until_close", "status", "headers",
                  "keep_alive", "queue", "queued", "waiter", "head_fut", "error", "got_bytes", "paused",
                  "done")
 
@@ -48,11 +53,11 @@ class _Conn(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
-        self.buf = b""
-        self.state = 0  # 0 head, 1 content-length body, 2 chunk size, 3 chunk data, 4 trailers, 5 until close, 6 done
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_size = 0
+        self.until_close = False  # no length, not chunked: the body ends when the upstream closes
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.remaining = 0
         self.keep_alive = True
         self.queue: deque[bytes] = deque()
         self.queued = 0
@@ -73,7 +78,7 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.tr = None
-        if self.state == 5:  # body delimited by the close: this is its end
+        if self.until_close and self.status and not self.done:  # the close ends the body
             self._finish()
             return
         if not self.done:
@@ -85,10 +90,9 @@ class _Conn(asyncio.Protocol):
         if self.done:  # bytes after a complete response: not reusable
             self.keep_alive = False
             return
-        buf = self.buf + data if self.buf else data
         try:
-            self.buf = self._parse(buf)
-        except (ValueError, UpstreamProtocolError) as exc:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, UpstreamProtocolError) as exc:
             self.keep_alive = False
             self._fail(UpstreamProtocolError(f"malformed upstream response: {exc}"))
             if self.tr is not None:
@@ -97,97 +101,39 @@ class _Conn(asyncio.Protocol):
     def pause_writing(self) -> None:  # the request body is small; nothing to pause
         pass
 
-    # -- parsing --------------------------------------------------------------------------------
-    def _parse(self, buf: bytes) -> bytes:
-        pos, n = 0, len(buf)
-        while pos < n or self.state == 6:
-            st = self.state
-            if st == 0:
-                end = buf.find(b"\r\n\r\n", pos)
-                if end < 0:
-                    if n - pos > 65536:
-                        raise UpstreamProtocolError("response head over 64 KiB")
-                    return buf[pos:]
-                self._head(buf[pos:end])
-                pos = end + 4
-            elif st == 1:
-                take = min(self.remaining, n - pos)
-                self._push(buf[pos:pos + take])
-                pos += take
-                self.remaining -= take
-                if not self.remaining:
-                    self._finish()
-            elif st == 2:
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    if n - pos > 1024:
-                        raise UpstreamProtocolError("chunk size line too long")
-                    return buf[pos:]
-                size = int(buf[pos:end].split(b";", 1)[0], 16)
-                pos = end + 2
-                if size:
-                    self.remaining, self.state = size, 3
-                else:
-                    self.state = 4
-            elif st == 3:
-                if self.remaining:
-                    take = min(self.remaining, n - pos)
-                    self._push(buf[pos:pos + take])
-                    pos += take
-                    self.remaining -= take
-                    if self.remaining:
-                        continue
-                if n - pos < 2:
-                    return buf[pos:]
-                if buf[pos:pos + 2] != b"\r\n":
-                    raise UpstreamProtocolError("chunk not followed by CRLF")
-                pos += 2
-                self.state = 2
-            elif st == 4:  # trailers: lines until an empty one
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    return buf[pos:]
-                empty = end == pos
-                pos = end + 2
-                if empty:
-                    self._finish()
-            elif st == 5:
-                self._push(buf[pos:])
-                pos = n
-            else:  # 6: done; anything more is a protocol violation for keep-alive
-                if pos < n:
-                    self.keep_alive = False
-                return b""
-        return b""
+    # -- httptools callbacks ------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.done:  # a second response on one request: a protocol violation for keep-alive
+            self.keep_alive = False
+            raise UpstreamProtocolError("bytes after the end of the response")
 
-    def _head(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-            raise UpstreamProtocolError(f"bad status line {lines[0][:80]!r}")
-        self.status = int(parts[1])
-        if self.status < 200:  # 1xx (e.g. 100 Continue): skip, the real head follows
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_size += len(name) + len(value) + 4
+        if self.head_size > 65536:
+            raise UpstreamProtocolError("response head over 64 KiB")
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # 1xx (e.g. 100 Continue): skip, the real head follows
+            self.headers, self.head_size = {}, 0
             return
+        self.status = status
+        self.keep_alive = self.parser.should_keep_alive()
         hdrs = self.headers
-        for line in lines[1:]:
-            k, sep, v = line.partition(":")
-            if sep:
-                hdrs[k.strip().lower()] = v.strip()
-        conn = hdrs.get("connection", "").lower()
-        self.keep_alive = (parts[0] == "HTTP/1.1" and "close" not in conn) or "keep-alive" in conn
-        if "chunked" in hdrs.get("transfer-encoding", "").lower():
-            self.state = 2
-        elif "content-length" in hdrs:
-            self.remaining = int(hdrs["content-length"])
-            self.state = 1 if self.remaining else 6
-        elif self.status in (204, 304):
-            self.state = 6
-        else:
-            self.state, self.keep_alive = 5, False
-        if self.state == 6:
-            self._finish()
+        self.until_close = ("content-length" not in hdrs and "chunked" not in hdrs.get("transfer-encoding", "").lower()
+                            and status not in (204, 304))
+        if self.until_close:
+            self.keep_alive = False
         if self.head_fut is not None and not self.head_fut.done():
             self.head_fut.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self._push(body)
+
+    def on_message_complete(self) -> None:
+        if self.status >= 200:
+            self._finish()
 
     def _push(self, data: bytes) -> None:
         if not data:
@@ -200,7 +146,7 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def _finish(self) -> None:
-        self.state, self.done = 6, True
+        self.done = True
         if self.head_fut is not None and not self.head_fut.done():
             self.head_fut.set_result(None)
         self._wake()

@@ -222,3 +222,45 @@ def test_gateway_loop_is_uvloop_with_an_asyncio_fallback() -> None:
             "print(run_loop(k()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip().startswith("asyncio")
+
+
+def test_ambiguous_framing_is_refused_never_reused() -> None:
+    """Responses shaped like request-smuggling payloads: llhttp refuses them, the client maps it
+    to UpstreamProtocolError and never returns that connection to the pool."""
+    bad = {
+        b"/cl-te": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"/two-cl": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nhello",
+        b"/neg-cl": b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"/bad-chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5x\r\nhello\r\n0\r\n\r\n",
+        b"/fold": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n X-Folded: yes\r\n\r\nok",
+        b"/space": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",
+        b"/status": b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"/extra": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno",
+    }
+
+    def script(req: bytes):
+        for path, resp in bad.items():
+            if path + b" " in req:
+                return [(resp, 0)]
+        return [(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0)]
+
+    async def main() -> None:
+        async with RawServer(script) as srv:
+            pool = UpstreamPool()
+            for path in bad:
+                try:
+                    r = await pool.request(srv.url, "GET", path.decode(), {})
+                    body = await r.read()
+                    if path == b"/extra":  # the first response is well formed; the rest poisons reuse
+                        assert body == b"ok"
+                        continue
+                    raise AssertionError(f"{path!r} accepted: {r.status} {body!r}")
+                except UpstreamProtocolError:
+                    pass
+            before = srv.connections
+            r = await pool.request(srv.url, "GET", "/good", {})
+            assert await r.read() == b"ok"
+            assert srv.connections == before + 1  # nothing from the bad answers was reused
+            await pool.close()
+
+    asyncio.run(main())
