@@ -19,15 +19,14 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from llmsla import names
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_CLAMPED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.metrics import DistillMetrics
-from llmsla.temperature import SCHEDULES, PolicyParams
+from llmsla.temperature import DEFAULT_SCHEDULE, Schedule, validate_schedule
 
 STUDENT = "student"
 TEACHER = "teacher"
@@ -46,47 +45,9 @@ class UnknownPool(LookupError):
 
 
 @dataclass
-class Schedule:
-    """Temperature schedule in force: a name of ``llmsla.temperature.SCHEDULES`` and params."""
-
-    name: str = names.DEFAULT_POLICY
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "params": dict(self.params)}
-
-
-def validate_schedule(name: Any, params: Any) -> Schedule:
-    """A normalised schedule (all params filled in), or ValueError naming the bad field."""
-    if not isinstance(name, str) or name not in SCHEDULES:
-        raise ValueError(f"schedule.name: must be one of {', '.join(SCHEDULES)}, got {name!r}")
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise ValueError(f"schedule.params: expected an object, got {type(params).__name__}")
-    known = set(PolicyParams.__dataclass_fields__)
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"schedule.params: unknown key(s) {unknown} (known: {sorted(known)})")
-    for k, v in params.items():
-        if v is None and k == "t_init":
-            continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"schedule.params.{k}: expected a finite number, got {v!r}")
-    if "horizon" in params and params["horizon"] != int(params["horizon"]):
-        raise ValueError(f"schedule.params.horizon: expected an integer, got {params['horizon']!r}")
-    clean = {k: (int(v) if k == "horizon" else v) for k, v in params.items()}
-    try:
-        pp = PolicyParams(**clean)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"schedule.params: {exc}") from None
-    return Schedule(name, asdict(pp))
-
-
-@dataclass
 class PoolControls:
     student_share_pct: float = 0.0
-    schedule: Schedule = field(default_factory=lambda: validate_schedule(names.DEFAULT_POLICY, {}))
+    schedule: Schedule = field(default_factory=lambda: DEFAULT_SCHEDULE)
 
 
 def key_point(pool: str, key: str) -> int:
@@ -111,7 +72,7 @@ class DistillControls:
         self.max_share_step_pct = float(max_share_step_pct)
         self.max_temperature_step = float(max_temperature_step)
         self.audit = audit or AuditLog()
-        self.metrics = DistillMetrics(registry)
+        self.metrics = DistillMetrics.of(registry)
         self._fixed_pools = False  # while adding the initial pools
         self._pools: dict[str, PoolControls] = {}
         self._lock = threading.Lock()
@@ -170,7 +131,13 @@ class DistillControls:
 
     def schedule(self, pool: str) -> Schedule:
         pc = self._pools.get(pool)
-        return pc.schedule if pc else validate_schedule(names.DEFAULT_POLICY, {})
+        return pc.schedule if pc else DEFAULT_SCHEDULE
+
+    def schedule_in_force(self, pool: str) -> Schedule | None:
+        """The pool's schedule when the control plane set one other than the default, else
+        None: the default leaves each request's own temperature and ``llmsla_policy`` in force."""
+        pc = self._pools.get(pool)
+        return pc.schedule if pc is not None and pc.schedule != DEFAULT_SCHEDULE else None
 
     def role_for(self, pool: str, key: str) -> str:
         """``student`` or ``teacher`` for this request key (deterministic, see module doc)."""

@@ -1,28 +1,53 @@
 """Prometheus metrics of the router and the distillation controls, created in one place.
 
-Each :class:`~llmsla.control.router.Router` / :class:`~llmsla.control.distill.DistillControls`
-owns one instance. Without a registry they go to a private :class:`CollectorRegistry`, so several
-routers in one process (simulator, benchmarks, tests) never collide on metric names; the gateway
-passes its own registry (or ``prometheus_client.REGISTRY``) to expose them.
+Without a registry they go to a private :class:`CollectorRegistry`, so several routers in one
+process (simulator, benchmarks, tests) never collide on metric names; the gateway passes its own
+registry (or ``prometheus_client.REGISTRY``) to expose them. One instance per registry
+(:meth:`RouterMetrics.of`), so two routers exposing to the same registry share its families
+rather than clash. Gauges are ``livemostrecent`` in multi-process mode (``llmsla gateway
+--workers N``): each process holds the same operator state, the newest value is the truth.
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from llmsla import names
 
+_MODE = "livemostrecent"
+_lock = threading.Lock()
+
 
 class RouterMetrics:
-    """Counters and gauges of one router; label children are cached by the router."""
+    """Counters and gauges of the routers of one registry; label children are cached by each
+    router."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+    _of: weakref.WeakKeyDictionary[CollectorRegistry, RouterMetrics] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry | None = None) -> RouterMetrics:
+        """The instance of ``registry`` (a new private registry when None)."""
+        if registry is None:
+            return cls(CollectorRegistry())
+        with _lock:
+            m = cls._of.get(registry)
+            if m is None:
+                m = cls._of[registry] = cls(registry)
+            return m
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         labels = (names.L_POOL, names.L_REPLICA)
         self.picks = Counter(names.ROUTER_PICKS, "Requests routed to a replica", labels, registry=self.registry)
-        self.score = Gauge(names.ROUTER_SCORE, "LADR score (EMA-smoothed) of a replica", labels, registry=self.registry)
-        self.weight = Gauge(names.ROUTER_WEIGHT, "Operator weight of a replica", labels, registry=self.registry)
-        self.drained = Gauge(names.ROUTER_DRAINED, "1 if the replica is drained", labels, registry=self.registry)
+        self.score = Gauge(names.ROUTER_SCORE, "LADR score (EMA-smoothed) of a replica", labels,
+                           registry=self.registry, multiprocess_mode=_MODE)
+        self.weight = Gauge(names.ROUTER_WEIGHT, "Operator weight of a replica", labels, registry=self.registry,
+                            multiprocess_mode=_MODE)
+        self.drained = Gauge(names.ROUTER_DRAINED, "1 if the replica is drained", labels, registry=self.registry,
+                             multiprocess_mode=_MODE)
         self.fallback = Counter(
             names.ROUTER_FALLBACK,
             "Refreshes that used local stats because the shared state (Redis) was unavailable",
@@ -33,11 +58,25 @@ class RouterMetrics:
 class DistillMetrics:
     """Gauge of the student share per pool."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+    _of: weakref.WeakKeyDictionary[CollectorRegistry, DistillMetrics] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry | None = None) -> DistillMetrics:
+        """The instance of ``registry`` (a new private registry when None)."""
+        if registry is None:
+            return cls(CollectorRegistry())
+        with _lock:
+            m = cls._of.get(registry)
+            if m is None:
+                m = cls._of[registry] = cls(registry)
+            return m
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.student_share = Gauge(
             names.DISTILL_STUDENT_SHARE_RATIO,
             "Share of traffic (0..1) sent to student replicas",
             (names.L_POOL,),
             registry=self.registry,
+            multiprocess_mode=_MODE,
         )

@@ -93,7 +93,7 @@ class Router:
         self._u0 = self._random()  # random start of the systematic sampling sequences
         self._useq: dict[tuple[str, str | None], float] = {}
         self.shared = shared
-        self.metrics = RouterMetrics(registry)
+        self.metrics = RouterMetrics.of(registry)
         self.params: dict[str, float] = dict(DEFAULT_PARAMS)
         self.params.update(check_params(params))
         self.policy = check_params({"policy": policy})["policy"]

@@ -73,21 +73,20 @@ def gateway_main(args: argparse.Namespace, cfg: Any) -> int:
     return _serve_one(cfg, reuse_port=args.reuse_port, control_port=getattr(args, "control_port", None))
 
 
-async def _start_control(cfg: Any, router: Any, port: int) -> tuple[Any, Any, Any]:
-    """The control API on the gateway's own router, on its own loopback listener; its audit
-    rows go to the store's action_log (the embedded PostgreSQL unless store.dsn is set)."""
+async def _start_control(cfg: Any, gateway: Any, port: int) -> tuple[Any, Any, Any]:
+    """The control API on the gateway's own router and distillation controls, on its own
+    loopback listener; its audit rows go to the store's action_log (the embedded PostgreSQL
+    unless store.dsn is set)."""
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
-    from llmsla.control.distill import DistillControls
     from llmsla.httpkit import Limits
     from llmsla.store import open_store
 
     store = await asyncio.to_thread(open_store, cfg)
-    audit = AuditLog(store.dsn)
-    distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
+    audit = gateway.distill.audit = AuditLog(store.dsn)
     limits = Limits.from_config(cfg)
-    served = await api.start(api.make_app(router, distill, token=cfg.control.token, limits=limits),
-                             cfg.control.host, port, limits)
+    app = api.make_app(gateway.router, gateway.distill, token=cfg.control.token, limits=limits)
+    served = await api.start(app, cfg.control.host, port, limits)
     return served, audit, store
 
 
@@ -107,7 +106,7 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
               f" ({type(loop).__module__.split('.')[0]} loop)", flush=True)
         control = None
         if control_port is not None:
-            control = await _start_control(cfg, gw.gateway.router, control_port)
+            control = await _start_control(cfg, gw.gateway, control_port)
             print(f"llmsla gateway control API on {control[0].url}", flush=True)
         try:
             await stop.wait()

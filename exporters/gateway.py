@@ -40,10 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config
+from llmsla.control.distill import DistillControls
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
@@ -54,6 +56,7 @@ from llmsla.exporters.openai import (
     parse_request,
     prompt_estimate,
     storable_label,
+    unit_key,
 )
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
@@ -68,6 +71,7 @@ from llmsla.httpkit import (
 )
 from llmsla.httpkit import serve as serve_http
 from llmsla.spool import SpoolWriter
+from llmsla.temperature import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +95,15 @@ class ArmAssigner:
         return names.DEFAULT_ARM
 
 
+def replicas_from_config(cfg: Config) -> list[Replica]:
+    """``gateway.upstreams`` (teachers when students are configured) then
+    ``gateway.student_upstreams``, named r0, r1, ... in that order."""
+    g = cfg.gateway
+    teacher = "teacher" if g.student_upstreams else ""
+    urls = [(u, teacher) for u in g.upstreams] + [(u, "student") for u in g.student_upstreams]
+    return [Replica(id=f"r{i}", pool=g.pool, url=u.rstrip("/"), role=role) for i, (u, role) in enumerate(urls)]
+
+
 # -- the proxy ----------------------------------------------------------------------------------
 class Gateway:
     """The aiohttp application and its per-request logic; one instance per process."""
@@ -102,12 +115,16 @@ class Gateway:
         self.pool = g.pool
         self.registry = registry
         self._own_router = router is None
+        # router and distillation metrics go where the request metrics go: this gateway's
+        # /metrics shows picks, weights, drains and the student share (multi-process: merged)
+        exposed = registry if registry is not None else DEFAULT_REGISTRY
         # the policy and LADR parameters of cfg.control; Redis-shared stats when control.redis_url
         # is set, so several gateway processes see each other's queues
-        self.router = router or router_from_config(
-            cfg, [Replica(id=f"r{i}", pool=g.pool, url=u.rstrip("/")) for i, u in enumerate(g.upstreams)],
-            registry=registry,
-        )
+        self.router = router or router_from_config(cfg, replicas_from_config(cfg), registry=exposed)
+        # the pool's student share and temperature schedule, set through the control API (or its
+        # Redis stream with several gateways) and applied to every request here
+        self.distill = DistillControls.from_config(cfg, self.router.pools(), registry=exposed, router=self.router)
+        self._schedule_cache: tuple[Schedule, str] | None = None
         self.recorder = RequestRecorder(cfg, registry=registry, spool=spool)
         self.metrics = self.recorder.metrics
         self.arms = arm_assigner or ArmAssigner()
@@ -196,6 +213,12 @@ class Gateway:
         return web.json_response(body)
 
     # -- completions -----------------------------------------------------------------------------
+    def _schedule_header(self, schedule: Schedule) -> str:
+        cached = self._schedule_cache
+        if cached is None or cached[0] is not schedule:
+            cached = self._schedule_cache = (schedule, json.dumps(schedule.to_dict(), separators=(",", ":")))
+        return cached[1]
+
     def _bad(self, exc: ApiError) -> web.Response:
         self.metrics.bad_request(exc.code)
         return exc.response()
@@ -219,13 +242,14 @@ class Gateway:
                 self._record(timer, trace_id, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
                 return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
                                       code="overloaded", type_=GATEWAY_ERROR, headers={"Retry-After": "1"})
-            return await self._proxy(request, raw, req, timer, trace_id, traceparent, arm)
+            key = unit_key(req.body, request.headers, trace_id)
+            return await self._proxy(request, raw, req, timer, trace_id, traceparent, arm, key)
         finally:
             self.in_flight -= 1
             self._in_flight_gauge.dec()
 
     async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
-                     trace_id: str, traceparent: str, arm: str) -> web.StreamResponse:
+                     trace_id: str, traceparent: str, arm: str, key: str) -> web.StreamResponse:
         status = names.STATUS_ERROR
         rep: Replica | None = None
         resp: web.StreamResponse | None = None
@@ -236,12 +260,16 @@ class Gateway:
             v = request.headers.get(h)
             if v is not None:
                 headers[h] = v
+        schedule = self.distill.schedule_in_force(self.pool)
+        if schedule is not None:  # the control plane's schedule for this pool, applied by the replica
+            headers[names.SCHEDULE_HEADER] = self._schedule_header(schedule)
         try:
             async with asyncio.timeout(self.timeout_s):
                 assert self._slots is not None and self.upstream is not None
                 async with self._slots:
                     try:
-                        rep = self.router.pick(self.pool)
+                        # the pool's student share, deterministic per unit (a session keeps its side)
+                        rep = self.distill.pick(self.router, self.pool, key)
                     except NoReplicaAvailable as exc:
                         return error_response(503, f"no replica available in pool {self.pool!r}: {exc}",
                                               code="no_replica", type_=GATEWAY_ERROR)

@@ -8,6 +8,7 @@ the store, so it must be a storable string (``llmsla.events.string_problem``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +96,10 @@ def prompt_estimate(chars: int) -> int:
     return (chars + 3) // 4
 
 
+def unit_key(body: dict[str, Any], headers: Mapping[str, str], trace_id: str) -> str:
+    """The unit a request belongs to, for the student split (and A/B buckets): the body's OpenAI
+    ``user``, else the ``names.UNIT_HEADER`` session header, else the request's own trace id."""
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return user
+    return headers.get(names.UNIT_HEADER) or trace_id

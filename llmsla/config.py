@@ -103,6 +103,7 @@ class GatewayConfig:
     host: str = _k("127.0.0.1", "listen address (loopback by default; 0.0.0.0 = every interface)", kind="host")
     port: int = _k(8000, "listen port", kind="port")
     upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001")
+    student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers")
     pool: str = _k("default", "pool name of these upstreams")
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)

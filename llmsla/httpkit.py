@@ -151,8 +151,10 @@ def add_metrics(app: web.Application, *registries: Any) -> None:
     """``GET /metrics``: the text exposition of ``registries`` (none: the process's default
     registry, or the multi-process merge), rendered off the event loop."""
 
+    unique = tuple(dict.fromkeys(registries)) or (None,)  # a registry shared by two owners, once
+
     async def handler(request: web.Request) -> web.Response:
-        parts = await asyncio.to_thread(lambda: [exposition(r)[0] for r in (registries or (None,))])
+        parts = await asyncio.to_thread(lambda: [exposition(r)[0] for r in unique])
         return web.Response(body=b"".join(parts), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_get("/metrics", handler)

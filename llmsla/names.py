@@ -60,6 +60,12 @@ TOKENS = "llmsla_tokens"  # counter, label kind=prompt|output; llmsla_tokens_tot
 REQUESTS_IN_FLIGHT = "llmsla_requests_in_flight"
 LABEL_OVERFLOW = "llmsla_label_overflow"  # counter, label=label name; llmsla_label_overflow_total
 GATEWAY_BAD_REQUESTS = "llmsla_gateway_bad_requests"  # counter, label reason; 4xx before dispatch
+#: Request header naming the unit a request belongs to (a session or user), for the student
+#: split and A/B bucketing; the body's OpenAI ``user`` field takes precedence, else the trace id.
+UNIT_HEADER = "X-Session-Id"
+#: Header the gateway sends upstream with a pool's temperature schedule (JSON ``{name, params}``)
+#: when the control plane set one; the reference worker applies it.
+SCHEDULE_HEADER = "X-Llmsla-Schedule"
 #: ``RequestEvent.replica`` of a request that never reached a replica (429, no replica available).
 NO_REPLICA = "none"
 #: Temperature schedules (``llmsla.temperature`` implements them); the first is the default:

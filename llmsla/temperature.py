@@ -18,7 +18,8 @@ the step schedules; ``entropy_low`` / ``entropy_high`` / ``entropy_ok`` for the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from llmsla import names
 from llmsla.events import POLICY_ACTIONS
@@ -187,3 +188,52 @@ def make_policy(name: str, params: PolicyParams, policy_id: str | None = None) -
     except KeyError:
         raise ValueError(f"unknown temperature policy {name!r}; expected one of {', '.join(SCHEDULES)}") from None
     return cls(params, policy_id)
+
+
+@dataclass
+class Schedule:
+    """A temperature schedule as the control plane sets it for a pool: a name of
+    :data:`SCHEDULES` and every :class:`PolicyParams` value (normalised by
+    :func:`validate_schedule`)."""
+
+    name: str = names.DEFAULT_POLICY
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": dict(self.params)}
+
+
+def validate_schedule(name: Any, params: Any) -> Schedule:
+    """A normalised schedule (all params filled in), or ValueError naming the bad field."""
+    if not isinstance(name, str) or name not in SCHEDULES:
+        raise ValueError(f"schedule.name: must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ValueError(f"schedule.params: expected an object, got {type(params).__name__}")
+    known = set(PolicyParams.__dataclass_fields__)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"schedule.params: unknown key(s) {unknown} (known: {sorted(known)})")
+    for k, v in params.items():
+        if v is None and k == "t_init":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"schedule.params.{k}: expected a finite number, got {v!r}")
+    if "horizon" in params and params["horizon"] != int(params["horizon"]):
+        raise ValueError(f"schedule.params.horizon: expected an integer, got {params['horizon']!r}")
+    clean = {k: (int(v) if k == "horizon" else v) for k, v in params.items()}
+    try:
+        pp = PolicyParams(**clean)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"schedule.params: {exc}") from None
+    return Schedule(name, asdict(pp))
+
+
+#: What a pool runs until the control plane says otherwise.
+DEFAULT_SCHEDULE = validate_schedule(names.DEFAULT_POLICY, {})
+
+
+def policy_params(schedule: Schedule) -> PolicyParams:
+    """The :class:`PolicyParams` of a validated schedule."""
+    return PolicyParams(**schedule.params)

@@ -19,13 +19,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from llmsla import names
 from llmsla.config import Config
 from llmsla.exporters.policy_tracing import PolicyTracer
 from llmsla.httpkit import (
@@ -38,7 +39,14 @@ from llmsla.httpkit import (
     read_body,
 )
 from llmsla.httpkit import serve as serve_http
-from llmsla.temperature import SCHEDULES, PolicyParams, make_policy
+from llmsla.temperature import (
+    SCHEDULES,
+    PolicyParams,
+    Schedule,
+    make_policy,
+    policy_params,
+    validate_schedule,
+)
 from llmsla.worker import model as lm
 from llmsla.worker.engine import Engine, GenRequest, WorkerMetrics
 
@@ -172,6 +180,21 @@ def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
                   tuple(s.encode() for s in stops), stream, policy, ignore_eos)
 
 
+def pool_schedule(headers: Mapping[str, str]) -> Schedule | None:
+    """The temperature schedule the gateway sent for the request's pool (``names.SCHEDULE_HEADER``),
+    or None; a malformed one is the caller's 400, naming the header."""
+    raw = headers.get(names.SCHEDULE_HEADER)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise ValueError("expected a JSON object {name, params}")
+        return validate_schedule(value.get("name"), value.get("params"))
+    except ValueError as exc:
+        raise _bad(f"{names.SCHEDULE_HEADER}: {exc}", param=names.SCHEDULE_HEADER) from None
+
+
 class Worker:
     """The aiohttp application around one :class:`Engine`."""
 
@@ -214,11 +237,17 @@ class Worker:
         try:
             raw = await read_body(request, max_bytes=MAX_BODY_BYTES, timeout_s=self.limits.body_timeout_s)
             p = parse_request(parse_json_object(raw), chat=chat, cfg=self.cfg)
+            schedule = pool_schedule(request.headers)
         except ApiError as exc:
             return exc.response()
+        if schedule is not None:  # the pool's schedule, set by the control plane, wins
+            p.policy = schedule.name
+            policy = make_policy(schedule.name, policy_params(schedule))
+        else:
+            policy = make_policy(p.policy, self._params(p))
         loop = asyncio.get_running_loop()
         span = self.tracer.request_span(request.headers, {"llm.model": self.cfg.worker.model, "llm.stream": p.stream})
-        req = GenRequest(tokens=p.tokens, max_tokens=p.max_tokens, policy=make_policy(p.policy, self._params(p)),
+        req = GenRequest(tokens=p.tokens, max_tokens=p.max_tokens, policy=policy,
                          loop=loop, out=asyncio.Queue(), seed=p.seed, stop=p.stop, span=span, ignore_eos=p.ignore_eos,
                          zone=self.cfg.worker.zone, received=received)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
@@ -248,6 +277,7 @@ class Worker:
             "worker_queue_ms": max(0.0, admitted - req.received) * 1000.0,
             "prompt_tokens": len(req.tokens),
             "output_tokens": n_out,
+            "policy": req.policy.name,
         }
 
     def _usage(self, req: GenRequest, n_out: int) -> dict[str, int]:

@@ -82,6 +82,8 @@ def test_two_processes_one_port_merged_metrics(tmp_path: Path) -> None:
         assert _total(text, f"{names.REQUESTS}_total") == N
         assert _total(text, f"{names.REQUEST_E2E_SECONDS}_count") == N
         assert _total(text, names.REQUESTS_IN_FLIGHT) == 0
+        assert _total(text, f"{names.ROUTER_PICKS}_total") == N  # the routers' metrics, merged too
+        assert f'{names.DISTILL_STUDENT_SHARE_RATIO}{{pool="default"}} 0.0' in text
     segments = published_segments(spool, names.SPOOL_REQUESTS)
     events = [e for seg in segments for e in read_segment(seg, names.SPOOL_REQUESTS)]
     assert len(events) == N and all(e.status == "ok" for e in events)
