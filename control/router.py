@@ -68,7 +68,7 @@ from llmsla.control.replica import (
 from llmsla.control.sampler import LoadLevels
 
 __all__ = ["DEFAULT_PARAMS", "POLICIES", "ROLES", "LastReplicaError", "NoReplicaAvailable", "Replica", "Router",
-           "UnknownReplica", "from_config"]
+           "UnknownReplica", "from_config", "params_from_config"]
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # step of the systematic sampling sequence
 
@@ -441,6 +441,19 @@ class Router:
 
 
 
+def params_from_config(cfg: Any) -> dict[str, float]:
+    """The LADR parameters of ``cfg.control`` (``ladr_*``), checked; a bad one is a
+    ``ConfigError`` naming the key."""
+    c = cfg.control
+    try:
+        return check_params({"alpha": c.ladr_alpha, "beta": c.ladr_beta, "theta": c.ladr_theta,
+                             "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s, "sharpness": c.ladr_sharpness})
+    except ValueError as exc:
+        from llmsla.config import ConfigError
+
+        raise ConfigError(f"{cfg.source or 'configuration'}: control.ladr_{exc}") from None
+
+
 def from_config(cfg: Any, replicas: Iterable[Replica], *, clock: Callable[[], float] = time.monotonic,
                 rng: random.Random | None = None, registry: CollectorRegistry | None = None,
                 shared: Any = "auto") -> Router:
@@ -450,14 +463,7 @@ def from_config(cfg: Any, replicas: Iterable[Replica], *, clock: Callable[[], fl
     closes it with ``router.shared.close()``); pass ``None`` to stay in process.
     """
     c = cfg.control
-    try:
-        params = check_params({"alpha": c.ladr_alpha, "beta": c.ladr_beta, "theta": c.ladr_theta,
-                                "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s,
-                                "sharpness": c.ladr_sharpness})
-    except ValueError as exc:
-        from llmsla.config import ConfigError
-
-        raise ConfigError(f"{cfg.source or 'configuration'}: control.ladr_{exc}") from None
+    params = params_from_config(cfg)
     if shared == "auto":
         from llmsla.control.shared_state import from_config as shared_from_config
 

@@ -97,6 +97,7 @@ def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
 def run(args: argparse.Namespace, cfg: Config) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from llmsla.control.router import params_from_config
     from llmsla.errors import CliError
     from llmsla.fleet import engine, faults, stats
     from llmsla.fleet.sink import RecorderSink
@@ -107,6 +108,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         sim_cfg = engine.SimConfig(
             replicas=engine.fleet(args.fleet),
             policy=args.policy or cfg.control.route_policy,
+            router_params=params_from_config(cfg),  # control.ladr_*, as the gateway's router
             seed=args.seed,
             timeout_s=args.timeout_s or cfg.gateway.request_timeout_s,
             max_concurrency=cfg.gateway.max_concurrency,
@@ -142,7 +144,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         if server is not None:
             server.shutdown()
     summary: dict[str, Any] = {
-        "fleet": args.fleet, "policy": sim_cfg.policy, "seed": args.seed, "start_ms": res.start_ms,
+        "fleet": args.fleet, "policy": sim_cfg.policy, "router_params": res.router["params"], "seed": args.seed,
+        "start_ms": res.start_ms,
         "trace": trace_report, "faults": faults.labels(fault_list, res.start_ms),
         **stats.summarize(res),
     }

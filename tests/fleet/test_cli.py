@@ -96,3 +96,15 @@ def test_realtime_run_serves_metrics_while_running(tmp_path: Path) -> None:
     assert rc == [0]
     assert names.REQUESTS + "_total{" in body and names.ROUTER_PICKS in body
     assert time.monotonic() - t0 >= 6 / 4 * 0.9  # paced: 6 simulated s at 4x
+
+
+def test_simulate_builds_its_router_from_config(tmp_path: Path, monkeypatch, capsys) -> None:
+    """control.ladr_* reach the simulator's router, as they reach the gateway's."""
+    monkeypatch.setenv("LLMSLA_CONTROL_LADR_SHARPNESS", "2.5")
+    monkeypatch.setenv("LLMSLA_CONTROL_LADR_BETA", "0.25")
+    out = tmp_path / "s.json"
+    rc = cli.main(["simulate", "--load", "poisson", "--duration", "5", "--fleet", "6b:2", "--policy", "ladr",
+                   "--no-events", "--json", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    params = json.loads(out.read_text())["router_params"]
+    assert params["sharpness"] == 2.5 and params["beta"] == 0.25 and params["alpha"] == 1.0
