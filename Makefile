@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.llmsla-installed
 
-.PHONY: demo test lint bootstrap clean
+.PHONY: demo test test-fast lint bootstrap clean
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	VENV=$(VENV) bash scripts/bootstrap.sh
@@ -17,6 +17,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	bash scripts/run-tests.sh
+
+# the edit loop: everything not marked slow (integration runs of Flink, Prometheus, the demo)
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	bash scripts/run-tests.sh -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

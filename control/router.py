@@ -52,6 +52,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from llmsla import extras
 from llmsla.control import ladr, policies
 from llmsla.control.ladr import DEFAULT_PARAMS, POLICIES, check_params
 from llmsla.control.metrics import RouterMetrics
@@ -465,7 +466,10 @@ def from_config(cfg: Any, replicas: Iterable[Replica], *, clock: Callable[[], fl
     c = cfg.control
     params = params_from_config(cfg)
     if shared == "auto":
-        from llmsla.control.shared_state import from_config as shared_from_config
+        shared = None
+        if c.redis_url:
+            extras.require("redis", "control.redis_url (router state shared through Redis)")
+            from llmsla.control.shared_state import from_config as shared_from_config
 
-        shared = shared_from_config(cfg, ttl_s=c.ladr_ttl_s, interval_s=c.ladr_refresh_s)
+            shared = shared_from_config(cfg, ttl_s=c.ladr_ttl_s, interval_s=c.ladr_refresh_s)
     return Router(replicas, c.route_policy, clock=clock, rng=rng, shared=shared, registry=registry, **params)

@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla import extras
+
+    extras.require("stream", "llmsla stream")
     from llmsla.errors import CliError
     from llmsla.store import open_store
     from llmsla.store.connection import StoreError

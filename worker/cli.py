@@ -24,6 +24,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, cfg: Any) -> int:
+    from llmsla import extras
+
+    extras.require("worker", "llmsla worker")
     import asyncio
     import signal
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmsla import extras
 from llmsla.config import Config
 
 
@@ -78,6 +79,7 @@ def _log(msg: str) -> None:
 
 
 def cmd_dataset(args: argparse.Namespace, cfg: Config) -> int:
+    extras.require("forecast", "llmsla forecast dataset")
     from llmsla.app.forecast_data import DataSpec, build
     from llmsla.errors import CliError
     from llmsla.fleet import scenarios
@@ -157,6 +159,7 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
 
 
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
+    extras.require("forecast", "llmsla forecast train")
     data, out = _paths(cfg, args)
     ds = _load_data(data)
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
@@ -179,6 +182,7 @@ def _load_artifact(path: Path):
 
 
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
+    extras.require("forecast", "llmsla forecast eval")
     from llmsla.errors import CliError
     from llmsla.forecaster import baselines, evaluate, nab, report, train
 
@@ -260,6 +264,7 @@ def _res_dict(r: Any) -> dict:
 
 
 def cmd_run(args: argparse.Namespace, cfg: Config) -> int:
+    extras.require("forecast", "llmsla forecast run")
     from prometheus_client import CollectorRegistry, start_http_server
 
     from llmsla.forecaster import alerts, online, train

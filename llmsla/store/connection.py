@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from llmsla import extras
 from llmsla.config import Config
 from llmsla.errors import UserError
 from llmsla.redaction import redact, scrub, secrets_of
@@ -65,10 +66,8 @@ def start_embedded(data_dir: Path, *, keep_running: bool = True) -> tuple[str, A
     With ``keep_running`` the server outlives this process (``llmsla demo`` then a second
     command finds it up); otherwise it stops when the last handle in this machine is released.
     """
-    try:
-        import pgserver
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise StoreError("pgserver is not installed: pip install pgserver (or pass --dsn)") from exc
+    extras.require("embedded", "the embedded PostgreSQL (no store.dsn / --dsn)")
+    import pgserver
     data_dir = Path(data_dir).expanduser()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     try:

