@@ -141,6 +141,12 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+async def _openapi(request: web.Request) -> web.Response:
+    from llmsla.control.openapi import document  # imports this module: resolved at call time
+
+    return web.json_response(document())
+
+
 def _replica_record(request: web.Request, action: str, rid: str, before: Any, after: Any,
                     body: dict[str, Any], outcome: str = OUTCOME_APPLIED) -> dict[str, Any]:
     actor, reason = _who(request, body)
@@ -231,6 +237,7 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     app.router.add_get("/v1/audit", _audit)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/openapi.json", _openapi)
     app.router.add_post("/v1/replicas/{rid}/weight", _set_weight)
     app.router.add_post("/v1/replicas/{rid}/drain", _drain_handler(True))
     app.router.add_post("/v1/replicas/{rid}/undrain", _drain_handler(False))

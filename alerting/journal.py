@@ -1,0 +1,237 @@
+"""Where the receiver keeps what it knows: idempotency keys, per-target state, audit rows.
+
+:class:`PgJournal` (the store; production and the integration tests) makes the receiver
+restartable and safe to run several times over: each target is processed inside one
+transaction holding ``pg_advisory_xact_lock`` on the target key, so two receivers never act on
+the same replica or pool at once; the idempotency key is claimed with ``INSERT ... ON CONFLICT DO
+NOTHING`` in that transaction, so a delivery is acted on by exactly one of them; state and audit
+rows commit together with the claim. A restarted receiver reads ``receiver_state`` and resumes
+hold-downs and restores where they were.
+
+:class:`MemoryJournal` is the same contract in process memory (no DSN configured): nothing
+survives a restart, and it says so at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from llmsla import names
+
+log = logging.getLogger(__name__)
+SOURCE = "alert_receiver"
+AUDIT_COLUMNS = ("ts", "source", "actor", "action", "target", "params", "reason", "alertname", "fingerprint",
+                 "outcome", "alert_status", "decision", "latency_ms", "dedupe_key")
+
+
+class JournalUnavailable(RuntimeError):
+    """The store cannot be reached: the alert was not recorded (the sender should retry)."""
+
+
+class Tx:
+    """One target's transaction: its state, the claim of idempotency keys, audit rows."""
+
+    def __init__(self, key: str, state: dict[str, Any] | None) -> None:
+        self.key = key
+        self.state = state
+        self.saved: dict[str, Any] | None = None
+        self.rows: list[dict[str, Any]] = []
+        self.claims: list[tuple[str, str, str, str, str]] = []
+
+    async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
+        raise NotImplementedError
+
+    def save(self, state: dict[str, Any]) -> None:
+        self.saved = state
+
+    def audit(self, **row: Any) -> dict[str, Any]:
+        full = {c: row.get(c) for c in AUDIT_COLUMNS}
+        full["ts"] = full["ts"] or dt.datetime.now(dt.UTC)
+        full["source"] = SOURCE
+        full["actor"] = full["actor"] or "alert-receiver"
+        full["params"] = full["params"] or {}
+        full["reason"] = full["reason"] or ""
+        self.rows.append(full)
+        return full
+
+
+class Journal:
+    """Common part: the in-process tail of audit rows (``GET /v1/audit``)."""
+
+    durable = False
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lk = self._locks.get(key)
+        if lk is None:
+            if len(self._locks) > 10_000:
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lk = self._locks[key] = asyncio.Lock()
+        return lk
+
+    def lock(self, key: str) -> contextlib.AbstractAsyncContextManager[Tx]:
+        raise NotImplementedError
+
+    async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    async def prune(self, older_than_s: float) -> int:
+        return 0
+
+    async def close(self) -> None:
+        pass
+
+
+class _MemTx(Tx):
+    def __init__(self, key: str, state: dict[str, Any] | None, receipts: set[str]) -> None:
+        super().__init__(key, state)
+        self._receipts = receipts
+        self._new: set[str] = set()
+
+    async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
+        if dedupe_key in self._receipts or dedupe_key in self._new:
+            return False
+        self._new.add(dedupe_key)
+        return True
+
+
+class MemoryJournal(Journal):
+    def __init__(self, keep: int = 10_000) -> None:
+        super().__init__(keep)
+        self._states: dict[str, dict[str, Any]] = {}
+        self._receipts: set[str] = set()
+
+    @contextlib.asynccontextmanager
+    async def lock(self, key: str) -> AsyncIterator[Tx]:
+        async with self._lock(key):
+            raw = self._states.get(key)
+            tx = _MemTx(key, json.loads(json.dumps(raw)) if raw is not None else None, self._receipts)
+            yield tx
+            self._receipts |= tx._new
+            if tx.saved is not None:
+                self._states[key] = json.loads(json.dumps(tx.saved))
+            self.recent.extend(tx.rows)
+
+    async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
+        return {k: json.loads(json.dumps(v)) for k, v in self._states.items() if k.startswith(prefix)}
+
+
+class _PgTx(Tx):
+    def __init__(self, key: str, state: dict[str, Any] | None, conn: Any) -> None:
+        super().__init__(key, state)
+        self._conn = conn
+
+    async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
+        cur = await self._conn.execute(
+            f"INSERT INTO {names.T_ALERT_RECEIPTS} (dedupe_key, fingerprint, status, starts_at, group_key) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1",
+            (dedupe_key, fingerprint, status, starts_at, group_key[:2000]))
+        return (await cur.fetchone()) is not None
+
+
+_INSERT_AUDIT = (f"INSERT INTO {names.T_ACTION_LOG} ({', '.join(AUDIT_COLUMNS)}) VALUES "
+                 f"({', '.join('%s::jsonb' if c == 'params' else '%s' for c in AUDIT_COLUMNS)})")
+
+
+class PgJournal(Journal):
+    """The store-backed journal; ``size`` connections, opened lazily."""
+
+    durable = True
+
+    def __init__(self, dsn: str, *, size: int = 4, connect_timeout_s: float = 5.0, keep: int = 10_000) -> None:
+        super().__init__(keep)
+        self.dsn = dsn
+        self.size = size
+        self.timeout = connect_timeout_s
+        self._pool: asyncio.Queue[Any] = asyncio.Queue()
+        self._opened = 0
+
+    async def _get(self) -> Any:
+        import psycopg
+
+        if self._pool.empty() and self._opened < self.size:
+            self._opened += 1
+            try:
+                return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True,
+                                                            connect_timeout=max(1, int(self.timeout)))
+            except psycopg.Error as exc:
+                self._opened -= 1
+                raise JournalUnavailable(f"store unreachable: {exc}") from None
+        return await self._pool.get()
+
+    def _put(self, conn: Any) -> None:
+        if conn.closed or conn.broken:
+            self._opened -= 1
+        else:
+            self._pool.put_nowait(conn)
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Any]:
+        import psycopg
+
+        conn = await self._get()
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            raise JournalUnavailable(f"store failed mid-transaction: {exc}") from None
+        finally:
+            self._put(conn)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, key: str) -> AsyncIterator[Tx]:
+        async with self._lock(key), self._conn() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+                cur = await conn.execute(f"SELECT state FROM {names.T_RECEIVER_STATE} WHERE key = %s", (key,))
+                row = await cur.fetchone()
+                tx = _PgTx(key, row[0] if row else None, conn)
+                yield tx
+                if tx.saved is not None:
+                    await conn.execute(
+                        f"INSERT INTO {names.T_RECEIVER_STATE} (key, state, updated_at) VALUES (%s, %s::jsonb, now()) "
+                        "ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
+                        (key, json.dumps(tx.saved)))
+                if tx.rows:
+                    async with conn.cursor() as cur2:
+                        await cur2.executemany(_INSERT_AUDIT, [
+                            tuple(json.dumps(r[c], default=str) if c == "params" else r[c] for c in AUDIT_COLUMNS)
+                            for r in tx.rows])
+            self.recent.extend(tx.rows)
+
+    async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
+        async with self._conn() as conn:
+            cur = await conn.execute(f"SELECT key, state FROM {names.T_RECEIVER_STATE} WHERE key LIKE %s",
+                                     (prefix.replace("%", r"\%").replace("_", r"\_") + "%",))
+            rows = await cur.fetchall()
+        return {k: s for k, s in rows}
+
+    async def prune(self, older_than_s: float) -> int:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"DELETE FROM {names.T_ALERT_RECEIPTS} WHERE received_at < now() - make_interval(secs => %s)",
+                (older_than_s,))
+            return cur.rowcount
+
+    async def check(self) -> None:
+        """Fail early (with the fix) when the tables are missing."""
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT to_regclass(%s), to_regclass(%s)",
+                                     (names.T_ALERT_RECEIPTS, names.T_RECEIVER_STATE))
+            row = await cur.fetchone()
+        if row is None or None in row:
+            raise JournalUnavailable(f"tables {names.T_ALERT_RECEIPTS}/{names.T_RECEIVER_STATE} missing: run `llmsla migrate`")
+
+    async def close(self) -> None:
+        while not self._pool.empty():
+            await (self._pool.get_nowait()).close()
+        self._opened = 0

@@ -1,0 +1,108 @@
+"""OpenAPI 3.0 document of the receiver, served at ``/openapi.json`` and committed as
+``deploy/openapi/receiver.json`` (a test keeps the two equal; ``python -m llmsla.alerting.openapi``
+rewrites the file)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmsla.alerting import webhook
+
+COMMITTED = Path("deploy/openapi/receiver.json")
+_STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_ERROR = {"description": "the reason", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def document() -> dict[str, Any]:
+    alert = {
+        "type": "object",
+        "required": ["status", "labels", "startsAt"],
+        "properties": {
+            "status": {"type": "string", "enum": list(webhook.STATUSES)},
+            "labels": {**_STR_MAP, "required": ["alertname"],
+                       "description": "alertname, severity, slo, model, pool, replica, scope, source (docs/alerting.md)"},
+            "annotations": _STR_MAP,
+            "startsAt": {"type": "string", "format": "date-time"},
+            "endsAt": {"type": "string", "format": "date-time"},
+            "generatorURL": {"type": "string"},
+            "fingerprint": {"type": "string", "pattern": "^[0-9a-zA-Z_-]{1,64}$"},
+        },
+    }
+    notification = {
+        "type": "object",
+        "required": ["version", "groupKey", "status", "alerts"],
+        "description": "Alertmanager webhook v4; fields not listed are ignored",
+        "properties": {
+            "version": {"type": "string", "enum": [webhook.VERSION]},
+            "groupKey": {"type": "string"},
+            "truncatedAlerts": {"type": "integer", "minimum": 0},
+            "status": {"type": "string", "enum": list(webhook.STATUSES)},
+            "receiver": {"type": "string"},
+            "groupLabels": _STR_MAP,
+            "commonLabels": _STR_MAP,
+            "commonAnnotations": _STR_MAP,
+            "externalURL": {"type": "string"},
+            "alerts": {"type": "array", "minItems": 1, "maxItems": webhook.MAX_ALERTS,
+                       "items": {"$ref": "#/components/schemas/Alert"}},
+        },
+    }
+    outcome = {"type": "object", "properties": {
+        "fingerprint": {"type": "string"}, "alertname": {"type": "string"}, "status": {"type": "string"},
+        "decision": {"type": "string", "enum": ["act", "joined", "duplicate", "stale", "resolved",
+                                                "resolved_partial", "no_rule", "unroutable", "deferred"]},
+        "reason": {"type": "string"}, "target": {"type": "string"},
+        "actions": {"type": "array", "items": {"type": "object"}}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "llmsla alert receiver", "version": "1",
+                 "description": "Alertmanager webhook v4 in; router and distillation actions out through the "
+                                "control API. Writes need `Authorization: Bearer <receiver.token>`."},
+        "paths": {
+            "/v1/alerts": {"post": {
+                "summary": "Receive a webhook v4 notification (Alertmanager or the forecaster)",
+                "security": [{"bearer": []}],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/Notification"}}}},
+                "responses": {
+                    "200": {"description": "recorded; one outcome per alert", "content": {"application/json": {
+                        "schema": {"type": "object", "required": ["alerts", "results"], "properties": {
+                            "alerts": {"type": "integer"},
+                            "results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}}}}}},
+                    "400": _ERROR, "401": _ERROR, "413": _ERROR,
+                    "503": {**_ERROR, "description": "no token configured, or the store is down (Alertmanager retries)"},
+                }}},
+            "/v1/state": {"get": {"summary": "per-target receiver state", "responses": {"200": {
+                "description": "targets", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            "/v1/audit": {"get": {
+                "summary": "recent audit rows written by this process",
+                "parameters": [{"name": "n", "in": "query", "required": False,
+                                "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
+                "responses": {"200": {"description": "rows", "content": {"application/json": {
+                    "schema": {"type": "object"}}}}, "400": _ERROR}}},
+            "/healthz": {"get": {"summary": "liveness", "responses": {"200": {
+                "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
+                "description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/openapi.json": {"get": {"summary": "this document", "responses": {"200": {
+                "description": "OpenAPI 3.0", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Alert": alert, "Notification": notification, "Outcome": outcome,
+                        "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}},
+        },
+    }
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else COMMITTED
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render())
+    print(f"wrote {out}")
