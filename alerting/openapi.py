@@ -1,4 +1,4 @@
-"""OpenAPI 3.0 document of the receiver, served at ``/openapi.json`` and committed as
+"""OpenAPI 3.1 document of the receiver, served at ``/openapi.json`` and committed as
 ``deploy/openapi/receiver.json`` (a test keeps the two equal; ``python -m llmsla.alerting.openapi``
 rewrites the file)."""
 
@@ -12,7 +12,21 @@ from typing import Any
 from llmsla.alerting import webhook
 
 COMMITTED = Path("deploy/openapi/receiver.json")
-_STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_LABEL_NAME = {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}
+_DATE = "(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+_ZONE = "(\\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9])$"
+#: RFC 3339 as Alertmanager writes it (a pattern rather than format: date-time, so generated
+#: examples stay inside what the receiver accepts: a start in year 2000 or later)
+_TIME = {"type": "string", "pattern": "^[0-9]{4}-" + _DATE + _ZONE}
+_START = {"type": "string", "pattern": "^2[0-9]{3}-" + _DATE + _ZONE}
+
+
+def _map(max_value: int) -> dict[str, Any]:
+    return {"type": "object", "maxProperties": webhook.MAX_LABELS, "propertyNames": _LABEL_NAME,
+            "additionalProperties": {"type": "string", "maxLength": max_value}}
+
+
+_STR_MAP = _map(webhook.MAX_LABEL_VALUE)
 _ERROR = {"description": "the reason", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
 
@@ -23,11 +37,12 @@ def document() -> dict[str, Any]:
         "properties": {
             "status": {"type": "string", "enum": list(webhook.STATUSES)},
             "labels": {**_STR_MAP, "required": ["alertname"],
+                       "properties": {"alertname": {"type": "string", "minLength": 1, "maxLength": webhook.MAX_LABEL_VALUE}},
                        "description": "alertname, severity, slo, model, pool, replica, scope, source (docs/alerting.md)"},
-            "annotations": _STR_MAP,
-            "startsAt": {"type": "string", "format": "date-time"},
-            "endsAt": {"type": "string", "format": "date-time"},
-            "generatorURL": {"type": "string"},
+            "annotations": _map(webhook.MAX_ANNOTATION_VALUE),
+            "startsAt": _START,
+            "endsAt": _TIME,
+            "generatorURL": {"type": "string", "maxLength": 4096},
             "fingerprint": {"type": "string", "pattern": "^[0-9a-zA-Z_-]{1,64}$"},
         },
     }
@@ -37,14 +52,14 @@ def document() -> dict[str, Any]:
         "description": "Alertmanager webhook v4; fields not listed are ignored",
         "properties": {
             "version": {"type": "string", "enum": [webhook.VERSION]},
-            "groupKey": {"type": "string"},
+            "groupKey": {"type": "string", "maxLength": 4096},
             "truncatedAlerts": {"type": "integer", "minimum": 0},
             "status": {"type": "string", "enum": list(webhook.STATUSES)},
-            "receiver": {"type": "string"},
+            "receiver": {"type": "string", "maxLength": 4096},
             "groupLabels": _STR_MAP,
             "commonLabels": _STR_MAP,
-            "commonAnnotations": _STR_MAP,
-            "externalURL": {"type": "string"},
+            "commonAnnotations": _map(webhook.MAX_ANNOTATION_VALUE),
+            "externalURL": {"type": "string", "maxLength": 4096},
             "alerts": {"type": "array", "minItems": 1, "maxItems": webhook.MAX_ALERTS,
                        "items": {"$ref": "#/components/schemas/Alert"}},
         },
@@ -56,7 +71,7 @@ def document() -> dict[str, Any]:
         "reason": {"type": "string"}, "target": {"type": "string"},
         "actions": {"type": "array", "items": {"type": "object"}}}}
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {"title": "llmsla alert receiver", "version": "1",
                  "description": "Alertmanager webhook v4 in; router and distillation actions out through the "
                                 "control API. Writes need `Authorization: Bearer <receiver.token>`."},

@@ -107,6 +107,27 @@ def _show(v: Any) -> str:
     return s if len(s) <= 80 else s[:77] + "..."
 
 
+def storable(v: str) -> bool:
+    """No NUL and no lone surrogate: PostgreSQL text (and UTF-8) can hold it."""
+    if "\x00" in v:
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(v: Any, where: str, *, max_len: int = 4096, default: str = "") -> str:
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise WebhookError(f"{where}: expected a string, got {_show(v)}")
+    if len(v) > max_len or not storable(v):
+        raise WebhookError(f"{where}: longer than {max_len} characters, or contains NUL or a lone surrogate")
+    return v
+
+
 def _str_map(v: Any, where: str, *, max_value: int, required: bool = False) -> dict[str, str]:
     if v is None and not required:
         return {}
@@ -119,8 +140,8 @@ def _str_map(v: Any, where: str, *, max_value: int, required: bool = False) -> d
             raise WebhookError(f"{where}: {_show(k)} is not a valid label name")
         if not isinstance(val, str):
             raise WebhookError(f"{where}.{k}: expected a string, got {_show(val)}")
-        if len(val) > max_value or "\x00" in val:
-            raise WebhookError(f"{where}.{k}: longer than {max_value} characters or contains NUL")
+        if len(val) > max_value or not storable(val):
+            raise WebhookError(f"{where}.{k}: longer than {max_value} characters, or contains NUL or a lone surrogate")
     return v
 
 
@@ -152,10 +173,8 @@ def _alert(v: Any, where: str) -> Alert:
         fp = fingerprint_of(labels)
     elif not isinstance(fp, str) or not _FINGERPRINT.match(fp):
         raise WebhookError(f"{where}.fingerprint: expected 1-64 letters/digits, got {_show(fp)}")
-    gen = v.get("generatorURL", "")
-    if not isinstance(gen, str):
-        raise WebhookError(f"{where}.generatorURL: expected a string, got {_show(gen)}")
-    return Alert(status, dict(labels), dict(annotations), starts, ends, fp, gen[:2048])
+    gen = _text(v.get("generatorURL"), f"{where}.generatorURL")
+    return Alert(status, dict(labels), dict(annotations), starts, ends, fp, gen)
 
 
 def parse(raw: bytes) -> Notification:
@@ -180,20 +199,20 @@ def parse_obj(body: Any) -> Notification:
     gk = body.get("groupKey")
     if not isinstance(gk, str):
         raise WebhookError(f"groupKey: expected a string, got {_show(gk)}")
+    gk = _text(gk, "groupKey")
     status = body.get("status")
     if status not in STATUSES:
         raise WebhookError(f"status: expected 'firing' or 'resolved', got {_show(status)}")
-    receiver = body.get("receiver", "")
-    if not isinstance(receiver, str):
-        raise WebhookError(f"receiver: expected a string, got {_show(receiver)}")
+    receiver = _text(body.get("receiver"), "receiver")
     for k in ("groupLabels", "commonLabels"):
         _str_map(body.get(k), k, max_value=MAX_LABEL_VALUE)
     _str_map(body.get("commonAnnotations"), "commonAnnotations", max_value=MAX_ANNOTATION_VALUE)
     trunc = body.get("truncatedAlerts", 0)
+    if isinstance(trunc, float) and trunc.is_integer():
+        trunc = int(trunc)  # JSON has one number type: 3.0 is the integer 3
     if isinstance(trunc, bool) or not isinstance(trunc, int) or trunc < 0:
         raise WebhookError(f"truncatedAlerts: expected an integer >= 0, got {_show(trunc)}")
-    if "externalURL" in body and not isinstance(body["externalURL"], str):
-        raise WebhookError(f"externalURL: expected a string, got {_show(body['externalURL'])}")
+    _text(body.get("externalURL"), "externalURL")
     alerts = body.get("alerts")
     if not isinstance(alerts, list):
         raise WebhookError(f"alerts: expected a list, got {_show(alerts)}")
