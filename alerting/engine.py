@@ -134,7 +134,7 @@ class Engine:
                 out = Outcome(alert.fingerprint, alert.name, alert.status, UNROUTABLE,
                               f"rule {rule.name!r} targets a {rule.target} but the alert has no {missing!r} label")
             else:
-                state = TargetState.load(tx.state, key, rule, alert.labels)
+                state = TargetState.load(await tx.load(), key, rule, alert.labels)
                 out = await self._event(tx, state, rule, alert)
                 tx.save(state.dump())
             row = tx.audit(ts=received, action="alert", target=out.target or key, alertname=alert.name,
@@ -210,7 +210,7 @@ class Engine:
             if rule is None:
                 continue  # its rule left the policy: leave the target as it is (operator's call)
             async with self.journal.lock(key) as tx:
-                st = TargetState.load(tx.state, key, rule, {})
+                st = TargetState.load(await tx.load(), key, rule, {})
                 if st.stage == NORMAL and not st.causes:
                     continue
                 before = st.dump()
@@ -297,6 +297,10 @@ class Engine:
             action = "set_weight" if want_deweight else "drain"
             if not self._rate_ok(tx, st, now, action):
                 return None
+            if want_drain:
+                # one drain decision per pool at a time (receivers and targets alike): the count of
+                # drained replicas read below must not change before this drain is applied
+                await tx.serialize(f"drain:{st.pool}")
             fleet = await self._fleet_pool(tx, st, action, "deweight" if want_deweight else "drain")
             if fleet is None:
                 return None

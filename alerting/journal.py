@@ -38,14 +38,23 @@ class JournalUnavailable(RuntimeError):
 class Tx:
     """One target's transaction: its state, the claim of idempotency keys, audit rows."""
 
-    def __init__(self, key: str, state: dict[str, Any] | None) -> None:
+    def __init__(self, key: str) -> None:
         self.key = key
-        self.state = state
         self.saved: dict[str, Any] | None = None
         self.rows: list[dict[str, Any]] = []
         self.claims: list[tuple[str, str, str, str, str]] = []
 
     async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
+        """Record the idempotency key; False if it was recorded before (a duplicate)."""
+        raise NotImplementedError
+
+    async def load(self) -> dict[str, Any] | None:
+        """The target's state (read after the claim: a duplicate never needs it)."""
+        raise NotImplementedError
+
+    async def serialize(self, name: str) -> None:
+        """Also hold lock ``name`` until this transaction ends (decisions that span targets,
+        such as how many replicas of a pool are drained)."""
         raise NotImplementedError
 
     def save(self, state: dict[str, Any]) -> None:
@@ -93,13 +102,23 @@ class Journal:
 
 
 class _MemTx(Tx):
-    def __init__(self, key: str, state: dict[str, Any] | None, receipts: set[str]) -> None:
-        super().__init__(key, state)
-        self._receipts = receipts
+    def __init__(self, key: str, journal: MemoryJournal) -> None:
+        super().__init__(key)
+        self._j = journal
         self._new: set[str] = set()
+        self.held: list[asyncio.Lock] = []
+
+    async def load(self) -> dict[str, Any] | None:
+        raw = self._j._states.get(self.key)
+        return json.loads(json.dumps(raw)) if raw is not None else None
+
+    async def serialize(self, name: str) -> None:
+        lk = self._j._lock(name)
+        await lk.acquire()
+        self.held.append(lk)
 
     async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
-        if dedupe_key in self._receipts or dedupe_key in self._new:
+        if dedupe_key in self._j._receipts or dedupe_key in self._new:
             return False
         self._new.add(dedupe_key)
         return True
@@ -114,22 +133,33 @@ class MemoryJournal(Journal):
     @contextlib.asynccontextmanager
     async def lock(self, key: str) -> AsyncIterator[Tx]:
         async with self._lock(key):
-            raw = self._states.get(key)
-            tx = _MemTx(key, json.loads(json.dumps(raw)) if raw is not None else None, self._receipts)
-            yield tx
-            self._receipts |= tx._new
-            if tx.saved is not None:
-                self._states[key] = json.loads(json.dumps(tx.saved))
-            self.recent.extend(tx.rows)
+            tx = _MemTx(key, self)
+            try:
+                yield tx
+                self._receipts |= tx._new
+                if tx.saved is not None:
+                    self._states[key] = json.loads(json.dumps(tx.saved))
+                self.recent.extend(tx.rows)
+            finally:
+                for lk in tx.held:
+                    lk.release()
 
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
         return {k: json.loads(json.dumps(v)) for k, v in self._states.items() if k.startswith(prefix)}
 
 
 class _PgTx(Tx):
-    def __init__(self, key: str, state: dict[str, Any] | None, conn: Any) -> None:
-        super().__init__(key, state)
+    def __init__(self, key: str, conn: Any) -> None:
+        super().__init__(key)
         self._conn = conn
+
+    async def load(self) -> dict[str, Any] | None:
+        cur = await self._conn.execute(f"SELECT state FROM {names.T_RECEIVER_STATE} WHERE key = %s", (self.key,))
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def serialize(self, name: str) -> None:
+        await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
 
     async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
         cur = await self._conn.execute(
@@ -192,20 +222,18 @@ class PgJournal(Journal):
         async with self._lock(key), self._conn() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
-                cur = await conn.execute(f"SELECT state FROM {names.T_RECEIVER_STATE} WHERE key = %s", (key,))
-                row = await cur.fetchone()
-                tx = _PgTx(key, row[0] if row else None, conn)
+                tx = _PgTx(key, conn)
                 yield tx
-                if tx.saved is not None:
-                    await conn.execute(
-                        f"INSERT INTO {names.T_RECEIVER_STATE} (key, state, updated_at) VALUES (%s, %s::jsonb, now()) "
-                        "ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
-                        (key, json.dumps(tx.saved)))
-                if tx.rows:
-                    async with conn.cursor() as cur2:
-                        await cur2.executemany(_INSERT_AUDIT, [
-                            tuple(json.dumps(r[c], default=str) if c == "params" else r[c] for c in AUDIT_COLUMNS)
-                            for r in tx.rows])
+                # state and audit rows in one round trip (pipeline), then COMMIT
+                async with conn.pipeline():
+                    if tx.saved is not None:
+                        await conn.execute(
+                            f"INSERT INTO {names.T_RECEIVER_STATE} (key, state, updated_at) VALUES (%s, %s::jsonb, now()) "
+                            "ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
+                            (key, json.dumps(tx.saved)))
+                    for r in tx.rows:
+                        await conn.execute(_INSERT_AUDIT, tuple(json.dumps(r[c], default=str) if c == "params" else r[c]
+                                                                for c in AUDIT_COLUMNS))
             self.recent.extend(tx.rows)
 
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:

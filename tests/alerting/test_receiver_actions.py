@@ -276,3 +276,18 @@ def test_control_token_is_sent(pg_dsn: str) -> None:
             assert refused[0]["outcome"] == "refused" and "invalid bearer token" in refused[0]["reason"]
 
     asyncio.run(main())
+
+
+def test_concurrent_drains_respect_the_cap(pg_dsn: str) -> None:
+    """Pages for three replicas of one pool at once: the drain decisions are serialised per pool."""
+    drain_now = POLICY.replace("    deweight_to: 0.25\n    drain_after_s: 5\n", "    drain_after_s: 0\n")
+
+    async def main() -> None:
+        async with harness(migrated(pg_dsn), replicas=("a", "b", "c", "d"), policy_text=drain_now) as h:
+            results = await asyncio.gather(*(h.post(note(alert("firing", replica=r))) for r in "abc"))
+            assert all(status == 200 for status, _ in results)
+            assert sum(h.router.is_drained(r) for r in "abcd") == 2
+            outcomes = sorted(r["outcome"] for r in h.rows() if r["action"] == "drain")
+            assert outcomes == ["applied", "applied", "refused"]
+
+    asyncio.run(main())
