@@ -123,8 +123,9 @@ class Engine:
                 key = rule.target_key(alert.labels)
             except KeyError as exc:
                 missing = str(exc.args[0])
-        async with self.journal.lock(key) as tx:
-            claimed = await tx.claim(alert.dedupe_key, alert.fingerprint, alert.status, alert.starts_iso, note.group_key)
+        claim = (alert.dedupe_key, alert.fingerprint, alert.status, alert.starts_iso, note.group_key)
+        async with self.journal.lock(key, claim) as tx:
+            claimed = await tx.claim(*claim)
             if not claimed:
                 out = Outcome(alert.fingerprint, alert.name, alert.status, DUPLICATE,
                               "this (fingerprint, status, startsAt) was already received", key)

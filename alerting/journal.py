@@ -88,7 +88,10 @@ class Journal:
             lk = self._locks[key] = asyncio.Lock()
         return lk
 
-    def lock(self, key: str) -> contextlib.AbstractAsyncContextManager[Tx]:
+    def lock(self, key: str, claim: tuple[str, str, str, str, str] | None = None
+             ) -> contextlib.AbstractAsyncContextManager[Tx]:
+        """The target's transaction; ``claim`` = the idempotency key the caller will claim first
+        (lets a store journal send it together with the lock)."""
         raise NotImplementedError
 
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
@@ -131,7 +134,7 @@ class MemoryJournal(Journal):
         self._receipts: set[str] = set()
 
     @contextlib.asynccontextmanager
-    async def lock(self, key: str) -> AsyncIterator[Tx]:
+    async def lock(self, key: str, claim: tuple[str, str, str, str, str] | None = None) -> AsyncIterator[Tx]:
         async with self._lock(key):
             tx = _MemTx(key, self)
             try:
@@ -148,25 +151,35 @@ class MemoryJournal(Journal):
         return {k: json.loads(json.dumps(v)) for k, v in self._states.items() if k.startswith(prefix)}
 
 
+_CLAIM = (f"INSERT INTO {names.T_ALERT_RECEIPTS} (dedupe_key, fingerprint, status, starts_at, group_key) "
+          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1")
+_LOAD = f"SELECT state FROM {names.T_RECEIVER_STATE} WHERE key = %s"
+_XLOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+
+
 class _PgTx(Tx):
-    def __init__(self, key: str, conn: Any) -> None:
+    """Runs in pipeline mode: lock, claim and state read go out in one round trip."""
+
+    def __init__(self, key: str, conn: Any, pipe: Any) -> None:
         super().__init__(key)
         self._conn = conn
+        self._pipe = pipe
+        self._claim: tuple[str, bool] | None = None
+        self._state: dict[str, Any] | None = None
 
     async def load(self) -> dict[str, Any] | None:
-        cur = await self._conn.execute(f"SELECT state FROM {names.T_RECEIVER_STATE} WHERE key = %s", (self.key,))
-        row = await cur.fetchone()
-        return row[0] if row else None
-
-    async def serialize(self, name: str) -> None:
-        await self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
+        return self._state
 
     async def claim(self, dedupe_key: str, fingerprint: str, status: str, starts_at: str, group_key: str) -> bool:
-        cur = await self._conn.execute(
-            f"INSERT INTO {names.T_ALERT_RECEIPTS} (dedupe_key, fingerprint, status, starts_at, group_key) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1",
-            (dedupe_key, fingerprint, status, starts_at, group_key[:2000]))
+        if self._claim is not None and self._claim[0] == dedupe_key:
+            return self._claim[1]
+        cur = await self._conn.execute(_CLAIM, (dedupe_key, fingerprint, status, starts_at, group_key[:2000]))
+        await self._pipe.sync()
         return (await cur.fetchone()) is not None
+
+    async def serialize(self, name: str) -> None:
+        await self._conn.execute(_XLOCK, (name,))
+        await self._pipe.sync()  # wait until the lock is actually held
 
 
 _INSERT_AUDIT = (f"INSERT INTO {names.T_ACTION_LOG} ({', '.join(AUDIT_COLUMNS)}) VALUES "
@@ -218,23 +231,29 @@ class PgJournal(Journal):
             self._put(conn)
 
     @contextlib.asynccontextmanager
-    async def lock(self, key: str) -> AsyncIterator[Tx]:
-        async with self._lock(key), self._conn() as conn:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
-                tx = _PgTx(key, conn)
-                yield tx
-                # state and audit rows in one round trip (pipeline), then COMMIT
-                async with conn.pipeline():
-                    if tx.saved is not None:
-                        await conn.execute(
-                            f"INSERT INTO {names.T_RECEIVER_STATE} (key, state, updated_at) VALUES (%s, %s::jsonb, now()) "
-                            "ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
-                            (key, json.dumps(tx.saved)))
-                    for r in tx.rows:
-                        await conn.execute(_INSERT_AUDIT, tuple(json.dumps(r[c], default=str) if c == "params" else r[c]
-                                                                for c in AUDIT_COLUMNS))
-            self.recent.extend(tx.rows)
+    async def lock(self, key: str, claim: tuple[str, str, str, str, str] | None = None) -> AsyncIterator[Tx]:
+        """BEGIN, the target's advisory lock, ``claim`` (if given) and the state read in one round
+        trip; the state, audit rows and COMMIT in another."""
+        async with self._lock(key), self._conn() as conn, conn.pipeline() as pipe, conn.transaction():
+            await conn.execute(_XLOCK, (key,))
+            claimed = await conn.execute(_CLAIM, (*claim[:4], claim[4][:2000])) if claim else None
+            state = await conn.execute(_LOAD, (key,))
+            await pipe.sync()
+            tx = _PgTx(key, conn, pipe)
+            if claimed is not None and claim is not None:
+                tx._claim = (claim[0], (await claimed.fetchone()) is not None)
+            row = await state.fetchone()
+            tx._state = row[0] if row else None
+            yield tx
+            if tx.saved is not None:
+                await conn.execute(
+                    f"INSERT INTO {names.T_RECEIVER_STATE} (key, state, updated_at) VALUES (%s, %s::jsonb, now()) "
+                    "ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
+                    (key, json.dumps(tx.saved)))
+            for r in tx.rows:
+                await conn.execute(_INSERT_AUDIT, tuple(json.dumps(r[c], default=str) if c == "params" else r[c]
+                                                        for c in AUDIT_COLUMNS))
+        self.recent.extend(tx.rows)
 
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
         async with self._conn() as conn:
