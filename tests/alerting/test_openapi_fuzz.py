@@ -65,6 +65,24 @@ def _check(resp: requests.Response, where: str) -> None:
             f"{where}: {resp.status_code} without a reason: {resp.text[:300]}"
 
 
+def _run(strategy, mode: GenerationMode, base_url: str, session: requests.Session,
+         token_header: dict[str, str]) -> int:
+    """``EXAMPLES`` generated requests for one operation and mode; the number sent."""
+    calls = 0
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy, auth=st.booleans())
+    def run(case, auth: bool) -> None:  # noqa: ANN001 - a schemathesis Case
+        nonlocal calls
+        resp = case.call(base_url=base_url, session=session, headers=token_header if auth else {}, timeout=10)
+        calls += 1
+        _check(resp, f"{case.method} {case.formatted_path} ({mode.name}, auth={auth})")
+
+    run()
+    return calls
+
+
 def _fuzz(doc: dict, base_url: str, token_header: dict[str, str]) -> int:
     schema = schemathesis.openapi.from_dict(doc)
     session = requests.Session()
@@ -72,20 +90,8 @@ def _fuzz(doc: dict, base_url: str, token_header: dict[str, str]) -> int:
     for result in schema.get_all_operations():
         op = result.ok()
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            strategy = op.as_strategy(generation_mode=mode)
-
-            @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck))
-            @given(case=strategy, auth=st.booleans())
-            def run(case, auth: bool, mode: GenerationMode = mode) -> None:  # noqa: ANN001 - a schemathesis Case
-                nonlocal calls
-                resp = case.call(base_url=base_url, session=session, headers=token_header if auth else {},
-                                 timeout=10)
-                calls += 1
-                _check(resp, f"{case.method} {case.formatted_path} ({mode.name}, auth={auth})")
-
             try:
-                run()
+                calls += _run(op.as_strategy(generation_mode=mode), mode, base_url, session, token_header)
             except Unsatisfiable:
                 # nothing in this operation can be made invalid (no parameters, no body)
                 assert mode is GenerationMode.NEGATIVE, op.label
