@@ -19,6 +19,8 @@ def register(subparsers: Any) -> None:
     g.add_argument("--window-scale", type=float, default=1.0,
                    help="test profile: multiply every window and `for` (e.g. 0.004 makes 1h 14.4 s); "
                         "rule tests are only written at 1")
+    g.add_argument("--scrape-interval-s", type=float, default=None,
+                   help="with --window-scale: refuse a scale whose 5m window holds fewer than 4 scrapes")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 if the files are stale")
     g.set_defaults(handler=cmd_generate)
     slo.set_defaults(handler=lambda args, cfg: (slo.print_help(), 2)[1])
@@ -41,7 +43,7 @@ def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
     try:
         out = G.generate(cfg, specs_dir=args.specs, rules_dir=args.rules_out,
                          tests_dir=args.tests_out if args.window_scale == 1 else None,
-                         window_scale=args.window_scale)
+                         window_scale=args.window_scale, scrape_interval_s=args.scrape_interval_s)
     except (SourceError, ValueError) as exc:
         raise CliError(str(exc)) from None
     dirs = [args.rules_out] + ([args.tests_out] if args.window_scale == 1 else [])

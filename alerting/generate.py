@@ -48,10 +48,11 @@ def _header(source: str, prof: R.Profile) -> str:
 
 
 def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULES_DIR,
-             tests_dir: Path | None = TESTS_DIR, window_scale: float = 1.0) -> Output:
+             tests_dir: Path | None = TESTS_DIR, window_scale: float = 1.0,
+             scrape_interval_s: float | None = None) -> Output:
     """Every generated file's path and text (nothing written)."""
     prof = R.Profile(window_scale)
-    R.check_windows(prof)
+    R.check_windows(prof, scrape_interval_s)
     out = Output(specs=load_specs(spec_files(specs_dir), cfg))
     for spec in out.specs:
         rf = rules_dir / rule_file_name(spec)

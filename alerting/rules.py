@@ -299,9 +299,9 @@ def static_rule_file(prof: Profile) -> dict:
 
 def check_windows(prof: Profile, scrape_interval_s: float | None = None) -> None:
     """The shortest window must hold a few scrapes, or rate() returns nothing."""
+    if not math.isfinite(prof.window_scale) or prof.window_scale <= 0:
+        raise ValueError(f"window scale must be > 0, got {prof.window_scale}")
     shortest = 300 * prof.window_scale
     if scrape_interval_s and shortest < 4 * scrape_interval_s:
         raise ValueError(f"window scale {prof.window_scale:g} makes the 5m window {shortest:g} s, "
                          f"less than 4 scrapes of {scrape_interval_s:g} s")
-    if not math.isfinite(prof.window_scale) or prof.window_scale <= 0:
-        raise ValueError(f"window scale must be > 0, got {prof.window_scale}")

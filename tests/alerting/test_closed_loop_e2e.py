@@ -90,7 +90,8 @@ def test_closed_loop_replica_drain_and_pool_shift(pg_dsn: str, tmp_path: Path, s
     cfg.spool.dir = str(tmp_path / "spool")
     cfg.control.route_policy = "round_robin"  # the drain's effect is exact; LADR would already route around r1
     rules = {p.name: text for p, text in G.generate(cfg, specs_dir=ROOT / G.SPECS_DIR, rules_dir=Path("rules"),
-                                                    tests_dir=None, window_scale=SCALE).files.items()}
+                                                    tests_dir=None, window_scale=SCALE,
+                                                    scrape_interval_s=SCRAPE_S).files.items()}
     token_file = tmp_path / "receiver-token"
     token_file.write_text(RECEIVER_TOKEN)
     workers = [WorkerThread(cfg) for _ in range(2)]

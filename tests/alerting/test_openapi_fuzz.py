@@ -25,7 +25,7 @@ from llmsla.control import openapi as control_openapi
 from .harness import AUTH, CONTROL_TOKEN, harness, migrated
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = 25
+EXAMPLES = 15
 
 
 class Served:
@@ -103,7 +103,7 @@ def test_fuzz_receiver_and_control_api(pg_dsn: str) -> None:
     try:
         n_recv = _fuzz(receiver_openapi.document(), srv.h.url, AUTH)
         n_ctl = _fuzz(control_openapi.document(), srv.h.control_url, {"Authorization": f"Bearer {CONTROL_TOKEN}"})
-        assert n_recv >= 100 and n_ctl >= 300
+        assert n_recv >= 60 and n_ctl >= 200
         # the audit log holds alert rows only for posts that were answered 200 (each alert once per
         # delivery), and every action row belongs to a target an accepted alert pointed at
         rows = srv.h.rows()

@@ -78,7 +78,8 @@ def test_promtool_rule_tests_pass(promtool: str) -> None:
 def test_expected_minutes_follow_the_workbook(monkeypatch) -> None:
     """The model behind the tests: a fast burn pages at the workbook's minute, a 2x burn only tickets."""
     monkeypatch.chdir(ROOT)
-    first = G.generate(_cfg()).first_firing
+    out = G.generate(_cfg())
+    first = out.first_firing
     fast = "pool fast burn: every request bad on both replicas fires the pool page, no replica page"
     # TTFT (1 % budget), 2 h healthy then all bad: 14.4x over 1h needs 14.4 % of an hour = 8.64 min,
     # but 6x over 6h+30m is met first because only 2 h of history exist: 6 % of 120 + t -> t = 8
@@ -88,8 +89,7 @@ def test_expected_minutes_follow_the_workbook(monkeypatch) -> None:
     assert first["availability"][fast]["AvailabilityErrorBudgetBurn/page"] == 121
     slow = "slow 2x burn: only the ticket, never a page"
     for name, f in first.items():
-        assert list(f[slow]) == [f"{G.rule_tests.R.alert_name(s)}/ticket" for s in G.generate(_cfg()).specs
-                                 if s.name == name]
+        assert list(f[slow]) == [f"{G.rule_tests.R.alert_name(s)}/ticket" for s in out.specs if s.name == name]
         assert f["healthy: errors at half the error budget fire nothing"] == {}
     replica = "replica fault: every request of r1 bad fires the replica page for r1"
     assert first["ttft"][replica]["TtftReplicaErrorBudgetBurn/page/r1"] == 128
@@ -121,6 +121,8 @@ def test_window_scale_keeps_names_and_scales_ranges() -> None:
     assert group["rules"][0]["record"] == "slo:sli_error:ratio_rate5m" and "[1250ms]" in group["rules"][0]["expr"]
     with pytest.raises(ValueError, match="less than 4 scrapes"):
         R.check_windows(R.Profile(0.001), scrape_interval_s=0.25)
+    assert main(["slo", "generate", "--window-scale", "0.001", "--scrape-interval-s", "0.25",
+                 "--specs", str(ROOT / G.SPECS_DIR), "--rules-out", "/nonexistent/never-written"]) == 2
 
 
 _GOOD = """\
