@@ -19,7 +19,6 @@ Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 from typing import Any
@@ -36,7 +35,9 @@ from llmsla.httpkit import (
     Limits,
     Served,
     add_metrics,
+    check_bearer,
     error_response,
+    json_errors,
     parse_json_object,
     read_body,
     serve,
@@ -55,18 +56,7 @@ def _bad(reason: str, status: int = 400, code: str = "invalid_request") -> ApiEr
 
 
 def _check_auth(request: web.Request) -> None:
-    token = request.app[_TOKEN]
-    if not token:
-        raise ApiError(503, "control API writes are disabled: control.token is empty "
-                            "(set LLMSLA_CONTROL_TOKEN or [control] token)", code="writes_disabled")
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    challenge = {"WWW-Authenticate": "Bearer"}
-    if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", code="unauthorized",
-                       headers=challenge)
-    if not hmac.compare_digest(given.encode(), token.encode()):  # exact: no stripping
-        raise ApiError(401, "invalid bearer token", code="unauthorized", headers=challenge)
+    check_bearer(request, request.app[_TOKEN], setting="control.token")
 
 
 async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
@@ -134,6 +124,12 @@ async def _audit(request: web.Request) -> web.Response:
 
 async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    from llmsla.control.openapi import document  # imports this module: resolved at call time
+
+    return web.json_response(document())
 
 
 def _replica_record(request: web.Request, action: str, rid: str, before: Any, after: Any,
@@ -227,6 +223,7 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     app.router.add_get("/v1/audit", _audit)
     add_metrics(app, router.metrics.registry, distill.metrics.registry)
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/openapi.json", _openapi)
     app.router.add_post("/v1/replicas/{rid}/weight", _set_weight)
     app.router.add_post("/v1/replicas/{rid}/drain", _drain_handler(True))
     app.router.add_post("/v1/replicas/{rid}/undrain", _drain_handler(False))
@@ -238,8 +235,8 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
 
 def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None,
              limits: Limits = DEFAULT_LIMITS) -> web.Application:
-    return add_routes(web.Application(client_max_size=MAX_BODY_BYTES), router, distill, token=token, audit=audit,
-                      limits=limits)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
+    return add_routes(app, router, distill, token=token, audit=audit, limits=limits)
 
 
 async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0, limits: Limits = DEFAULT_LIMITS) -> Served:

@@ -244,6 +244,22 @@ class ForecastConfig:
 
 
 @dataclass
+class ReceiverConfig:
+    """The alert receiver: Alertmanager webhook v4 in, router/distillation actions out."""
+
+    host: str = _k("127.0.0.1", "listen address (loopback by default)", kind="host")
+    port: int = _k(8200, "listen port", kind="port")
+    token: str = _k("", "bearer token Alertmanager and the forecaster must send (also LLMSLA_RECEIVER_TOKEN); empty refuses every post", kind="secret")
+    policy: str = _k("", "policy file (YAML) mapping alerts to actions; empty = the built-in llmsla/alerting/policy.default.yaml")
+    control_urls: list[str] = _k(["http://127.0.0.1:8100"], "control API base URLs, tried in order (writes need control.token)")
+    control_timeout_s: float = _k(2.0, "timeout of one control API call", minimum=0.01)
+    control_retries: int = _k(3, "attempts per control API action before it is audited as failed (the reconciler retries later)", minimum=1)
+    control_backoff_s: float = _k(0.1, "first retry delay; doubles per attempt", minimum=0)
+    max_body_bytes: int = _k(1 << 20, "reject webhook bodies larger than this (413)", minimum=1024)
+    tick_s: float = _k(1.0, "reconciler cadence: escalation, hold-down expiry, restore steps", minimum=0.01)
+
+
+@dataclass
 class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     spool: SpoolConfig = field(default_factory=SpoolConfig)
@@ -257,6 +273,7 @@ class Config:
     control: ControlConfig = field(default_factory=ControlConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
+    receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
     source: str = ""  # the file this was loaded from, for messages
     #: "section.key" -> where its value came from (file, environment variable, CLI option)
     origins: dict[str, str] = field(default_factory=dict)

@@ -16,6 +16,7 @@ by time.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import random
@@ -80,6 +81,38 @@ def error_response(status: int, message: str, *, code: str, param: str | None = 
     """An OpenAI-shaped JSON error."""
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return web.json_response(body, status=status, headers=headers)
+
+
+def check_bearer(request: web.Request, token: str, *, setting: str) -> None:
+    """Control endpoints: ``Authorization: Bearer <token>``, compared exactly (never stripped) in
+    constant time, else 401 with ``WWW-Authenticate``; an empty configured token refuses every
+    call (503, naming ``setting``) instead of leaving the endpoint open."""
+    if not token:
+        raise ApiError(503, f"writes are disabled: {setting} is empty (set it, or its LLMSLA_* variable)",
+                       code="writes_disabled")
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", code="unauthorized",
+                       headers=challenge)
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise ApiError(401, "invalid bearer token", code="unauthorized", headers=challenge)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error in the OpenAI shape: an :class:`ApiError` from a handler, and aiohttp's own
+    answers (404, 405, 413 ...), which would otherwise be plain text without a reason."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
+        return error_response(exc.status, exc.reason or exc.text or "error",
+                              code=exc.reason.lower().replace(" ", "_") if exc.reason else "error", headers=headers)
 
 
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:

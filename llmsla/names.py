@@ -149,6 +149,45 @@ SLO_TTFT = "ttft-p99"
 SLO_E2E = "e2e-p95"
 SLO_AVAILABILITY = "availability"
 
+# --- alerting: SLO rules, alert labels, receiver (alerting) --------------------------------------
+# Recording-rule names and labels are Sloth's (https://sloth.dev), so dashboards built for Sloth
+# work unchanged; SLO_SLI_ERROR is followed by the window ("slo:sli_error:ratio_rate5m").
+SLO_SLI_ERROR = "slo:sli_error:ratio_rate"
+SLO_OBJECTIVE = "slo:objective:ratio"
+SLO_ERROR_BUDGET = "slo:error_budget:ratio"
+SLO_TIME_PERIOD_DAYS = "slo:time_period:days"
+SLO_CURRENT_BURN_RATE = "slo:current_burn_rate:ratio"
+SLO_PERIOD_BURN_RATE = "slo:period_burn_rate:ratio"
+SLO_PERIOD_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
+SLO_INFO = "sloth_slo_info"
+#: Per-replica SLI error ratio (an llmsla addition: Sloth has no per-instance SLI), + window.
+SLO_REPLICA_SLI_ERROR = "llmsla_slo:replica_sli_error:ratio_rate"
+L_SLOTH_ID = "sloth_id"
+L_SLOTH_SERVICE = "sloth_service"
+L_SLOTH_SLO = "sloth_slo"
+L_SLOTH_WINDOW = "sloth_window"
+L_SLOTH_SEVERITY = "sloth_severity"
+#: Alert labels the receiver policy matches on; Prometheus rules and the forecaster set them.
+L_ALERTNAME = "alertname"
+L_SEVERITY = "severity"
+L_SLO = "slo"
+L_SOURCE = "source"
+L_SCOPE = "scope"
+SEVERITY_PAGE = "page"
+SEVERITY_TICKET = "ticket"
+SOURCE_BURN_RATE = "burn_rate"
+SOURCE_FORECASTER = "forecaster"
+SOURCE_STATIC = "static"
+SCOPE_POOL = "pool"
+SCOPE_REPLICA = "replica"
+#: Metrics other components export for the static alert rules (reserved here, rules use them).
+DEAD_LETTERS = "llmsla_dead_letters"  # counter, label source; llmsla_dead_letters_total
+RECEIVER_ALERTS = "llmsla_receiver_alerts"  # counter, labels status, decision
+RECEIVER_ACTION_SECONDS = "llmsla_receiver_action_seconds"  # histogram, label action
+#: Store tables of the receiver: one row per idempotency key, one state document per target.
+T_ALERT_RECEIPTS = "alert_receipts"
+T_RECEIVER_STATE = "receiver_state"
+
 # --- histogram bucket defaults (seconds) --------------------------------------------------------
 # SLO-aligned: every default SLO threshold in config.py is a bound here; a configured SLO that is
 # not a bound of its histogram is a startup error (llmsla.config.check_slo_buckets).

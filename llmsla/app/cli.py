@@ -31,6 +31,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.control.cli:register",
     "llmsla.fleet.cli:register",
     "llmsla.app.forecast_cli:register",
+    "llmsla.alerting.cli:register",
 )
 
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]

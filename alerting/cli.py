@@ -1,0 +1,69 @@
+"""``llmsla slo generate`` and ``llmsla receiver``: the alerting subcommands (one registrar)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from llmsla.config import Config
+
+
+def register(subparsers: Any) -> None:
+    slo = subparsers.add_parser("slo", help="SLO specs -> Prometheus burn-rate rules and rule tests")
+    ss = slo.add_subparsers(dest="slo_command", metavar="ACTION")
+    g = ss.add_parser("generate", help="write deploy/prometheus/rules and tests from deploy/slo/*.yaml")
+    g.add_argument("--specs", type=Path, default=Path("deploy/slo"), help="directory of OpenSLO specs")
+    g.add_argument("--rules-out", type=Path, default=Path("deploy/prometheus/rules"))
+    g.add_argument("--tests-out", type=Path, default=Path("deploy/prometheus/tests"))
+    g.add_argument("--window-scale", type=float, default=1.0,
+                   help="test profile: multiply every window and `for` (e.g. 0.004 makes 1h 14.4 s); "
+                        "rule tests are only written at 1")
+    g.add_argument("--scrape-interval-s", type=float, default=None,
+                   help="with --window-scale: refuse a scale whose 5m window holds fewer than 4 scrapes")
+    g.add_argument("--check", action="store_true", help="write nothing; exit 1 if the files are stale")
+    g.set_defaults(handler=cmd_generate)
+    slo.set_defaults(handler=lambda args, cfg: (slo.print_help(), 2)[1])
+
+    r = subparsers.add_parser("receiver", help="Alertmanager webhook receiver acting on the control API")
+    r.add_argument("--host", help="listen address (receiver.host; loopback by default)")
+    r.add_argument("--port", type=int, help="listen port (receiver.port; 0 = a free one)")
+    r.add_argument("--policy", help="policy file (receiver.policy; default: the built-in policy)")
+    r.add_argument("--control-url", action="append", metavar="URL", help="control API base URL (repeatable; receiver.control_urls)")
+    r.add_argument("--check-policy", action="store_true", help="validate the policy file and exit")
+    r.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (0 = until SIGTERM)")
+    r.set_defaults(handler=cmd_receiver)
+
+
+def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.alerting import generate as G
+    from llmsla.alerting.yamlsrc import SourceError
+    from llmsla.errors import CliError
+
+    try:
+        out = G.generate(cfg, specs_dir=args.specs, rules_dir=args.rules_out,
+                         tests_dir=args.tests_out if args.window_scale == 1 else None,
+                         window_scale=args.window_scale, scrape_interval_s=args.scrape_interval_s)
+    except (SourceError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    dirs = [args.rules_out] + ([args.tests_out] if args.window_scale == 1 else [])
+    if args.check:
+        problems = G.stale(out, dirs)
+        for p in problems:
+            print(p)
+        if problems:
+            print("run `llmsla slo generate` and commit the result")
+            return 1
+        print(f"{len(out.files)} generated files are current ({len(out.specs)} SLOs)")
+        return 0
+    written = G.write(out, dirs)
+    for p in written:
+        print(f"wrote {p}")
+    print(f"{len(out.specs)} SLOs, {len(out.files)} files ({len(written)} changed)")
+    return 0
+
+
+def cmd_receiver(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.alerting.serve import main
+
+    return main(args, cfg)

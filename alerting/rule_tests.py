@@ -1,0 +1,310 @@
+"""Generated ``promtool test rules`` files: burn scenarios and the alerts each must fire, when.
+
+The expectations come from an independent model of the rules, not from Prometheus: counters are
+sampled once a minute from 0, so a ``rate`` ratio over a window is exactly the ratio of counter
+increases between the first and last sample inside ``[t - w, t]`` (Prometheus 2 ranges are closed,
+and both counters start at 0, so extrapolation scales numerator and denominator alike). The model
+evaluates each multiwindow condition in exact rational arithmetic; promtool evaluates the PromQL.
+If they disagree on any checked minute, the rules (or the model) are wrong.
+
+Scenarios per SLO (two replicas r0, r1 in one pool, ``N`` requests per minute each):
+
+* ``healthy``: errors at half the budget for 4 hours: nothing fires;
+* ``pool fast burn``: 2 h healthy, then every request bad on both replicas: the pool page (and,
+  on the way, whatever ticket the partial long windows allow) at the model's minute; no replica
+  page, because no replica is an outlier;
+* ``replica fault``: 2 h healthy, then every request of r1 bad: the replica page for r1;
+* ``slow 2x burn``: 121 min healthy, then 2x the budget (alternating per minute so that no check
+  sits on a tie): only the ticket, at the model's minute, and still no page an hour later.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from prometheus_client.utils import floatToGoString
+
+from llmsla import names
+from llmsla.alerting import rules as R
+from llmsla.alerting.slo import SloSpec
+
+MODEL = "llmsla-tiny"
+POOL = "default"
+ARM = names.DEFAULT_ARM
+REPLICAS = ("r0", "r1")
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    minutes: int
+    #: (replica, minute) -> (requests, bad) in the minute ending at that sample
+    traffic: Callable[[str, int], tuple[int, int]]
+    checks: tuple[int, ...] = ()  # extra minutes to check besides the model's transitions
+
+
+def per_minute(spec: SloSpec) -> int:
+    """Requests per minute and replica so that half the budget is a whole number of requests."""
+    n = 200
+    while (Fraction(n) * Fraction(spec.error_budget).limit_denominator(10**6) / 2).denominator != 1:
+        n += 200
+    return n
+
+
+def scenarios(spec: SloSpec) -> list[Scenario]:
+    n = per_minute(spec)
+    budget = Fraction(spec.error_budget).limit_denominator(10**6)
+    half = int(n * budget / 2)
+    two = int(n * budget * 2)
+    slow_start = 121
+
+    def healthy(rep: str, m: int) -> tuple[int, int]:
+        return n, half
+
+    def pool_fast(rep: str, m: int) -> tuple[int, int]:
+        return n, (n if m > 120 else 0)
+
+    def replica_fault(rep: str, m: int) -> tuple[int, int]:
+        return n, (n if m > 120 and rep == "r1" else 0)
+
+    def slow(rep: str, m: int) -> tuple[int, int]:
+        if m <= slow_start:
+            return n, 0
+        # 2x the budget on average; odd minutes one under, even one over (no check on a tie)
+        return n, two - 1 if (m - slow_start) % 2 else two + 1
+
+    return [
+        Scenario("healthy: errors at half the error budget fire nothing", 240, healthy, (60, 120, 240)),
+        Scenario("pool fast burn: every request bad on both replicas fires the pool page, no replica page",
+                 200, pool_fast, (120, 200)),
+        Scenario("replica fault: every request of r1 bad fires the replica page for r1", 200, replica_fault,
+                 (120, 200)),
+        Scenario("slow 2x burn: only the ticket, never a page", slow_start + 200, slow, (slow_start + 200,)),
+    ]
+
+
+# -- the model ------------------------------------------------------------------------------------
+class Model:
+    """Counters per replica and minute; exact error ratios and alert states."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.req: dict[str, list[int]] = {}
+        self.bad: dict[str, list[int]] = {}
+        for rep in REPLICAS:
+            req, bad = [0], [0]
+            for m in range(1, sc.minutes + 1):
+                r, b = sc.traffic(rep, m)
+                req.append(req[-1] + r)
+                bad.append(bad[-1] + b)
+            self.req[rep], self.bad[rep] = req, bad
+
+    def ratio(self, reps: tuple[str, ...], window_min: int, t: int) -> Fraction | None:
+        lo = max(0, t - window_min)
+        if t - lo < 1:
+            return None  # rate() needs two samples
+        d_req = sum(self.req[r][t] - self.req[r][lo] for r in reps)
+        if d_req == 0:
+            return None  # 0/0: no series, so no alert
+        return Fraction(sum(self.bad[r][t] - self.bad[r][lo] for r in reps), d_req)
+
+
+def _minutes(window: str) -> int:
+    return R.SECONDS[window] // 60
+
+
+def _gt(x: Fraction | None, thr: Fraction, ties: list[str], what: str) -> bool:
+    if x is None:
+        return False
+    if x == thr:
+        ties.append(what)
+    return x > thr
+
+
+def firing(model: Model, spec: SloSpec, t: int, ties: list[str]) -> dict[tuple[str, str, str], bool]:
+    """(alertname, severity, replica or '') -> firing, at minute ``t``."""
+    budget = Fraction(spec.error_budget).limit_denominator(10**6)
+    out: dict[tuple[str, str, str], bool] = {}
+    pool = REPLICAS
+    for sev, pairs in ((names.SEVERITY_PAGE, R.PAGE), (names.SEVERITY_TICKET, R.TICKET)):
+        out[(R.alert_name(spec), sev, "")] = any(
+            _gt(model.ratio(pool, _minutes(p.short), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
+                f"pool {p.short} at {t}")
+            and _gt(model.ratio(pool, _minutes(p.long), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
+                    f"pool {p.long} at {t}")
+            for p in pairs)
+    factor = Fraction(R.OUTLIER_FACTOR).limit_denominator(100)
+    for rep in REPLICAS:
+        hit = False
+        for p in R.PAGE:
+            thr = Fraction(p.factor).limit_denominator(100) * budget
+            short = model.ratio((rep,), _minutes(p.short), t)
+            pool_short = model.ratio(pool, _minutes(p.short), t)
+            if (_gt(short, thr, ties, f"{rep} {p.short} at {t}")
+                    and _gt(model.ratio((rep,), _minutes(p.long), t), thr, ties, f"{rep} {p.long} at {t}")
+                    and pool_short is not None and _gt(short, factor * pool_short, ties, f"{rep} outlier at {t}")):
+                hit = True
+        out[(R.alert_name(spec, replica=True), names.SEVERITY_PAGE, rep)] = hit
+    return out
+
+
+# -- promtool file --------------------------------------------------------------------------------
+def compress(values: list[int]) -> str:
+    """promtool's expanding notation: runs of a constant step become ``start+stepxN``."""
+    out, i = [], 0
+    while i < len(values):
+        if i + 1 == len(values):
+            out.append(str(values[i]))
+            break
+        step = values[i + 1] - values[i]
+        j = i + 1
+        while j + 1 < len(values) and values[j + 1] - values[j] == step:
+            j += 1
+        out.append(f"{values[i]}+{step}x{j - i}")
+        i = j + 1
+    return " ".join(out)
+
+
+def _matchers(selector: str) -> tuple[str, list[tuple[str, str, str]]]:
+    name, _, rest = selector.partition("{")
+    rest = rest.rstrip().rstrip("}")
+    found = []
+    pos = 0
+    while pos < len(rest):
+        m = _MATCHER.match(rest, pos)
+        if not m:
+            raise ValueError(f"cannot read the matchers of {selector!r} to generate test series")
+        found.append((m.group(1), m.group(2), m.group(3)))
+        pos = m.end()
+    return name.strip(), found
+
+
+def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
+    for k, op, v in matchers:
+        val = labels.get(k, "")
+        ok = {"=": val == v, "!=": val != v, "=~": re.fullmatch(v, val) is not None,
+              "!~": re.fullmatch(v, val) is None}[op]
+        if not ok:
+            return False
+    return True
+
+
+def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, dict[str, str]]]:
+    """For a ratio SLI: per event kind (good/bad), the label set per metric family it increments."""
+    pos_sel = spec.bad or spec.good
+    pos_name, pos_m = _matchers(pos_sel)
+    tot_name, tot_m = _matchers(spec.total)
+    keys = sorted({k for k, _, _ in pos_m + tot_m} - set(base))
+    cands: dict[str, list[str]] = {}
+    for k in keys:
+        vals: list[str] = []
+        for kk, op, v in pos_m + tot_m:
+            if kk == k:
+                vals += v.split("|") if op in ("=~", "!~") and re.fullmatch(r"[\w|-]+", v) else [v]
+        cands[k] = sorted(set(vals)) + ["x_other"]
+
+    def find(pred: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+        for combo in itertools.product(*(cands[k] for k in keys)):
+            lab = {**base, **dict(zip(keys, combo, strict=True))}
+            if pred(lab):
+                return lab
+        raise ValueError(f"{spec.file}: cannot find test series for {pos_sel!r} / {spec.total!r}")
+
+    positive = "bad" if spec.bad else "good"
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for kind in ("good", "bad"):
+        is_pos = kind == positive
+        if pos_name == tot_name:
+            lab = find(lambda lab, p=is_pos: _matches(lab, tot_m) and _matches(lab, pos_m) == p)
+            out[kind] = {pos_name: lab}
+        else:
+            fam = {tot_name: find(lambda lab: _matches(lab, tot_m))}
+            if is_pos:
+                fam[pos_name] = find(lambda lab: _matches(lab, pos_m))
+            out[kind] = fam
+    return out
+
+
+def input_series(spec: SloSpec, model: Model) -> list[dict[str, str]]:
+    model_l = spec.filters.get(names.L_MODEL, MODEL)
+    pool_l = spec.filters.get(names.L_POOL, POOL)
+    series: list[dict[str, str]] = []
+    for rep in REPLICAS:
+        base = {names.L_MODEL: model_l, names.L_POOL: pool_l, names.L_REPLICA: rep, names.L_ARM: ARM}
+        req, bad = model.req[rep], model.bad[rep]
+        good = [a - b for a, b in zip(req, bad, strict=True)]
+        if spec.kind == "latency":
+            lab = ", ".join(f'{k}="{v}"' for k, v in base.items())
+            le = floatToGoString(spec.threshold_s)
+            series.append({"series": f'{spec.histogram}_bucket{{{lab}, le="{le}"}}', "values": compress(good)})
+            series.append({"series": f"{spec.histogram}_count{{{lab}}}", "values": compress(req)})
+            continue
+        counts: dict[tuple[str, tuple[tuple[str, str], ...]], list[int]] = {}
+        events = _event_labels(spec, base)
+        for kind, values in (("good", good), ("bad", bad)):
+            for fam, lab in events[kind].items():
+                key = (fam, tuple(sorted(lab.items())))
+                cur = counts.setdefault(key, [0] * len(values))
+                counts[key] = [a + b for a, b in zip(cur, values, strict=True)]
+        for (fam, lab), values in sorted(counts.items()):
+            sel = ", ".join(f'{k}="{v}"' for k, v in lab)
+            series.append({"series": f"{fam}{{{sel}}}", "values": compress(values)})
+    return series
+
+
+def _render(template: str, labels: dict[str, str]) -> str:
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
+
+
+def expected(spec: SloSpec, key: tuple[str, str, str]) -> dict:
+    alertname, severity, replica = key
+    is_rep = bool(replica)
+    labels = {**R.alert_labels(spec, severity, is_rep), **R.id_labels(spec), **spec.labels,
+              names.L_MODEL: spec.filters.get(names.L_MODEL, MODEL), names.L_POOL: spec.filters.get(names.L_POOL, POOL)}
+    if is_rep:
+        labels[names.L_REPLICA] = replica
+    ann = {k: _render(v, labels) for k, v in R.alert_annotations(spec, severity, is_rep).items()}
+    return {"exp_labels": dict(sorted(labels.items())), "exp_annotations": ann}
+
+
+def test_group(spec: SloSpec, sc: Scenario) -> tuple[dict, dict[str, int]]:
+    """One promtool test group; also the first firing minute of each alert (for the docs)."""
+    model = Model(sc)
+    ties: list[str] = []
+    states = {t: firing(model, spec, t, ties) for t in range(0, sc.minutes + 1)}
+    checks = set(sc.checks)
+    first: dict[str, int] = {}
+    for t in range(1, sc.minutes + 1):
+        for key, on in states[t].items():
+            if on != states[t - 1][key]:
+                checks.update((t - 1, t))  # both sides of every transition
+                if on:
+                    first.setdefault(f"{key[0]}/{key[1]}" + (f"/{key[2]}" if key[2] else ""), t)
+    tests = []
+    for t in sorted(checks):
+        tie = [x for x in ties if x.endswith(f" at {t}")]
+        if tie:
+            raise AssertionError(f"{spec.name}: {sc.name}: a check at minute {t} sits on a tie ({tie}); change the scenario")
+        for alertname in (R.alert_name(spec), R.alert_name(spec, replica=True)):
+            exp = [expected(spec, k) for k, on in sorted(states[t].items()) if on and k[0] == alertname]
+            tests.append({"eval_time": f"{t}m", "alertname": alertname, "exp_alerts": exp})
+    group = {"name": sc.name, "interval": "1m", "input_series": input_series(spec, model), "alert_rule_test": tests}
+    return group, first
+
+
+def test_file(spec: SloSpec, rule_file: str) -> tuple[dict, dict[str, dict[str, int]]]:
+    groups, firsts = [], {}
+    for sc in scenarios(spec):
+        g, first = test_group(spec, sc)
+        groups.append(g)
+        firsts[sc.name] = first
+    # recording groups before the alerts at each step, so an alert sees this minute's ratios
+    # (without an order promtool evaluates the groups in an unspecified order)
+    order = [g["name"] for g in R.slo_rule_file(spec, R.Profile())["groups"]]
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "group_eval_order": order,
+            "tests": groups}, firsts

@@ -1,0 +1,307 @@
+"""SLO specs -> Prometheus recording and alerting rules, in Sloth's structure and names.
+
+Per SLO three rule groups, as Sloth generates them (so its Grafana dashboards work unchanged):
+``sloth-slo-sli-recordings-<id>`` (``slo:sli_error:ratio_rate<w>`` for 5m, 30m, 1h, 2h, 6h, 1d,
+3d and the 30d period, the period one averaged from the 5m rule as Sloth's optimised mode does),
+``sloth-slo-meta-recordings-<id>`` (objective, error budget, current and period burn rate, budget
+remaining, ``sloth_slo_info``) and ``sloth-slo-alerts-<id>``: multiwindow multi-burn-rate alerts
+from the Google SRE workbook, page = 14.4x over 1h and 5m or 6x over 6h and 30m, ticket = 3x
+over 1d and 2h or 1x over 3d and 6h.
+
+llmsla additions (where Sloth is silent):
+
+* the SLI is computed ``by (model, pool)``; one SLO spec is one objective per model and pool;
+* a fourth group ``llmsla-slo-replica-recordings-<id>`` records the same error ratio per replica
+  (``llmsla_slo:replica_sli_error:ratio_rate<w>``, the page windows only), and the replica page
+  fires when a replica burns at the page rates **and** its error ratio is at least
+  :data:`OUTLIER_FACTOR` times its pool's over the same short window. A replica that merely burns
+  like the rest of its pool is a pool problem (capacity, a bad build); draining it would make
+  that worse, so the pool alert handles it;
+* the alerts drop ``sloth_window`` (Sloth keeps the left operand's), so a page is one alert
+  whichever window pair fires, and carry ``severity``, ``slo``, ``scope`` and ``source`` for
+  Alertmanager routing and the receiver's policy (Sloth's ``sloth_severity`` is kept too).
+
+``window_scale`` compresses every window and ``for`` duration (rule names keep the nominal
+windows), so a real Prometheus can run the same rules in a test: at 1/240 the 1h window is 15 s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prometheus_client.utils import floatToGoString
+
+from llmsla import names
+from llmsla.alerting.slo import SloSpec
+
+#: Sloth's SLI windows (seconds, name); the SLO period is added per spec.
+WINDOWS: tuple[tuple[int, str], ...] = (
+    (300, "5m"), (1800, "30m"), (3600, "1h"), (7200, "2h"), (21600, "6h"), (86400, "1d"), (259200, "3d"),
+)
+#: A replica pages only if its short-window error ratio is >= this times its pool's.
+OUTLIER_FACTOR = 1.5
+
+
+@dataclass(frozen=True)
+class BurnPair:
+    """One multiwindow condition: burn factor over a long and a short window."""
+
+    factor: float
+    long: str
+    short: str
+
+
+#: Google SRE workbook, table 5-8 (30-day budget): 2 % of the budget in 1 h, 5 % in 6 h page;
+#: 10 % in 1 d, 10 % in 3 d ticket.
+PAGE: tuple[BurnPair, ...] = (BurnPair(14.4, "1h", "5m"), BurnPair(6, "6h", "30m"))
+TICKET: tuple[BurnPair, ...] = (BurnPair(3, "1d", "2h"), BurnPair(1, "3d", "6h"))
+REPLICA_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h")
+SECONDS = dict((n, s) for s, n in WINDOWS)
+
+
+def num(x: float) -> str:
+    """A float as short as it round-trips (0.01, not 0.010000000000000009)."""
+    return f"{float(f'{x:.12g}'):g}" if abs(x) >= 1e-4 else repr(float(f"{x:.12g}"))
+
+
+def duration(seconds: float) -> str:
+    """Prometheus duration of ``seconds`` in the largest exact unit (ms resolution)."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"duration {seconds} s is below Prometheus' 1 ms resolution")
+    for unit, n in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % n == 0:
+            return f"{ms // n}{unit}"
+    return f"{ms}ms"
+
+
+class Literal(str):
+    """A string emitted as a YAML literal block (multi-line PromQL stays readable)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How windows map to real ranges: 1.0 in production, e.g. 1/240 for an end-to-end test."""
+
+    window_scale: float = 1.0
+
+    def range(self, seconds: float) -> str:
+        return duration(seconds * self.window_scale)
+
+
+def id_labels(spec: SloSpec) -> dict[str, str]:
+    return {names.L_SLOTH_ID: spec.sloth_id, names.L_SLOTH_SERVICE: spec.service, names.L_SLOTH_SLO: spec.name}
+
+
+def id_filter(spec: SloSpec) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in id_labels(spec).items()) + "}"
+
+
+def _with(selector: str, extra: str) -> str:
+    """Append raw matchers (``le="0.8"``) to a selector."""
+    if selector.endswith("}"):
+        inner = selector[selector.index("{") + 1:-1].strip()
+        return f"{selector[:selector.index('{')]}{{{inner + ', ' if inner else ''}{extra}}}"
+    return f"{selector}{{{extra}}}"
+
+
+def sli_error_expr(spec: SloSpec, rng: str, by: tuple[str, ...], extra: str = "") -> str:
+    """Error ratio of ``spec`` over ``rng`` aggregated ``by`` labels (a PromQL expression)."""
+    grp = f"sum by ({', '.join(by)})"
+    filt = ", ".join(f'{k}="{v}"' for k, v in sorted(spec.filters.items()))
+    matchers = ", ".join(x for x in (filt, extra) if x)
+    if spec.kind == "latency":
+        le = f'le="{floatToGoString(spec.threshold_s)}"'
+        bucket = f"{spec.histogram}_bucket{{{', '.join(x for x in (matchers, le) if x)}}}"
+        count = f"{spec.histogram}_count" + (f"{{{matchers}}}" if matchers else "")
+        return (f"1 - (\n  {grp} (rate({bucket}[{rng}]))\n  /\n  {grp} (rate({count}[{rng}]))\n)")
+    total = _with(spec.total, extra) if extra else spec.total
+    if spec.bad:
+        bad = _with(spec.bad, extra) if extra else spec.bad
+        return f"(\n  {grp} (rate({bad}[{rng}]))\n  /\n  {grp} (rate({total}[{rng}]))\n)"
+    good = _with(spec.good, extra) if extra else spec.good
+    return f"1 - (\n  {grp} (rate({good}[{rng}]))\n  /\n  {grp} (rate({total}[{rng}]))\n)"
+
+
+def _labels(spec: SloSpec, **extra: str) -> dict[str, str]:
+    return {**id_labels(spec), **extra, **spec.labels}
+
+
+def _period(spec: SloSpec) -> str:
+    return f"{spec.window_days}d"
+
+
+def sli_group(spec: SloSpec, prof: Profile) -> dict:
+    pool_by = (names.L_MODEL, names.L_POOL)
+    rules = [{
+        "record": f"{names.SLO_SLI_ERROR}{w}",
+        "expr": Literal(sli_error_expr(spec, prof.range(s), pool_by)),
+        "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
+    } for s, w in WINDOWS]
+    period = _period(spec)
+    src = f"{names.SLO_SLI_ERROR}5m{id_filter(spec)}"
+    rng = prof.range(spec.window_days * 86400)
+    rules.append({
+        "record": f"{names.SLO_SLI_ERROR}{period}",
+        "expr": Literal(f"sum_over_time({src}[{rng}])\n/ ignoring ({names.L_SLOTH_WINDOW})\n"
+                        f"count_over_time({src}[{rng}])"),
+        "labels": {names.L_SLOTH_WINDOW: period},
+    })
+    return {"name": f"sloth-slo-sli-recordings-{spec.sloth_id}", "rules": rules}
+
+
+def replica_group(spec: SloSpec, prof: Profile) -> dict:
+    by = (names.L_MODEL, names.L_POOL, names.L_REPLICA)
+    not_none = f'{names.L_REPLICA}!="{names.NO_REPLICA}"'  # requests that never reached a replica
+    return {"name": f"llmsla-slo-replica-recordings-{spec.sloth_id}", "rules": [{
+        "record": f"{names.SLO_REPLICA_SLI_ERROR}{w}",
+        "expr": Literal(sli_error_expr(spec, prof.range(SECONDS[w]), by, not_none)),
+        "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
+    } for w in REPLICA_WINDOWS]}
+
+
+def meta_group(spec: SloSpec) -> dict:
+    f = id_filter(spec)
+    labels = _labels(spec)
+    on = f"on({names.L_SLOTH_ID}, {names.L_SLOTH_SLO}, {names.L_SLOTH_SERVICE}) group_left"
+
+    def burn(window: str) -> Literal:
+        return Literal(f"{names.SLO_SLI_ERROR}{window}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
+
+    info = {**labels, "sloth_mode": "cli-gen-openslo", "sloth_objective": num(spec.target * 100),
+            "sloth_spec": "openslo/v1", "sloth_version": "llmsla"}
+    return {"name": f"sloth-slo-meta-recordings-{spec.sloth_id}", "rules": [
+        {"record": names.SLO_OBJECTIVE, "expr": f"vector({num(spec.target)})", "labels": labels},
+        {"record": names.SLO_ERROR_BUDGET, "expr": f"vector(1-{num(spec.target)})", "labels": labels},
+        {"record": names.SLO_TIME_PERIOD_DAYS, "expr": f"vector({spec.window_days})", "labels": labels},
+        {"record": names.SLO_CURRENT_BURN_RATE, "expr": burn("5m"), "labels": labels},
+        {"record": names.SLO_PERIOD_BURN_RATE, "expr": burn(_period(spec)), "labels": labels},
+        {"record": names.SLO_PERIOD_BUDGET_REMAINING, "expr": f"1 - {names.SLO_PERIOD_BURN_RATE}{f}",
+         "labels": labels},
+        {"record": names.SLO_INFO, "expr": "vector(1)", "labels": info},
+    ]}
+
+
+def _pair(metric: str, f: str, p: BurnPair, budget: float, outlier: str = "") -> str:
+    thr = f"({num(p.factor)} * {num(budget)})"
+    cond = (f"    ({metric}{p.short}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
+            f"    ({metric}{p.long}{f} > {thr})")
+    if outlier:
+        pool = f"{names.SLO_SLI_ERROR}{p.short}{f}"
+        cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric}{p.short}{f}\n"
+                 f"      > on({names.L_SLOTH_ID}, {names.L_MODEL}, {names.L_POOL}) group_left()\n"
+                 f"    ({outlier} * {pool}))")
+    return cond
+
+
+def mwmb_expr(spec: SloSpec, pairs: tuple[BurnPair, ...], *, replica: bool = False) -> str:
+    metric = names.SLO_REPLICA_SLI_ERROR if replica else names.SLO_SLI_ERROR
+    f = id_filter(spec)
+    outlier = num(OUTLIER_FACTOR) if replica else ""
+    parts = [f"  (\n{_pair(metric, f, p, spec.error_budget, outlier)}\n  )" for p in pairs]
+    return f"max without ({names.L_SLOTH_WINDOW}) (\n" + f"\n  or ignoring ({names.L_SLOTH_WINDOW})\n".join(parts) + "\n)"
+
+
+def _describe(pairs: tuple[BurnPair, ...]) -> str:
+    return ", or ".join(f"{num(p.factor)}x over {p.long} and {p.short}" for p in pairs)
+
+
+def objective_text(spec: SloSpec) -> str:
+    pct = num(spec.target * 100)
+    if spec.kind == "latency":
+        return f"{pct} % of requests with {spec.histogram} <= {floatToGoString(spec.threshold_s)} s over {spec.window_days}d"
+    return f"{pct} % of requests good ({spec.display_name}) over {spec.window_days}d"
+
+
+def alert_annotations(spec: SloSpec, severity: str, replica: bool) -> dict[str, str]:
+    pairs = PAGE if severity == names.SEVERITY_PAGE else TICKET
+    where = "{{ $labels.model }}/{{ $labels.pool }}" + ("/{{ $labels.replica }}" if replica else "")
+    what = (f"replica burns the {spec.name} error budget at page rate, with >= {num(OUTLIER_FACTOR)}x its pool's error ratio"
+            if replica else f"{spec.name} SLO error budget burn rate is too fast")
+    return {
+        "title": f"({severity}) {where} {what}.",
+        "summary": f"{spec.display_name}: {objective_text(spec)}; {severity} at {_describe(pairs)}.",
+    }
+
+
+def alert_name(spec: SloSpec, replica: bool = False) -> str:
+    return f"{spec.camel}{'Replica' if replica else ''}ErrorBudgetBurn"
+
+
+def alert_labels(spec: SloSpec, severity: str, replica: bool) -> dict[str, str]:
+    return {
+        names.L_SEVERITY: severity,
+        names.L_SLOTH_SEVERITY: severity,
+        names.L_SLO: spec.name,
+        names.L_SCOPE: names.SCOPE_REPLICA if replica else names.SCOPE_POOL,
+        names.L_SOURCE: names.SOURCE_BURN_RATE,
+    }
+
+
+def alert_group(spec: SloSpec) -> dict:
+    rules = []
+    for severity, pairs, replica in ((names.SEVERITY_PAGE, PAGE, False), (names.SEVERITY_TICKET, TICKET, False),
+                                     (names.SEVERITY_PAGE, PAGE, True)):
+        rules.append({
+            "alert": alert_name(spec, replica),
+            "expr": Literal(mwmb_expr(spec, pairs, replica=replica)),
+            "labels": alert_labels(spec, severity, replica),
+            "annotations": alert_annotations(spec, severity, replica),
+        })
+    return {"name": f"sloth-slo-alerts-{spec.sloth_id}", "rules": rules}
+
+
+def slo_rule_file(spec: SloSpec, prof: Profile) -> dict:
+    return {"groups": [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec)]}
+
+
+# -- static rules ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StaticRule:
+    alert: str
+    expr: str
+    for_s: int
+    summary: str
+    severity: str = names.SEVERITY_TICKET
+
+
+def static_rules(prof: Profile) -> list[StaticRule]:
+    r = prof.range
+    err = f'{names.REQUESTS}_total{{{names.L_STATUS}=~"{names.STATUS_ERROR}|{names.STATUS_TIMEOUT}"}}'
+    return [
+        StaticRule("LlmslaGpuMemoryHigh",
+                   f"{names.GPU_MEMORY_USED_BYTES} / {names.GPU_MEMORY_TOTAL_BYTES} > 0.95", 300,
+                   "GPU {{ $labels.node }}/{{ $labels.gpu }} memory above 95 % for 5 minutes"),
+        StaticRule("LlmslaTargetDown", "up == 0", 120,
+                   "scrape target {{ $labels.job }}/{{ $labels.instance }} has not answered for 2 minutes"),
+        StaticRule("LlmslaDeadLetters",
+                   f"sum by (source) (rate({names.DEAD_LETTERS}_total[{r(600)}])) > 0.1", 600,
+                   "{{ $labels.source }}: more than 0.1 dead letters/s for 10 minutes (bad records upstream)"),
+        StaticRule("LlmslaForecasterSilent", f"absent_over_time({names.FORECAST_RISK}[{r(900)}])", 300,
+                   "no forecaster risk sample for 15 minutes: the forecaster is down or not scraped"),
+        StaticRule("LlmslaGateway5xx",
+                   f"sum by (model, pool) (rate({err}[{r(300)}]))\n/\n"
+                   f"sum by (model, pool) (rate({names.REQUESTS}_total[{r(300)}])) > 0.05", 300,
+                   "{{ $labels.model }}/{{ $labels.pool }}: more than 5 % of requests end in a gateway 5xx (error/timeout)"),
+    ]
+
+
+def static_rule_file(prof: Profile) -> dict:
+    return {"groups": [{"name": "llmsla-static", "rules": [{
+        "alert": s.alert,
+        "expr": Literal(s.expr) if "\n" in s.expr else s.expr,
+        "for": prof.range(s.for_s),
+        "labels": {names.L_SEVERITY: s.severity, names.L_SOURCE: names.SOURCE_STATIC},
+        "annotations": {"summary": s.summary},
+    } for s in static_rules(prof)]}]}
+
+
+def check_windows(prof: Profile, scrape_interval_s: float | None = None) -> None:
+    """The shortest window must hold a few scrapes, or rate() returns nothing."""
+    if not math.isfinite(prof.window_scale) or prof.window_scale <= 0:
+        raise ValueError(f"window scale must be > 0, got {prof.window_scale}")
+    shortest = 300 * prof.window_scale
+    if scrape_interval_s and shortest < 4 * scrape_interval_s:
+        raise ValueError(f"window scale {prof.window_scale:g} makes the 5m window {shortest:g} s, "
+                         f"less than 4 scrapes of {scrape_interval_s:g} s")

@@ -1,0 +1,239 @@
+"""SLO specs: the OpenSLO v1 subset llmsla reads from ``deploy/slo/*.yaml``.
+
+One ``kind: SLO`` document per objective. Supported (everything else is an error naming the
+file, line and field, so a typo never silently means a default):
+
+* ``spec.indicator.spec.ratioMetric`` with ``counter: true`` and ``good`` or ``bad`` plus
+  ``total``, each a Prometheus series selector (``metricSource.type: Prometheus``);
+* ``spec.indicator.spec.thresholdMetric`` over one of the gateway's request histograms, with
+  ``objectives[0].op: lte`` and ``value`` in seconds - a number, or ``slo.ttft_ms`` /
+  ``slo.e2e_ms`` / ``slo.itl_ms`` to take it from the configuration. The value must be a bucket
+  bound of that histogram (``metrics.*_buckets``): PromQL can only count ``le`` exactly;
+* ``timeWindow``: one rolling window in days (``30d``); ``budgetingMethod: Occurrences``;
+  exactly one objective with ``target`` in (0, 1);
+* ``metadata.labels``: ``model`` / ``pool`` restrict the selectors, any other label is copied
+  onto every generated rule (Sloth's ``labels``).
+
+The SLI is always computed per (model, pool), and per replica for the replica page.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmsla import names
+from llmsla.alerting.yamlsrc import Doc, Reader, SourceError, load_file
+from llmsla.config import Config
+
+API_VERSION = "openslo/v1"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{.*\})?\s*$", re.S)
+_DAYS = re.compile(r"^([1-9][0-9]*)d$")
+#: Labels of ``metadata.labels`` that filter the selectors instead of labelling the rules.
+FILTER_LABELS = (names.L_MODEL, names.L_POOL)
+#: Config keys a threshold may name instead of a number (ms in the config, seconds in rules).
+CONFIG_THRESHOLDS = {"slo.ttft_ms": "ttft_ms", "slo.e2e_ms": "e2e_ms", "slo.itl_ms": "itl_ms"}
+
+
+def histogram_buckets(cfg: Config) -> dict[str, tuple[str, list[float]]]:
+    """Histogram family -> (its buckets' config key, bounds in seconds)."""
+    m = cfg.metrics
+    return {
+        names.REQUEST_TTFT_SECONDS: ("metrics.ttft_buckets", list(m.ttft_buckets)),
+        names.REQUEST_E2E_SECONDS: ("metrics.e2e_buckets", list(m.e2e_buckets)),
+        names.REQUEST_ITL_SECONDS: ("metrics.itl_buckets", list(m.itl_buckets)),
+        names.REQUEST_QUEUE_SECONDS: ("metrics.queue_buckets", list(m.queue_buckets)),
+    }
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """One validated SLO; ``kind`` is ``latency`` (histogram threshold) or ``ratio``."""
+
+    name: str
+    service: str
+    description: str
+    display_name: str
+    file: str
+    kind: str
+    target: float
+    window_days: int
+    # latency
+    histogram: str = ""
+    threshold_s: float = 0.0
+    # ratio: exactly one of good/bad is set
+    good: str = ""
+    bad: str = ""
+    total: str = ""
+    filters: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def error_budget(self) -> float:
+        return 1.0 - self.target
+
+    @property
+    def sloth_id(self) -> str:
+        return f"{self.service}-{self.name}"
+
+    @property
+    def camel(self) -> str:
+        return "".join(p[:1].upper() + p[1:] for p in self.name.split("-"))
+
+
+def _selector(r: Reader, key: str) -> str:
+    """``<key>.metricSource`` of a ratioMetric: a Prometheus series selector."""
+    src = r.sub(key)
+    src.keys({"metricSource"}, {"metricSource"})
+    ms = src.sub("metricSource")
+    ms.keys({"type", "spec", "metricSourceRef"}, {"type", "spec"})
+    if ms.get("type", str) != "Prometheus":
+        raise ms.error("type", f"only Prometheus is supported, got {ms.value['type']!r}")
+    spec = ms.sub("spec")
+    spec.keys({"query"}, {"query"})
+    query = spec.get("query", str).strip()
+    if not _SELECTOR.match(query):
+        raise spec.error("query", f"expected a counter series selector like name{{label=\"v\"}}, got {query!r} "
+                                  "(the generator applies rate() and the windows itself)")
+    return query
+
+
+def _restrict(selector: str, filters: dict[str, str]) -> str:
+    """Add ``model``/``pool`` matchers to a selector."""
+    if not filters:
+        return selector
+    m = _SELECTOR.match(selector)
+    assert m is not None
+    inner = (m.group(2) or "{}")[1:-1].strip()
+    extra = ", ".join(f'{k}="{v}"' for k, v in sorted(filters.items()))
+    return f"{m.group(1)}{{{inner + ', ' if inner else ''}{extra}}}"
+
+
+def parse(doc: Doc, cfg: Config) -> SloSpec:
+    """Validate one document; :class:`SourceError` names file, line and field."""
+    r = Reader(doc)
+    r.keys({"apiVersion", "kind", "metadata", "spec"}, {"apiVersion", "kind", "metadata", "spec"})
+    if r.get("apiVersion", str) != API_VERSION:
+        raise r.error("apiVersion", f"expected {API_VERSION!r}, got {r.value['apiVersion']!r}")
+    if r.get("kind", str) != "SLO":
+        raise r.error("kind", f"only kind SLO is read here, got {r.value['kind']!r}")
+    meta = r.sub("metadata")
+    meta.keys({"name", "displayName", "labels", "annotations"}, {"name"})
+    name = meta.get("name", str)
+    if not _NAME.match(name) or len(name) > 63:
+        raise meta.error("name", f"must be lowercase letters, digits and '-' (<= 63), got {name!r}")
+    filters: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    if meta.has("labels"):
+        lab = meta.sub("labels")
+        for k, v in lab.value.items():
+            if not _LABEL.match(k):
+                raise lab.error(k, "not a valid Prometheus label name")
+            if not isinstance(v, str) or not v:
+                raise lab.error(k, f"expected a non-empty string, got {v!r}")
+            if k.startswith("sloth_") or k in (names.L_SEVERITY, names.L_SLO, names.L_SOURCE, names.L_SCOPE,
+                                               names.L_REPLICA):
+                raise lab.error(k, "reserved: the generator sets this label")
+            (filters if k in FILTER_LABELS else labels)[k] = v
+    spec = r.sub("spec")
+    spec.keys({"description", "service", "indicator", "timeWindow", "budgetingMethod", "objectives"},
+              {"service", "indicator", "timeWindow", "budgetingMethod", "objectives"})
+    service = spec.get("service", str)
+    if not _NAME.match(service):
+        raise spec.error("service", f"must be lowercase letters, digits and '-', got {service!r}")
+    if spec.get("budgetingMethod", str) != "Occurrences":
+        raise spec.error("budgetingMethod", f"only Occurrences is supported, got {spec.value['budgetingMethod']!r}")
+    windows = spec.items("timeWindow")
+    if len(windows) != 1:
+        raise spec.error("timeWindow", f"expected exactly one window, got {len(windows)}")
+    tw = Reader(doc, *windows[0])
+    tw.keys({"duration", "isRolling", "calendar"}, {"duration", "isRolling"})
+    if tw.get("isRolling", bool) is not True or tw.has("calendar"):
+        raise tw.error("isRolling", "only rolling windows are supported (isRolling: true)")
+    dm = _DAYS.match(tw.get("duration", str))
+    if not dm:
+        raise tw.error("duration", f"expected whole days like '30d', got {tw.value['duration']!r}")
+    window_days = int(dm.group(1))
+    objectives = spec.items("objectives")
+    if len(objectives) != 1:
+        raise spec.error("objectives", f"expected exactly one objective, got {len(objectives)}")
+    obj = Reader(doc, *objectives[0])
+    obj.keys({"displayName", "target", "op", "value"}, {"target"})
+    target = float(obj.get("target", (int, float)))
+    if not (0 < target < 1) or not math.isfinite(target):
+        raise obj.error("target", f"must be a ratio in (0, 1), e.g. 0.99, got {target!r}")
+    ind = spec.sub("indicator")
+    ind.keys({"metadata", "spec"}, {"spec"})
+    ispec = ind.sub("spec")
+    ispec.keys({"ratioMetric", "thresholdMetric"})
+    common = dict(name=name, service=service, description=spec.get("description", str, ""),
+                  display_name=meta.get("displayName", str, name), file=doc.file, target=target,
+                  window_days=window_days, filters=filters, labels=labels)
+    if ispec.has("ratioMetric") == ispec.has("thresholdMetric"):
+        raise ispec.error(None, "expected exactly one of ratioMetric or thresholdMetric")
+    if ispec.has("ratioMetric"):
+        rm = ispec.sub("ratioMetric")
+        rm.keys({"counter", "good", "bad", "total"}, {"counter", "total"})
+        if rm.get("counter", bool) is not True:
+            raise rm.error("counter", "only counters are supported (counter: true)")
+        if rm.has("good") == rm.has("bad"):
+            raise rm.error(None, "expected exactly one of good or bad (plus total)")
+        for k in ("op", "value"):
+            if obj.has(k):
+                raise obj.error(k, "only a thresholdMetric objective has op/value")
+        good = _restrict(_selector(rm, "good"), filters) if rm.has("good") else ""
+        bad = _restrict(_selector(rm, "bad"), filters) if rm.has("bad") else ""
+        return SloSpec(kind="ratio", good=good, bad=bad, total=_restrict(_selector(rm, "total"), filters), **common)
+    tm = ispec.sub("thresholdMetric")
+    tm.keys({"metricSource"}, {"metricSource"})
+    ms = tm.sub("metricSource")
+    ms.keys({"type", "spec", "metricSourceRef"}, {"type", "spec"})
+    if ms.get("type", str) != "Prometheus":
+        raise ms.error("type", f"only Prometheus is supported, got {ms.value['type']!r}")
+    qs = ms.sub("spec")
+    qs.keys({"query"}, {"query"})
+    hist = qs.get("query", str).strip()
+    buckets = histogram_buckets(cfg)
+    if hist not in buckets:
+        raise qs.error("query", f"expected one of the request histograms {', '.join(buckets)}, got {hist!r}")
+    if obj.get("op", str) != "lte":
+        raise obj.error("op", f"a histogram threshold counts le (<=): op must be lte, got {obj.value['op']!r}")
+    raw = obj.get("value", (int, float, str))
+    if isinstance(raw, str):
+        if raw not in CONFIG_THRESHOLDS:
+            raise obj.error("value", f"expected seconds or one of {', '.join(CONFIG_THRESHOLDS)}, got {raw!r}")
+        threshold = getattr(cfg.slo, CONFIG_THRESHOLDS[raw]) / 1000.0
+    else:
+        threshold = float(raw)
+    bkey, bounds = buckets[hist]
+    bound = next((b for b in bounds if math.isclose(b, threshold, rel_tol=1e-9)), None)
+    if bound is None:
+        shown = f"{raw} = {threshold:g} s" if isinstance(raw, str) else f"{threshold:g} s"
+        raise obj.error("value", f"{shown} is not a bucket bound of {hist} ({bkey}: "
+                                 f"{', '.join(f'{b:g}' for b in bounds)}); use one of them or add {threshold:g} to {bkey}")
+    return SloSpec(kind="latency", histogram=hist, threshold_s=bound, **common)
+
+
+def load_specs(paths: list[Path], cfg: Config) -> list[SloSpec]:
+    """Every SLO of every file, sorted by name; names must be unique."""
+    specs: list[SloSpec] = []
+    seen: dict[str, str] = {}
+    for p in sorted(paths):
+        for doc in load_file(p):
+            s = parse(doc, cfg)
+            if s.name in seen:
+                raise doc.error(("metadata", "name"), f"SLO {s.name!r} is already defined in {seen[s.name]}")
+            seen[s.name] = f"{doc.file}:{doc.line(('metadata', 'name'))}"
+            specs.append(s)
+    return sorted(specs, key=lambda s: s.name)
+
+
+def spec_files(directory: Path) -> list[Path]:
+    files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+    if not files:
+        raise SourceError(f"{directory}: no *.yaml SLO specs found")
+    return files

@@ -1,0 +1,101 @@
+"""OpenAPI 3.0 document of the control API, served at ``/openapi.json`` and committed as
+``deploy/openapi/control.json`` (a test keeps them equal; ``python -m llmsla.control.openapi``
+rewrites the file). Written from the handlers in ``api.py``: bodies are closed objects (unknown
+fields are a 400 there), every write needs the bearer token."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmsla.control.api import MAX_BODY_BYTES
+from llmsla.control.router import DEFAULT_PARAMS, POLICIES
+
+COMMITTED = Path("deploy/openapi/control.json")
+_WHO = {"actor": {"type": "string"}, "reason": {"type": "string"}}
+_ERROR = {"description": "the reason", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_OK = {"description": "applied (or clamped); the audit record", "content": {"application/json": {"schema": {
+    "type": "object", "required": ["ok", "audit"], "properties": {"ok": {"type": "boolean"}, "audit": {"type": "object"}}}}}}
+
+
+def _write(summary: str, body: dict[str, Any], *, required: list[str], param: str | None, optional_body: bool = False,
+           codes: tuple[str, ...] = ("400", "401", "404", "413", "503")) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "security": [{"bearer": []}],
+        "requestBody": {"required": not optional_body, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False, "required": required,
+            "properties": {**body, **_WHO}}}}},
+        "responses": {"200": _OK, **{c: _ERROR for c in codes}},
+    }
+    if param:
+        op["parameters"] = [{"name": param, "in": "path", "required": True, "schema": {"type": "string"}}]
+    return {"post": op}
+
+
+def document() -> dict[str, Any]:
+    number = {"type": "number"}
+    params = {"policy": {"type": "string", "enum": list(POLICIES)}, **{k: number for k in DEFAULT_PARAMS}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "llmsla control API", "version": "1",
+                 "description": f"Router weights/drain/parameters and distillation controls. Writes need "
+                                f"`Authorization: Bearer <control.token>`; bodies over {MAX_BODY_BYTES} bytes are 413."},
+        "paths": {
+            "/v1/state": {"get": {"summary": "router snapshot and distillation state", "responses": {"200": {
+                "description": "state", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["router", "distill"],
+                    "properties": {"router": {"type": "object"}, "distill": {"type": "object"}}}}}}}}},
+            "/v1/audit": {"get": {
+                "summary": "last n audit records",
+                "parameters": [{"name": "n", "in": "query", "required": False,
+                                "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
+                "responses": {"200": {"description": "records", "content": {"application/json": {
+                    "schema": {"type": "object"}}}}, "400": _ERROR}}},
+            "/healthz": {"get": {"summary": "liveness", "responses": {"200": {
+                "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
+                "description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/openapi.json": {"get": {"summary": "this document", "responses": {"200": {
+                "description": "OpenAPI 3.0", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            "/v1/replicas/{rid}/weight": _write("set a replica's weight (0 = soft drain)",
+                                                {"weight": {"type": "number", "minimum": 0}}, required=["weight"],
+                                                param="rid"),
+            "/v1/replicas/{rid}/drain": _write("drain a replica (409 for the last healthy one of its pool)", {},
+                                               required=[], param="rid", optional_body=True,
+                                               codes=("400", "401", "404", "409", "413", "503")),
+            "/v1/replicas/{rid}/undrain": _write("put a drained replica back", {}, required=[], param="rid",
+                                                 optional_body=True),
+            "/v1/router/params": _write("change the routing policy or LADR parameters at run time", params,
+                                        required=[], param=None),
+            "/v1/pools/{pool}/student_share": _write(
+                "move the student share toward pct by at most control.max_share_step_pct",
+                {"pct": {"type": "number", "minimum": 0, "maximum": 100}, "clamp": {"type": "boolean"}},
+                required=["pct"], param="pool", codes=("400", "401", "404", "409", "413", "503")),
+            "/v1/pools/{pool}/temperature_schedule": _write(
+                "replace the temperature schedule (409 if a bound moves more than control.max_temperature_step)",
+                {"name": {"type": "string"}, "params": {"type": "object"}}, required=["name"], param="pool",
+                codes=("400", "401", "404", "409", "413", "503")),
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                            "type": "object", "required": ["message", "type", "code"],
+                            "description": "the OpenAI error shape, as every llmsla server answers",
+                            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                                           "param": {"type": "string", "nullable": True}, "code": {"type": "string"}}}}}},
+        },
+    }
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else COMMITTED
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render())
+    print(f"wrote {out}")

@@ -1,0 +1,232 @@
+"""SLO specs -> rules: golden files current, promtool accepts and tests them, spec errors name
+file, line and field."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmsla import config as config_mod
+from llmsla import names, services
+from llmsla.alerting import generate as G
+from llmsla.alerting import rules as R
+from llmsla.alerting.slo import load_specs, parse, spec_files
+from llmsla.alerting.yamlsrc import SourceError, load_docs
+from llmsla.app.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    return services.find_binary("promtool")
+
+
+def _cfg() -> config_mod.Config:
+    return config_mod.load(env={})
+
+
+def test_generated_files_are_current(monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    out = G.generate(_cfg())
+    assert G.stale(out, [G.RULES_DIR, G.TESTS_DIR]) == [], "run `llmsla slo generate` and commit the result"
+    assert main(["slo", "generate", "--check"]) == 0
+    assert {p.name for p in out.files} == {
+        "slo-ttft.yml", "slo-e2e.yml", "slo-availability.yml", "llmsla-static.yml",
+        "slo-ttft.test.yml", "slo-e2e.test.yml", "slo-availability.test.yml"}
+
+
+def test_check_reports_stale_and_orphaned_files(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    rules, tests = tmp_path / "rules", tmp_path / "tests"
+    args = ["slo", "generate", "--rules-out", str(rules), "--tests-out", str(tests)]
+    assert main(args) == 0
+    assert main([*args, "--check"]) == 0
+    (rules / "slo-ttft.yml").write_text((rules / "slo-ttft.yml").read_text().replace("14.4", "14"))
+    (rules / "slo-gone.yml").write_text(f"# {G.MARKER} from deploy/slo/gone.yaml; DO NOT EDIT.\ngroups: []\n")
+    problems = G.stale(G.generate(_cfg(), rules_dir=rules, tests_dir=tests), [rules, tests])
+    assert problems == [f"{rules / 'slo-ttft.yml'}: differs from what the specs generate",
+                        f"{rules / 'slo-gone.yml'}: generated file without a spec (delete it)"]
+    assert main([*args, "--check"]) == 1
+    assert main(args) == 0 and not (rules / "slo-gone.yml").exists()
+
+
+def test_promtool_checks_every_rule_file(promtool: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    scaled = tmp_path / "scaled"
+    assert main(["slo", "generate", "--window-scale", "0.004", "--rules-out", str(scaled)]) == 0
+    files = sorted(G.RULES_DIR.glob("*.yml")) + sorted(scaled.glob("*.yml"))
+    assert len(files) == 8
+    res = subprocess.run([promtool, "check", "rules", *map(str, files)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("SUCCESS") == 8
+
+
+def test_promtool_rule_tests_pass(promtool: str) -> None:
+    """Each burn scenario fires exactly what the independent model expects, at its minute."""
+    files = sorted((ROOT / G.TESTS_DIR).glob("*.test.yml"))
+    assert len(files) == 3
+    procs = [subprocess.Popen([promtool, "test", "rules", str(f)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for f in files]
+    for f, p in zip(files, procs, strict=True):
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, f"{f}:\n{out}"
+
+
+def test_expected_minutes_follow_the_workbook(monkeypatch) -> None:
+    """The model behind the tests: a fast burn pages at the workbook's minute, a 2x burn only tickets."""
+    monkeypatch.chdir(ROOT)
+    out = G.generate(_cfg())
+    first = out.first_firing
+    fast = "pool fast burn: every request bad on both replicas fires the pool page, no replica page"
+    # TTFT (1 % budget), 2 h healthy then all bad: 14.4x over 1h needs 14.4 % of an hour = 8.64 min,
+    # but 6x over 6h+30m is met first because only 2 h of history exist: 6 % of 120 + t -> t = 8
+    assert first["ttft"][fast]["TtftErrorBudgetBurn/page"] == 120 + 8
+    assert "TtftReplicaErrorBudgetBurn/page/r0" not in first["ttft"][fast]
+    # 99.95 %: 0.72 % of the hour is bad within the first minute
+    assert first["availability"][fast]["AvailabilityErrorBudgetBurn/page"] == 121
+    slow = "slow 2x burn: only the ticket, never a page"
+    for name, f in first.items():
+        assert list(f[slow]) == [f"{G.rule_tests.R.alert_name(s)}/ticket" for s in out.specs if s.name == name]
+        assert f["healthy: errors at half the error budget fire nothing"] == {}
+    replica = "replica fault: every request of r1 bad fires the replica page for r1"
+    assert first["ttft"][replica]["TtftReplicaErrorBudgetBurn/page/r1"] == 128
+    assert not any(k.endswith("/r0") for k in first["ttft"][replica])
+
+
+def test_rules_use_sloth_names_and_bucket_bounds(monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    text = (G.RULES_DIR / "slo-ttft.yml").read_text()
+    for name in (names.SLO_OBJECTIVE, names.SLO_ERROR_BUDGET, names.SLO_CURRENT_BURN_RATE,
+                 names.SLO_PERIOD_BURN_RATE, names.SLO_PERIOD_BUDGET_REMAINING, names.SLO_INFO):
+        assert f"record: {name}\n" in text
+    for w in ("5m", "30m", "1h", "2h", "6h", "1d", "3d", "30d"):
+        assert f"record: {names.SLO_SLI_ERROR}{w}\n" in text
+    assert 'llmsla_request_ttft_seconds_bucket{le="0.8"}' in text
+    # the E2E threshold comes from slo.e2e_ms (10 s), written as the client library writes le
+    assert 'llmsla_request_e2e_seconds_bucket{le="10.0"}' in (G.RULES_DIR / "slo-e2e.yml").read_text()
+    cfg = _cfg()
+    cfg.slo.e2e_ms = 20000.0
+    spec = next(s for s in load_specs(spec_files(G.SPECS_DIR), cfg) if s.name == "e2e")
+    assert 'le="20.0"' in R.sli_error_expr(spec, "5m", ("model", "pool"))
+
+
+def test_window_scale_keeps_names_and_scales_ranges() -> None:
+    spec = load_specs(spec_files(ROOT / G.SPECS_DIR), _cfg())[-1]
+    prof = R.Profile(1 / 240)
+    assert prof.range(3600) == "15s" and prof.range(300) == "1250ms" and prof.range(30 * 86400) == "3h"
+    group = R.sli_group(spec, prof)
+    assert group["rules"][0]["record"] == "slo:sli_error:ratio_rate5m" and "[1250ms]" in group["rules"][0]["expr"]
+    with pytest.raises(ValueError, match="less than 4 scrapes"):
+        R.check_windows(R.Profile(0.001), scrape_interval_s=0.25)
+    assert main(["slo", "generate", "--window-scale", "0.001", "--scrape-interval-s", "0.25",
+                 "--specs", str(ROOT / G.SPECS_DIR), "--rules-out", "/nonexistent/never-written"]) == 2
+
+
+_GOOD = """\
+apiVersion: openslo/v1
+kind: SLO
+metadata:
+  name: ttft
+  labels:
+    pool: chat
+    team: sre
+spec:
+  service: llmsla
+  indicator:
+    spec:
+      thresholdMetric:
+        metricSource:
+          type: Prometheus
+          spec:
+            query: llmsla_request_ttft_seconds
+  timeWindow:
+    - duration: 30d
+      isRolling: true
+  budgetingMethod: Occurrences
+  objectives:
+    - op: lte
+      value: 0.8
+      target: 0.99
+"""
+
+
+def _parse(text: str):
+    return parse(next(load_docs(text, "deploy/slo/x.yaml")), _cfg())
+
+
+def test_spec_filters_and_labels() -> None:
+    s = _parse(_GOOD)
+    assert s.filters == {"pool": "chat"} and s.labels == {"team": "sre"}
+    expr = R.sli_error_expr(s, "5m", ("model", "pool"))
+    assert 'llmsla_request_ttft_seconds_bucket{pool="chat", le="0.8"}' in expr
+    assert R.sli_group(s, R.Profile())["rules"][0]["labels"]["team"] == "sre"
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("value: 0.8", "value: 0.75", "deploy/slo/x.yaml:23: spec.objectives[0].value: 0.75 s is not a bucket bound "
+                                  "of llmsla_request_ttft_seconds (metrics.ttft_buckets: 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, "
+                                  "0.8, 1, 1.5, 2, 3, 5, 10, 20, 60); use one of them or add 0.75 to metrics.ttft_buckets"),
+    ("value: 0.8", "value: slo.ttft", "x.yaml:23: spec.objectives[0].value: expected seconds or one of slo.ttft_ms"),
+    ("target: 0.99", "target: 99", "x.yaml:24: spec.objectives[0].target: must be a ratio in (0, 1)"),
+    ("op: lte", "op: gte", "x.yaml:22: spec.objectives[0].op: a histogram threshold counts le"),
+    ("duration: 30d", "duration: 4w", "x.yaml:18: spec.timeWindow[0].duration: expected whole days"),
+    ("budgetingMethod: Occurrences", "budgetingMethod: Timeslices", "x.yaml:20: spec.budgetingMethod: only Occurrences"),
+    ("  service: llmsla", "  service: llmsla\n  servce: typo", "x.yaml:10: spec.servce: unknown field"),
+    ("query: llmsla_request_ttft_seconds", "query: llmsla_requests_total",
+     "x.yaml:16: spec.indicator.spec.thresholdMetric.metricSource.spec.query: expected one of the request histograms"),
+    ("name: ttft", "name: TTFT", "x.yaml:4: metadata.name: must be lowercase"),
+    ("    team: sre", "    severity: x", "x.yaml:7: metadata.labels.severity: reserved"),
+    ("apiVersion: openslo/v1", "apiVersion: sloth/v1", "x.yaml:1: apiVersion: expected 'openslo/v1'"),
+    ("      isRolling: true", "      isRolling: false", "x.yaml:19: spec.timeWindow[0].isRolling: only rolling"),
+    ("      target: 0.99", "      target: [1]", "x.yaml:24: spec.objectives[0].target: expected int or float, got a list"),
+])
+def test_spec_errors_name_file_line_and_field(old: str, new: str, message: str) -> None:
+    assert old in _GOOD
+    with pytest.raises(SourceError) as exc:
+        _parse(_GOOD.replace(old, new))
+    assert message in str(exc.value)
+
+
+def test_ratio_spec_and_file_level_errors(tmp_path: Path) -> None:
+    ratio = _GOOD.replace("""      thresholdMetric:
+        metricSource:
+          type: Prometheus
+          spec:
+            query: llmsla_request_ttft_seconds""", """      ratioMetric:
+        counter: true
+        good:
+          metricSource:
+            type: Prometheus
+            spec:
+              query: llmsla_requests_total{status="ok"}
+        total:
+          metricSource:
+            type: Prometheus
+            spec:
+              query: rate(llmsla_requests_total[5m])""").replace("    - op: lte\n      value: 0.8\n", "    - ")
+    with pytest.raises(SourceError, match=r"x.yaml:\d+: .*total.metricSource.spec.query: expected a counter series selector"):
+        _parse(ratio)
+    ok = _parse(ratio.replace("rate(llmsla_requests_total[5m])", "llmsla_requests_total"))
+    assert ok.good == 'llmsla_requests_total{status="ok", pool="chat"}' and ok.total == 'llmsla_requests_total{pool="chat"}'
+    (tmp_path / "a.yaml").write_text(_GOOD)
+    (tmp_path / "b.yaml").write_text(_GOOD)
+    with pytest.raises(SourceError, match=r"b.yaml:4: metadata.name: SLO 'ttft' is already defined in .*a.yaml:4"):
+        load_specs(spec_files(tmp_path), _cfg())
+    (tmp_path / "b.yaml").write_text("apiVersion: [\n")
+    with pytest.raises(SourceError, match=r"b.yaml:2: not valid YAML"):
+        load_specs(spec_files(tmp_path), _cfg())
+    (tmp_path / "b.yaml").write_text(_GOOD.replace("  name: ttft", "  name: x\n  name: y"))
+    with pytest.raises(SourceError, match=r"b.yaml:5: metadata.name: duplicate key"):
+        load_specs(spec_files(tmp_path), _cfg())
+    with pytest.raises(SourceError, match="no \\*.yaml SLO specs"):
+        spec_files(tmp_path / "empty")
+
+
+def test_cli_error_names_the_file(tmp_path: Path, capsys) -> None:
+    (tmp_path / "bad.yaml").write_text(_GOOD.replace("value: 0.8", "value: 0.9"))
+    assert main(["slo", "generate", "--specs", str(tmp_path), "--rules-out", str(tmp_path / "r"), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'bad.yaml'}:23: spec.objectives[0].value: 0.9 s is not a bucket bound" in err
