@@ -108,8 +108,6 @@ WORKER_GENERATED_TOKENS = "llmsla_worker_generated_tokens"  # counter
 WORKER_TOKENS_PER_SECOND = "llmsla_worker_tokens_per_second"
 WORKER_MEMORY_BYTES = "llmsla_worker_memory_bytes"
 WORKER_FIRST_TOKEN_SECONDS = "llmsla_worker_first_token_seconds"
-#: OTel span of one request in the reference worker; parent of its policy decision spans.
-WORKER_REQUEST_SPAN_NAME = "llmsla.worker.request"
 
 # --- OpenTelemetry: GenAI request spans and OTLP metrics (exporters) -----------------------------
 # Convention names (gen_ai.*, server.*, error.type, the gen_ai metrics) come from the
