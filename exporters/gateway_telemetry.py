@@ -12,10 +12,14 @@ Cost, by design:
 * ``otel.endpoint`` empty: no ``TracerProvider`` exists and no SDK span is made; :meth:`begin`
   is the trace-context continuation the gateway always did (``httpkit.trace_context``, which
   also applies ``otel.sample_ratio`` to new traces, so the workers below still sample alike).
-* endpoint set, request not sampled (``ParentBased(TraceIdRatioBased)``): one SDK ``start_span``
-  that returns a non-recording span with a fresh span id and flags ``00``; nothing at the end.
-* sampled: the attributes and ``end``; a ``BatchSpanProcessor`` encodes and sends off the
-  request path.
+* endpoint set: the sampling decision comes first, by the rule of OpenTelemetry's
+  ``ParentBased(TraceIdRatioBased(otel.sample_ratio))`` (a caller's flags decide for its
+  requests, the ratio for new traces, on the trace id). An unsampled request makes no SDK span
+  either: it gets the same trace context as without an exporter (a fresh span id, the flags
+  not sampled) and nothing happens at its end. (The SDK's own ``start_span`` for a dropped
+  request costs ~10x this: sampler, id generator, a non-recording span.)
+* sampled: an SDK span, its attributes and ``end``; a ``BatchSpanProcessor`` encodes and sends
+  off the request path.
 
 Nothing here may cost the request: a failure is logged (rate-limited) and counted.
 """
@@ -29,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -41,12 +46,24 @@ from llmsla.exporters.genai_metrics import GenAIMetrics
 from llmsla.exporters.metrics import LabelGuard
 from llmsla.exporters.openai import ParsedRequest
 from llmsla.exporters.recorder import StreamTimer
-from llmsla.httpkit import trace_context
+from llmsla.httpkit import next_hop, trace_context
 
 log = logging.getLogger(__name__)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _FAILED = frozenset((names.STATUS_ERROR, names.STATUS_TIMEOUT))  # the server's fault: span status ERROR
+
+
+class _DecidedTraceIds(RandomIdGenerator):
+    """The SDK's id generator, except that a new trace the gateway already drew (and decided to
+    sample on, by the ratio rule) keeps that trace id."""
+
+    def __init__(self) -> None:
+        self.decided = 0  # set just before start_span of a new sampled trace, consumed by it
+
+    def generate_trace_id(self) -> int:
+        tid, self.decided = self.decided, 0
+        return tid or super().generate_trace_id()
 
 
 @dataclass(slots=True)
@@ -55,7 +72,7 @@ class RequestTelemetry:
 
     trace_id: str  # the RequestEvent's trace_id
     traceparent: str  # for the upstream request and the response: this gateway span's id
-    span: trace.Span | None  # None without an exporter
+    span: trace.Span | None  # None when not sampled (or no exporter)
     operation: str  # gen_ai.operation.name
     start_ns: int  # the span's start (arrival), epoch ns
 
@@ -65,7 +82,10 @@ class GatewayTelemetry:
     gateway process. ``guard``: the Prometheus label guard, so OTLP attribute values fold into
     ``other`` exactly where the Prometheus labels do."""
 
-    def __init__(self, cfg: Config, guard: LabelGuard, *, service_name: str | None = None) -> None:
+    def __init__(self, cfg: Config, guard: LabelGuard, *, service_name: str | None = None,
+                 span_processor: SpanProcessor | None = None) -> None:
+        """``span_processor``: a trace backend in place of OTLP to ``otel.endpoint`` (benches,
+        embedding); spans are made when either is given."""
         o = cfg.otel
         self.sample_ratio = o.sample_ratio
         self.guard = guard
@@ -75,9 +95,11 @@ class GatewayTelemetry:
         resource = otel_sdk.resource(service_name or o.service_name)
         self.provider: TracerProvider | None = None
         self._tracer: trace.Tracer | None = None
-        if o.endpoint:
-            self.provider = TracerProvider(resource=resource, sampler=otel_sdk.sampler(o.sample_ratio))
-            self.provider.add_span_processor(otel_sdk.otlp_span_processor(o.endpoint))
+        if o.endpoint or span_processor is not None:
+            # begin() hands the SDK only requests it decided to sample: parent-based, roots always
+            self._ids = _DecidedTraceIds()
+            self.provider = TracerProvider(resource=resource, sampler=otel_sdk.sampler(1.0), id_generator=self._ids)
+            self.provider.add_span_processor(span_processor or otel_sdk.otlp_span_processor(o.endpoint))
             self._tracer = self.provider.get_tracer(__name__, schema_url=genai.SCHEMA_URL)
         self.metrics = GenAIMetrics(cfg, resource) if o.metrics_endpoint else None
         self._servers: dict[str, tuple[str, int]] = {}
@@ -98,9 +120,16 @@ class GatewayTelemetry:
         if tracer is None:
             trace_id, traceparent = trace_context(headers, self.sample_ratio)
             return RequestTelemetry(trace_id, traceparent, None, op, 0)
+        context = _PROPAGATOR.extract(headers)
+        parent = trace.get_current_span(context).get_span_context()
+        trace_id, traceparent = next_hop(parent, self.sample_ratio)  # the decision, and the unsampled answer
+        if not int(traceparent[-2:], 16) & 1:
+            return RequestTelemetry(trace_id, traceparent, None, op, 0)
+        if not parent.is_valid:
+            self._ids.decided = int(trace_id, 16)  # the trace id the ratio decided on
         start_ns = time.time_ns() - int((time.perf_counter() - arrival) * 1e9)
-        span = tracer.start_span(genai.span_name(op, req.model), context=_PROPAGATOR.extract(headers),
-                                 kind=SpanKind.SERVER, start_time=start_ns)
+        span = tracer.start_span(genai.span_name(op, req.model), context=context, kind=SpanKind.SERVER,
+                                 start_time=start_ns)
         ctx = span.get_span_context()
         trace_id = f"{ctx.trace_id:032x}"
         return RequestTelemetry(trace_id, f"00-{trace_id}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}", span, op,

@@ -142,10 +142,18 @@ def trace_context(headers: Mapping[str, str], sample_ratio: float = 1.0) -> tupl
     trace id exactly as OpenTelemetry's ``TraceIdRatioBased`` sampler decides, so a process that
     records no spans of its own still makes the edge's sampling decision for everything below it.
     """
-    span = otel_trace.get_current_span(_PROPAGATOR.extract(headers))
-    ctx = span.get_span_context()
-    if ctx.is_valid:
-        trace_id, flags = f"{ctx.trace_id:032x}", f"{int(ctx.trace_flags):02x}"
+    return next_hop(incoming_span(headers), sample_ratio)
+
+
+def incoming_span(headers: Mapping[str, str]) -> otel_trace.SpanContext:
+    """The caller's span context from its ``traceparent`` (invalid if none or broken)."""
+    return otel_trace.get_current_span(_PROPAGATOR.extract(headers)).get_span_context()
+
+
+def next_hop(parent: otel_trace.SpanContext, sample_ratio: float = 1.0) -> tuple[str, str]:
+    """:func:`trace_context` from an already parsed caller context."""
+    if parent.is_valid:
+        trace_id, flags = f"{parent.trace_id:032x}", f"{int(parent.trace_flags):02x}"
     else:
         tid = _rand(128) or 1
         sampled = sample_ratio >= 1.0 or (tid & _LOW64) < round(sample_ratio * _SPAN64)
