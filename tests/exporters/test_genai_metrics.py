@@ -247,3 +247,29 @@ def test_two_gateway_processes_export_two_streams_that_sum_to_the_traffic(tmp_pa
         if name == genai.REQUEST_DURATION[0]:
             per_instance[res["service.instance.id"]] = max(per_instance[res["service.instance.id"]], p.count)
     assert all(0 < c < n for c in per_instance.values())  # both served, neither counted the other's
+
+
+def test_an_unreachable_collector_does_not_hold_up_the_gateways_stop() -> None:
+    """Spans and metric points pending, nothing listening at either endpoint: the telemetry's
+    shutdown gives up after SHUTDOWN_S (the exporters alone would retry ~10 s each, in turn)."""
+    from llmsla.events import ItlSummary, RequestEvent
+    from llmsla.exporters.gateway_telemetry import SHUTDOWN_S, GatewayTelemetry
+    from llmsla.exporters.metrics import LabelGuard
+    from llmsla.exporters.openai import parse_request
+    from llmsla.exporters.recorder import StreamTimer
+
+    cfg = config_mod.load(env={})
+    dead = free_port()
+    cfg.otel.endpoint = f"http://127.0.0.1:{dead}/v1/traces"
+    cfg.otel.metrics_endpoint = f"http://127.0.0.1:{dead}/v1/metrics"
+    tel = GatewayTelemetry(cfg, LabelGuard(10))
+    req = parse_request(b'{"model": "m", "prompt": "hi"}', "/v1/completions", max_prompt_chars=100)
+    for _ in range(20):
+        t = tel.begin({}, "/v1/completions", req, time.perf_counter())
+        ev = RequestEvent(ts_ms=1_700_000_000_000, trace_id=t.trace_id, model="m", pool="p", replica="r0", arm="a",
+                          policy="constant", prompt_tokens=2, output_tokens=1, queue_ms=0.1, ttft_ms=1.0,
+                          itl_ms=ItlSummary.from_gaps([]), e2e_ms=2.0, status="ok")
+        tel.end(t, ev, StreamTimer(0.0, streaming=False), req, "http://127.0.0.1:9001")
+    t0 = time.monotonic()
+    tel.shutdown()
+    assert time.monotonic() - t0 < SHUTDOWN_S + 2.0
