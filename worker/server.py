@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
@@ -305,6 +306,7 @@ class Worker:
             attrs[names.OTEL_ATTR_TTFT_MS] = timing["worker_ttft_ms"]
         if finish == "error":
             attrs[genai.ERROR_TYPE] = names.STATUS_ERROR
+            span.set_status(StatusCode.ERROR)
         elif finish is not None:
             attrs[genai.RESPONSE_FINISH_REASONS] = (finish,)
         span.set_attributes(attrs)
