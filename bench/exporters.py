@@ -9,16 +9,22 @@
 3. ``/metrics`` scrape time with 2,000 label sets: HTTP GET on the gateway vs
    prometheus-client's ``generate_latest`` on the same registry.
 4. Reference worker tokens/s at batch 1 and batch 16 (``worker_load.measure_tokens_per_second``).
+5. GenAI spans and OTLP metrics: the gateway's CPU per proxied stream with spans off (no
+   exporter), sampled at 1 % and 100 %, and with OTLP metrics, against today's gateway (the
+   revision before them, run from git history) in the same run.
 
-``python bench/exporters.py [--quick]`` prints a table and writes bench/results/exporters.json.
+``python bench/exporters.py [--quick]`` prints a table and writes bench/results/exporters.json;
+``--only SECTION`` (repeatable) writes bench/results/exporters-<sections>.json instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -312,6 +318,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_ns_threads(pid: int) -> int:
+    """Nanoseconds on CPU of every live thread of a process (``/proc/<pid>/task/*/schedstat``):
+    the scheduler's own accounting, a million times finer than ``/proc/<pid>/stat``'s 10 ms
+    ticks, and it includes the export threads (which live as long as the process)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
 def _children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -479,6 +496,263 @@ def bench_worker(max_tokens: int, rounds: int) -> list[dict]:
     return rows
 
 
+# -- 5. GenAI spans and OTLP metrics: the gateway's CPU per request -------------------------------
+#: The gateway before GenAI spans (the trace context only): the anchor, loaded from git history.
+OTEL_BASE_REF = "8712d7e"
+
+
+def legacy_tree(ref: str) -> Path:
+    """The package tree of ``ref`` laid out for ``PYTHONPATH`` (``llmsla/`` with each mapped
+    folder inside it, from that revision's ``package-dir``), so ``python -m llmsla gateway``
+    runs that revision's code with this venv's dependencies (the editable finder is consulted
+    after ``sys.path``)."""
+    import io
+    import tarfile
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    out = Path(tempfile.mkdtemp(prefix="llmsla-bench-ref-"))
+    tar = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", ref], check=True,
+                         capture_output=True).stdout
+    src = out / "src"
+    with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
+        tf.extractall(src, filter="data")
+    mapping = tomllib.loads((src / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    pkg = out / "pkg"
+    shutil.copytree(src / mapping["llmsla"], pkg / "llmsla")
+    for name, folder in mapping.items():
+        if name != "llmsla":
+            shutil.copytree(src / folder, pkg / "llmsla" / name.split(".", 1)[1])
+    return pkg
+
+
+def bench_otel_micro(n: int) -> list[dict]:
+    """In process, per request: what the gateway's telemetry does around one proxied request
+    (``GatewayTelemetry.begin`` + ``end``), against today's per-request tracing work
+    (``httpkit.trace_context``). Sampled spans are OTLP-encoded 512 at a time on the calling
+    thread (the batch processor's batch size), so the encoding its thread would do is counted."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    from llmsla.events import ItlSummary, RequestEvent
+    from llmsla.exporters.gateway_telemetry import GatewayTelemetry
+    from llmsla.exporters.genai_metrics import GenAIMetrics
+    from llmsla.exporters.metrics import LabelGuard
+    from llmsla.exporters.openai import parse_request
+    from llmsla.exporters.otel_sdk import resource
+    from llmsla.exporters.recorder import StreamTimer
+    from llmsla.httpkit import trace_context
+
+    class EncodeInBatches(SpanProcessor):
+        def __init__(self) -> None:
+            self.batch: list = []
+
+        def on_end(self, span) -> None:  # type: ignore[no-untyped-def]
+            self.batch.append(span)
+            if len(self.batch) >= 512:
+                encode_spans(self.batch).SerializeToString()
+                self.batch.clear()
+
+    class NoMetrics(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__()
+
+        def export(self, metrics_data, timeout_millis: float = 0, **kw):  # type: ignore[no-untyped-def]
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 0) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 0, **kw) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    cfg = config_mod.load(env={})
+    req = parse_request(b'{"model":"m","prompt":"hello","stream":true,"max_tokens":8,"temperature":0.7}',
+                        "/v1/completions", max_prompt_chars=1000)
+    gaps = [2.0 + i for i in range(7)]
+    ev = RequestEvent(ts_ms=1_700_000_000_000, trace_id="a" * 32, model="m", pool="default", replica="r0",
+                      arm="default", policy="constant", prompt_tokens=4, output_tokens=8, queue_ms=0.1, ttft_ms=1.5,
+                      itl_ms=ItlSummary.from_gaps(gaps), e2e_ms=20.0, status="ok")
+    timer = StreamTimer(0.0, streaming=True)
+    timer.gaps_ms, timer.model, timer.response_id, timer.finish_reasons = gaps, "m", "cmpl-1", ["length"]
+    headers = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}  # a caller's, unsampled
+    url = "http://127.0.0.1:9001"
+
+    def make(ratio: float, spans: bool, metrics: bool) -> GatewayTelemetry:
+        cfg.otel.sample_ratio = ratio
+        tel = GatewayTelemetry(cfg, LabelGuard(50), span_processor=EncodeInBatches() if spans else None)
+        if metrics:
+            tel.metrics = GenAIMetrics(cfg, resource("bench"), exporter=NoMetrics(), start=False)
+        return tel
+
+    def around(tel: GatewayTelemetry, hdrs: dict[str, str]):  # type: ignore[no-untyped-def]
+        def one() -> None:
+            t = tel.begin(hdrs, "/v1/completions", req, time.perf_counter())
+            tel.end(t, ev, timer, req, url)
+        return one
+
+    today, today_hdr = "today: httpkit.trace_context (anchor)", "today: trace_context, caller's traceparent"
+    cases = {  # name -> (function, the today's case it adds to)
+        today: (lambda: trace_context({}), today),
+        today_hdr: (lambda: trace_context(headers), today_hdr),
+        "no exporter (spans off)": (around(make(1.0, False, False), {}), today),
+        "exporter, new trace not sampled (ratio 0)": (around(make(0.0, True, False), {}), today),
+        "exporter, caller's unsampled parent (flags 00)": (around(make(1.0, True, False), headers), today_hdr),
+        "exporter, sampled: span + OTLP encoding": (around(make(1.0, True, False), {}), today),
+        "OTLP metrics only (record; export not counted)": (around(make(1.0, False, True), {}), today),
+    }
+    rows, measured = [], {}
+    for name, (fn, base) in cases.items():
+        for _ in range(min(n, 2000)):
+            fn()
+        best = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best.append((time.perf_counter() - t0) / n * 1e6)
+        us = measured[name] = min(best)
+        rows.append({"case": name, "us_per_request": round(us, 2), "added_us_vs_today": round(us - measured[base], 2),
+                     "ratio_vs_today": round(us / measured[base], 2)})
+    return rows
+
+
+class _SinkProto(asyncio.Protocol):
+    """An OTLP/HTTP sink: answers every POST with an empty 200 (what a collector's receiver
+    says), counting requests and bytes; its CPU is not the gateway's."""
+
+    OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
+    stats = {"posts": 0, "bytes": 0}
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.tr: asyncio.Transport | None = None
+
+    def connection_made(self, tr: asyncio.BaseTransport) -> None:
+        self.tr = tr  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            he = self.buf.find(b"\r\n\r\n")
+            if he < 0:
+                return
+            head = self.buf[:he].lower()
+            i = head.find(b"content-length:")
+            cl = int(head[i + 15:head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]) if i >= 0 else 0
+            if len(self.buf) < he + 4 + cl:
+                return
+            self.buf = self.buf[he + 4 + cl:]
+            _SinkProto.stats["posts"] += 1
+            _SinkProto.stats["bytes"] += cl
+            self.tr.write(self.OK)  # type: ignore[union-attr]
+
+
+def serve_otlp_sink(port: int) -> None:
+    """The OTLP sink (own process, until SIGTERM); prints its counts as JSON on exit."""
+    import signal
+
+    loop = _new_loop()
+    asyncio.set_event_loop(loop)
+    server = loop.run_until_complete(loop.create_server(_SinkProto, "127.0.0.1", port, backlog=1024))
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.run_until_complete(stop.wait())
+    server.close()
+    print(json.dumps(_SinkProto.stats), flush=True)
+
+
+def bench_otel(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: str, gap_s: float = 0.002,
+               tokens: int = 8, drain_s: float = 6.0) -> tuple[list[dict], dict]:
+    """Gateway CPU per proxied stream: today's gateway (``ref``, anchor) and this one with spans
+    off (no exporter), sampled at 1 % and at 100 %, and with OTLP metrics, each its own process
+    against the same upstream, the load interleaved round by round (order rotating). A
+    gateway's CPU in round i is what its process spent from the start of its load in round i to
+    the start of its load in round i+1 (the last round: until ``drain_s`` after the end), so
+    span export and metric collection done in the background are charged to it."""
+    up_port, sink_port = free_port(), free_port()
+    sink = f"http://127.0.0.1:{sink_port}"
+    base = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp / "spool"), "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin"}
+    base.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    for k in [k for k in base if k.startswith("LLMSLA_OTEL_")]:
+        base.pop(k)
+    legacy = legacy_tree(ref)
+    variants = {  # name -> extra environment
+        f"today's gateway ({ref}, anchor)": {"PYTHONPATH": str(legacy)},
+        "spans off (no otel.endpoint)": {},
+        "spans on, sampled 1 %": {"LLMSLA_OTEL_ENDPOINT": sink + "/v1/traces", "LLMSLA_OTEL_SAMPLE_RATIO": "0.01"},
+        "spans on, sampled 100 %": {"LLMSLA_OTEL_ENDPOINT": sink + "/v1/traces", "LLMSLA_OTEL_SAMPLE_RATIO": "1"},
+        "spans off, OTLP metrics on": {"LLMSLA_OTEL_METRICS_ENDPOINT": sink + "/v1/metrics"},
+    }
+    procs = [subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(up_port), "--gap-s", str(gap_s),
+                               "--tokens", str(tokens)], env=base),
+             subprocess.Popen([sys.executable, __file__, "--serve-otlp-sink", str(sink_port)], env=base,
+                              stdout=subprocess.PIPE, text=True)]
+    ports: dict[str, int] = {}
+    gws: dict[str, subprocess.Popen] = {}
+    try:
+        wait_http(f"http://127.0.0.1:{up_port}/healthz", proc=procs[0])
+        for name, extra in variants.items():
+            ports[name] = free_port()
+            gws[name] = subprocess.Popen([sys.executable, "-m", "llmsla", "gateway", "--port", str(ports[name]),
+                                          "--upstream", f"http://127.0.0.1:{up_port}"],
+                                         env={**base, **extra}, stdout=subprocess.DEVNULL,
+                                         cwd=tmp if "PYTHONPATH" in extra else None)
+        for name in variants:
+            wait_http(f"http://127.0.0.1:{ports[name]}/healthz", proc=gws[name])
+        names_ = list(variants)
+        starts: dict[str, list[float]] = {n: [] for n in names_}
+        counts: dict[str, list[int]] = {n: [] for n in names_}
+        ttft: dict[str, list[float]] = {n: [] for n in names_}
+        load0 = _loadavg()
+        for r in range(rounds):
+            order = names_[r % len(names_):] + names_[:r % len(names_)]
+            for name in order:
+                starts[name].append(_cpu_ns_threads(gws[name].pid) / 1e9)
+                client = subprocess.run(
+                    [sys.executable, __file__, "--load-client", json.dumps({name: ports[name]}),
+                     "--concurrency", str(concurrency), "--per-stream", str(per_stream), "--rounds", "1",
+                     "--stagger-s", str(gap_s * tokens)],
+                    env=base, capture_output=True, text=True, timeout=600, check=True)
+                res = json.loads(client.stdout)[name][0]
+                counts[name].append(res["n"] + 2 * concurrency)  # + the client's warm-up requests
+                ttft[name].append(res["p50"])
+        time.sleep(drain_s)  # the last batches of spans go out
+        ends = {n: _cpu_ns_threads(gws[n].pid) / 1e9 for n in names_}
+        load1 = _loadavg()
+    finally:
+        for p in gws.values():  # gateways first: their last exports still find the sink
+            p.terminate()
+        for p in gws.values():
+            p.wait(timeout=30)
+        for p in procs:
+            p.terminate()
+        sink_out = procs[1].communicate(timeout=20)[0] if procs[1].stdout else ""
+        procs[0].wait(timeout=20)
+        shutil.rmtree(legacy.parent, ignore_errors=True)
+    per_round = {n: [((starts[n][i + 1] if i + 1 < rounds else ends[n]) - starts[n][i]) * 1000.0 / counts[n][i]
+                     for i in range(rounds)] for n in names_}
+    anchor = names_[0]
+    rows = []
+    for n in names_:
+        ratios = [a / b for a, b in zip(per_round[n], per_round[anchor], strict=True)]
+        total = (ends[n] - starts[n][0]) * 1000.0 / sum(counts[n])
+        rows.append({"gateway": n, "requests": sum(counts[n]), "cpu_ms_per_request": round(total, 4),
+                     "median_round_ms": round(statistics.median(per_round[n]), 4),
+                     "ratio_vs_today": round(total / ((ends[anchor] - starts[anchor][0]) * 1000.0 / sum(counts[anchor])), 3),
+                     "median_round_ratio": round(statistics.median(ratios), 3),
+                     "round_ratio_min": round(min(ratios), 3), "round_ratio_max": round(max(ratios), 3),
+                     "client_ttft_p50_ms": round(statistics.median(ttft[n]), 3)})
+    one_pct = next(r for r in rows if "1 %" in r["gateway"])
+    info = {"rounds": rounds, "concurrency": concurrency, "per_stream": per_stream, "tokens": tokens, "gap_s": gap_s,
+            "base_ref": ref, "loadavg_1m_before": load0, "loadavg_1m_after": load1,
+            "per_round_cpu_ms": {n: [round(x, 4) for x in v] for n, v in per_round.items()},
+            "otlp_sink": json.loads(sink_out.strip().splitlines()[-1]) if sink_out.strip() else None,
+            "target_1pct_ratio": 1.10, "target_1pct_met": one_pct["median_round_ratio"] <= 1.10}
+    return rows, info
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run while developing")
@@ -486,28 +760,34 @@ def main() -> int:
     ap.add_argument("--gap-s", type=float, default=0.002, help=argparse.SUPPRESS)
     ap.add_argument("--tokens", type=int, default=8, help=argparse.SUPPRESS)
     ap.add_argument("--load-client", metavar="JSON", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-otlp-sink", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--otel-ref", default=OTEL_BASE_REF, help="git revision of today's gateway (section otel)")
     ap.add_argument("--concurrency", type=int, default=50, help=argparse.SUPPRESS)
     ap.add_argument("--per-stream", type=int, default=10, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=5, help=argparse.SUPPRESS)
     ap.add_argument("--stagger-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker"], action="append",
+    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel"], action="append",
                     help="run only these sections (repeat); default all")
     args = ap.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, tokens=args.tokens, gap_s=args.gap_s)
+        return 0
+    if args.serve_otlp_sink:
+        serve_otlp_sink(args.serve_otlp_sink)
         return 0
     if args.load_client:
         print(json.dumps(load_client(json.loads(args.load_client), args.concurrency, args.per_stream, args.rounds,
                                      args.stagger_s)))
         return 0
     q = args.quick
-    only = set(args.only or ("instr", "overhead", "scrape", "worker"))
+    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel"))
     inputs = {"quick": q, "instr_requests": 2000 if q else 20000, "itl_gaps_per_request": [8, 64],
               "overhead_rounds": 2 if q else 7, "concurrency": 50,
               "upstream": "raw-protocol SSE server (own process), 8 one-token chunks, first at once, then 2 ms or 20 ms apart",
               "client": "raw-protocol keep-alive load generator (own process), direct and gateway interleaved per round",
               "event_loop": _loop_name(), "label_sets": 2000, "scrapes": 3 if q else 10,
-              "worker_max_tokens": 16 if q else 64, "worker_rounds": 1 if q else 2}
+              "worker_max_tokens": 16 if q else 64, "worker_rounds": 1 if q else 2,
+              "otel_rounds": 3 if q else 9, "otel_concurrency": 20, "otel_per_stream": 10 if q else 25}
     out: dict = {"inputs": inputs}
     if "instr" in only:
         instr = []
@@ -543,8 +823,21 @@ def main() -> int:
         worker = bench_worker(inputs["worker_max_tokens"], inputs["worker_rounds"])
         print_table(worker, "4. reference worker tokens/s (non-streaming, ignore_eos)")
         out["worker"] = worker
+    if "otel" in only:
+        micro = bench_otel_micro(inputs["instr_requests"])
+        print_table(micro, "5a. gateway telemetry per request, in process (begin + end around one request)")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows, info = bench_otel(inputs["otel_rounds"], inputs["otel_concurrency"], inputs["otel_per_stream"],
+                                    Path(tmp), args.otel_ref)
+        print_table(rows, "5b. gateway CPU per proxied stream (8 chunks), GenAI spans and OTLP metrics vs today's gateway")
+        print(f"   target: 1 % sampling <= 1.10x today's (median of per-round ratios): "
+              f"{'met' if info['target_1pct_met'] else 'NOT met'}; OTLP sink got {info['otlp_sink']}")
+        out["otel"] = {"in_process": micro, "rows": rows, **info}
     if args.only:
-        print("\n(partial run: bench/results/exporters.json left as it was)")
+        # a partial run writes its own file, so exporters.json keeps one run's sections together
+        name = "exporters-" + "-".join(sorted(only))
+        write_result(name, out)
+        print(f"\n(partial run: wrote bench/results/{name}.json; exporters.json left as it was)")
     else:
         write_result("exporters", out)
     return 0

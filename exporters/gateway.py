@@ -49,6 +49,8 @@ from llmsla.control.distill import DistillControls
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
+from llmsla.events import RequestEvent
+from llmsla.exporters.gateway_telemetry import GatewayTelemetry, RequestTelemetry
 from llmsla.exporters.openai import (
     CHAT_COMPLETIONS,
     COMPLETIONS,
@@ -67,7 +69,6 @@ from llmsla.httpkit import (
     add_metrics,
     error_response,
     read_body,
-    trace_context,
 )
 from llmsla.httpkit import serve as serve_http
 from llmsla.spool import SpoolWriter
@@ -127,6 +128,9 @@ class Gateway:
         self._schedule_cache: tuple[Schedule, str] | None = None
         self.recorder = RequestRecorder(cfg, registry=registry, spool=spool)
         self.metrics = self.recorder.metrics
+        # GenAI request spans (otel.endpoint) and OTLP metrics (otel.metrics_endpoint); with
+        # neither, only the W3C trace context continuation it always did
+        self.telemetry = GatewayTelemetry(cfg, self.metrics.guard)
         self.arms = arm_assigner or ArmAssigner()
         self.timeout_s = g.request_timeout_s
         self.max_in_flight = g.max_in_flight
@@ -174,6 +178,7 @@ class Gateway:
             await self.upstream.close()
         if self.session is not None:
             await self.session.close()
+        await asyncio.to_thread(self.telemetry.shutdown)  # last spans and metric points out
         shared = getattr(self.router, "shared", None)
         if self._own_router and shared is not None:
             shared.close()
@@ -235,21 +240,23 @@ class Gateway:
                 req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
             except ApiError as exc:
                 return self._bad(exc)
-            trace_id, traceparent = trace_context(request.headers)
+            tel = self.telemetry.begin(request.headers, request.path, req, arrival)
+            trace_id = tel.trace_id
             arm = self.arms.assign(trace_id=trace_id, body=req.body, headers=request.headers)
             timer = StreamTimer(arrival, streaming=req.stream)
             if self.in_flight > self.max_in_flight:
-                self._record(timer, trace_id, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
+                self._record(timer, tel, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
                 return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
                                       code="overloaded", type_=GATEWAY_ERROR, headers={"Retry-After": "1"})
             key = unit_key(req.body, request.headers, trace_id)
-            return await self._proxy(request, raw, req, timer, trace_id, traceparent, arm, key)
+            return await self._proxy(request, raw, req, timer, tel, arm, key)
         finally:
             self.in_flight -= 1
             self._in_flight_gauge.dec()
 
     async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
-                     trace_id: str, traceparent: str, arm: str, key: str) -> web.StreamResponse:
+                     tel: RequestTelemetry, arm: str, key: str) -> web.StreamResponse:
+        traceparent = tel.traceparent  # carries the gateway span's id: the replica's spans are its children
         status = names.STATUS_ERROR
         rep: Replica | None = None
         resp: web.StreamResponse | None = None
@@ -331,7 +338,7 @@ class Gateway:
                                     "upstream_error")
         except Exception as exc:  # a bug here must still answer (never a bare 500) and record
             status = names.STATUS_ERROR
-            log.exception("gateway failure on %s", trace_id)
+            log.exception("gateway failure on %s", tel.trace_id)
             return await self._fail(request, resp, 502, f"gateway failed: {type(exc).__name__}", "gateway_error")
         finally:
             end = time.perf_counter()
@@ -347,7 +354,8 @@ class Gateway:
                                     ok=status not in (names.STATUS_ERROR, names.STATUS_TIMEOUT), ttft_ms=ttft)
                 except Exception:  # the router must never cost us the event
                     log.exception("router.end failed")
-            self._record(timer, trace_id, req, arm, rep.id if rep else names.NO_REPLICA, status, end=end)
+            self._record(timer, tel, req, arm, rep.id if rep else names.NO_REPLICA, status, end=end,
+                         upstream_url=rep.url if rep else None)
 
     async def _fail(self, request: web.Request, resp: web.StreamResponse | None, http_status: int,
                     message: str, code: str) -> web.StreamResponse:
@@ -360,27 +368,31 @@ class Gateway:
             await resp.write_eof()
         return resp
 
-    def _record(self, timer: StreamTimer, trace_id: str, req: ParsedRequest, arm: str, replica: str,
-                status: str, *, end: float | None = None) -> None:
+    def _record(self, timer: StreamTimer, tel: RequestTelemetry, req: ParsedRequest, arm: str, replica: str,
+                status: str, *, end: float | None = None, upstream_url: str | None = None) -> None:
         end = time.perf_counter() if end is None else end
         policy = req.policy
         if timer.ext and timer.ext.get("policy"):
             policy = storable_label(timer.ext["policy"])
+        valid: RequestEvent | None = None  # the event the metrics saw, for the span and OTLP
         try:
-            ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
+            ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=tel.trace_id, model=req.model,
                              pool=self.pool, replica=replica, arm=arm, policy=policy, status=status,
                              prompt_estimate=prompt_estimate(req.prompt_chars))
-            self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms)
+            ev.validate()
+            valid = ev
+            self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms, validate=False)
         except Exception as exc:  # spool full, disk error: keep serving, but loudly (not per request)
             self.record_errors += 1
             now = time.monotonic()
             if self.record_errors == 1:
-                log.exception("could not record request %s", trace_id)
+                log.exception("could not record request %s", tel.trace_id)
                 self._record_error_logged = now
             elif now - self._record_error_logged >= 60.0:
                 log.error("could not record %d requests so far; latest: %s: %s", self.record_errors,
                           type(exc).__name__, exc)
                 self._record_error_logged = now
+        self.telemetry.end(tel, valid, timer, req, upstream_url)
 
 
 # -- running it ---------------------------------------------------------------------------------

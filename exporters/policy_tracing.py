@@ -1,7 +1,8 @@
 """OpenTelemetry tracing of temperature-policy decisions, exported to the spool (and OTLP).
 
-Each decision is a span named ``names.POLICY_SPAN_NAME``, a child of the request's span, which is
-itself a child of the caller's W3C ``traceparent`` — so a decision can be found from the user's
+Each decision is a span named ``names.POLICY_SPAN_NAME``, a child of the request's span (a GenAI
+server span named per the conventions, ``chat llmsla-tiny``), which is itself a child of the
+caller's W3C ``traceparent`` (the gateway's span) — so a decision can be found from the user's
 trace. :class:`SpoolPolicyExporter` is an ordinary OTel ``SpanExporter`` plug-in that turns those
 spans into ``PolicyEvent`` lines in the spool, which the streaming job windows into the store.
 
@@ -11,7 +12,7 @@ one process, each with its own spool and endpoint; the global provider can be se
 Every decision reaches the spool, whatever the incoming trace's sampling flag says: PolicyEvents
 are data (the policy windows are computed from them), not trace samples. Trace backends (OTLP,
 anything added with :meth:`PolicyTracer.add_span_processor`) get decision spans only for sampled
-traces, honouring the caller's ``traceparent`` flags. Spans reach the exporters through
+traces, honouring the caller's ``traceparent`` flags (new traces: ``otel.sample_ratio``). Spans reach the exporters through
 ``BatchSpanProcessor``s (off the engine thread) whose queues are sized so that nothing is
 dropped at the worker's token rates; ``force_flush`` drains them.
 """
@@ -26,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -41,12 +41,12 @@ from llmsla.events import (
     PolicyEvent,
     _check_number,  # the contract's own per-field check, reused on the hot path
 )
+from llmsla.exporters import genai, otel_sdk
 from llmsla.spool import SpoolWriter
 from llmsla.temperature import Decision
 
 log = logging.getLogger(__name__)
 
-REQUEST_SPAN_NAME = names.WORKER_REQUEST_SPAN_NAME
 _PROPAGATOR = TraceContextTextMapPropagator()
 _QUEUE = 1 << 20
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
@@ -199,9 +199,9 @@ class PolicyTracer:
             max_total_bytes=cfg.spool.max_total_bytes,
         )
         self._own_spool = spool is None
-        self.resource = Resource.create({"service.name": service_name or cfg.otel.service_name})
-        self.provider = TracerProvider(resource=self.resource)
-        self.tracer = self.provider.get_tracer("llmsla.exporters.policy_tracing")
+        self.resource = otel_sdk.resource(service_name or cfg.otel.service_name)
+        self.provider = TracerProvider(resource=self.resource, sampler=otel_sdk.sampler(cfg.otel.sample_ratio))
+        self.tracer = self.provider.get_tracer("llmsla.exporters.policy_tracing", schema_url=genai.SCHEMA_URL)
         self.scope = InstrumentationScope("llmsla.exporters.policy_tracing")
         self.spool_exporter = SpoolPolicyExporter(self.spool)
         # every decision goes to the spool, whatever the trace's sampling flag: PolicyEvents are
@@ -217,9 +217,8 @@ class PolicyTracer:
         self._trace_procs: list[SpanProcessor] = []
         endpoint = cfg.otel.endpoint if otlp_endpoint is None else otlp_endpoint
         if endpoint:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            self.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), max_queue_size=_QUEUE))
+            # a decision span per token: the worker's queue is sized for its token rates
+            self.add_span_processor(otel_sdk.otlp_span_processor(endpoint, max_queue_size=_QUEUE))
         registry = registry if registry is not None else CollectorRegistry()
         self.temperature = Gauge(
             names.POLICY_TEMPERATURE, "Temperature of the latest policy decision",
@@ -234,13 +233,16 @@ class PolicyTracer:
         self.decisions_recorded = 0
 
     # -- spans -----------------------------------------------------------------------------------
-    def request_span(self, headers: Mapping[str, str], attributes: Mapping[str, Any] | None = None) -> trace.Span:
-        """Start the request's span as a child of the incoming ``traceparent`` (a new trace if none).
+    def request_span(self, headers: Mapping[str, str], attributes: Mapping[str, Any] | None = None, *,
+                     operation: str = genai.TEXT_COMPLETION, model: str = "") -> trace.Span:
+        """Start the request's span as a child of the incoming ``traceparent`` (a new trace if none),
+        named per the GenAI conventions (``genai.span_name(operation, model)``).
 
         The caller ends it (``span.end()``) when the response is complete.
         """
         ctx = _PROPAGATOR.extract({k.lower(): v for k, v in headers.items()})
-        return self.tracer.start_span(REQUEST_SPAN_NAME, context=ctx, kind=trace.SpanKind.SERVER, attributes=attributes)
+        return self.tracer.start_span(genai.span_name(operation, model), context=ctx, kind=trace.SpanKind.SERVER,
+                                      attributes=attributes)
 
     def add_span_processor(self, processor: SpanProcessor) -> None:
         """Add a trace backend: it gets request spans and the decision spans of sampled traces."""

@@ -79,11 +79,13 @@ class GpuRecorder:
             self.spool.write_line(sample.to_json())
 
 
-#: A chunk that may carry usage / the worker extension / an error is decoded in full; the
-#: per-token chunks in between are classified by these two searches (a JSON decode per token
-#: was the largest Python cost of proxying a stream).
-_TAIL_KEYS = re.compile(rb'"(?:usage|llmsla|error)"\s*:\s*[{\[]')
+#: A chunk that may carry usage / the worker extension / an error / a finish reason is decoded in
+#: full; the per-token chunks in between (``"finish_reason":null``) are classified by these two
+#: searches (a JSON decode per token was the largest Python cost of proxying a stream).
+_TAIL_KEYS = re.compile(rb'"(?:usage|llmsla|error)"\s*:\s*[{\[]|"finish_reason"\s*:\s*"')
 _NON_EMPTY_TEXT = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
+#: Finish reasons kept per request (one per choice; bounds what a broken upstream can make us hold).
+_MAX_FINISH_REASONS = 16
 
 
 def _token_count(obj: dict) -> int:
@@ -108,11 +110,13 @@ class StreamTimer:
     ``dispatch`` are ``perf_counter`` stamps; :meth:`feed` takes raw response bytes as they
     arrive (SSE or a JSON body), stamps the first token-carrying chunk (TTFT) and the gaps
     between token chunks (ITL), and keeps ``usage`` and the worker's ``llmsla`` extension from
-    the last chunk. Chunks may split SSE lines anywhere; a partial line is buffered.
+    the last chunk. Chunks may split SSE lines anywhere; a partial line is buffered. From the
+    chunks it decodes anyway it also keeps what a GenAI span reports: the response's ``model``
+    and ``id`` and each choice's ``finish_reason``.
     """
 
     __slots__ = ("arrival", "dispatch", "first_token", "last_token", "gaps_ms", "chunks_with_tokens",
-                 "usage", "ext", "_buf", "streaming", "_body")
+                 "usage", "ext", "_buf", "streaming", "_body", "model", "response_id", "finish_reasons")
 
     def __init__(self, arrival: float, *, streaming: bool) -> None:
         self.arrival = arrival
@@ -123,6 +127,9 @@ class StreamTimer:
         self.chunks_with_tokens = 0
         self.usage: dict | None = None
         self.ext: dict | None = None
+        self.model: str | None = None
+        self.response_id: str | None = None
+        self.finish_reasons: list[str] = []
         self.streaming = streaming
         self._buf = b""
         self._body: list[bytes] = []
@@ -162,12 +169,28 @@ class StreamTimer:
             return
         if _token_count(obj):
             self._token(now)
+        self._keep(obj)
+
+    def _keep(self, obj: dict) -> None:
+        """usage, the worker extension, model, id and finish reasons of a decoded chunk/body."""
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
         ext = obj.get("llmsla")
         if isinstance(ext, dict):
             self.ext = ext
+        model, rid = obj.get("model"), obj.get("id")
+        if isinstance(model, str):
+            self.model = model
+        if isinstance(rid, str):
+            self.response_id = rid
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            reasons = self.finish_reasons
+            for choice in choices:
+                reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+                if isinstance(reason, str) and len(reasons) < _MAX_FINISH_REASONS:
+                    reasons.append(reason)
 
     def _token(self, now: float) -> None:
         self.chunks_with_tokens += 1
@@ -188,10 +211,7 @@ class StreamTimer:
             return
         if not isinstance(obj, dict):
             return
-        if isinstance(obj.get("usage"), dict):
-            self.usage = obj["usage"]
-        if isinstance(obj.get("llmsla"), dict):
-            self.ext = obj["llmsla"]
+        self._keep(obj)
         if _token_count(obj) or (self.usage or {}).get("completion_tokens"):
             self.first_token = self.last_token = now
             self.chunks_with_tokens = 1

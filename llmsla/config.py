@@ -147,10 +147,13 @@ class HttpConfig:
 
 @dataclass
 class OtelConfig:
-    """OpenTelemetry tracing."""
+    """OpenTelemetry: GenAI request spans, policy decision spans, opt-in OTLP metrics (docs/opentelemetry.md)."""
 
-    endpoint: str = _k("", "OTLP/HTTP traces endpoint; empty = spool only")
-    service_name: str = _k("llmsla", "service.name resource attribute")
+    endpoint: str = _k("", "OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces; empty = no trace export (the gateway makes no spans, the worker only spools policy decisions)")
+    service_name: str = _k("llmsla", "service.name resource attribute (the worker adds -worker)")
+    sample_ratio: float = _k(1.0, "share of new traces recorded, 0..1; parent-based: a caller's traceparent flags decide for its requests", minimum=0, maximum=1)
+    metrics_endpoint: str = _k("", "OTLP/HTTP metrics endpoint for the gateway's gen_ai.* metrics, e.g. http://collector:4318/v1/metrics; empty = none (Prometheus /metrics is unaffected)")
+    metrics_interval_s: float = _k(10.0, "seconds between OTLP metric exports (cumulative)", minimum=0.1)
 
 
 @dataclass

@@ -166,17 +166,36 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _rand = random.getrandbits
 
 
-def trace_context(headers: Mapping[str, str]) -> tuple[str, str]:
+def trace_context(headers: Mapping[str, str], sample_ratio: float = 1.0) -> tuple[str, str]:
     """``(trace_id, traceparent for the next hop)``: the caller's W3C trace continued with a new
-    span id, or a fresh sampled trace when the caller sent none or a broken one. Parsed by
-    OpenTelemetry's propagator, the one parser every llmsla process uses."""
-    span = otel_trace.get_current_span(_PROPAGATOR.extract(headers))
-    ctx = span.get_span_context()
-    if ctx.is_valid:
-        trace_id, flags = f"{ctx.trace_id:032x}", f"{int(ctx.trace_flags):02x}"
+    span id (the caller's flags kept), or a fresh trace when the caller sent none or a broken
+    one. Parsed by OpenTelemetry's propagator, the one parser every llmsla process uses.
+
+    A fresh trace is sampled (flags ``01``) with probability ``sample_ratio``, decided on its
+    trace id exactly as OpenTelemetry's ``TraceIdRatioBased`` sampler decides, so a process that
+    records no spans of its own still makes the edge's sampling decision for everything below it.
+    """
+    return next_hop(incoming_span(headers), sample_ratio)
+
+
+def incoming_span(headers: Mapping[str, str]) -> otel_trace.SpanContext:
+    """The caller's span context from its ``traceparent`` (invalid if none or broken)."""
+    return otel_trace.get_current_span(_PROPAGATOR.extract(headers)).get_span_context()
+
+
+def next_hop(parent: otel_trace.SpanContext, sample_ratio: float = 1.0) -> tuple[str, str]:
+    """:func:`trace_context` from an already parsed caller context."""
+    if parent.is_valid:
+        trace_id, flags = f"{parent.trace_id:032x}", f"{int(parent.trace_flags):02x}"
     else:
-        trace_id, flags = f"{_rand(128) or 1:032x}", "01"
+        tid = _rand(128) or 1
+        sampled = sample_ratio >= 1.0 or (tid & _LOW64) < round(sample_ratio * _SPAN64)
+        trace_id, flags = f"{tid:032x}", "01" if sampled else "00"
     return trace_id, f"00-{trace_id}-{_rand(64) or 1:016x}-{flags}"
+
+
+_LOW64 = (1 << 64) - 1
+_SPAN64 = 1 << 64
 
 
 # -- /metrics -----------------------------------------------------------------------------------

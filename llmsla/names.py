@@ -108,8 +108,30 @@ WORKER_GENERATED_TOKENS = "llmsla_worker_generated_tokens"  # counter
 WORKER_TOKENS_PER_SECOND = "llmsla_worker_tokens_per_second"
 WORKER_MEMORY_BYTES = "llmsla_worker_memory_bytes"
 WORKER_FIRST_TOKEN_SECONDS = "llmsla_worker_first_token_seconds"
-#: OTel span of one request in the reference worker; parent of its policy decision spans.
-WORKER_REQUEST_SPAN_NAME = "llmsla.worker.request"
+
+# --- OpenTelemetry: GenAI request spans and OTLP metrics (exporters) -----------------------------
+# Convention names (gen_ai.*, server.*, error.type, the gen_ai metrics) come from the
+# opentelemetry-semantic-conventions package (llmsla.exporters.genai); only what it does not
+# define is here.
+#: Name of a GenAI request span (gateway and worker), per the conventions: ``chat llmsla-tiny``.
+GENAI_SPAN_NAME = "{operation} {model}"
+#: ``gen_ai.provider.name``: the conventions' well-known values are hosted APIs; a self-hosted
+#: fleet behind llmsla gets its own.
+GENAI_PROVIDER = "llmsla"
+#: ``gen_ai.client.token.usage`` bounds ({token}): the conventions' advised layout, which the
+#: package does not carry.
+TOKEN_USAGE_BUCKETS: tuple[float, ...] = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)
+#: llmsla's own attributes on request spans and OTLP metric points (values as in RequestEvent).
+OTEL_ATTR_POOL = "llmsla.pool"
+OTEL_ATTR_REPLICA = "llmsla.replica"
+OTEL_ATTR_ARM = "llmsla.arm"
+OTEL_ATTR_POLICY = "llmsla.policy"
+OTEL_ATTR_STATUS = "llmsla.status"
+OTEL_ATTR_STREAM = "llmsla.stream"
+OTEL_ATTR_QUEUE_MS = "llmsla.queue_ms"
+OTEL_ATTR_TTFT_MS = "llmsla.ttft_ms"
 
 # --- router and distillation controls (control) -------------------------------------------------
 #: Router policies (``llmsla.control.router``); config and the control API validate against it.

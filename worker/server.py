@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config
+from llmsla.exporters import genai
 from llmsla.exporters.policy_tracing import PolicyTracer
 from llmsla.httpkit import (
     ApiError,
@@ -203,6 +205,7 @@ class Worker:
         self.cfg, self.engine, self.tracer, self.registry, self.metrics = cfg, engine, tracer, registry, metrics
         self.limits = Limits.from_config(cfg)
         self.created = int(time.time())
+        self.address: tuple[str, int] | None = None  # (host, port) once listening: server.address/port
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -246,7 +249,9 @@ class Worker:
         else:
             policy = make_policy(p.policy, self._params(p))
         loop = asyncio.get_running_loop()
-        span = self.tracer.request_span(request.headers, {"llm.model": self.cfg.worker.model, "llm.stream": p.stream})
+        op = genai.CHAT if chat else genai.TEXT_COMPLETION
+        span = self.tracer.request_span(request.headers, self._span_attributes(op, p), operation=op,
+                                        model=self.cfg.worker.model)
         req = GenRequest(tokens=p.tokens, max_tokens=p.max_tokens, policy=policy,
                          loop=loop, out=asyncio.Queue(), seed=p.seed, stop=p.stop, span=span, ignore_eos=p.ignore_eos,
                          zone=self.cfg.worker.zone, received=received)
@@ -267,8 +272,44 @@ class Worker:
         finally:
             if not finished:
                 self.engine.cancel(req)
-                span.set_attribute("llm.cancelled", True)
+                span.set_attributes({names.OTEL_ATTR_STATUS: names.STATUS_CANCELLED,
+                                     genai.ERROR_TYPE: names.STATUS_CANCELLED})
             span.end()
+
+    def _span_attributes(self, op: str, p: Parsed) -> dict[str, Any]:
+        """The request side of the GenAI server span, as this worker applies it."""
+        model = self.cfg.worker.model
+        attrs: dict[str, Any] = {
+            genai.OPERATION_NAME: op, genai.PROVIDER_NAME: names.GENAI_PROVIDER, genai.REQUEST_MODEL: model,
+            genai.REQUEST_TEMPERATURE: p.temperature, genai.REQUEST_MAX_TOKENS: p.max_tokens,
+            names.OTEL_ATTR_POLICY: p.policy, names.OTEL_ATTR_STREAM: p.stream,
+        }
+        if p.seed is not None:
+            attrs[genai.REQUEST_SEED] = p.seed
+        if self.address is not None:
+            attrs[genai.SERVER_ADDRESS], attrs[genai.SERVER_PORT] = self.address
+        return attrs
+
+    def _end_span(self, req: GenRequest, rid: str, timing: dict[str, Any], finish: str | None) -> None:
+        """The response side of the request span: the same values the client gets in ``usage``
+        and the timing extension (``timing``), so a trace and a response can be compared."""
+        span = req.span
+        if span is None or not span.is_recording():
+            return
+        attrs: dict[str, Any] = {
+            genai.RESPONSE_MODEL: self.cfg.worker.model, genai.RESPONSE_ID: rid,
+            genai.USAGE_INPUT_TOKENS: timing["prompt_tokens"], genai.USAGE_OUTPUT_TOKENS: timing["output_tokens"],
+            names.OTEL_ATTR_POLICY: timing["policy"], names.OTEL_ATTR_QUEUE_MS: timing["worker_queue_ms"],
+            names.OTEL_ATTR_STATUS: names.STATUS_OK if finish != "error" else names.STATUS_ERROR,
+        }
+        if timing["worker_ttft_ms"] is not None:
+            attrs[names.OTEL_ATTR_TTFT_MS] = timing["worker_ttft_ms"]
+        if finish == "error":
+            attrs[genai.ERROR_TYPE] = names.STATUS_ERROR
+            span.set_status(StatusCode.ERROR)
+        elif finish is not None:
+            attrs[genai.RESPONSE_FINISH_REASONS] = (finish,)
+        span.set_attributes(attrs)
 
     def _timing(self, req: GenRequest, first_at: float | None, n_out: int) -> dict[str, Any]:
         admitted = req.admitted if req.admitted is not None else time.monotonic()
@@ -300,6 +341,7 @@ class Worker:
                 finish = item[1]
                 break
             else:
+                self._end_span(req, rid, self._timing(req, first_at, n_out), "error")
                 return web.json_response({"error": {"message": item[1], "type": "server_error", "param": None, "code": None}}, status=503)
         parts.append(decoder.decode(b"", final=True))
         text = "".join(parts)
@@ -308,10 +350,12 @@ class Worker:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice.update(text=text, logprobs=None)
+        timing = self._timing(req, first_at, n_out)
+        self._end_span(req, rid, timing, finish)
         return web.json_response({
             "id": rid, "object": "chat.completion" if p.chat else "text_completion", "created": int(time.time()),
             "model": self.cfg.worker.model, "choices": [choice], "usage": self._usage(req, n_out),
-            "llmsla": self._timing(req, first_at, n_out),
+            "llmsla": timing,
         })
 
     async def _stream(self, request: web.Request, req: GenRequest, p: Parsed, rid: str) -> web.StreamResponse:
@@ -351,6 +395,8 @@ class Worker:
                     first_at = time.monotonic()
                     self.metrics.first_token.observe(first_at - req.received)
                 await resp.write(b"".join(buf))
+        timing = self._timing(req, first_at, n_out)
+        self._end_span(req, rid, timing, finish)
         if finish != "error":
             tail = decoder.decode(b"", final=True)
             if p.chat:
@@ -358,7 +404,7 @@ class Worker:
             else:
                 choice = {"index": 0, "text": tail, "logprobs": None, "finish_reason": finish}
             await resp.write(_sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-                                   "usage": self._usage(req, n_out), "llmsla": self._timing(req, first_at, n_out)}))
+                                   "usage": self._usage(req, n_out), "llmsla": timing}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -410,6 +456,7 @@ async def serve(cfg: Config, host: str | None = None, port: int | None = None, *
     served: Served | None = None
     try:
         served = await serve_http(worker.app(), host, port, Limits.from_config(cfg))
+        worker.address = (host, served.port)
         yield RunningWorker(served.url, host, served.port, worker.engine, worker.registry, worker.tracer, worker)
     finally:
         if served is not None:

@@ -173,6 +173,39 @@ def test_stream_timer_against_json_reference() -> None:
     assert t.tokens(prompt_estimate=3) == (3, 2)
 
 
+def test_stream_timer_keeps_what_a_genai_span_reports() -> None:
+    """Response model, id and finish reasons, also when (as vLLM with include_usage sends it) the
+    finish reason has its own chunk and usage comes after it with no choices; a quoted
+    '"finish_reason": "' inside the text is not mistaken for one, and the counts do not move."""
+    import json
+
+    from llmsla.exporters.recorder import StreamTimer
+
+    def chunk(**kw):  # type: ignore[no-untyped-def]
+        return {"id": "cmpl-7", "model": "served-model", **kw}
+
+    chunks = [
+        chunk(choices=[{"index": 0, "text": "a", "finish_reason": None}]),
+        chunk(choices=[{"index": 0, "text": '"finish_reason": "x', "finish_reason": None}]),
+        chunk(choices=[{"index": 0, "text": "b", "finish_reason": "stop"}]),
+        chunk(choices=[], usage={"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}),
+    ]
+    for cut in (0, 5, 64):
+        raw = b"".join(_sse(c) for c in chunks) + b"data: [DONE]\n\n"
+        pieces = [_sse(c) for c in chunks] if cut == 0 else [raw[i:i + cut] for i in range(0, len(raw), cut)]
+        t = StreamTimer(0.0, streaming=True)
+        for i, piece in enumerate(pieces):
+            t.feed(piece, 1.0 + i)
+        assert t.finish_reasons == ["stop"] and t.model == "served-model" and t.response_id == "cmpl-7"
+        assert t.chunks_with_tokens == 3 and t.tokens(prompt_estimate=99) == (4, 3)
+    body = {"id": "cmpl-8", "model": "m2", "choices": [{"index": 0, "text": "x", "finish_reason": "length"},
+                                                      {"index": 1, "text": "y", "finish_reason": "stop"}]}
+    t = StreamTimer(0.0, streaming=False)
+    t.feed(json.dumps(body).encode(), 0.5)
+    t.finish_body(0.5)
+    assert (t.finish_reasons, t.model, t.response_id) == (["length", "stop"], "m2", "cmpl-8")
+
+
 def test_bulk_histogram_observation_equals_observe() -> None:
     """observe_many / observe_n (bucket-grouped fast path) vs prometheus-client's own observe."""
     import random

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.events import PolicyEvent
-from llmsla.exporters.policy_tracing import REQUEST_SPAN_NAME, PolicyTracer, SpoolPolicyExporter
+from llmsla.exporters import genai
+from llmsla.exporters.policy_tracing import PolicyTracer, SpoolPolicyExporter
 from llmsla.spool import BadLine, SpoolWriter, published_segments, read_segment
 from llmsla.temperature import Decision
 from llmsla.worker.server import WorkerThread
@@ -62,7 +63,7 @@ def test_decision_spans_are_children_of_the_request_trace_and_spooled_once(tmp_p
         decisions = wt.running.engine.stats()["decisions"]
 
     spans = memory.get_finished_spans()
-    req_spans = [s for s in spans if s.name == REQUEST_SPAN_NAME]
+    req_spans = [s for s in spans if s.name == genai.span_name(genai.TEXT_COMPLETION, MODEL)]
     dec_spans = [s for s in spans if s.name == names.POLICY_SPAN_NAME]
     assert len(req_spans) == len(cases) and len(dec_spans) == decisions
     events = read_policy_events(cfg.spool.dir)
@@ -173,7 +174,7 @@ def test_otlp_http_export_when_an_endpoint_is_configured(tmp_path: Path) -> None
     decide = [sp for sp in spans if sp.name == names.POLICY_SPAN_NAME]
     assert len(decide) == 25
     assert {sp.trace_id.hex() for sp in spans} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
-    [req] = [sp for sp in spans if sp.name == REQUEST_SPAN_NAME]
+    [req] = [sp for sp in spans if sp.name == genai.TEXT_COMPLETION]  # no model given: the operation alone
     assert req.parent_span_id.hex() == "00f067aa0ba902b7"
     assert {sp.parent_span_id for sp in decide} == {req.span_id}
     assert len(read_policy_events(cfg.spool.dir)) == 25

@@ -1,0 +1,113 @@
+"""The OpenTelemetry GenAI semantic conventions, as llmsla's spans and OTLP metrics use them.
+
+Every convention name (``gen_ai.*``, ``server.*``, ``error.type``, the ``gen_ai`` metric names,
+units and descriptions) is imported here from the ``opentelemetry-semantic-conventions``
+package, once, so no module retypes one and a rename upstream is an ImportError here rather
+than a silently empty panel in Tempo or Grafana. What the package does not define (the span
+name format, the provider value, the token-usage bounds, our ``llmsla.*`` attributes) is in
+``llmsla.names``. The names used here exist from the package's 0.58b0 (semantic conventions
+1.37, where ``gen_ai.provider.name`` replaced ``gen_ai.system``); pyproject pins the range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _ga
+from opentelemetry.semconv._incubating.metrics import gen_ai_metrics as _gm
+from opentelemetry.semconv.attributes import error_attributes as _err
+from opentelemetry.semconv.attributes import server_attributes as _srv
+from opentelemetry.semconv.schemas import Schemas
+
+from llmsla import names
+from llmsla.exporters.openai import CHAT_COMPLETIONS
+
+# -- attribute keys ------------------------------------------------------------------------------
+OPERATION_NAME = _ga.GEN_AI_OPERATION_NAME
+PROVIDER_NAME = _ga.GEN_AI_PROVIDER_NAME
+REQUEST_MODEL = _ga.GEN_AI_REQUEST_MODEL
+REQUEST_TEMPERATURE = _ga.GEN_AI_REQUEST_TEMPERATURE
+REQUEST_MAX_TOKENS = _ga.GEN_AI_REQUEST_MAX_TOKENS
+REQUEST_SEED = _ga.GEN_AI_REQUEST_SEED
+RESPONSE_MODEL = _ga.GEN_AI_RESPONSE_MODEL
+RESPONSE_ID = _ga.GEN_AI_RESPONSE_ID
+RESPONSE_FINISH_REASONS = _ga.GEN_AI_RESPONSE_FINISH_REASONS
+USAGE_INPUT_TOKENS = _ga.GEN_AI_USAGE_INPUT_TOKENS
+USAGE_OUTPUT_TOKENS = _ga.GEN_AI_USAGE_OUTPUT_TOKENS
+TOKEN_TYPE = _ga.GEN_AI_TOKEN_TYPE
+SERVER_ADDRESS = _srv.SERVER_ADDRESS
+SERVER_PORT = _srv.SERVER_PORT
+ERROR_TYPE = _err.ERROR_TYPE
+
+# -- attribute values ----------------------------------------------------------------------------
+CHAT = _ga.GenAiOperationNameValues.CHAT.value
+TEXT_COMPLETION = _ga.GenAiOperationNameValues.TEXT_COMPLETION.value
+TOKEN_INPUT = _ga.GenAiTokenTypeValues.INPUT.value
+TOKEN_OUTPUT = _ga.GenAiTokenTypeValues.OUTPUT.value
+
+#: The conventions version our telemetry follows (the scope's schema URL).
+SCHEMA_URL = Schemas.V1_37_0.value
+
+
+
+def operation(path: str) -> str:
+    """``gen_ai.operation.name`` of an OpenAI request path (the gateway and the worker serve the
+    same two: chat completions and the legacy completions)."""
+    return CHAT if path == CHAT_COMPLETIONS else TEXT_COMPLETION
+
+
+def span_name(op: str, model: str) -> str:
+    """The conventions' span name, ``{gen_ai.operation.name} {gen_ai.request.model}`` (the
+    operation alone when the model is unknown)."""
+    return names.GENAI_SPAN_NAME.format(operation=op, model=model) if model else op
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def request_attributes(op: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The request-side ``gen_ai.*`` attributes of an OpenAI body: operation, provider, model and
+    the sampling parameters the client set (absent ones are left out, as the conventions ask)."""
+    attrs: dict[str, Any] = {OPERATION_NAME: op, PROVIDER_NAME: names.GENAI_PROVIDER, REQUEST_MODEL: model}
+    temperature = body.get("temperature")
+    if _number(temperature):
+        attrs[REQUEST_TEMPERATURE] = float(temperature)
+    max_tokens = body.get("max_completion_tokens") if op == CHAT else None
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+        attrs[REQUEST_MAX_TOKENS] = max_tokens
+    seed = body.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        attrs[REQUEST_SEED] = seed
+    return attrs
+
+
+def server_of(url: str) -> tuple[str, int]:
+    """``(server.address, server.port)`` of a base URL (the scheme's default port if none)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.hostname or "", port
+
+
+# -- metric instruments --------------------------------------------------------------------------
+class _Spec:
+    """Stands in for a Meter to read name, unit and description out of the package's instrument
+    factories (``create_gen_ai_*``), so those come from the conventions too."""
+
+    def create_histogram(self, name: str, unit: str = "", description: str = "", **_: Any) -> tuple[str, str, str]:
+        return name, unit, description
+
+
+def instrument(factory: Callable[[Any], Any]) -> tuple[str, str, str]:
+    """``(name, unit, description)`` of a ``gen_ai_metrics.create_*`` histogram."""
+    return factory(_Spec())
+
+
+TIME_TO_FIRST_TOKEN = instrument(_gm.create_gen_ai_server_time_to_first_token)
+TIME_PER_OUTPUT_TOKEN = instrument(_gm.create_gen_ai_server_time_per_output_token)
+REQUEST_DURATION = instrument(_gm.create_gen_ai_server_request_duration)
+TOKEN_USAGE = instrument(_gm.create_gen_ai_client_token_usage)
