@@ -164,3 +164,40 @@ TIME_TABLES: dict[str, str] = {
 REQUEST_WINDOW_S = 5
 POLICY_WINDOW_S = 60
 GPU_WINDOW_S = 5
+
+# --- read by the dashboards and the report (issue 14) -------------------------------------------
+# Names other components produce that dashboards query; the producers own their semantics.
+# Sloth's recording rules (alerting): every series carries sloth_id/sloth_service/sloth_slo and
+# the SLO's model and pool; the burn-rate windows are Sloth's fixed set.
+L_SLOTH_ID = "sloth_id"
+L_SLOTH_SERVICE = "sloth_service"
+L_SLOTH_SLO = "sloth_slo"
+L_SEVERITY = "severity"
+L_SLO = "slo"
+L_ALERTNAME = "alertname"
+L_ALERTSTATE = "alertstate"
+L_TARGET = "target"  # llmsla_forecast_risk: the series the forecaster scores
+L_LE = "le"  # histogram bucket bound (Prometheus)
+L_INSTANCE = "instance"  # added by Prometheus to every scraped series
+SLO_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "2h", "6h", "1d", "3d", "30d")
+#: ``slo:sli_error:ratio_rate<window>`` for each of :data:`SLO_WINDOWS`.
+SLO_SLI_ERROR: dict[str, str] = {w: f"slo:sli_error:ratio_rate{w}" for w in SLO_WINDOWS}
+SLO_OBJECTIVE = "slo:objective:ratio"
+SLO_ERROR_BUDGET = "slo:error_budget:ratio"
+SLO_PERIOD_ERROR_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
+SLO_CURRENT_BURN_RATE = "slo:current_burn_rate:ratio"
+SLO_PERIOD_BURN_RATE = "slo:period_burn_rate:ratio"
+#: Prometheus' own series of pending and firing alerts.
+ALERTS = "ALERTS"
+ALERTSTATE_FIRING = "firing"
+#: ``ab_results.metric`` values the A/B dashboard reads (A/B attribution writes them).
+AB_METRIC_TTFT_P95 = "ttft_p95_ms"
+AB_METRIC_E2E_P95 = "e2e_p95_ms"
+AB_METRIC_TTFT_ATTAINMENT = "ttft_attainment"
+AB_METRIC_SRM = "srm"  # sample-ratio mismatch: value = observed share, p_value = chi-square test
+#: Grafana datasource uids written by ``llmsla dashboards build`` (provisioning) and used as the
+#: default of each dashboard's datasource variable.
+GRAFANA_PROMETHEUS_UID = "llmsla-prometheus"
+GRAFANA_STORE_UID = "llmsla-store"
+#: Grafana's plugin id of its built-in PostgreSQL datasource (TimescaleDB too).
+GRAFANA_POSTGRES_TYPE = "grafana-postgresql-datasource"
