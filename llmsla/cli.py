@@ -26,6 +26,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.streaming.cli:register",
     "llmsla.control.cli:register",
     "llmsla.fleet.cli:register",
+    "llmsla.dashboards.cli:register",
 )
 
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]
