@@ -48,11 +48,11 @@ def build(cfg: Config) -> dash_m.Dashboard:
         links=[to_instances], description="End-to-end latency (every status) from the gateway's histogram."))
     d = d.with_panel(c.heatmap_panel(
         "TTFT distribution", promql.TTFT_HEATMAP, unit="s",
-        description="Requests per TTFT bucket per interval, straight from the histogram buckets (no re-bucketing). "
+        description="Requests per second in each TTFT bucket, straight from the histogram buckets (no re-bucketing). "
                     "A band above the SLO bucket is a slow tail; a second band is a second mode."))
     d = d.with_panel(c.heatmap_panel(
         "E2E distribution", promql.E2E_HEATMAP, unit="s",
-        description="Requests per E2E bucket per interval, from the histogram buckets."))
+        description="Requests per second in each E2E bucket, from the histogram buckets."))
     d = d.with_row(dash.Row("Capacity and routing"))
     d = d.with_panel(c.timeseries_panel(
         "GPU memory used vs total", [promql.GPU_MEM_USED, promql.GPU_MEM_TOTAL], unit="bytes", w=12, min_val=0,

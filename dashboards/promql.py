@@ -2,9 +2,10 @@
 
 Request series are filtered by the dashboard variables ``$model``, ``$pool``, ``$replica``, ``$arm``
 (multi-value, include-all, no custom all value, so "All" expands to the listed values and the
-same variable also works in SQL). Rates use ``$__rate_interval``; the heatmaps take
-``increase(...[$__interval])`` of the histogram buckets with format ``heatmap`` (Grafana turns the
-cumulative ``le`` series into per-bucket counts; the panel does not re-bucket).
+same variable also works in SQL). Rates use ``$__rate_interval`` (at least four scrapes, so a
+short panel interval never leaves a window with one sample). The heatmaps take the per-bucket
+rate of the histogram with format ``heatmap``: Grafana turns the cumulative ``le`` series into
+per-bucket values and the panel draws them as they are (no re-bucketing).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ E2E_QUANTILES = tuple(_quantile(f"fleet.e2e_p{round(q * 100)}", names.REQUEST_E2
 
 
 def _heatmap(key: str, metric: str) -> PromQuery:
-    return _q(key, f"sum by ({names.L_LE}) (increase({metric}_bucket{REQ}[$__interval]))",
+    return _q(key, f"sum by ({names.L_LE}) (rate({metric}_bucket{REQ}[{RATE}]))",
               legend="{{le}}", fmt="heatmap", labels=(names.L_LE,))
 
 

@@ -228,6 +228,6 @@ def test_type_check_rejects_bad_json(dashboards: dict[str, dict]) -> None:
 
 
 def test_queries_are_defined_once_per_panel_query() -> None:
-    assert promql.TTFT_HEATMAP.fmt == "heatmap" and "increase(" in promql.TTFT_HEATMAP.expr
+    assert promql.TTFT_HEATMAP.fmt == "heatmap" and "_bucket" in promql.TTFT_HEATMAP.expr
     assert set(storesql.TIERED) <= set(REGISTRY)
     assert len({q.key for q in REGISTRY.values()}) == len(REGISTRY)
