@@ -21,7 +21,9 @@ def build(cfg: Config) -> dash_m.Dashboard:
         "SLA attainment per arm from the store's windows; effects, intervals, SRM and verdicts from ab_results.",
         time_from="now-24h",
     ).with_variable(c.store_datasource())
-    d = d.with_variable(c.query_variable("arm", storesql.VAR_ARM, "Arm"))
+    for name, q, label in (("model", storesql.VAR_MODEL, "Model"), ("pool", storesql.VAR_POOL, "Pool"),
+                           ("replica", storesql.VAR_REPLICA, "Replica"), ("arm", storesql.VAR_ARM, "Arm")):
+        d = d.with_variable(c.query_variable(name, q, label))
     d = d.with_variable(c.query_variable("experiment", storesql.VAR_EXPERIMENT, "Experiment"))
     d = d.with_panel(c.timeseries_panel(
         "SLO attainment per arm", [storesql.ATTAINMENT_BY_ARM], unit="percentunit", w=16, max_val=1,

@@ -34,8 +34,16 @@ def _tiered(key: str, build: Callable[[tuple[Tier, ...]], str], columns: tuple[s
 
 # -- variables (store-only dashboards) ------------------------------------------------------------
 _RECENT_1H = "bucket > $__timeFrom()::timestamptz - INTERVAL '1 hour' AND bucket <= $__timeTo()::timestamptz"
-VAR_ARM = _sql("var.store_arm", f"SELECT DISTINCT arm FROM {names.T_REQUEST_WINDOWS_1H} WHERE {_RECENT_1H} ORDER BY 1",
-               ("arm",), fmt="table")
+
+
+def _store_var(label: str) -> SqlQuery:
+    """Distinct label values of the request windows around the range, from the 1 h roll-up (the
+    hour holding the range start included, so a short range still lists its series)."""
+    return _sql(f"var.store_{label}", f"SELECT DISTINCT {label} FROM {names.T_REQUEST_WINDOWS_1H} WHERE {_RECENT_1H} ORDER BY 1",
+                (label,), fmt="table")
+
+
+VAR_MODEL, VAR_POOL, VAR_REPLICA, VAR_ARM = (_store_var(lbl) for lbl in names.REQUEST_LABELS)
 VAR_ZONE = _sql("var.zone", f"SELECT DISTINCT zone FROM {T_POLICY} WHERE $__timeFilter(bucket) ORDER BY 1",
                 ("zone",), fmt="table")
 VAR_POLICY_ID = _sql("var.policy_id",
@@ -43,7 +51,6 @@ VAR_POLICY_ID = _sql("var.policy_id",
                      ("policy_id",), fmt="table")
 VAR_EXPERIMENT = _sql("var.experiment", f"SELECT DISTINCT experiment FROM {T_AB} WHERE $__timeFilter(ts) ORDER BY 1",
                       ("experiment",), fmt="table")
-AB_LABEL_FILTER = "arm IN ($arm)"
 
 # -- request windows: P99 per instance, QPS, attainment -------------------------------------------
 
@@ -82,7 +89,7 @@ def _attainment(by: str, where: str | None = None) -> Callable[[tuple[Tier, ...]
 
 _ATT_COLS = ("time", "metric", "ttft_attainment", "e2e_attainment")
 ATTAINMENT_BY_POOL = _tiered("history.attainment", _attainment("pool"), _ATT_COLS)
-ATTAINMENT_BY_ARM = _tiered("ab.attainment", _attainment("arm", AB_LABEL_FILTER), _ATT_COLS)
+ATTAINMENT_BY_ARM = _tiered("ab.attainment", _attainment("arm"), _ATT_COLS)
 ARM_SUMMARY = _tiered(
     "ab.arm_summary",
     lambda tiers: (
@@ -91,7 +98,7 @@ ARM_SUMMARY = _tiered(
         "       sum(ttft_within_slo)::float8 / NULLIF(sum(requests), 0) AS ttft_attainment,\n"
         "       sum(e2e_within_slo)::float8 / NULLIF(sum(requests), 0) AS e2e_attainment,\n"
         "       sum(errors + timeouts)::float8 / NULLIF(sum(requests), 0) AS error_ratio\n"
-        f"FROM {request_windows(['requests', 'ttft_within_slo', 'e2e_within_slo', 'errors', 'timeouts'], AB_LABEL_FILTER, tiers=tiers)}\n"
+        f"FROM {request_windows(['requests', 'ttft_within_slo', 'e2e_within_slo', 'errors', 'timeouts'], tiers=tiers)}\n"
         "GROUP BY arm ORDER BY arm"
     ),
     ("arm", "requests", "share", "ttft_attainment", "e2e_attainment", "error_ratio"),

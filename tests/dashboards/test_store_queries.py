@@ -61,7 +61,7 @@ class Data:
             for rep in REPLICAS:
                 for arm in ARMS:
                     req = rng.randint(1, 40)
-                    slow = 4.0 if (rep == "r1" and n // 2 <= i < n // 2 + 100) else 1.0
+                    slow = 4.0 if (rep == "r1" and n - 150 <= i < n - 50) else 1.0  # 75-25 min before the end
                     p99 = rng.uniform(100, 900) * slow
                     self.windows.append({
                         "bucket": bucket, "model": "m", "pool": "p", "replica": rep, "arm": arm, "requests": req,
@@ -273,6 +273,9 @@ def test_store_variable_queries(store) -> None:
     dsn, data, _ = store
     rng = TimeRange(data.end - dt.timedelta(hours=6), data.end)
     assert [r[0] for r in run(dsn, storesql.VAR_ARM, rng, 60000).rows] == list(ARMS)
+    assert [r[0] for r in run(dsn, storesql.VAR_MODEL, rng, 60000).rows] == ["m"]
+    assert [r[0] for r in run(dsn, storesql.VAR_POOL, rng, 60000).rows] == ["p"]
+    assert [r[0] for r in run(dsn, storesql.VAR_REPLICA, rng, 60000).rows] == list(REPLICAS)
     assert [r[0] for r in run(dsn, storesql.VAR_ARM, TimeRange(data.end - dt.timedelta(minutes=5), data.end), 1000).rows] == list(ARMS)
     assert [r[0] for r in run(dsn, storesql.VAR_ZONE, rng, 60000).rows] == list(ZONES)
     assert [r[0] for r in run(dsn, storesql.VAR_POLICY_ID, rng, 60000).rows] == ["p1"]
