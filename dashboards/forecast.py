@@ -34,7 +34,7 @@ def build(cfg: Config) -> dash_m.Dashboard:
         description="Highest stored risk per target in each interval (forecasts table)."))
     d = d.with_panel(c.table_panel(
         "Latest forecasts", [storesql.LATEST_FORECASTS], w=24, h=7,
-        description="Newest forecast per forecaster, target, pool, replica and horizon in the range."))
+        description="Newest forecast per forecaster, target, pool, replica and horizon within the last hour of the range."))
     d = d.with_panel(c.table_panel(
         "Actions", [storesql.ACTIONS], w=24, h=9,
         description="The control audit log: who changed what, why (alert), and the outcome."))

@@ -184,9 +184,11 @@ RISK_HISTORY = _sql(
 )
 LATEST_FORECASTS = _sql(
     "forecast.latest",
+    # the newest forecast per series from the last hour of the range: a 7-day range must not sort
+    # every stored forecast to find the current ones
     "SELECT DISTINCT ON (forecaster, target, pool, replica, horizon_s) ts AS time, forecaster, target, pool,\n"
     "       replica, horizon_s, predicted, threshold, risk\n"
-    f"FROM {T_FORECASTS} WHERE $__timeFilter(ts) AND pool IN ($pool)\n"
+    f"FROM {T_FORECASTS} WHERE $__timeFilter(ts) AND ts > $__timeTo()::timestamptz - INTERVAL '1 hour' AND pool IN ($pool)\n"
     "ORDER BY forecaster, target, pool, replica, horizon_s, ts DESC",
     ("time", "forecaster", "target", "pool", "replica", "horizon_s", "predicted", "threshold", "risk"),
     fmt="table",
