@@ -118,6 +118,38 @@ def load(dsn: str, end: dt.datetime, days: int, replicas: int) -> dict[str, int]
     return {"request_windows": rows, "policy_windows": len(pol), "forecasts": nf, "load_s": round(load_s, 1)}
 
 
+def write_cost(dsn: str, end: dt.datetime, replicas: int, windows: int = 120) -> dict[str, float]:
+    """The streaming sink's flush (COPY into a staging table + one upsert) of one 5 s window for
+    every replica, with the roll-up trigger and, as the anchor in the same run, with it disabled."""
+    from llmsla.streaming import sql as stream_sql
+    from llmsla.streaming.store_sink import StoreWriter
+
+    cols = stream_sql.TABLE_COLUMNS[names.T_REQUEST_WINDOWS]
+    keys = series(replicas)
+    out: dict[str, float] = {}
+    with connect(dsn) as conn:
+        for mode, base in (("trigger", end + dt.timedelta(hours=1)), ("no_trigger", end + dt.timedelta(hours=3))):
+            if mode == "no_trigger":
+                conn.execute(f"ALTER TABLE {names.T_REQUEST_WINDOWS} DISABLE TRIGGER USER")
+                conn.commit()
+            ms = []
+            for w in range(windows):
+                bucket = base + dt.timedelta(seconds=5 * w)
+                row = {c: 1 for c in cols} | {"ttft_slo_ms": 800.0, "e2e_slo_ms": 10000.0}
+                rows = [[bucket if c == "bucket" else {"model": k[0], "pool": k[1], "replica": k[2], "arm": k[3]}.get(c, row[c])
+                         for c in cols] for k in keys]
+                t = time.perf_counter()
+                with conn.transaction(), conn.cursor() as cur:
+                    StoreWriter._flush_windows(cur, names.T_REQUEST_WINDOWS, rows)
+                ms.append((time.perf_counter() - t) * 1000)
+            out[f"{mode}_p50_ms"] = float(np.percentile(ms, 50))
+            out[f"{mode}_p95_ms"] = float(np.percentile(ms, 95))
+        conn.execute(f"ALTER TABLE {names.T_REQUEST_WINDOWS} ENABLE TRIGGER USER")
+        conn.commit()
+    out["ratio_p50_vs_anchor"] = out["trigger_p50_ms"] / out["no_trigger_p50_ms"]
+    return out
+
+
 def timed(conn: psycopg.Connection, sql: str, repeats: int) -> list[float]:
     conn.execute(sql).fetchall()  # warm: plan cache and buffers, as a dashboard refresh finds them
     out = []
@@ -188,10 +220,15 @@ def main() -> None:
         rows = [{c: r.get(c, "") for c in cols} for r in rows]
         print_table(rows, f"dashboard store queries, {args.days} d x {args.replicas} replicas ({flavor}); "
                           "anchor = same query on the 5 s table")
+        flush = write_cost(dsn, end, args.replicas)
+        print_table([{"flush of one 5 s window x replicas": f"{args.replicas} rows", "with roll-up trigger p50 ms": flush["trigger_p50_ms"],
+                      "trigger disabled p50 ms": flush["no_trigger_p50_ms"], "ratio": flush["ratio_p50_vs_anchor"]}],
+                    "write cost of the plain-PostgreSQL roll-up trigger (the streaming sink's flush)")
         write_result("dashboards", {
             "inputs": {"days": args.days, "replicas": args.replicas, "repeats": args.repeats, "flavor": flavor,
                        "max_data_points": MAX_POINTS, "target_p95_ms": TARGET_MS, **inputs},
             "results": results,
+            "sink_flush_one_window": flush,
         })
     finally:
         if server is not None:
