@@ -64,7 +64,7 @@ def forecaster_exports_risk() -> bool:
     return any("FORECAST_RISK" in p.read_text() for p in (ROOT / "forecaster").rglob("*.py"))
 
 
-async def _traffic(url: str, model: str, waves: int = 4) -> None:
+async def _traffic(url: str, model: str, waves: int = 3) -> None:
     """N_REQUESTS in waves a few scrapes apart, so every rate() window sees counters move."""
     sem = asyncio.Semaphore(16)
     async with aiohttp.ClientSession() as s:
