@@ -58,7 +58,8 @@ def dashboard_json(d: object) -> str:
 
 
 def datasources_yaml() -> str:
-    return _HEADER + f"""# Set LLMSLA_PROMETHEUS_URL and LLMSLA_STORE_* in Grafana's environment. For TimescaleDB set
+    return _HEADER + f"""# Set the LLMSLA_GRAFANA_* variables in Grafana's environment (llmsla's own configuration has no
+# [grafana] section, so they never collide with LLMSLA_<SECTION>_<KEY>). For TimescaleDB set
 # jsonData.timescaledb: true (Grafana's $__timeGroup then uses time_bucket; the dashboards' SQL
 # works either way).
 apiVersion: 1
@@ -67,7 +68,7 @@ datasources:
     uid: {names.GRAFANA_PROMETHEUS_UID}
     type: prometheus
     access: proxy
-    url: ${{LLMSLA_PROMETHEUS_URL}}
+    url: ${{LLMSLA_GRAFANA_PROMETHEUS_URL}}
     jsonData:
       timeInterval: {SCRAPE_INTERVAL}
       httpMethod: POST
@@ -75,15 +76,15 @@ datasources:
     uid: {names.GRAFANA_STORE_UID}
     type: {names.GRAFANA_POSTGRES_TYPE}
     access: proxy
-    url: ${{LLMSLA_STORE_HOST}}
-    user: ${{LLMSLA_STORE_USER}}
+    url: ${{LLMSLA_GRAFANA_DB_HOST}}
+    user: ${{LLMSLA_GRAFANA_DB_USER}}
     jsonData:
-      database: ${{LLMSLA_STORE_DATABASE}}
-      sslmode: ${{LLMSLA_STORE_SSLMODE}}
+      database: ${{LLMSLA_GRAFANA_DB_NAME}}
+      sslmode: ${{LLMSLA_GRAFANA_DB_SSLMODE}}
       postgresVersion: 1500
       timescaledb: false
     secureJsonData:
-      password: ${{LLMSLA_STORE_PASSWORD}}
+      password: ${{LLMSLA_GRAFANA_DB_PASSWORD}}
 """
 
 

@@ -189,7 +189,11 @@ def test_provisioning_matches_the_dashboards(rendered: dict[str, str], dashboard
     assert {(d["uid"], d["type"]) for d in ds} == {(names.GRAFANA_PROMETHEUS_UID, "prometheus"),
                                                    (names.GRAFANA_STORE_UID, names.GRAFANA_POSTGRES_TYPE)}
     store = next(d for d in ds if d["type"] == names.GRAFANA_POSTGRES_TYPE)
-    assert store["secureJsonData"]["password"] == "${LLMSLA_STORE_PASSWORD}"  # never a literal secret
+    assert store["secureJsonData"]["password"] == "${LLMSLA_GRAFANA_DB_PASSWORD}"  # never a literal secret
+    # Grafana's environment may be llmsla's too: its variables must not be llmsla configuration keys
+    env = {v: "x" for v in re.findall(r"\$\{(\w+)\}", rendered["provisioning/datasources/llmsla.yaml"])}
+    assert env and all(v.startswith("LLMSLA_GRAFANA_") for v in env)
+    config_mod.load(env=env)
     prov = yaml.safe_load(rendered["provisioning/dashboards/llmsla.yaml"])["providers"][0]
     assert prov["type"] == "file" and prov["options"]["path"] == build.CONTAINER_PATH
     kust = yaml.safe_load(rendered["kustomization.yaml"])
