@@ -107,7 +107,12 @@ def _with(selector: str, extra: str) -> str:
 
 
 def sli_error_expr(spec: SloSpec, rng: str, by: tuple[str, ...], extra: str = "") -> str:
-    """Error ratio of ``spec`` over ``rng`` aggregated ``by`` labels (a PromQL expression)."""
+    """Error ratio of ``spec`` over ``rng`` aggregated ``by`` labels (a PromQL expression).
+
+    The denominator is filtered ``> 0``: a window without requests has no ratio (no sample)
+    rather than 0/0 = NaN, which would poison every ``sum_over_time``/``avg_over_time`` of it -
+    the 30-day period SLI and the budget remaining would read NaN for a month after one quiet
+    night."""
     grp = f"sum by ({', '.join(by)})"
     filt = ", ".join(f'{k}="{v}"' for k, v in sorted(spec.filters.items()))
     matchers = ", ".join(x for x in (filt, extra) if x)
@@ -115,13 +120,13 @@ def sli_error_expr(spec: SloSpec, rng: str, by: tuple[str, ...], extra: str = ""
         le = f'le="{floatToGoString(spec.threshold_s)}"'
         bucket = f"{spec.histogram}_bucket{{{', '.join(x for x in (matchers, le) if x)}}}"
         count = f"{spec.histogram}_count" + (f"{{{matchers}}}" if matchers else "")
-        return (f"1 - (\n  {grp} (rate({bucket}[{rng}]))\n  /\n  {grp} (rate({count}[{rng}]))\n)")
+        return (f"1 - (\n  {grp} (rate({bucket}[{rng}]))\n  /\n  ({grp} (rate({count}[{rng}])) > 0)\n)")
     total = _with(spec.total, extra) if extra else spec.total
     if spec.bad:
         bad = _with(spec.bad, extra) if extra else spec.bad
-        return f"(\n  {grp} (rate({bad}[{rng}]))\n  /\n  {grp} (rate({total}[{rng}]))\n)"
+        return f"(\n  {grp} (rate({bad}[{rng}]))\n  /\n  ({grp} (rate({total}[{rng}])) > 0)\n)"
     good = _with(spec.good, extra) if extra else spec.good
-    return f"1 - (\n  {grp} (rate({good}[{rng}]))\n  /\n  {grp} (rate({total}[{rng}]))\n)"
+    return f"1 - (\n  {grp} (rate({good}[{rng}]))\n  /\n  ({grp} (rate({total}[{rng}])) > 0)\n)"
 
 
 def _labels(spec: SloSpec, **extra: str) -> dict[str, str]:
@@ -135,15 +140,15 @@ def _period(spec: SloSpec) -> str:
 def sli_group(spec: SloSpec, prof: Profile) -> dict:
     pool_by = (names.L_MODEL, names.L_POOL)
     rules = [{
-        "record": f"{names.SLO_SLI_ERROR}{w}",
+        "record": names.SLO_SLI_ERROR[w],
         "expr": Literal(sli_error_expr(spec, prof.range(s), pool_by)),
         "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
     } for s, w in WINDOWS]
     period = _period(spec)
-    src = f"{names.SLO_SLI_ERROR}5m{id_filter(spec)}"
+    src = f"{names.SLO_SLI_ERROR['5m']}{id_filter(spec)}"
     rng = prof.range(spec.window_days * 86400)
     rules.append({
-        "record": f"{names.SLO_SLI_ERROR}{period}",
+        "record": names.SLO_SLI_ERROR[period],
         "expr": Literal(f"sum_over_time({src}[{rng}])\n/ ignoring ({names.L_SLOTH_WINDOW})\n"
                         f"count_over_time({src}[{rng}])"),
         "labels": {names.L_SLOTH_WINDOW: period},
@@ -155,7 +160,7 @@ def replica_group(spec: SloSpec, prof: Profile) -> dict:
     by = (names.L_MODEL, names.L_POOL, names.L_REPLICA)
     not_none = f'{names.L_REPLICA}!="{names.NO_REPLICA}"'  # requests that never reached a replica
     return {"name": f"llmsla-slo-replica-recordings-{spec.sloth_id}", "rules": [{
-        "record": f"{names.SLO_REPLICA_SLI_ERROR}{w}",
+        "record": names.SLO_REPLICA_SLI_ERROR[w],
         "expr": Literal(sli_error_expr(spec, prof.range(SECONDS[w]), by, not_none)),
         "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
     } for w in REPLICA_WINDOWS]}
@@ -167,7 +172,7 @@ def meta_group(spec: SloSpec) -> dict:
     on = f"on({names.L_SLOTH_ID}, {names.L_SLOTH_SLO}, {names.L_SLOTH_SERVICE}) group_left"
 
     def burn(window: str) -> Literal:
-        return Literal(f"{names.SLO_SLI_ERROR}{window}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
+        return Literal(f"{names.SLO_SLI_ERROR[window]}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
 
     info = {**labels, "sloth_mode": "cli-gen-openslo", "sloth_objective": num(spec.target * 100),
             "sloth_spec": "openslo/v1", "sloth_version": "llmsla"}
@@ -177,19 +182,19 @@ def meta_group(spec: SloSpec) -> dict:
         {"record": names.SLO_TIME_PERIOD_DAYS, "expr": f"vector({spec.window_days})", "labels": labels},
         {"record": names.SLO_CURRENT_BURN_RATE, "expr": burn("5m"), "labels": labels},
         {"record": names.SLO_PERIOD_BURN_RATE, "expr": burn(_period(spec)), "labels": labels},
-        {"record": names.SLO_PERIOD_BUDGET_REMAINING, "expr": f"1 - {names.SLO_PERIOD_BURN_RATE}{f}",
+        {"record": names.SLO_PERIOD_ERROR_BUDGET_REMAINING, "expr": f"1 - {names.SLO_PERIOD_BURN_RATE}{f}",
          "labels": labels},
         {"record": names.SLO_INFO, "expr": "vector(1)", "labels": info},
     ]}
 
 
-def _pair(metric: str, f: str, p: BurnPair, budget: float, outlier: str = "") -> str:
+def _pair(metric: dict[str, str], f: str, p: BurnPair, budget: float, outlier: str = "") -> str:
     thr = f"({num(p.factor)} * {num(budget)})"
-    cond = (f"    ({metric}{p.short}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
-            f"    ({metric}{p.long}{f} > {thr})")
+    cond = (f"    ({metric[p.short]}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
+            f"    ({metric[p.long]}{f} > {thr})")
     if outlier:
-        pool = f"{names.SLO_SLI_ERROR}{p.short}{f}"
-        cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric}{p.short}{f}\n"
+        pool = f"{names.SLO_SLI_ERROR[p.short]}{f}"
+        cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric[p.short]}{f}\n"
                  f"      > on({names.L_SLOTH_ID}, {names.L_MODEL}, {names.L_POOL}) group_left()\n"
                  f"    ({outlier} * {pool}))")
     return cond

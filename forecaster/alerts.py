@@ -40,15 +40,20 @@ def fingerprint(labels: dict[str, str]) -> str:
 
 
 def alert_labels(pool: str, replica: str, model: str, slo_name: str) -> dict[str, str]:
-    return {names.L_ALERTNAME: names.FORECAST_ALERTNAME, names.L_SEVERITY: names.FORECAST_SEVERITY,
-            names.L_SOURCE: names.FORECAST_SOURCE, names.L_SLO: slo_name, names.L_MODEL: model,
-            names.L_POOL: pool, names.L_REPLICA: replica}
+    """The label set the receiver's policy matches (docs/alerting.md): a forecast is a ticket-level
+    warning from the forecaster, scoped to a replica or (no replica) its whole pool."""
+    labels = {names.L_ALERTNAME: names.FORECAST_ALERTNAME, names.L_SEVERITY: names.SEVERITY_TICKET,
+              names.L_SOURCE: names.SOURCE_FORECASTER, names.L_SLO: slo_name, names.L_MODEL: model,
+              names.L_POOL: pool, names.L_SCOPE: names.SCOPE_REPLICA if replica else names.SCOPE_POOL}
+    if replica:
+        labels[names.L_REPLICA] = replica
+    return labels
 
 
 def payload(status: str, alert: dict[str, Any], external_url: str) -> dict[str, Any]:
     """One webhook v4 notification for one alert (its group: alertname, pool, replica)."""
     labels = alert["labels"]
-    group = {k: labels[k] for k in (names.L_ALERTNAME, names.L_POOL, names.L_REPLICA)}
+    group = {k: labels[k] for k in (names.L_ALERTNAME, names.L_POOL, names.L_REPLICA) if k in labels}
     group_key = "{}:{" + ", ".join(f'{k}="{v}"' for k, v in group.items()) + "}"
     return {
         "version": "4", "groupKey": group_key, "truncatedAlerts": 0, "status": status, "receiver": RECEIVER,
@@ -81,8 +86,9 @@ class Hysteresis:
         self.states: dict[str, TargetState] = {}
 
     def _alert(self, st: TargetState, status: str, risk: float, now_ms: int) -> dict[str, Any]:
-        target = f"{st.labels[names.L_POOL]}/{st.labels[names.L_REPLICA] or '*'}"
-        what = f"replica {st.labels[names.L_REPLICA]}" if st.labels[names.L_REPLICA] else "the pool"
+        replica = st.labels.get(names.L_REPLICA, "")
+        target = f"{st.labels[names.L_POOL]}/{replica or '*'}"
+        what = f"replica {replica}" if replica else "the pool"
         ann = {names.ANN_RISK: f"{risk:.4f}", names.ANN_THRESHOLD: f"{self.threshold:.4f}",
                names.ANN_HORIZON_S: str(self.horizon_s),
                names.ANN_SUMMARY: (f"{st.labels[names.L_SLO]} SLO breach forecast within {self.horizon_s} s for {what} "

@@ -153,37 +153,35 @@ FORECAST_TARGET_REPLICA = "replica"
 FORECAST_TARGET_POOL = "pool"
 L_TARGET = "target"
 L_OUTCOME = "outcome"
-#: The forecaster's alerts (Alertmanager webhook v4 to the receiver): name and labels.
+#: The forecaster's alerts (Alertmanager webhook v4 to the receiver); labels from the alerting
+#: section below (the receiver's policy matches them).
 FORECAST_ALERTNAME = "LLMSLAForecastDegradation"
-L_ALERTNAME = "alertname"
-L_SEVERITY = "severity"
-L_SOURCE = "source"
-L_SLO = "slo"
-FORECAST_SEVERITY = "warning"
-FORECAST_SOURCE = "forecaster"
 #: Annotations of a forecaster alert.
 ANN_RISK = "risk"
 ANN_THRESHOLD = "threshold"
 ANN_HORIZON_S = "horizon_s"
 ANN_SUMMARY = "summary"
-#: SLO names (the ``slo`` label): one per SLI the labels are derived from.
-SLO_TTFT = "ttft-p99"
-SLO_E2E = "e2e-p95"
+#: SLO names (the ``slo`` label, ``metadata.name`` of the specs in deploy/slo/).
+SLO_TTFT = "ttft"
+SLO_E2E = "e2e"
 SLO_AVAILABILITY = "availability"
 
 # --- alerting: SLO rules, alert labels, receiver (alerting) --------------------------------------
 # Recording-rule names and labels are Sloth's (https://sloth.dev), so dashboards built for Sloth
-# work unchanged; SLO_SLI_ERROR is followed by the window ("slo:sli_error:ratio_rate5m").
-SLO_SLI_ERROR = "slo:sli_error:ratio_rate"
+# work unchanged. Every SLI series carries sloth_id/sloth_service/sloth_slo and the SLO's model
+# and pool; the meta series (objective, error budget) one per SLO, without model/pool.
+SLO_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "2h", "6h", "1d", "3d", "30d")
+#: ``slo:sli_error:ratio_rate<window>`` for each of :data:`SLO_WINDOWS`.
+SLO_SLI_ERROR: dict[str, str] = {w: f"slo:sli_error:ratio_rate{w}" for w in SLO_WINDOWS}
 SLO_OBJECTIVE = "slo:objective:ratio"
 SLO_ERROR_BUDGET = "slo:error_budget:ratio"
 SLO_TIME_PERIOD_DAYS = "slo:time_period:days"
 SLO_CURRENT_BURN_RATE = "slo:current_burn_rate:ratio"
 SLO_PERIOD_BURN_RATE = "slo:period_burn_rate:ratio"
-SLO_PERIOD_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
+SLO_PERIOD_ERROR_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
 SLO_INFO = "sloth_slo_info"
-#: Per-replica SLI error ratio (an llmsla addition: Sloth has no per-instance SLI), + window.
-SLO_REPLICA_SLI_ERROR = "llmsla_slo:replica_sli_error:ratio_rate"
+#: Per-replica SLI error ratio (an llmsla addition: Sloth has no per-instance SLI), per window.
+SLO_REPLICA_SLI_ERROR: dict[str, str] = {w: f"llmsla_slo:replica_sli_error:ratio_rate{w}" for w in SLO_WINDOWS}
 L_SLOTH_ID = "sloth_id"
 L_SLOTH_SERVICE = "sloth_service"
 L_SLOTH_SLO = "sloth_slo"
@@ -191,6 +189,7 @@ L_SLOTH_WINDOW = "sloth_window"
 L_SLOTH_SEVERITY = "sloth_severity"
 #: Alert labels the receiver policy matches on; Prometheus rules and the forecaster set them.
 L_ALERTNAME = "alertname"
+L_ALERTSTATE = "alertstate"
 L_SEVERITY = "severity"
 L_SLO = "slo"
 L_SOURCE = "source"
@@ -202,6 +201,9 @@ SOURCE_FORECASTER = "forecaster"
 SOURCE_STATIC = "static"
 SCOPE_POOL = "pool"
 SCOPE_REPLICA = "replica"
+#: Prometheus' own series of pending and firing alerts.
+ALERTS = "ALERTS"
+ALERTSTATE_FIRING = "firing"
 #: Metrics other components export for the static alert rules (reserved here, rules use them).
 DEAD_LETTERS = "llmsla_dead_letters"  # counter, label source; llmsla_dead_letters_total
 RECEIVER_ALERTS = "llmsla_receiver_alerts"  # counter, labels status, decision
@@ -260,3 +262,20 @@ TIME_TABLES: dict[str, str] = {
 REQUEST_WINDOW_S = 5
 POLICY_WINDOW_S = 60
 GPU_WINDOW_S = 5
+
+# --- read by the dashboards and the report (issue 14) -------------------------------------------
+# Names other components produce that dashboards query (Sloth's rules, alerts, the forecaster's
+# risk) are defined with their producers above; these are the dashboards' own.
+L_LE = "le"  # histogram bucket bound (Prometheus)
+L_INSTANCE = "instance"  # added by Prometheus to every scraped series
+#: ``ab_results.metric`` values the A/B dashboard reads (A/B attribution writes them).
+AB_METRIC_TTFT_P95 = "ttft_p95_ms"
+AB_METRIC_E2E_P95 = "e2e_p95_ms"
+AB_METRIC_TTFT_ATTAINMENT = "ttft_attainment"
+AB_METRIC_SRM = "srm"  # sample-ratio mismatch: value = observed share, p_value = chi-square test
+#: Grafana datasource uids written by ``llmsla dashboards build`` (provisioning) and used as the
+#: default of each dashboard's datasource variable.
+GRAFANA_PROMETHEUS_UID = "llmsla-prometheus"
+GRAFANA_STORE_UID = "llmsla-store"
+#: Grafana's plugin id of its built-in PostgreSQL datasource (TimescaleDB too).
+GRAFANA_POSTGRES_TYPE = "grafana-postgresql-datasource"

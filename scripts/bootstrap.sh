@@ -12,6 +12,9 @@ need_apt=()
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
+# dashboards: tsc + @grafana/schema (npm) type-check the JSON; headless Chromium opens the report
+command -v npm >/dev/null || need_apt+=(nodejs npm)
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing ${need_apt[*]} with apt-get"
@@ -40,4 +43,6 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 echo "bootstrap: pip install -e '.[dev]' (first time: a few minutes)"
 "$VENV/bin/python" -m pip install -q -e '.[dev]'
+echo "bootstrap: npm packages for the dashboard type-check into .tools/ (pinned in dashboards/typecheck.py)"
+"$VENV/bin/python" -m llmsla.dashboards.typecheck install
 echo "bootstrap: ok"

@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
+# the dashboard type-check's npm packages (no-op when .tools/ already has the pinned versions)
+"$VENV/bin/python" -m llmsla.dashboards.typecheck install || exit 1
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then

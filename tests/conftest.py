@@ -115,3 +115,27 @@ def redis_service(tmp_path: Path) -> Iterator[services.Service]:
     svc = services.start_redis(tmp_path / "redis")
     yield svc
     svc.stop()
+
+
+#: Integration runs that take tens of seconds each (a Flink mini-cluster, the whole demo, a real
+#: Prometheus scraping thousands of requests): `make test-fast` leaves them out, `make test` runs
+#: everything. Marked here by place so a new test in these files is slow without remembering to.
+SLOW_PATHS: tuple[str, ...] = (
+    "tests/streaming/",
+    "tests/test_demo.py",
+    "tests/exporters/test_gateway_prometheus.py",
+    "tests/forecaster/test_online.py",
+)
+SLOW_TESTS: tuple[str, ...] = (
+    "test_arbitrary_strings_never_blind_metrics_or_poison_the_spool",
+    "test_spool_after_arbitrary_strings_holds_only_valid_lines",  # reads what the property test wrote
+    "test_malformed_or_unreachable_dsn_is_one_line_naming_the_key",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(root).as_posix()
+        if rel.startswith(SLOW_PATHS) or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

@@ -32,6 +32,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.fleet.cli:register",
     "llmsla.app.forecast_cli:register",
     "llmsla.alerting.cli:register",
+    "llmsla.dashboards.cli:register",
 )
 
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]

@@ -17,6 +17,8 @@ from llmsla.config import Config
 from llmsla.store.rollups import ROLLUPS
 
 WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)
+#: Roll-ups are small: they are kept this many times as long as the 5 s windows.
+ROLLUP_RETENTION_FACTOR = 4
 
 
 @dataclass
@@ -54,6 +56,10 @@ def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: 
     dropped = 0
     for table, col in names.TIME_TABLES.items():
         dropped += conn.execute("SELECT llmsla_drop_partitions(%s, %s, %s)", (table, col, cutoff)).fetchone()[0]
+    rollup_cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=cfg.store.retention_days * ROLLUP_RETENTION_FACTOR)
+    for table in ROLLUPS:  # tables since migration 0003 (views before it: nothing to delete)
+        if conn.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (table,)).fetchone() == ("r",):
+            conn.execute(f"DELETE FROM {table} WHERE bucket < %s", (rollup_cutoff,))
     return dropped
 
 
@@ -75,4 +81,4 @@ def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
         )
         # roll-ups are small: keep them four times as long as the 5 s windows
         conn.execute("SELECT remove_retention_policy(%s, if_exists => true)", (view,))
-        conn.execute("SELECT add_retention_policy(%s, drop_after => %s)", (view, retention * 4))
+        conn.execute("SELECT add_retention_policy(%s, drop_after => %s)", (view, retention * ROLLUP_RETENTION_FACTOR))

@@ -18,7 +18,7 @@ from llmsla import names
 from llmsla.config import Config
 from llmsla.store import maintenance
 from llmsla.store.connection import StoreError
-from llmsla.store.rollups import rollup_ddl
+from llmsla.store.rollups import rollup_ddl, rollup_tables_ddl
 
 PLAIN = "plain"
 TIMESCALE = "timescale"
@@ -42,6 +42,7 @@ class Migration:
             common = _PARTITION.sub("", self.common)
             extra = self.timescale
         extra = extra.replace("{{ROLLUP_VIEWS}}", rollup_ddl(timescale=flavor == TIMESCALE))
+        extra = extra.replace("{{ROLLUP_TABLES}}", rollup_tables_ddl())
         return common + "\n" + extra
 
 

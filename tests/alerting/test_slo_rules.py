@@ -100,10 +100,10 @@ def test_rules_use_sloth_names_and_bucket_bounds(monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     text = (G.RULES_DIR / "slo-ttft.yml").read_text()
     for name in (names.SLO_OBJECTIVE, names.SLO_ERROR_BUDGET, names.SLO_CURRENT_BURN_RATE,
-                 names.SLO_PERIOD_BURN_RATE, names.SLO_PERIOD_BUDGET_REMAINING, names.SLO_INFO):
+                 names.SLO_PERIOD_BURN_RATE, names.SLO_PERIOD_ERROR_BUDGET_REMAINING, names.SLO_INFO):
         assert f"record: {name}\n" in text
     for w in ("5m", "30m", "1h", "2h", "6h", "1d", "3d", "30d"):
-        assert f"record: {names.SLO_SLI_ERROR}{w}\n" in text
+        assert f"record: {names.SLO_SLI_ERROR[w]}\n" in text
     assert 'llmsla_request_ttft_seconds_bucket{le="0.8"}' in text
     # the E2E threshold comes from slo.e2e_ms (10 s), written as the client library writes le
     assert 'llmsla_request_e2e_seconds_bucket{le="10.0"}' in (G.RULES_DIR / "slo-e2e.yml").read_text()
@@ -230,3 +230,34 @@ def test_cli_error_names_the_file(tmp_path: Path, capsys) -> None:
     assert main(["slo", "generate", "--specs", str(tmp_path), "--rules-out", str(tmp_path / "r"), "--check"]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'bad.yaml'}:23: spec.objectives[0].value: 0.9 s is not a bucket bound" in err
+
+
+def test_a_quiet_night_does_not_poison_the_period_budget(promtool: str, tmp_path: Path) -> None:
+    """No traffic for 30 min, then 0.5 % errors: the 30-day budget remaining is 0.5 (a number),
+    not NaN - a quiet window has no ratio rather than 0/0, which sum_over_time would carry for
+    a month."""
+    rules = ROOT / "deploy" / "prometheus" / "rules" / "slo-ttft.yml"
+    count, good = "0+0x30 0+200x60", "0+0x30 0+199x60"  # per minute: quiet, then 200 requests, 199 fast
+    labels = 'model="llmsla-tiny", pool="default", replica="r0", arm="default"'
+    test = tmp_path / "quiet.test.yml"
+    test.write_text(f"""rule_files: ["{rules}"]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: '{names.REQUEST_TTFT_SECONDS}_count{{{labels}}}'
+        values: '{count}'
+      - series: '{names.REQUEST_TTFT_SECONDS}_bucket{{{labels}, le="0.8"}}'
+        values: '{good}'
+    promql_expr_test:
+      - expr: count({names.SLO_PERIOD_ERROR_BUDGET_REMAINING}{{sloth_slo="ttft"}} > 0.499 < 0.501)
+        eval_time: 90m
+        exp_samples:
+          - labels: '{{}}'
+            value: 1
+      - expr: count({names.SLO_SLI_ERROR['5m']}{{sloth_slo="ttft"}} != {names.SLO_SLI_ERROR['5m']}{{sloth_slo="ttft"}})
+        eval_time: 20m
+        exp_samples: []
+""")
+    out = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -8,6 +8,7 @@ from llmsla.forecaster import alerts
 from .webhook_server import WebhookServer
 
 LABELS = alerts.alert_labels("default", "r1", "6b", names.SLO_TTFT)
+T0 = 1_790_000_000_000  # a real epoch (the receiver refuses a 1970 startsAt)
 
 
 def _hyst() -> alerts.Hysteresis:
@@ -37,7 +38,8 @@ def test_posts_valid_webhook_v4_with_token_and_retries() -> None:
         poster = alerts.WebhookPoster(srv.url, token="s3cret")
         bodies = []
         for i, r in enumerate([0.9, 0.9, 0.1, 0.1, 0.1]):
-            bodies += [alerts.payload(s, a, "http://127.0.0.1:9465") for s, a in h.update("default/r1", r, i * 5000, LABELS)]
+            bodies += [alerts.payload(s, a, "http://127.0.0.1:9465")
+                       for s, a in h.update("default/r1", r, T0 + i * 5000, LABELS)]
         out = poster.send(bodies[:1])
         assert [o for _, o in out] == ["failed"] and len(poster.pending) == 1  # 503: kept for the next step
         out = poster.send(bodies[1:])
@@ -53,11 +55,12 @@ def test_posts_valid_webhook_v4_with_token_and_retries() -> None:
         assert [o for _, o in bad.send([bodies[0]])] == ["refused 400"] and not bad.pending
 
 
-def test_pool_target_has_empty_replica_label() -> None:
+def test_pool_target_has_pool_scope_and_no_replica_label() -> None:
     lab = alerts.alert_labels("chat", "", "70b", names.SLO_AVAILABILITY)
     h = alerts.Hysteresis(0.5, fire_steps=1, resolve_steps=1, resolve_ratio=1.0, repeat_s=60, horizon_s=25)
-    (_, alert), = h.update("chat/*", 0.9, 0, lab)
+    (_, alert), = h.update("chat/*", 0.9, T0, lab)
     from .webhook_server import validate
 
     validate(alerts.payload("firing", alert, ""))
-    assert alert["labels"]["replica"] == "" and "the pool" in alert["annotations"]["summary"]
+    assert "replica" not in alert["labels"] and alert["labels"][names.L_SCOPE] == names.SCOPE_POOL
+    assert "the pool" in alert["annotations"]["summary"]

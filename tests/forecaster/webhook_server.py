@@ -16,7 +16,7 @@ TOP = {"version": str, "groupKey": str, "truncatedAlerts": int, "status": str, "
 ALERT = {"status": str, "labels": dict, "annotations": dict, "startsAt": str, "endsAt": str,
          "generatorURL": str, "fingerprint": str}
 LABELS = {names.L_ALERTNAME, names.L_SEVERITY, names.L_SOURCE, names.L_SLO, names.L_MODEL, names.L_POOL,
-          names.L_REPLICA}
+          names.L_SCOPE}
 ANNOTATIONS = {names.ANN_RISK, names.ANN_THRESHOLD, names.ANN_HORIZON_S, names.ANN_SUMMARY}
 
 
@@ -39,11 +39,12 @@ def validate(body: dict) -> None:
         for k, t in ALERT.items():
             assert type(a[k]) is t, (k, type(a[k]))
         assert a["status"] in ("firing", "resolved")
-        assert set(a["labels"]) == LABELS and set(a["annotations"]) == ANNOTATIONS
+        scoped = LABELS | ({names.L_REPLICA} if a["labels"].get(names.L_SCOPE) == names.SCOPE_REPLICA else set())
+        assert set(a["labels"]) == scoped and set(a["annotations"]) == ANNOTATIONS
         assert all(isinstance(v, str) for v in [*a["labels"].values(), *a["annotations"].values()])
         lab = a["labels"]
-        assert lab[names.L_ALERTNAME] == names.FORECAST_ALERTNAME and lab[names.L_SOURCE] == names.FORECAST_SOURCE
-        assert lab[names.L_SEVERITY] == names.FORECAST_SEVERITY
+        assert lab[names.L_ALERTNAME] == names.FORECAST_ALERTNAME and lab[names.L_SOURCE] == names.SOURCE_FORECASTER
+        assert lab[names.L_SEVERITY] == names.SEVERITY_TICKET
         float(a["annotations"][names.ANN_RISK]), float(a["annotations"][names.ANN_THRESHOLD])
         int(a["annotations"][names.ANN_HORIZON_S])
         starts = _time(a["startsAt"])
@@ -54,6 +55,10 @@ def validate(body: dict) -> None:
         assert len(a["fingerprint"]) == 16 and int(a["fingerprint"], 16) >= 0
     if body["status"] == "resolved":
         assert all(a["status"] == "resolved" for a in body["alerts"])
+    # and the consumer accepts it: the receiver's own strict webhook v4 parser
+    from llmsla.alerting import webhook
+
+    webhook.parse(json.dumps(body).encode())
 
 
 class WebhookServer:

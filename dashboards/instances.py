@@ -1,0 +1,50 @@
+"""P99 per instance: which replica is slow, since when, and is it one replica or all of them?
+
+x = time, y = replica, colour = that replica's P99 on a log colour scale whose steps are the
+SLO-aligned histogram bounds (greens under the objective, oranges to reds over it). Live rows come
+from Prometheus (``histogram_quantile`` per replica); historical rows from the store's windows
+(roll-up picked from the range: the worst 5 s P99 inside each bucket).
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.models import dashboard as dash_m
+
+from llmsla.config import Config
+from llmsla.dashboards import common as c
+from llmsla.dashboards import promql, storesql
+
+
+def build(cfg: Config) -> dash_m.Dashboard:
+    ttft_steps = c.log_steps(cfg.metrics.ttft_buckets, cfg.slo.ttft_ms / 1000)
+    e2e_steps = c.log_steps(cfg.metrics.e2e_buckets, cfg.slo.e2e_ms / 1000)
+    d = c.new_dashboard(
+        c.UID_INSTANCES, "llmsla / P99 per instance",
+        "TTFT and E2E P99 per replica over time; colour steps are the histogram bounds (log-spaced), red past the SLO.",
+        time_from="now-3h",
+    ).with_variable(c.prometheus_datasource()).with_variable(c.store_datasource())
+    for v in c.request_variables():
+        d = d.with_variable(v)
+    for a in c.action_annotations():
+        d = d.annotation(a)
+    d = d.with_row(dash.Row("Live (Prometheus)"))
+    d = d.with_panel(c.status_history_panel(
+        "TTFT P99 per replica (live)", promql.TTFT_P99_BY_REPLICA, steps=ttft_steps,
+        description="histogram_quantile(0.99) of the gateway's TTFT histogram per replica."))
+    d = d.with_panel(c.status_history_panel(
+        "E2E P99 per replica (live)", promql.E2E_P99_BY_REPLICA, steps=e2e_steps,
+        description="histogram_quantile(0.99) of the gateway's E2E histogram per replica."))
+    d = d.with_row(dash.Row("History (store)"))
+    d = d.with_panel(c.status_history_panel(
+        "TTFT P99 per replica (store)", storesql.TTFT_P99_HISTORY, steps=ttft_steps,
+        description="Worst 5 s-window TTFT P99 per replica in each interval, from the store (5 s table up to 1 h "
+                    "of range, 1 m roll-up up to a day, 1 h roll-up beyond)."))
+    d = d.with_panel(c.status_history_panel(
+        "E2E P99 per replica (store)", storesql.E2E_P99_HISTORY, steps=e2e_steps,
+        description="Worst 5 s-window E2E P99 per replica in each interval, from the store."))
+    d = d.with_panel(c.timeseries_panel(
+        "TTFT P99 per replica (store, lines)", [storesql.TTFT_P99_HISTORY], unit="s", w=24, log_y=True,
+        slo=c.slo_line(cfg.slo.ttft_ms / 1000), links=[c.link_to(c.UID_FLEET, "Fleet SLA overview")],
+        description="The same history as lines, for comparing replicas at one instant."))
+    return c.number_panels(d.build())

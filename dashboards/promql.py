@@ -1,0 +1,125 @@
+"""Every PromQL query of the dashboards (and of the report), built from ``llmsla.names``.
+
+Request series are filtered by the dashboard variables ``$model``, ``$pool``, ``$replica``, ``$arm``
+(multi-value, include-all, no custom all value, so "All" expands to the listed values and the
+same variable also works in SQL). Rates use ``$__rate_interval`` (at least four scrapes, so a
+short panel interval never leaves a window with one sample). The heatmaps take the per-bucket
+rate of the histogram with format ``heatmap``: Grafana turns the cumulative ``le`` series into
+per-bucket values and the panel draws them as they are (no re-bucketing).
+"""
+
+from __future__ import annotations
+
+from llmsla import names
+from llmsla.dashboards.query import SLOTH_RULES, PromQuery, register
+
+RATE = "$__rate_interval"
+
+
+def selector(*labels: str, extra: str = "") -> str:
+    """``{model=~"$model", ...}``: a regex match on each dashboard variable."""
+    parts = [f'{lbl}=~"${lbl}"' for lbl in labels]
+    if extra:
+        parts.append(extra)
+    return "{" + ", ".join(parts) + "}"
+
+
+REQ = selector(*names.REQUEST_LABELS)
+REQUESTS_TOTAL = f"{names.REQUESTS}_total"
+_FAILED = f'{names.L_STATUS}=~"{names.STATUS_ERROR}|{names.STATUS_TIMEOUT}"'
+
+
+def _q(key: str, expr: str, **kw: object) -> PromQuery:
+    return register(PromQuery(key, expr, **kw))  # type: ignore[arg-type,return-value]
+
+
+# -- variables ------------------------------------------------------------------------------------
+VAR_MODEL = _q("var.model", f"label_values({REQUESTS_TOTAL}, {names.L_MODEL})")
+VAR_POOL = _q("var.pool", f"label_values({REQUESTS_TOTAL}{selector(names.L_MODEL)}, {names.L_POOL})")
+VAR_REPLICA = _q("var.replica", f"label_values({REQUESTS_TOTAL}{selector(names.L_MODEL, names.L_POOL)}, {names.L_REPLICA})")
+VAR_ARM = _q("var.arm", f"label_values({REQUESTS_TOTAL}{selector(names.L_MODEL, names.L_POOL)}, {names.L_ARM})")
+SLO_SEL = selector(names.L_MODEL, names.L_POOL, names.L_SLOTH_SLO)
+#: Sloth's meta series (objective, error budget) are one per SLO, without model/pool labels
+SLO_META_SEL = selector(names.L_SLOTH_SLO)
+VAR_SLO = _q("var.slo", f"label_values({names.SLO_SLI_ERROR['5m']}{selector(names.L_MODEL, names.L_POOL)}, {names.L_SLOTH_SLO})",
+             pending=SLOTH_RULES)
+
+# -- fleet SLA overview ---------------------------------------------------------------------------
+QPS = _q("fleet.qps", f"sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}]))",
+         legend="{{pool}}", labels=(names.L_POOL,))
+ERROR_RATIO = _q(
+    "fleet.error_ratio",
+    # "or ... * 0": a pool without a single failure still gets a series (0), not a gap
+    f"(sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{selector(*names.REQUEST_LABELS, extra=_FAILED)}[{RATE}]))"
+    f" or sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}])) * 0)"
+    f" / sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}]))",
+    legend="{{pool}}", labels=(names.L_POOL,),
+)
+
+
+def _quantile(key: str, metric: str, q: float, by: tuple[str, ...] = ()) -> PromQuery:
+    group = ", ".join((names.L_LE, *by))
+    legend = "{{" + by[0] + "}}" if by else f"P{round(q * 100)}"
+    return _q(key, f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{REQ}[{RATE}])))",
+              legend=legend, labels=by)
+
+
+TTFT_QUANTILES = tuple(_quantile(f"fleet.ttft_p{round(q * 100)}", names.REQUEST_TTFT_SECONDS, q) for q in (0.5, 0.95, 0.99))
+E2E_QUANTILES = tuple(_quantile(f"fleet.e2e_p{round(q * 100)}", names.REQUEST_E2E_SECONDS, q) for q in (0.5, 0.95, 0.99))
+
+
+def _heatmap(key: str, metric: str) -> PromQuery:
+    return _q(key, f"sum by ({names.L_LE}) (rate({metric}_bucket{REQ}[{RATE}]))",
+              legend="{{le}}", fmt="heatmap", labels=(names.L_LE,))
+
+
+TTFT_HEATMAP = _heatmap("fleet.ttft_heatmap", names.REQUEST_TTFT_SECONDS)
+E2E_HEATMAP = _heatmap("fleet.e2e_heatmap", names.REQUEST_E2E_SECONDS)
+_GPU_BY = f"{names.L_INSTANCE}, {names.L_GPU}"
+GPU_MEM_USED = _q("fleet.gpu_mem_used", f"max by ({_GPU_BY}) ({names.GPU_MEMORY_USED_BYTES})",
+                  legend="{{instance}} GPU {{gpu}} used", labels=(names.L_INSTANCE, names.L_GPU))
+GPU_MEM_TOTAL = _q("fleet.gpu_mem_total", f"max by ({_GPU_BY}) ({names.GPU_MEMORY_TOTAL_BYTES})",
+                   legend="{{instance}} GPU {{gpu}} total", labels=(names.L_INSTANCE, names.L_GPU))
+QUEUE_LENGTH = _q("fleet.queue_length",
+                  f"sum by ({names.L_INSTANCE}) ({names.WORKER_QUEUE_LENGTH}{selector(names.L_MODEL)})",
+                  legend="{{instance}}", labels=(names.L_INSTANCE,))
+IN_FLIGHT = _q("fleet.in_flight", f"sum by ({names.L_POOL}) ({names.REQUESTS_IN_FLIGHT}{selector(names.L_POOL)})",
+               legend="{{pool}}", labels=(names.L_POOL,))
+_ROUTER_SEL = selector(names.L_POOL, names.L_REPLICA)
+ROUTER_PICKS = _q("fleet.router_picks",
+                  f"sum by ({names.L_POOL}, {names.L_REPLICA}) (rate({names.ROUTER_PICKS}_total{_ROUTER_SEL}[{RATE}]))",
+                  legend="{{pool}}/{{replica}}", labels=(names.L_POOL, names.L_REPLICA))
+ROUTER_WEIGHTS = _q("fleet.router_weights",
+                    f"max by ({names.L_POOL}, {names.L_REPLICA}) ({names.ROUTER_WEIGHT}{_ROUTER_SEL})",
+                    legend="{{pool}}/{{replica}}", labels=(names.L_POOL, names.L_REPLICA))
+
+# -- P99 per instance (live) ----------------------------------------------------------------------
+TTFT_P99_BY_REPLICA = _quantile("instances.ttft_p99_live", names.REQUEST_TTFT_SECONDS, 0.99, (names.L_REPLICA,))
+E2E_P99_BY_REPLICA = _quantile("instances.e2e_p99_live", names.REQUEST_E2E_SECONDS, 0.99, (names.L_REPLICA,))
+
+# -- SLO and error budget (Sloth's recording rules) -----------------------------------------------
+_SLO_LABELS = (names.L_SLOTH_SERVICE, names.L_SLOTH_SLO)
+_SLO_LEGEND = "{{sloth_service}}/{{sloth_slo}}"
+SLI = _q("slo.sli", f"1 - {names.SLO_SLI_ERROR['5m']}{SLO_SEL}", legend=_SLO_LEGEND, labels=_SLO_LABELS,
+         pending=SLOTH_RULES)
+OBJECTIVE = _q("slo.objective", f"{names.SLO_OBJECTIVE}{SLO_META_SEL}", legend=_SLO_LEGEND + " objective",
+               labels=_SLO_LABELS, pending=SLOTH_RULES)
+BURN_RATES = tuple(
+    _q(f"slo.burn_rate_{w}",
+       f"{names.SLO_SLI_ERROR[w]}{SLO_SEL} / on ({names.L_SLOTH_ID}) group_left () {names.SLO_ERROR_BUDGET}{SLO_META_SEL}",
+       legend=f"{_SLO_LEGEND} {w}", labels=_SLO_LABELS, pending=SLOTH_RULES)
+    for w in names.SLO_WINDOWS if w != "30d"
+)
+CURRENT_BURN_RATE = _q("slo.current_burn_rate", f"{names.SLO_CURRENT_BURN_RATE}{SLO_SEL}", legend=_SLO_LEGEND,
+                       labels=_SLO_LABELS, pending=SLOTH_RULES)
+PERIOD_BURN_RATE = _q("slo.period_burn_rate", f"{names.SLO_PERIOD_BURN_RATE}{SLO_SEL}", legend=_SLO_LEGEND,
+                      labels=_SLO_LABELS, pending=SLOTH_RULES)
+BUDGET_REMAINING = _q("slo.budget_remaining", f"{names.SLO_PERIOD_ERROR_BUDGET_REMAINING}{SLO_SEL}",
+                      legend=_SLO_LEGEND, labels=_SLO_LABELS, pending=SLOTH_RULES)
+FIRING_ALERTS = _q("slo.firing_alerts", f'{names.ALERTS}{{{names.L_ALERTSTATE}="{names.ALERTSTATE_FIRING}"}}',
+                   fmt="table", instant=True, labels=(names.L_ALERTNAME, names.L_SEVERITY))
+
+# -- forecaster (live) ----------------------------------------------------------------------------
+FORECAST_RISK = _q("forecast.risk_live",
+                   f"max by ({names.L_POOL}, {names.L_REPLICA}, {names.L_TARGET}) ({names.FORECAST_RISK}{selector(names.L_MODEL, names.L_POOL)})",
+                   legend="{{pool}}/{{replica}} ({{target}})", labels=(names.L_POOL, names.L_TARGET))

@@ -1,0 +1,82 @@
+"""Pick the 5 s request windows or a roll-up from the dashboard's time range, in the SQL itself.
+
+A panel's query reads ``request_windows`` (5 s), ``request_windows_1m`` or ``request_windows_1h``
+through one ``UNION ALL`` of three branches. Each branch carries a guard on the range length,
+``$__timeTo()::timestamptz - $__timeFrom()::timestamptz``, which Grafana expands to two literals;
+PostgreSQL folds the guard to a constant when it plans the query and drops the false branches
+(an empty Append child), so a 7-day panel never opens a 5 s partition — ``tests/dashboards/
+test_rollup_plan.py`` proves it with EXPLAIN. No function, no dynamic SQL: the choice stays visible
+to the planner and to anyone reading the panel.
+
+Tiers: up to 1 h of range reads the 5 s table (at most 720 windows per series), up to 1 day the
+1 m roll-up (1,440), beyond that the 1 h roll-up (168 per series for 7 days). The roll-ups carry
+counts and sums (exact at any width) and, for percentiles, the worst 5 s window's P99
+(``*_p99_ms_max``): a P99 cannot be merged from P99s. When the store gains mergeable latency
+histogram columns (A/B attribution issue), the roll-up branches can compute an exact P99 per
+bucket from them instead of the worst window's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmsla import names
+
+
+@dataclass(frozen=True)
+class Tier:
+    table: str
+    width_s: int
+    max_range: str | None  # PostgreSQL interval literal; None = no upper bound
+    rollup: bool
+
+
+TIERS: tuple[Tier, ...] = (
+    Tier(names.T_REQUEST_WINDOWS, names.REQUEST_WINDOW_S, "1 hour", rollup=False),
+    Tier(names.T_REQUEST_WINDOWS_1M, 60, "1 day", rollup=True),
+    Tier(names.T_REQUEST_WINDOWS_1H, 3600, None, rollup=True),
+)
+
+#: Columns whose name differs between the 5 s table and the roll-ups (logical -> (5 s, roll-up)).
+PER_TIER: dict[str, tuple[str, str]] = {
+    "ttft_p99_ms": ("ttft_p99_ms", "ttft_p99_ms_max"),
+    "e2e_p99_ms": ("e2e_p99_ms", "e2e_p99_ms_max"),
+    "queue_p99_ms": ("queue_p99_ms", "queue_p99_ms_max"),
+}
+
+RANGE = "($__timeTo()::timestamptz - $__timeFrom()::timestamptz)"
+
+#: The dashboard filter on the request labels (multi-value variables, quoted by Grafana).
+LABEL_FILTER = " AND ".join(f"{lbl} IN (${lbl})" for lbl in names.REQUEST_LABELS)
+
+
+def guard(i: int) -> str:
+    """The range condition under which tier ``i`` answers."""
+    conds = []
+    if i > 0:
+        conds.append(f"{RANGE} > INTERVAL '{TIERS[i - 1].max_range}'")
+    if TIERS[i].max_range is not None:
+        conds.append(f"{RANGE} <= INTERVAL '{TIERS[i].max_range}'")
+    return " AND ".join(conds)
+
+
+def request_windows(columns: list[str], where: str = LABEL_FILTER, *, tiers: tuple[Tier, ...] = TIERS) -> str:
+    """A derived table ``w`` with ``bucket``, the label columns, ``columns`` (logical names) and
+    ``width_s`` (the tier's bucket width), from the tier the range picks."""
+    branches = []
+    for i, tier in enumerate(TIERS):
+        if tier not in tiers:
+            continue
+        cols = ["bucket", *names.REQUEST_LABELS]
+        for c in columns:
+            phys = PER_TIER[c][tier.rollup] if c in PER_TIER else c
+            cols.append(phys if phys == c else f"{phys} AS {c}")
+        cols.append(f"{tier.width_s} AS width_s")
+        conds = ["$__timeFilter(bucket)"]
+        if len(tiers) > 1:
+            conds.append(guard(i))
+        if where:
+            conds.append(where)
+        branches.append(f"SELECT {', '.join(cols)} FROM {tier.table} WHERE {' AND '.join(conds)}")
+    return "(" + "\n  UNION ALL ".join(branches) + ") AS w"
+

@@ -1,0 +1,403 @@
+"""Every store query of the dashboards, expanded as Grafana's PostgreSQL datasource expands it and
+run on the store with data: the columns its panel expects, in order, and values equal to an
+independent reference computed here in Python from the rows inserted (roll-ups included). Request
+queries run at three ranges, one per tier; EXPLAIN shows each range reads its tier only, and a
+7-day query no 5 s partition. Hostile variable values stay data.
+
+``forecasts``, ``action_log`` and ``ab_results`` get rows here in their documented schema (their
+producers are other issues); the request and policy windows are what the streaming job writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+from collections import defaultdict
+
+import numpy as np
+import psycopg
+import pytest
+
+from llmsla import names
+from llmsla.dashboards import runner, storesql
+from llmsla.dashboards.macros import TimeRange, Variable
+from llmsla.dashboards.query import REGISTRY, SqlQuery
+from llmsla.dashboards.rollup import TIERS
+from llmsla.store import connect
+from llmsla.store.migrate import migrate, recorded_flavor
+
+UTC = dt.UTC
+REPLICAS = ("r0", "r1")
+ARMS = ("control", "treatment")
+ZONES = ("eu", "us")
+STEP_S = 30  # one 5 s window every 30 s: sparse, and every tier still has rows to merge
+HOURS = 50
+HOSTILE = "x'); DROP TABLE request_windows; --"
+WINDOW_COLS = ("bucket", "model", "pool", "replica", "arm", "requests", "ok", "errors", "timeouts", "cancelled",
+               "rejected", "qps", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms",
+               "itl_mean_ms", "itl_jitter_ms", "queue_p99_ms", "prompt_tokens", "output_tokens", "output_tps",
+               "ttft_slo_ms", "e2e_slo_ms", "ttft_within_slo", "e2e_within_slo", "ttft_count", "ttft_sum_ms",
+               "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2")
+
+
+def epoch(ts: dt.datetime) -> float:
+    return ts.timestamp()
+
+
+class Data:
+    """The rows inserted, kept for the references."""
+
+    def __init__(self, end: dt.datetime) -> None:
+        rng = random.Random(11)
+        nrng = np.random.default_rng(11)
+        self.end = end
+        self.windows: list[dict] = []
+        start = end - dt.timedelta(hours=HOURS)
+        n = HOURS * 3600 // STEP_S
+        for i in range(n):
+            bucket = start + dt.timedelta(seconds=STEP_S * i)
+            for rep in REPLICAS:
+                for arm in ARMS:
+                    req = rng.randint(1, 40)
+                    slow = 4.0 if (rep == "r1" and n - 150 <= i < n - 50) else 1.0  # 75-25 min before the end
+                    p99 = rng.uniform(100, 900) * slow
+                    self.windows.append({
+                        "bucket": bucket, "model": "m", "pool": "p", "replica": rep, "arm": arm, "requests": req,
+                        "ok": req - (e := rng.randint(0, 2)), "errors": e, "timeouts": 0, "cancelled": 0, "rejected": 0,
+                        "qps": req / 5, "ttft_p50_ms": p99 / 4, "ttft_p95_ms": p99 / 2, "ttft_p99_ms": p99,
+                        "e2e_p50_ms": p99 * 3, "e2e_p95_ms": p99 * 5, "e2e_p99_ms": p99 * 8, "itl_mean_ms": 20.0,
+                        "itl_jitter_ms": 2.0, "queue_p99_ms": rng.uniform(0, 5), "prompt_tokens": req * 100,
+                        "output_tokens": req * 20, "output_tps": req * 4.0, "ttft_slo_ms": 800.0, "e2e_slo_ms": 10000.0,
+                        "ttft_within_slo": rng.randint(0, req), "e2e_within_slo": rng.randint(0, req), "ttft_count": req,
+                        "ttft_sum_ms": req * p99 / 3, "e2e_sum_ms": req * p99, "itl_n": req * 19,
+                        "itl_sum_ms": req * 19 * 20.0, "itl_sumsq_ms2": req * 19 * 404.0,
+                    })
+        # policy: raw temperatures per 60 s window (the reference pools them directly)
+        self.policy: list[dict] = []
+        self.raw_temps: dict[tuple, np.ndarray] = {}
+        for i in range(6 * 60):
+            bucket = end - dt.timedelta(hours=6) + dt.timedelta(minutes=i)
+            for z in ZONES:
+                temps = nrng.uniform(0.2, 1.2, size=int(nrng.integers(3, 20))) * (1.5 if z == "us" else 1.0)
+                self.raw_temps[(bucket, z)] = temps
+                self.policy.append({"bucket": bucket, "zone": z, "policy_id": "p1", "decisions": len(temps),
+                                    "traces": len(temps) // 2 + 1, "temperature_mean": float(temps.mean()),
+                                    "temperature_jitter": float(temps.std()), "latency_p50_ms": rng.uniform(1, 3),
+                                    "latency_p99_ms": rng.uniform(3, 9), "decide_p99_ms": rng.uniform(0.1, 1)})
+        t = end - dt.timedelta(minutes=50)
+        self.forecasts = [
+            {"ts": t + dt.timedelta(minutes=k), "forecaster": "lstm", "target": tgt, "pool": "p", "replica": rep,
+             "horizon_s": 300, "predicted": 700.0 + k, "threshold": 800.0, "risk": rng.random()}
+            for k in range(0, 40, 2) for tgt, rep in (("ttft_p99", "r1"), ("e2e_p99", ""))
+        ]
+        self.actions = [
+            {"ts": t + dt.timedelta(minutes=10), "source": "receiver", "actor": "alertmanager", "action": "set_weight",
+             "target": "p/r1", "params": {"weight": 0.2}, "reason": "burn rate 14x", "alertname": "TTFTBurnRate", "fingerprint": "f1", "outcome": "applied"},
+            {"ts": t + dt.timedelta(minutes=25), "source": "receiver", "actor": "alertmanager", "action": "undrain",
+             "target": "p/r1", "params": {}, "reason": "", "alertname": "TTFTBurnRate", "fingerprint": "f1", "outcome": "skipped: cooldown"},
+            {"ts": t + dt.timedelta(minutes=30), "source": "api", "actor": "alice", "action": "set_student_share",
+             "target": "p", "params": {"share": 0.3}, "reason": "canary", "alertname": None, "fingerprint": None, "outcome": "applied"},
+        ]
+        ab = []
+        for k, (ci, p) in enumerate(((-5.0, 30.0), (-30.0, -10.0))):  # the later row wins: 'better'
+            ab.append({"ts": t + dt.timedelta(minutes=k), "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_TTFT_P95,
+                       "n": 1000, "value": 400.0, "baseline": 420.0, "effect": (ci + p) / 2, "ci_low": ci, "ci_high": p, "p_value": 0.01})
+        ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_E2E_P95, "n": 1000,
+                   "value": 3000.0, "baseline": 2900.0, "effect": 100.0, "ci_low": 20.0, "ci_high": 180.0, "p_value": 0.02})
+        ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_TTFT_ATTAINMENT, "n": 1000,
+                   "value": 0.991, "baseline": 0.99, "effect": 0.001, "ci_low": -0.002, "ci_high": 0.004, "p_value": 0.5})
+        ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_SRM, "n": 2000,
+                   "value": 0.55, "baseline": 0.5, "effect": 0.05, "ci_low": None, "ci_high": None, "p_value": 1e-6})
+        self.ab = ab
+
+    def insert(self, conn: psycopg.Connection) -> None:
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY {names.T_REQUEST_WINDOWS} ({', '.join(WINDOW_COLS)}) FROM STDIN") as cp:
+                for w in self.windows:
+                    cp.write_row([w[c] for c in WINDOW_COLS])
+            for table, rows in ((names.T_POLICY_WINDOWS, self.policy), (names.T_FORECASTS, self.forecasts),
+                                (names.T_ACTION_LOG, self.actions), (names.T_AB_RESULTS, self.ab)):
+                cols = list(rows[0])
+                cur.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)})",
+                                [tuple(json.dumps(r[c]) if c == "params" else r[c] for c in cols) for r in rows])
+        conn.commit()
+        if recorded_flavor(conn) == "timescale":
+            conn.autocommit = True
+            for view in (names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H):
+                conn.execute(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
+            conn.autocommit = False
+
+
+# -- reference: the tier a range reads, computed in Python -----------------------------------------
+def tier_width(rng: TimeRange) -> int:
+    return 5 if rng.seconds <= 3600 else 60 if rng.seconds <= 86400 else 3600
+
+
+def tier_rows(data: Data, rng: TimeRange) -> list[dict]:
+    """The rows of the tier the range picks: raw 5 s rows, or roll-ups computed here."""
+    width = tier_width(rng)
+    groups: dict[tuple, dict] = {}
+    for w in data.windows:
+        b = math.floor(epoch(w["bucket"]) / width) * width
+        key = (b, w["replica"], w["arm"], w["pool"])
+        g = groups.setdefault(key, {"bucket": b, "replica": w["replica"], "arm": w["arm"], "pool": w["pool"],
+                                    "requests": 0, "ttft_within_slo": 0, "e2e_within_slo": 0, "errors": 0, "timeouts": 0,
+                                    "ttft_p99_ms": -1.0, "e2e_p99_ms": -1.0})
+        for c in ("requests", "ttft_within_slo", "e2e_within_slo", "errors", "timeouts"):
+            g[c] += w[c]
+        g["ttft_p99_ms"] = max(g["ttft_p99_ms"], w["ttft_p99_ms"])
+        g["e2e_p99_ms"] = max(g["e2e_p99_ms"], w["e2e_p99_ms"])
+    return [g for g in groups.values() if epoch(rng.start) <= g["bucket"] <= epoch(rng.end)]
+
+
+def grouped(rows: list[dict], interval_s: float, by: str) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[(math.floor(r["bucket"] / interval_s) * interval_s, r[by])].append(r)
+    return out
+
+
+def ref_p99(data: Data, rng: TimeRange, interval_s: float, col: str) -> dict[tuple, float]:
+    return {k: max(r[col] for r in rs) / 1000 for k, rs in grouped(tier_rows(data, rng), interval_s, "replica").items()}
+
+
+def ref_qps(data: Data, rng: TimeRange, interval_s: float) -> dict[tuple, float]:
+    return {k: sum(r["requests"] for r in rs) / max(interval_s, tier_width(rng))
+            for k, rs in grouped(tier_rows(data, rng), interval_s, "pool").items()}
+
+
+def ref_attainment(data: Data, rng: TimeRange, interval_s: float, by: str) -> dict[tuple, tuple[float, float]]:
+    out = {}
+    for k, rs in grouped(tier_rows(data, rng), interval_s, by).items():
+        n = sum(r["requests"] for r in rs)
+        out[k] = (sum(r["ttft_within_slo"] for r in rs) / n, sum(r["e2e_within_slo"] for r in rs) / n)
+    return out
+
+
+RANGES = {  # one range per tier, ending at the data's end
+    "30m": (dt.timedelta(minutes=30), 5000),
+    "6h": (dt.timedelta(hours=6), 60000),
+    "2d": (dt.timedelta(days=2), 3600000),
+}
+
+
+@pytest.fixture(scope="module")
+def store(pg_server_dsn: str, tmp_path_factory) -> tuple[str, Data, bool]:
+    """One database with the data for the whole module (the queries only read)."""
+    from llmsla import config as config_mod
+
+    dbname = "t_dash_queries"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+    info = psycopg.conninfo.conninfo_to_dict(pg_server_dsn)
+    info["dbname"] = dbname
+    dsn = psycopg.conninfo.make_conninfo(**info)
+    cfg = config_mod.load(env={})
+    cfg.store.dsn = dsn
+    end = dt.datetime.now(UTC).replace(second=0, microsecond=0)
+    data = Data(end)
+    with connect(dsn) as conn:
+        migrate(conn, cfg)
+        data.insert(conn)
+        timescale = recorded_flavor(conn) == "timescale"
+    yield dsn, data, timescale
+    with psycopg.connect(pg_server_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def variables(**over: tuple[str, ...]) -> dict[str, Variable]:
+    base = {"model": ("m",), "pool": ("p",), "replica": REPLICAS, "arm": ARMS, "zone": ZONES, "policy_id": ("p1",),
+            "experiment": ("e1",)}
+    base.update(over)
+    return {k: Variable(v) for k, v in base.items()}
+
+
+def run(dsn: str, q: SqlQuery, rng: TimeRange, interval_ms: int, vars_: dict | None = None, timescale: bool = False) -> runner.Table:
+    with connect(dsn) as conn:
+        t = runner.sql(conn, q, rng, interval_ms, vars_ or variables(), timescaledb=False)
+    assert t.columns == list(q.columns), q.key
+    return t
+
+
+def as_map(t: runner.Table, ncols: int = 1) -> dict[tuple, tuple]:
+    return {(float(r[0]), r[1]): tuple(float(x) for x in r[2:2 + ncols]) for r in t.rows}
+
+
+def close(a: dict, b: dict) -> None:
+    assert a and a.keys() == b.keys(), (sorted(set(a) ^ set(b))[:5])
+    for k in a:
+        av, bv = a[k], b[k] if isinstance(b[k], tuple) else (b[k],)
+        assert all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(av, bv, strict=True)), (k, av, bv)
+
+
+@pytest.mark.parametrize("span", list(RANGES))
+def test_request_queries_equal_the_reference_in_every_tier(store, span: str) -> None:
+    dsn, data, timescale = store
+    length, interval_ms = RANGES[span]
+    rng = TimeRange(data.end - length, data.end)
+    interval_s = interval_ms / 1000
+    for q, col in ((storesql.TTFT_P99_HISTORY, "ttft_p99_ms"), (storesql.E2E_P99_HISTORY, "e2e_p99_ms")):
+        t = run(dsn, q, rng, interval_ms)
+        assert t.rows
+        close(as_map(t), ref_p99(data, rng, interval_s, col))
+    close(as_map(run(dsn, storesql.QPS_HISTORY, rng, interval_ms)), ref_qps(data, rng, interval_s))
+    close(as_map(run(dsn, storesql.ATTAINMENT_BY_POOL, rng, interval_ms), 2), ref_attainment(data, rng, interval_s, "pool"))
+    close(as_map(run(dsn, storesql.ATTAINMENT_BY_ARM, rng, interval_ms), 2), ref_attainment(data, rng, interval_s, "arm"))
+    summary = run(dsn, storesql.ARM_SUMMARY, rng, interval_ms)
+    rows = tier_rows(data, rng)
+    total = sum(r["requests"] for r in rows)
+    for arm, n, share, ttft, e2e, err in summary.rows:
+        mine = [r for r in rows if r["arm"] == arm]
+        n_ref = sum(r["requests"] for r in mine)
+        assert float(n) == n_ref and math.isclose(share, n_ref / total)
+        assert math.isclose(ttft, sum(r["ttft_within_slo"] for r in mine) / n_ref)
+        assert math.isclose(e2e, sum(r["e2e_within_slo"] for r in mine) / n_ref)
+        assert math.isclose(err, sum(r["errors"] + r["timeouts"] for r in mine) / n_ref)
+    assert [r[0] for r in summary.rows] == list(ARMS)
+
+
+def test_variables_filter_and_hostile_values_stay_data(store) -> None:
+    dsn, data, _ = store
+    rng = TimeRange(data.end - dt.timedelta(hours=6), data.end)
+    only_r1 = run(dsn, storesql.TTFT_P99_HISTORY, rng, 60000, variables(replica=("r1", HOSTILE)))
+    assert {r[1] for r in only_r1.rows} == {"r1"}
+    assert run(dsn, storesql.QPS_HISTORY, rng, 60000, variables(pool=(HOSTILE,))).rows == []
+    with connect(dsn) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {names.T_REQUEST_WINDOWS}").fetchone()[0] == len(data.windows)
+
+
+def test_store_variable_queries(store) -> None:
+    dsn, data, _ = store
+    rng = TimeRange(data.end - dt.timedelta(hours=6), data.end)
+    assert [r[0] for r in run(dsn, storesql.VAR_ARM, rng, 60000).rows] == list(ARMS)
+    assert [r[0] for r in run(dsn, storesql.VAR_MODEL, rng, 60000).rows] == ["m"]
+    assert [r[0] for r in run(dsn, storesql.VAR_POOL, rng, 60000).rows] == ["p"]
+    assert [r[0] for r in run(dsn, storesql.VAR_REPLICA, rng, 60000).rows] == list(REPLICAS)
+    assert [r[0] for r in run(dsn, storesql.VAR_ARM, TimeRange(data.end - dt.timedelta(minutes=5), data.end), 1000).rows] == list(ARMS)
+    assert [r[0] for r in run(dsn, storesql.VAR_ZONE, rng, 60000).rows] == list(ZONES)
+    assert [r[0] for r in run(dsn, storesql.VAR_POLICY_ID, rng, 60000).rows] == ["p1"]
+    assert [r[0] for r in run(dsn, storesql.VAR_EXPERIMENT, rng, 60000).rows] == ["e1"]
+
+
+def test_policy_queries_pool_windows_exactly(store) -> None:
+    """Temperature mean and jitter per interval equal numpy over the raw decisions of the windows."""
+    dsn, data, _ = store
+    rng = TimeRange(data.end - dt.timedelta(hours=6), data.end)
+    interval_ms = 600000
+    raw: dict[tuple, list[np.ndarray]] = defaultdict(list)
+    for (bucket, zone), temps in data.raw_temps.items():
+        if rng.start <= bucket <= rng.end:
+            raw[(math.floor(epoch(bucket) / 600) * 600, f"{zone}/p1")].append(temps)
+    temp = as_map(run(dsn, storesql.POLICY_TEMPERATURE, rng, interval_ms))
+    jitter = as_map(run(dsn, storesql.POLICY_JITTER, rng, interval_ms))
+    close(temp, {k: float(np.concatenate(v).mean()) for k, v in raw.items()})
+    close(jitter, {k: float(np.concatenate(v).std()) for k, v in raw.items()})
+    decisions = as_map(run(dsn, storesql.POLICY_DECISIONS, rng, interval_ms))
+    close(decisions, {(k[0], k[1].split("/")[0]): float(sum(len(x) for x in v)) for k, v in raw.items()})
+    lat = as_map(run(dsn, storesql.POLICY_LATENCY, rng, interval_ms))
+    want: dict[tuple, float] = {}
+    for p in data.policy:
+        if rng.start <= p["bucket"] <= rng.end:
+            k = (math.floor(epoch(p["bucket"]) / 600) * 600, p["zone"])
+            want[k] = max(want.get(k, 0.0), p["latency_p99_ms"])
+    close(lat, want)
+    assert run(dsn, storesql.POLICY_DECIDE, rng, interval_ms).rows
+
+
+def test_ab_forecast_and_action_queries(store) -> None:
+    dsn, data, _ = store
+    rng = TimeRange(data.end - dt.timedelta(hours=1), data.end)
+    verdicts = {(r[3]): r[-1] for r in run(dsn, storesql.VERDICTS, rng, 10000).rows}
+    assert verdicts == {names.AB_METRIC_TTFT_P95: "better", names.AB_METRIC_E2E_P95: "worse",
+                        names.AB_METRIC_TTFT_ATTAINMENT: "no difference", names.AB_METRIC_SRM: "sample ratio mismatch"}
+    diff = run(dsn, storesql.P95_DIFF, rng, 10000)
+    assert {r[1] for r in diff.rows} == {f"treatment {names.AB_METRIC_TTFT_P95}", f"treatment {names.AB_METRIC_E2E_P95}"}
+    assert [r[2] for r in run(dsn, storesql.SRM, rng, 10000).rows] == [1e-6]
+    risk = as_map(run(dsn, storesql.RISK_HISTORY, rng, 600000))
+    want: dict[tuple, float] = {}
+    for f in data.forecasts:
+        k = (math.floor(epoch(f["ts"]) / 600) * 600, f["target"])
+        want[k] = max(want.get(k, 0.0), f["risk"])
+    close(risk, want)
+    latest = run(dsn, storesql.LATEST_FORECASTS, rng, 10000).rows
+    assert sorted((r[2], r[0]) for r in latest) == sorted(
+        (tgt, max(f["ts"] for f in data.forecasts if f["target"] == tgt)) for tgt in ("e2e_p99", "ttft_p99"))
+    actions = run(dsn, storesql.ACTIONS, rng, 10000).rows
+    assert [r[3] for r in actions] == ["set_student_share", "undrain", "set_weight"]  # newest first
+    alerts = run(dsn, storesql.ALERT_ANNOTATIONS, rng, 10000).rows
+    assert [r[1] for r in alerts] == ["TTFTBurnRate: set_weight p/r1 -> applied: burn rate 14x",
+                                      "TTFTBurnRate: undrain p/r1 -> skipped: cooldown"]
+    other = run(dsn, storesql.ACTION_ANNOTATIONS, rng, 10000).rows
+    assert [(r[1], r[2]) for r in other] == [("alice: set_student_share p -> applied: canary", "api,alice,applied")]
+
+
+def test_every_store_query_ran_here() -> None:
+    """The tests above call each registered SQL query at least once (read from their source)."""
+    import inspect
+    import sys
+
+    src = inspect.getsource(sys.modules[__name__])
+    for q in REGISTRY.values():
+        if isinstance(q, SqlQuery):
+            const = next(k for k, v in vars(storesql).items() if v is q)
+            assert f"storesql.{const}" in src, f"{q.key} ({const}) is not run by a test"
+
+
+# -- the plan: a range reads its tier only -------------------------------------------------------
+def plan_relations(conn: psycopg.Connection, sql: str) -> set[str]:
+    plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql).fetchone()[0][0]["Plan"]
+    rels: set[str] = set()
+
+    def walk(node: dict) -> None:
+        if "Relation Name" in node:
+            rels.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    return rels
+
+
+def top_parent(conn: psycopg.Connection, rel: str) -> str:
+    """A partition's or chunk's root table (or a continuous aggregate's view)."""
+    while True:
+        row = conn.execute("SELECT inhparent::regclass::text FROM pg_inherits WHERE inhrelid = to_regclass(%s)", (rel,)).fetchone()
+        if row is None:
+            break
+        rel = row[0].split(".")[-1]
+    if recorded_flavor(conn) == "timescale":
+        view = conn.execute("SELECT view_name FROM timescaledb_information.continuous_aggregates "
+                            "WHERE materialization_hypertable_name = %s", (rel,)).fetchone()
+        if view:
+            return view[0]
+    return rel
+
+
+@pytest.mark.parametrize(("span", "table"), [("30m", names.T_REQUEST_WINDOWS), ("6h", names.T_REQUEST_WINDOWS_1M),
+                                              ("2d", names.T_REQUEST_WINDOWS_1H), ("7d", names.T_REQUEST_WINDOWS_1H)])
+def test_explain_reads_only_the_tier_of_the_range(store, span: str, table: str) -> None:
+    """Plain PostgreSQL: exactly the tier's table. TimescaleDB (LLMSLA_TEST_DSN): the continuous
+    aggregate, plus, for its real-time part, only raw chunks that end after the aggregate was
+    refreshed (no chunk older than a day: the data ends now)."""
+    dsn, data, timescale = store
+    length = {"30m": dt.timedelta(minutes=30), "6h": dt.timedelta(hours=6), "2d": dt.timedelta(days=2), "7d": dt.timedelta(days=7)}[span]
+    rng = TimeRange(data.end - length, data.end)
+    with connect(dsn) as conn:
+        for key in storesql.TIERED:
+            rels = plan_relations(conn, runner.expanded_sql(REGISTRY[key], rng, 60000, variables()))
+            got = {top_parent(conn, r) for r in rels}
+            if not timescale or table == names.T_REQUEST_WINDOWS:
+                assert got == {table}, (span, key, got)
+                continue
+            assert got <= {table, names.T_REQUEST_WINDOWS}, (span, key, got)
+            raw = {r for r in rels if top_parent(conn, r) == names.T_REQUEST_WINDOWS}
+            old = conn.execute("SELECT chunk_name FROM timescaledb_information.chunks WHERE hypertable_name = %s "
+                               "AND range_end < %s", (names.T_REQUEST_WINDOWS, data.end - dt.timedelta(days=1))).fetchall()
+            assert not raw & {r[0] for r in old}, (span, key, raw)
+        # the method sees a 5 s scan when there is one: the bench's anchor (5 s table only)
+        anchor = SqlQuery("anchor", storesql.TIERED[storesql.TTFT_P99_HISTORY.key]((TIERS[0],)), storesql.TTFT_P99_HISTORY.columns)
+        assert {top_parent(conn, r) for r in plan_relations(conn, runner.expanded_sql(anchor, rng, 60000, variables()))} == {
+            names.T_REQUEST_WINDOWS}

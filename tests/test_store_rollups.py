@@ -1,0 +1,202 @@
+"""Plain-PostgreSQL roll-up tables (migration 0003): kept exact by the trigger on request_windows.
+
+The reference is computed here in Python from the same 5 s rows; replays that rewrite a window
+with other values, concurrent writers, the backfill of a store migrated before 0003 and the
+roll-ups' longer retention are each checked. On TimescaleDB (``LLMSLA_TEST_DSN``) the same
+equalities hold for the continuous aggregates after a refresh.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import threading
+
+import psycopg
+from test_store import insert_windows, window_row
+
+from llmsla import names
+from llmsla.store import connect
+from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention
+from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
+from llmsla.store.rollups import ROLLUPS, rollup_columns
+
+UTC = dt.UTC
+M1, H1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
+
+
+def _floor(ts: dt.datetime, seconds: int) -> dt.datetime:
+    epoch = int(ts.timestamp())
+    return dt.datetime.fromtimestamp(epoch - epoch % seconds, UTC)
+
+
+def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
+    """Roll-up of ``rows`` (latest value per key) into ``seconds`` buckets, computed in Python."""
+    latest = {(r["bucket"], r["model"], r["pool"], r["replica"], r["arm"]): r for r in rows}
+    out: dict[tuple, dict] = {}
+    for (bucket, *keys), r in latest.items():
+        g = out.setdefault((_floor(bucket, seconds), *keys), {c: 0 for c in rollup_columns()})
+        g["windows"] += 1
+        for c in rollup_columns():
+            if c == "windows":
+                continue
+            if c.endswith("_max") or c.endswith("_slo_ms"):
+                src = c.removesuffix("_max")
+                g[c] = max(g[c], r[src])
+            else:
+                g[c] += r[c]
+    return out
+
+
+def stored(conn: psycopg.Connection, table: str) -> dict[tuple, dict]:
+    if recorded_flavor(conn) == "timescale":
+        conn.commit()
+        conn.autocommit = True
+        conn.execute(f"CALL refresh_continuous_aggregate('{table}', NULL, NULL)")
+        conn.autocommit = False
+    cols = rollup_columns()
+    rows = conn.execute(f"SELECT bucket, model, pool, replica, arm, {', '.join(cols)} FROM {table}").fetchall()
+    return {tuple(r[:5]): {c: float(v) for c, v in zip(cols, r[5:], strict=True)} for r in rows}
+
+
+def as_float(d: dict[tuple, dict]) -> dict[tuple, dict]:
+    return {k: {c: float(v) for c, v in g.items()} for k, g in d.items()}
+
+
+def assert_rollup(got: dict[tuple, dict], rows: list[dict], seconds: int) -> None:
+    """Counts and maxima equal; float sums equal up to summation order (1 h = sum of 1 m sums)."""
+    want = as_float(reference(rows, seconds))
+    assert got.keys() == want.keys()
+    for key, g in got.items():
+        assert g.keys() == want[key].keys()
+        for c, v in g.items():
+            assert math.isclose(v, want[key][c], rel_tol=1e-12), (key, c, v, want[key][c])
+
+
+def random_rows(rng: random.Random, start: dt.datetime, n: int, replicas: int = 3) -> list[dict]:
+    rows = []
+    for i in range(n):
+        for rep in range(replicas):
+            r = window_row(start + dt.timedelta(seconds=5 * i), replica=f"r{rep}", requests=rng.randint(2, 50))
+            r["ttft_p99_ms"] = rng.uniform(50, 5000)
+            r["e2e_p99_ms"] = rng.uniform(500, 30000)
+            r["queue_p99_ms"] = rng.uniform(0, 100)
+            r["ttft_sum_ms"] = rng.uniform(0, 1e5)
+            rows.append(r)
+    return rows
+
+
+def test_rollup_tables_equal_reference_through_replays(pg_dsn: str, cfg) -> None:
+    rng = random.Random(3)
+    start = _floor(dt.datetime.now(UTC) - dt.timedelta(hours=3), 3600) + dt.timedelta(minutes=59)
+    rows = random_rows(rng, start, 30)  # 2.5 minutes across an hour boundary, 3 replicas
+    with connect(pg_dsn) as conn:
+        migrate(conn, cfg)
+        insert_windows(conn, rows[:40])  # one row per statement
+        with conn.cursor() as cur:  # and many rows in one statement, as the sink writes them
+            cols = list(rows[0])
+            cur.execute(
+                f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) SELECT * FROM unnest("
+                + ", ".join(f"%s::{'timestamptz' if c == 'bucket' else 'text' if c in ('model', 'pool', 'replica', 'arm') else 'float8'}[]" for c in cols)
+                + ")",
+                [[r[c] for r in rows[40:]] for c in cols],
+            )
+        conn.commit()
+        assert_rollup(stored(conn, M1), rows, 60)
+        assert_rollup(stored(conn, H1), rows, 3600)
+        # a replay rewrites some windows with lower P99s and other counts: the maxima fall again
+        replay = [dict(r, ttft_p99_ms=1.0, requests=1) for r in rows[::4]]
+        if recorded_flavor(conn) == "timescale":
+            return  # continuous aggregates: invalidation + refresh is TimescaleDB's job
+        cols = list(rows[0])
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in ("bucket", "model", "pool", "replica", "arm"))
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)}) "
+                f"ON CONFLICT (bucket, model, pool, replica, arm) DO UPDATE SET {updates}",
+                [tuple(r[c] for c in cols) for r in replay],
+            )
+        conn.commit()
+        assert_rollup(stored(conn, M1), rows + replay, 60)
+        assert_rollup(stored(conn, H1), rows + replay, 3600)
+
+
+def test_concurrent_writers_of_one_minute_both_count(pg_dsn: str, cfg) -> None:
+    """The trigger's advisory lock: B waits for A, then re-aggregates with A's committed row."""
+    minute = _floor(dt.datetime.now(UTC) - dt.timedelta(hours=1), 60)
+    a_rows, b_rows = [window_row(minute)], [window_row(minute + dt.timedelta(seconds=5))]
+    with connect(pg_dsn) as conn:
+        migrate(conn, cfg)
+        if recorded_flavor(conn) == "timescale":
+            return  # no trigger there (continuous aggregates)
+    a, b = connect(pg_dsn), connect(pg_dsn)
+    try:
+        insert_windows(a, a_rows)  # A holds the roll-up lock until it commits
+        done = threading.Event()
+
+        def writer_b() -> None:
+            insert_windows(b, b_rows)
+            b.commit()
+            done.set()
+
+        t = threading.Thread(target=writer_b)
+        t.start()
+        assert not done.wait(1.0), "B must wait for A's roll-up lock"
+        a.commit()
+        t.join(10)
+        assert done.is_set()
+        with connect(pg_dsn) as conn:
+            assert_rollup(stored(conn, M1), a_rows + b_rows, 60)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
+    rows = random_rows(random.Random(5), _floor(dt.datetime.now(UTC) - dt.timedelta(hours=2), 60), 20)
+    with connect(pg_dsn) as conn:
+        migrate(conn, cfg)
+        if recorded_flavor(conn) == "timescale":
+            return
+    # a fresh database at schema version 2 (views), with rows, then the upgrade
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA public CASCADE")
+        admin.execute("CREATE SCHEMA public")
+    with connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {names.T_MIGRATIONS} (version integer PRIMARY KEY, name text NOT NULL, "
+                     "flavor text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        for m in load_migrations():
+            if m.version < 4:
+                conn.execute(m.sql("plain"))
+                conn.execute(f"INSERT INTO {names.T_MIGRATIONS} (version, name, flavor) VALUES (%s, %s, 'plain')",
+                             (m.version, m.name))
+        conn.execute(f"SELECT llmsla_ensure_partitions('{names.T_REQUEST_WINDOWS}', 'bucket', current_date - 1, current_date)")
+        assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (M1,)).fetchone() == ("v",)
+        insert_windows(conn, rows)
+        assert migrate(conn, cfg).applied == ["0004_rollup_tables"]
+        for table in ROLLUPS:
+            assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (table,)).fetchone() == ("r",)
+        conn.autocommit = False
+        assert_rollup(stored(conn, M1), rows, 60)
+        assert_rollup(stored(conn, H1), rows, 3600)
+
+
+def test_rollups_outlive_the_5s_partitions(pg_dsn: str, cfg) -> None:
+    now = dt.datetime.now(UTC)
+    old = _floor(now - dt.timedelta(days=cfg.store.retention_days + 2), 3600)
+    ancient = old - dt.timedelta(days=cfg.store.retention_days * ROLLUP_RETENTION_FACTOR)
+    with connect(pg_dsn) as conn:
+        migrate(conn, cfg)
+        if recorded_flavor(conn) == "timescale":
+            return  # retention policies per continuous aggregate: tests/test_store.py
+        insert_windows(conn, [window_row(old), window_row(ancient)])
+        conn.commit()
+        conn.execute(f"SELECT llmsla_ensure_partitions('{names.T_REQUEST_WINDOWS}', 'bucket', %s, %s)",
+                     (ancient.date(), old.date()))
+        apply_retention(conn, cfg, flavor="plain", now=now)
+        conn.commit()
+        assert conn.execute(f"SELECT count(*) FROM {names.T_REQUEST_WINDOWS}").fetchone()[0] == 0
+        for table in ROLLUPS:  # the 5 s rows are gone; the roll-up keeps the one inside 4x retention
+            assert [r[0] for r in conn.execute(f"SELECT bucket FROM {table}")] == [
+                _floor(old, 60 if table == M1 else 3600)]
