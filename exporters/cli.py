@@ -237,6 +237,8 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
             loop.add_signal_handler(sig, stop.set)
         app = web.Application()
         add_metrics(app, registry)
+        # liveness for an orchestrator (deploy/k8s probes it), without rendering the metrics
+        app.router.add_get("/healthz", lambda _request: _healthz())
         served = await serve(app, cfg.gpu.host, cfg.gpu.port, Limits.from_config(cfg))
         print(f"llmsla gpu listening on {served.url}/metrics", flush=True)
         try:
@@ -247,3 +249,9 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
 
     asyncio.run(main())
     return 0
+
+
+async def _healthz() -> Any:
+    from aiohttp import web
+
+    return web.json_response({"status": "ok", "pid": os.getpid()})

@@ -139,3 +139,29 @@ def test_run_loop_samples_periodically(tmp_path: Path, nvml) -> None:
     lbl = {"gpu": "0", "uuid": "GPU-aaaa", "model_name": "NVIDIA H100 80GB HBM3"}
     assert reg.get_sample_value(names.GPU_TEMPERATURE_CELSIUS, lbl) == 80
     assert nvml.shutdowns == 1
+
+
+def test_cli_serves_healthz_and_metrics(tmp_path: Path) -> None:
+    """`llmsla gpu` as deployed (deploy/k8s probes /healthz): both endpoints answer, on a host
+    with or without NVML."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from llmsla import services
+
+    port = services.free_port()
+    env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool")}
+    proc = subprocess.Popen([sys.executable, "-m", "llmsla", "gpu", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        services.wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc, timeout_s=60)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            assert b'"status": "ok"' in resp.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            assert names.GPU_COLLECTOR_UP.encode() in resp.read()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
