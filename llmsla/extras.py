@@ -2,8 +2,8 @@
 
 ``pip install llmsla`` is the core, the exporters and the control plane; the stream job (Flink
 and a JVM), the reference worker and the forecaster (torch), the embedded PostgreSQL, Redis
-shared state, NVML and the dashboards are extras (``llmsla[stream]``, ``[worker]``,
-``[forecast]``, ``[embedded]``, ``[redis]``, ``[gpu]``, ``[dashboards]``, or ``[all]``).
+shared state, NVML, the dashboards and the offline manifest validation are extras (``llmsla[stream]``, ``[worker]``,
+``[forecast]``, ``[embedded]``, ``[redis]``, ``[gpu]``, ``[dashboards]``, ``[deploy]``, or ``[all]``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "redis": ("redis",),
     "gpu": ("pynvml",),
     "dashboards": ("grafana_foundation_sdk",),
+    "deploy": ("kubernetes_validate", "jsonschema"),
 }
 
 

@@ -45,4 +45,6 @@ echo "bootstrap: pip install -e '.[dev]' (first time: a few minutes)"
 "$VENV/bin/python" -m pip install -q -e '.[dev]'
 echo "bootstrap: npm packages for the dashboard type-check into .tools/ (pinned in dashboards/typecheck.py)"
 "$VENV/bin/python" -m llmsla.dashboards.typecheck install
+echo "bootstrap: pinned kubectl (kustomize) into .tools/bin for the offline manifest checks (llmsla/app/k8s/kubectl.py)"
+"$VENV/bin/python" -m llmsla.app.k8s.kubectl install >/dev/null
 echo "bootstrap: ok"

@@ -33,6 +33,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.app.forecast_cli:register",
     "llmsla.alerting.cli:register",
     "llmsla.dashboards.cli:register",
+    "llmsla.app.k8s.cli:register",
 )
 
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]
