@@ -28,6 +28,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.exporters.cli:register",
     "llmsla.worker.cli:register",
     "llmsla.streaming.cli:register",
+    "llmsla.streaming.cluster_cli:register",
     "llmsla.control.cli:register",
     "llmsla.fleet.cli:register",
     "llmsla.app.forecast_cli:register",
