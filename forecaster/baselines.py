@@ -37,6 +37,11 @@ GRIDS: dict[str, list[dict]] = {
 }
 
 
+def grid(method: str, window: int) -> list[dict]:
+    """The grid points of ``method`` that fit a ``window``-step input (a span cannot be longer)."""
+    return [p for p in GRIDS[method] if int(p.get("span", 0)) <= window]
+
+
 def _ewma(v: np.ndarray, alpha: float) -> np.ndarray:
     """EWMA along axis 1 of ``[n, W, k]``; the last value."""
     e = v[:, 0].copy()
