@@ -294,9 +294,15 @@ def _res_dict(r: Any) -> dict:
 
 
 def cmd_run(args: argparse.Namespace, cfg: Config) -> int:
-    from prometheus_client import CollectorRegistry, start_http_server
+    """Score every target each ``forecast.interval_s``; ``/metrics`` through the HTTP kit like
+    every llmsla server; SIGTERM/SIGINT stop it cleanly."""
+    import asyncio
+    import signal
+
+    from prometheus_client import CollectorRegistry
 
     from llmsla.forecaster import alerts, online, train
+    from llmsla.forecaster.service import ForecastService
     from llmsla.store import open_store
 
     _, model_dir = _paths(cfg, args)
@@ -304,28 +310,36 @@ def cmd_run(args: argparse.Namespace, cfg: Config) -> int:
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
     handle = open_store(cfg)
     registry = CollectorRegistry()
-    server, _thread = start_http_server(cfg.forecast.port, addr=cfg.forecast.host, registry=registry)
-    url = f"http://{cfg.forecast.host}:{server.server_port}"
     receiver = args.receiver or cfg.forecast.receiver_url
     poster = alerts.WebhookPoster(receiver, token=cfg.forecast.receiver_token) if receiver else None
-    scorer = online.OnlineScorer(art, cfg, handle.dsn, registry=registry, poster=poster, external_url=url)
-    print(f"llmsla forecast: model {art.version} (threshold {art.threshold:.3f}), /metrics on {url}, "
-          f"alerts to {receiver or 'nowhere (no forecast.receiver_url)'}", flush=True)
-    n = 0
+
+    def make_scorer(url: str) -> online.OnlineScorer:
+        return online.OnlineScorer(art, cfg, handle.dsn, registry=registry, poster=poster, external_url=url)
+
+    def on_step(n: int, res: online.StepResult) -> None:
+        if res.skipped:
+            print(f"step {n}: skipped: {res.skipped}", flush=True)
+        else:
+            top = max(res.risks.items(), key=lambda kv: kv[1])
+            print(f"step {n}: {res.scored} targets scored in {res.score_seconds * 1000:.1f} ms "
+                  f"(max risk {top[1]:.2f} {top[0]}); {len(res.notifications)} notifications", flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        svc = ForecastService(cfg, registry, make_scorer)
+        url = await svc.start()
+        print(f"llmsla forecast: model {art.version} (threshold {art.threshold:.3f}), /metrics on {url}/metrics, "
+              f"alerts to {receiver or 'nowhere (no forecast.receiver_url)'}", flush=True)
+        try:
+            await svc.run(stop, steps=args.steps, on_step=on_step)
+        finally:
+            await svc.close()
+
     try:
-        while args.steps == 0 or n < args.steps:
-            started = time.time()
-            res = scorer.step(int(started * 1000))
-            n += 1
-            if res.skipped:
-                print(f"step {n}: skipped: {res.skipped}", flush=True)
-            else:
-                top = max(res.risks.items(), key=lambda kv: kv[1])
-                print(f"step {n}: {res.scored} targets scored in {res.score_seconds * 1000:.1f} ms "
-                      f"(max risk {top[1]:.2f} {top[0]}); {len(res.notifications)} notifications", flush=True)
-            time.sleep(max(0.0, cfg.forecast.interval_s - (time.time() - started)))
+        asyncio.run(main())
     finally:
-        scorer.close()
-        server.shutdown()
         handle.close()
     return 0
