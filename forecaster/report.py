@@ -37,11 +37,12 @@ def _warns(r: MethodResult) -> str:
 def table(results: list[MethodResult], *, causes: tuple[str, ...], cause_names: dict[str, str],
           chance_for: str | None = None) -> list[str]:
     """One row per method (test numbers; validation false alarms beside the test ones, since the
-    threshold was set on validation: the gap is the calibration drift)."""
+    threshold was set on validation: the gap is the calibration drift). Seconds: fitting,
+    tuning, thresholding and scoring (the LSTM's include its recorded training time)."""
     head = ["method", "AUC-PR", "AUC-PR ahead"]
     for c in causes:
         head += [f"recall {cause_names[c]}" + (" (chance)" if c == chance_for else ""), f"lead {cause_names[c]}"]
-    head += ["false alarms / day: val → test (test count)", "PA-F1 (secondary)"]
+    head += ["false alarms / day: val → test (test count)", "PA-F1 (secondary)", "seconds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         t = r.test
@@ -51,7 +52,7 @@ def table(results: list[MethodResult], *, causes: tuple[str, ...], cause_names: 
             if c == chance_for:
                 rec += f" ({_f(t.chance_recall, '{:.2f}')})"
             cells += [rec, _f(t.mean_lead_s[c], "{:.0f} s")]
-        cells += [f"{_f(r.val.false_alarms_per_day, '{:.1f}')} → {_fa(t)}", _f(t.pa_f1)]
+        cells += [f"{_f(r.val.false_alarms_per_day, '{:.1f}')} → {_fa(t)}", _f(t.pa_f1), f"{r.seconds:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -44,7 +44,7 @@ class TrainConfig:
     seed: int = 0
     threads: int = 2
     stride: int = 2  # every stride-th training window (neighbouring windows overlap in W - 1 steps)
-    balance_onsets: bool = False  # positives before an onset weigh as much as those inside a breach
+    balance_onsets: bool = True  # positives before an onset weigh as much as those inside a breach
     val_stride: int = 1  # every val_stride-th validation window for early stopping (NAB folds: 2)
 
     def to_dict(self) -> dict:

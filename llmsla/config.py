@@ -223,6 +223,7 @@ class ForecastConfig:
     batch_size: int = _k(256, "training batch size", minimum=1)
     lr: float = _k(0.001, "Adam learning rate", minimum=0)
     seed: int = _k(0, "training seed (deterministic on the CPU for a seed and thread count)", minimum=0)
+    balance_onsets: bool = _k(True, "training: positives ahead of a breach onset weigh as much as those inside a breach (early warning over persistence)")
     threads: int = _k(1, "torch CPU threads for training and scoring (a 50-unit LSTM gains little from more; on a shared machine two oversubscribed threads trained ~10x slower than one)", minimum=1)
     false_alarms_per_day: float = _k(4.0, "alarm threshold target: false alarms per target per healthy day, chosen on validation", minimum=0)
     lead_max_steps: int = _k(24, "an alarm up to this many steps before a breach counts as an early warning", minimum=1)

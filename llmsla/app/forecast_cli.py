@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
     d = sub.add_parser("dataset", help="simulate trace replays with random faults into a labelled data set")
     d.add_argument("--out", help="data set file (default <forecast.dir>/dataset.npz)")
     d.add_argument("--traces", default="azure_conv,azure_code", help="comma-separated traces (default azure_conv,azure_code)")
-    d.add_argument("--runs", default="8,4,6", help="runs per trace for train,val,test (default 8,4,6)")
+    d.add_argument("--runs", default="16,10,10", help="runs per trace for train,val,test (default 16,10,10)")
     d.add_argument("--duration-s", default="1500,1200,1500", help="seconds per run for train,val,test")
     d.add_argument("--seed", type=int, default=0, help="offset of every split's seed range")
     d.set_defaults(handler=cmd_dataset)
@@ -121,7 +121,8 @@ def _train_config(cfg: Config, **over: Any):
 
     fc = cfg.forecast
     tc = TrainConfig(hidden=fc.hidden, layers=fc.layers, dropout=fc.dropout, dense=fc.dense, epochs=fc.epochs,
-                     batch_size=fc.batch_size, lr=fc.lr, patience=fc.patience, seed=fc.seed, threads=fc.threads)
+                     batch_size=fc.batch_size, lr=fc.lr, patience=fc.patience, seed=fc.seed, threads=fc.threads,
+                     balance_onsets=fc.balance_onsets)
     for k, v in over.items():
         if v is not None:
             setattr(tc, k, v)
@@ -243,11 +244,15 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
             "detection-oriented score, where an alarm anywhere inside a window counts; here only an alarm "
             "before the window starts counts, since the question is early warning.")
     header = {
-        "data": f"`{data}` sha256 {ds.digest()[:12]}; {ds.n_series} series; "
+        "data": f"`{data.name}` sha256 {ds.digest()[:12]} (`llmsla forecast dataset` "
+                f"--runs {','.join(str(ds.info['spec']['runs'][k]) for k in ('train', 'val', 'test'))}); "
+                f"{ds.n_series} series; "
                 + ", ".join(f"{s} {len(ds.samples(s))} windows ({ds.y[ds.samples(s)].mean():.1%} positive)"
                             for s in ("train", "val", "test")),
-        "model": f"`{model_dir}` version {art.version}, trained {art.meta['train']['seconds']:.0f} s "
-                 f"(best epoch {art.meta['train']['best_epoch']})",
+        "model": f"LSTM version {art.version}, trained {art.meta['train']['seconds']:.0f} s "
+                 f"(best epoch {art.meta['train']['best_epoch']} of {len(art.meta['train']['history'])}, "
+                 f"{art.meta['train']['threads']} torch thread(s), onsets balanced: "
+                 f"{art.meta['train'].get('balance_onsets', False)})",
         "labels": f"W = {ds.window} steps of 5 s, H = {ds.horizon} steps; an SLO breach = a "
                   f"{ds.info.get('slo_window_steps')}-step SLO window below its objective: "
                   + ", ".join(f"{s['name']} ({s['sli']} {s['threshold']:g} ms, {s['objective']:.2%})"
