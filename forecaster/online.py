@@ -26,6 +26,7 @@ from llmsla.forecaster import alerts, features, store_io
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.dataset import fleet_inputs
+from llmsla.forecaster.hysteresis import AlarmPolicy
 
 log = logging.getLogger(__name__)
 STEP_MS = features.STEP_MS
@@ -86,6 +87,11 @@ class OnlineScorer:
         self.metrics = Metrics(registry if registry is not None else CollectorRegistry())
         self.poster = poster
         self.external_url = external_url
+        policy = AlarmPolicy.from_config(self.fc)
+        trained = art.meta.get("alarm_policy")
+        if trained is not None and trained != policy.to_dict():
+            log.warning("the threshold of model %s was chosen for the alarm %s; [forecast] sets %s, so its false "
+                        "alarm rate is not the evaluated one", art.version, trained, policy.to_dict())
         self.hyst = alerts.Hysteresis(art.threshold, fire_steps=self.fc.fire_steps,
                                       resolve_steps=self.fc.resolve_steps, resolve_ratio=self.fc.resolve_ratio,
                                       repeat_s=self.fc.repeat_s, horizon_s=self.horizon_s,
