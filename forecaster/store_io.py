@@ -45,6 +45,23 @@ def read_windows(conn: psycopg.Connection, from_ms: int, to_ms: int) -> tuple[w.
     return req, gpu, pol
 
 
+def write_frame(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],
+                frame: w.Frame) -> int:
+    """Insert a frame's rows (NaN as NULL): simulated windows into a store for the online
+    scorer's tests and benchmark, without running the streaming job."""
+    cols = [*keys, *values]
+    rows = []
+    for i in range(len(frame["bucket"])):
+        row: list = [_ts(int(frame["bucket"][i]))]
+        row += [int(frame[k][i]) if k == "gpu" else str(frame[k][i]) for k in keys[1:]]
+        row += [None if math.isnan(frame[v][i]) else float(frame[v][i]) for v in values]
+        rows.append(row)
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})", rows)
+    conn.commit()
+    return len(rows)
+
+
 def _ts(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
