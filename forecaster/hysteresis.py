@@ -3,7 +3,9 @@
 An SRE sees alerts, not scores, so a forecaster is judged by the alarm it raises: it fires after
 ``fire_steps`` consecutive scores at or above the threshold and resolves after
 ``resolve_steps`` consecutive scores below ``resolve_ratio`` x threshold (a score inside the
-band resets both counts). The online loop steps :class:`AlarmState` once per scored window;
+band resets both counts); while it fires, the notification is repeated every ``repeat_s``
+(Alertmanager's repeat interval), so an alarm left on for hours is not one notification but
+many (:func:`notifications`). The online loop steps :class:`AlarmState` once per scored window;
 the evaluation computes the same states for a whole series at once with :func:`alarm_series`
 (tested equal). Judging methods on raw per-step crossings instead would count every flap of a
 noisy score as a new false alarm and pick thresholds for an alarm nobody deploys.
@@ -25,25 +27,33 @@ class AlarmPolicy:
     fire_steps: int = 2
     resolve_steps: int = 6
     resolve_ratio: float = 0.8
+    repeat_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.fire_steps < 1 or self.resolve_steps < 1:
             raise ValueError("fire_steps and resolve_steps must be >= 1")
         if not 0 <= self.resolve_ratio <= 1:
             raise ValueError(f"resolve_ratio must be in [0, 1], got {self.resolve_ratio}")
+        if not self.repeat_s > 0:
+            raise ValueError(f"repeat_s must be > 0, got {self.repeat_s}")
 
     @classmethod
     def from_config(cls, fc: object) -> AlarmPolicy:
-        """From ``[forecast]`` (``fire_steps``, ``resolve_steps``, ``resolve_ratio``)."""
-        return cls(int(fc.fire_steps), int(fc.resolve_steps), float(fc.resolve_ratio))  # type: ignore[attr-defined]
+        """From ``[forecast]`` (``fire_steps``, ``resolve_steps``, ``resolve_ratio``, ``repeat_s``)."""
+        return cls(int(fc.fire_steps), int(fc.resolve_steps), float(fc.resolve_ratio),  # type: ignore[attr-defined]
+                   float(fc.repeat_s))  # type: ignore[attr-defined]
+
+    def repeat_steps(self, step_s: float) -> int:
+        """The repeat interval in steps of ``step_s`` (at least one: a step is the finest clock)."""
+        return max(1, round(self.repeat_s / step_s)) if np.isfinite(self.repeat_s) else 2**62
 
     def to_dict(self) -> dict:
         return {"fire_steps": self.fire_steps, "resolve_steps": self.resolve_steps,
-                "resolve_ratio": self.resolve_ratio}
+                "resolve_ratio": self.resolve_ratio, "repeat_s": self.repeat_s}
 
 
-#: Every score crossing the threshold is an alarm step (the evaluation of raw scores).
-RAW = AlarmPolicy(1, 1, 1.0)
+#: Every score crossing the threshold is an alarm step, notified once (raw scores).
+RAW = AlarmPolicy(1, 1, 1.0, float("inf"))
 
 
 @dataclass
@@ -102,3 +112,15 @@ def alarm_series(score: np.ndarray, threshold: float, policy: AlarmPolicy) -> np
     last_fire = np.maximum.accumulate(np.where(fire, idx, -1)) if n else idx
     last_resolve = np.maximum.accumulate(np.where(resolve, idx, -1)) if n else idx
     return (last_fire > last_resolve) & scored
+
+
+def notifications(on: np.ndarray, repeat_steps: int) -> np.ndarray:
+    """Steps at which a firing notification goes out for the alarm states ``on``: each onset, then
+    every ``repeat_steps`` while it stays on (what ``alerts.Hysteresis`` sends)."""
+    n = len(on)
+    if not n:
+        return np.zeros(0, bool)
+    idx = np.arange(n)
+    onset = on & ~np.concatenate([[False], on[:-1]])
+    since = idx - np.maximum.accumulate(np.where(onset, idx, -1))
+    return on & (since % repeat_steps == 0)

@@ -15,9 +15,12 @@
   injected (the load itself). A fault causes the episodes whose onset lies from the step
   *holding* its start (a crash breaches in the very window it starts in) to ``tail`` steps
   after its end.
-* **False alarms per day**: alarm onsets outside every event's ``[onset - lead_max, end]``, per
-  day of healthy time (scored steps outside those spans); how many of them start while an
-  injected fault is on (a real degradation that did not break the SLO) is reported apart.
+* **False alarms per day**: the alarm's notifications - its onset and a repeat every
+  ``repeat_s`` while it stays on, as the online loop sends them - outside every event's
+  ``[onset - lead_max, end]``, per day of healthy time (scored steps outside those spans). Counting
+  onsets alone would let an alarm that never resolves score zero false alarms (a threshold search
+  then finds "always on"); how many start while an injected fault is on (a real degradation
+  that did not break the SLO) is reported apart.
 * **Chance recall**: the share of healthy steps that the alarm covers in the ``lead_max``
   steps before them - the recall an alarm with no foresight gets on events that strike at
   random (crashes): a crash recall well above it means a leak.
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsla.forecaster.hysteresis import RAW, AlarmPolicy, alarm_series
+from llmsla.forecaster.hysteresis import RAW, AlarmPolicy, alarm_series, notifications
 
 PRECURSOR = "precursor"
 CRASH = "crash"
@@ -111,7 +114,7 @@ class Report:
     pa_f1: float
     threshold: float
     false_alarms: int = 0
-    false_alarms_in_fault: int = 0  # of ``false_alarms``: starting while an injected fault was on
+    false_alarms_in_fault: int = 0  # of ``false_alarms``: sent while an injected fault was on
     chance_recall: float = float("nan")  # see the module docstring
     alarm_share: float = float("nan")  # share of healthy time with the alarm on
     policy: dict = field(default_factory=dict)
@@ -130,11 +133,6 @@ def alarm(s: SeriesScores, threshold: float, policy: AlarmPolicy = RAW) -> np.nd
     return alarm_series(s.score, _thr(s, threshold), policy)
 
 
-def _alarm_onsets(on: np.ndarray) -> np.ndarray:
-    prev = np.concatenate([[False], on[:-1]])
-    return np.flatnonzero(on & ~prev)
-
-
 def _excused(s: SeriesScores, lead_max: int) -> np.ndarray:
     excused = np.zeros(len(s.score), bool)
     for e in s.episodes:
@@ -151,15 +149,16 @@ class _Alarms:
     on: int = 0  # healthy steps with the alarm on
 
 
-def _count(series: list[SeriesScores], threshold: float, lead_max: int, policy: AlarmPolicy,
+def _count(series: list[SeriesScores], threshold: float, lead_max: int, policy: AlarmPolicy, step_s: float,
            *, detail: bool = False) -> _Alarms:
     out = _Alarms()
+    repeat = policy.repeat_steps(step_s)
     for s in series:
         scored = np.isfinite(s.score)
         on = alarm(s, threshold, policy)
         healthy = scored & ~_excused(s, lead_max)
-        onsets = _alarm_onsets(on)
-        false = onsets[healthy[onsets]]
+        sent = np.flatnonzero(notifications(on, repeat))
+        false = sent[healthy[sent]]
         out.false += len(false)
         out.healthy_steps += int(healthy.sum())
         if not detail:
@@ -175,8 +174,8 @@ def _count(series: list[SeriesScores], threshold: float, lead_max: int, policy: 
 
 def false_alarms(series: list[SeriesScores], threshold: float, lead_max: int, step_s: float,
                  policy: AlarmPolicy = RAW) -> tuple[int, float]:
-    """(false alarm onsets, healthy days)."""
-    a = _count(series, threshold, lead_max, policy)
+    """(false alarm notifications, healthy days)."""
+    a = _count(series, threshold, lead_max, policy, step_s)
     return a.false, a.healthy_steps * step_s / 86400.0
 
 
@@ -234,7 +233,7 @@ def report(series: list[SeriesScores], threshold: float, lead_max: int, step_s: 
         tp += int((adj & lab).sum())
         fp += int((adj & ~lab & (s.y >= 0)).sum())
         fn += int((~adj & lab).sum())
-    a = _count(series, threshold, lead_max, policy, detail=True)
+    a = _count(series, threshold, lead_max, policy, step_s, detail=True)
     days = a.healthy_steps * step_s / 86400.0
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")
     return Report(

@@ -144,7 +144,7 @@ def threshold_rule(ec: Any) -> str:
     p = ec.policy
     return (f"lowest with <= {ec.false_alarms_per_day:g} false alarms per target per healthy day on validation, "
             f"alarm = {p.fire_steps} steps at or above it, resolved after {p.resolve_steps} below "
-            f"{p.resolve_ratio:g} x it")
+            f"{p.resolve_ratio:g} x it, re-notified every {p.repeat_s:g} s while on")
 
 
 def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) -> Any:
@@ -272,10 +272,11 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
         "(train: first 50 %, seeds 0+; validation: next 20 %, seeds 1000+). Precursor faults: ramp, leak, "
         "thermal, surge; crashes have none, so their recall should sit near chance (in brackets: the share "
         "of healthy steps the alarm covers in the lead window before them) - a method well above it on "
-        "crashes is leaking. Lead: mean over warned events. False alarms: alarm onsets outside every event's "
-        "[onset - lead limit, end], per target per healthy day; on validation (where the threshold was set) "
-        "and on test, with the test count and how many per day started while an injected fault was on "
-        "(a real degradation that did not break the SLO). AUC-PR ahead: AUC-PR over the steps whose own SLO "
+        "crashes is leaking. Lead: mean over warned events. False alarms: the alarm's notifications (its "
+        "onset and a repeat every repeat interval while it stays on) outside every event's [onset - lead limit, "
+        "end], per target per healthy day; on validation (where the threshold was set) and on test, with the "
+        "test count and how many per day were sent while an injected fault was on (a real degradation that "
+        "did not break the SLO). AUC-PR ahead: AUC-PR over the steps whose own SLO "
         "window is not breaching, where a positive needs foresight.")
     if args.doc:
         Path(args.doc).write_text(report.render(fleet, nab_res, facts))

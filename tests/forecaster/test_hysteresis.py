@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from llmsla.forecaster import alerts
-from llmsla.forecaster.hysteresis import RAW, AlarmPolicy, AlarmState, alarm_series
+from llmsla.forecaster.hysteresis import RAW, AlarmPolicy, AlarmState, alarm_series, notifications
 
 
 def _stepped(score: np.ndarray, thr: float, policy: AlarmPolicy) -> np.ndarray:
@@ -47,11 +47,16 @@ def test_online_hysteresis_is_the_same_state_machine() -> None:
     """alerts.Hysteresis fires and resolves exactly where the evaluation's alarm turns on/off."""
     rng = np.random.default_rng(3)
     score = np.clip(0.5 + 0.4 * np.sin(np.arange(300) / 12) + rng.normal(0, 0.15, 300), 0, 1)
-    p = AlarmPolicy(2, 4, 0.7)
+    p = AlarmPolicy(2, 4, 0.7, repeat_s=40.0)
     h = alerts.Hysteresis(0.5, fire_steps=p.fire_steps, resolve_steps=p.resolve_steps,
-                          resolve_ratio=p.resolve_ratio, repeat_s=1e9, horizon_s=25)
+                          resolve_ratio=p.resolve_ratio, repeat_s=p.repeat_s, horizon_s=25)
     labels = alerts.alert_labels("default", "r1", "6b", "ttft-p99")
     sent = [(i, s) for i, v in enumerate(score) for s, _ in h.update("k", float(v), i * 5000, labels)]
     on = alarm_series(score, 0.5, p)
     edges = [(i, "firing" if on[i] else "resolved") for i in range(len(on)) if on[i] != (on[i - 1] if i else False)]
-    assert sent == edges and len(edges) >= 4
+    assert [e for e in sent if e[1] == "resolved"] == [e for e in edges if e[1] == "resolved"]
+    # every firing notification, the repeats every 40 s (8 steps) included, is where the
+    # evaluation counts one
+    firing = [i for i, s in sent if s == "firing"]
+    assert firing == np.flatnonzero(notifications(on, p.repeat_steps(5.0))).tolist()
+    assert len(edges) >= 4 and len(firing) > len(edges) / 2

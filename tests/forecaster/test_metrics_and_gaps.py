@@ -65,6 +65,27 @@ def test_alarm_policy_alarms_false_alarms_in_faults_and_chance_by_hand() -> None
     assert r.false_alarms_per_day == pytest.approx(1 / (len(healthy) * 5 / 86400))
 
 
+def test_an_alarm_left_on_is_charged_every_repeat_and_never_chosen() -> None:
+    """Counting onsets alone, an alarm that never resolves has one false alarm however long it
+    fires, and a threshold search would happily pick it; its repeats count too."""
+    rng = np.random.default_rng(0)
+    n = 5000
+    score = 0.5 + 0.01 * rng.standard_normal(n)  # no foresight, hovering around 0.5
+    score[:9] = np.nan
+    breach = np.zeros(n, bool)
+    breach[4000:4010] = True
+    s = metrics.SeriesScores(score, slo_mod.future_label(breach, 3), breach, metrics.episodes(breach, 3))
+    p = AlarmPolicy(fire_steps=2, resolve_steps=3, resolve_ratio=0.5, repeat_s=300.0)  # 60 steps of 5 s
+    on = metrics.alarm(s, 0.4, p)
+    assert on[11:].all()  # always on below the noise
+    n_false, days = metrics.false_alarms([s], 0.4, 10, 5.0, p)
+    healthy = (n - 9) - 20  # minus [3990, 4009]
+    assert n_false >= healthy // 60 and days == pytest.approx(healthy * 5 / 86400)
+    # 4 false alarms per day allows ~1 notification here: the search stays above the noise
+    thr = metrics.threshold_for([s], 4.0, 10, 5.0, p)
+    assert thr > 0.5 and not metrics.alarm(s, thr, p)[11:].all()
+
+
 def test_a_crash_breaching_in_the_window_it_starts_in_is_a_crash() -> None:
     """Steps are windows [t0 + 5k, t0 + 5k + 5) s: a crash at 491.2 s breaches in window 98
     (490-495 s), which starts before the crash - it is still the crash's episode."""
