@@ -40,6 +40,9 @@ class EvalConfig:
     #: at most this many training windows for a learned baseline (evenly spaced; 0 = all):
     #: keeps gradient boosting on 960 inputs within minutes on two cores
     learned_max_windows: int = 0
+    #: extra false-alarm budgets (per target-day) to report operating points at: for each, a
+    #: threshold from validation and the test numbers it gives (the trade-off an SRE chooses on)
+    budgets: tuple[float, ...] = ()
 
 
 @dataclass
@@ -82,9 +85,24 @@ def _calibrated(method: str, params: dict, ds: Dataset, scorer: Scorer, ec: Eval
     thr = m.threshold_for(val, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy)
     test = series_scores(ds, "test", scorer)
     min_onset = ds.window - 1
+    extra = dict(extra or {})
+    if ec.budgets:
+        extra["operating_points"] = operating_points(val, test, ds, ec)
     return MethodResult(method, params, thr, m.report(val, thr, ec.lead_max_steps, ds.step_s, min_onset, ec.policy),
                         m.report(test, thr, ec.lead_max_steps, ds.step_s, min_onset, ec.policy),
-                        time.perf_counter() - t0, extra or {})
+                        time.perf_counter() - t0, extra)
+
+
+def operating_points(val: list[m.SeriesScores], test: list[m.SeriesScores], ds: Dataset,
+                     ec: EvalConfig) -> list[dict]:
+    """For each budget of ``ec.budgets``: the validation threshold and the test report at it."""
+    out = []
+    for budget in ec.budgets:
+        thr = m.threshold_for(val, budget, ec.lead_max_steps, ds.step_s, ec.policy)
+        v, t = (m.report(x, thr, ec.lead_max_steps, ds.step_s, ds.window - 1, ec.policy) for x in (val, test))
+        out.append({"budget": budget, "threshold": thr, "val_false_alarms_per_day": v.false_alarms_per_day,
+                    "test": t.to_dict()})
+    return out
 
 
 def rule_scorer(ds: Dataset, method: str, params: dict) -> Scorer:

@@ -199,7 +199,7 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.forecaster import baselines, evaluate, nab, report, train
 
     data, model_dir = _paths(cfg, args)
-    ec = _eval_config(cfg, learned_max_windows=args.learned_max_windows)
+    ec = _eval_config(cfg, learned_max_windows=args.learned_max_windows, budgets=(1.0, 2.0, 4.0, 8.0, 16.0))
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else baselines.METHODS
     for m in methods:
         if m not in baselines.METHODS:
@@ -296,7 +296,7 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
 
 def _res_dict(r: Any) -> dict:
     return {"method": r.method, "params": r.params, "threshold": r.threshold, "val": r.val.to_dict(),
-            "test": r.test.to_dict(), "seconds": r.seconds}
+            "test": r.test.to_dict(), "seconds": r.seconds, **r.extra}
 
 
 def cmd_run(args: argparse.Namespace, cfg: Config) -> int:

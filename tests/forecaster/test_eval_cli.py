@@ -64,6 +64,13 @@ def test_eval_writes_every_method_for_both_parts(tiny_ds, tiny_trained, tmp_path
     lstm = next(r for r in got["fleet"] if r["method"] == "lstm")
     # the LSTM row is the trained model's: the same threshold and test AUC-PR as at training time
     assert lstm["threshold"] == mr.threshold and lstm["test"]["auc_pr"] == mr.test.auc_pr
-    assert lstm["test"]["policy"] == {"fire_steps": 2, "resolve_steps": 6, "resolve_ratio": 0.8}
+    assert lstm["test"]["policy"] == {"fire_steps": 2, "resolve_steps": 6, "resolve_ratio": 0.8, "repeat_s": 300.0}
+    # operating points: a larger false-alarm budget never raises the threshold
+    assert "### Operating points" in fleet_part
+    for r in got["fleet"]:
+        points = r["operating_points"]
+        assert [p["budget"] for p in points] == [1.0, 2.0, 4.0, 8.0, 16.0]
+        assert all(a["threshold"] >= b["threshold"] for a, b in zip(points, points[1:], strict=False)), r["method"]
+        assert next(p for p in points if p["budget"] == 4.0)["threshold"] == r["threshold"]
     assert len(got["nab"]) == len(METHODS) and all(r["test"]["events"]["precursor"] >= 0 for r in got["nab"])
     assert tiny_train().threads == 1
