@@ -31,7 +31,7 @@ def _read(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: t
     for i, k in enumerate(keys):
         out[k] = np.asarray(cols_t[i], dtype=np.int64 if k in ("bucket", "gpu") else object)
     for j, v in enumerate(values):
-        out[v] = np.asarray([math.nan if x is None else float(x) for x in cols_t[len(keys) + j]], dtype=float)
+        out[v] = np.array(cols_t[len(keys) + j], dtype=float)  # NULL (None) becomes NaN
     return out
 
 
