@@ -103,8 +103,10 @@ class TargetSeries:
 
 def targets_of(req: Frame, *, pools: bool = True) -> list[Target]:
     """Every replica (not ``none``) and, with ``pools``, every pool seen in the request rows."""
+    keys = _Keys.of(req)
     seen = set()
-    for p, r in zip(req["pool"], req["replica"], strict=True):
+    for c in np.unique(keys.pair_of).tolist():  # each (pool, replica) once, not each row
+        p, r = keys.pair(c)
         if r != names.NO_REPLICA:
             seen.add(Target(p, r))
         if pools:

@@ -229,6 +229,7 @@ class ForecastConfig:
     lead_max_steps: int = _k(24, "an alarm up to this many steps before a breach counts as an early warning", minimum=1)
     interval_s: float = _k(5.0, "online: seconds between scoring steps", minimum=0.1)
     lag_s: float = _k(10.0, "online: score the last 5 s window that ended at least this long ago (streaming latency)", minimum=0)
+    reread_s: float = _k(30.0, "online: re-read the newest windows this far back every step (late upserts); older ones are read once", minimum=0)
     receiver_url: str = _k("", "online: Alertmanager webhook v4 receiver URL for forecast alerts; empty = no alerts")
     receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN)", kind="secret")
     fire_steps: int = _k(2, "online: consecutive steps at or above the threshold before an alert fires", minimum=1)

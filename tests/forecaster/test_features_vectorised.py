@@ -1,4 +1,4 @@
-"""features.build is vectorised (the online scorer runs it every step for every target); it must
+"""features.build and targets_of are vectorised (the online scorer runs it every step for every target); it must
 equal, bit for bit, the straightforward row-by-row implementation it replaced - kept here as
 the reference - on frames with several pools, gateway ``none`` rows, missing steps, misaligned
 buckets, GPU rows and policy windows, and on a real simulated run."""
@@ -148,6 +148,17 @@ def build_reference(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target]
 
 
 
+def targets_reference(req: Frame, *, pools: bool = True) -> list[Target]:
+    """The first targets_of, row by row."""
+    seen = set()
+    for p, r in zip(req["pool"], req["replica"], strict=True):
+        if r != names.NO_REPLICA:
+            seen.add(Target(p, r))
+        if pools:
+            seen.add(Target(p, ""))
+    return sorted(seen)
+
+
 def _random_frames(rng: np.random.Generator, n_steps: int):
     rows = []
     for s in range(-2, n_steps + 2):  # some rows outside the grid
@@ -202,6 +213,8 @@ def test_vectorised_build_equals_the_row_by_row_reference(seed: int) -> None:
     rng = np.random.default_rng(seed)
     req, gpu, pol = _random_frames(rng, 40)
     slos = slo_mod.from_config(config_mod.load(env={}))
+    assert features.targets_of(req) == targets_reference(req)
+    assert features.targets_of(req, pools=False) == targets_reference(req, pools=False)
     for targets in (features.targets_of(req), features.targets_of(req, pools=False),
                     [Target("a", ""), Target("b", "r9"), Target("zz", "r0")]):
         got = features.build(req, gpu, pol, targets=targets, t0_ms=T0, n_steps=40, slos=slos)
