@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -49,7 +50,19 @@ async def _scrape(url: str) -> dict[tuple, float]:
             for fam in text_string_to_metric_families(text) for smp in fam.samples}
 
 
-def test_ramp_fault_warns_before_the_breach_then_resolves(pg_dsn) -> None:
+@dataclass
+class Ramp:
+    """A held-out simulated run with a ramp fault on r1, windowed into the store, and the truth."""
+
+    cfg: config_mod.Config
+    art: artifact.Artifact
+    n_steps: int
+    first_breach_ms: int
+    fault_start_ms: int
+    fault_end_ms: int
+
+
+def ramp_in_store(pg_dsn: str) -> Ramp:
     cfg = config_mod.load(env={})  # the default alarm policy: fire after 2, resolve after 6 below 0.8 x
     cfg.store.dsn = pg_dsn
     cfg.forecast.lag_s = 0.0  # the simulated clock reads each window the moment it ends
@@ -80,6 +93,13 @@ def test_ramp_fault_warns_before_the_breach_then_resolves(pg_dsn) -> None:
     first_breach_ms = T0 + int(steps[0]) * STEP_MS  # start of r1's first breaching window
     fault_start_ms, fault_end_ms = T0 + int(fault.start_s * 1000), T0 + int(fault.end_s * 1000)
     assert fault_start_ms < first_breach_ms < fault_end_ms, "r1 is healthy until the ramp breaks it"
+    return Ramp(cfg, art, n_steps, first_breach_ms, fault_start_ms, fault_end_ms)
+
+
+def test_ramp_fault_warns_before_the_breach_then_resolves(pg_dsn) -> None:
+    ramp = ramp_in_store(pg_dsn)
+    cfg, art, n_steps = ramp.cfg, ramp.art, ramp.n_steps
+    first_breach_ms, fault_start_ms, fault_end_ms = ramp.first_breach_ms, ramp.fault_start_ms, ramp.fault_end_ms
 
     results: list[online.StepResult] = []
     registry = CollectorRegistry()
@@ -125,3 +145,72 @@ def test_ramp_fault_warns_before_the_breach_then_resolves(pg_dsn) -> None:
     labels = (("model", "6b"), ("pool", names.DEFAULT_POOL), ("replica", "r1"), ("target", "replica"))
     assert scraped[(names.FORECAST_RISK, labels)] == scored[-1].risks[f"{names.DEFAULT_POOL}/r1"]
     assert scraped[(names.FORECAST_SCORE_SECONDS + "_count", ())] == len(scored)
+
+
+def test_forecast_alert_reaches_the_receiver_which_acts_before_the_breach(pg_dsn) -> None:
+    """The loop of issue 12 closed for real: the forecast service posts to the real receiver
+    (its built-in policy, its store journal), which deweights r1 through a real control API -
+    and that action is in ``action_log`` at a step that ended before r1's first breaching window
+    began."""
+    from llmsla.alerting.control_client import ControlClient
+    from llmsla.alerting.engine import Engine
+    from llmsla.alerting.journal import PgJournal
+    from llmsla.alerting.policy import load as load_policy
+    from llmsla.alerting.receiver import make_app as receiver_app
+    from llmsla.control import api
+    from llmsla.control.audit import AuditLog
+    from llmsla.control.distill import DistillControls
+    from llmsla.control.router import Replica, Router
+    from llmsla.httpkit import serve
+
+    ramp = ramp_in_store(pg_dsn)
+    cfg, art = ramp.cfg, ramp.art
+    token, control_token = "rcv-token", "ctl-token"
+    router = Router([Replica(f"r{i}", names.DEFAULT_POOL) for i in range(5)], "round_robin")
+    audit = AuditLog(pg_dsn)
+    distill = DistillControls([names.DEFAULT_POOL], audit=audit)
+    now = [T0 + art.window * STEP_MS]
+    acted_at: list[int] = []  # simulated ms of the step after which r1's weight was first below 1
+
+    def on_step(n: int, res: online.StepResult) -> None:
+        if not acted_at and router.replica("r1").weight < 1.0:
+            acted_at.append(now[0])
+        now[0] += STEP_MS
+
+    async def main() -> None:
+        control = await api.start(api.make_app(router, distill, token=control_token))
+        client = ControlClient([control.url], control_token, timeout_s=5.0, retries=2, backoff_s=0.05)
+        journal = PgJournal(pg_dsn)
+        receiver = await serve(receiver_app(Engine(load_policy(None), client, journal), token=token, tick_s=None),
+                               "127.0.0.1", 0)
+        registry = CollectorRegistry()
+        svc = ForecastService(cfg, registry, lambda url: online.OnlineScorer(
+            art, cfg, pg_dsn, registry=registry, external_url=url,
+            poster=alerts.WebhookPoster(receiver.url + "/v1/alerts", token=token)))
+        await svc.start("127.0.0.1", 0)
+        try:  # up to the first breaching window, no further: the action must come before it
+            steps = (ramp.first_breach_ms - now[0]) // STEP_MS + 1
+            await svc.run(asyncio.Event(), steps=steps, interval_s=0.0, clock=lambda: now[0] / 1000,
+                          on_step=on_step)
+        finally:
+            await svc.close()
+            await receiver.stop()
+            await client.close()
+            await journal.close()
+            await control.stop()
+            audit.flush(10)
+
+    asyncio.run(main())
+    assert acted_at, "the receiver did not act on the forecast before the breach"
+    assert ramp.fault_start_ms <= acted_at[0] <= ramp.first_breach_ms
+    assert router.replica("r1").weight == 0.5 and not router.is_drained("r1")  # deweighted, never drained
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            f"SELECT source, action, target, decision, outcome, alertname FROM {names.T_ACTION_LOG} "
+            "ORDER BY ts, id").fetchall()
+    target = f"replica:{names.DEFAULT_POOL}/r1"
+    # the receiver's audit: the forecast alert, its decision, and the action it took (the control
+    # API audits the same change from its side)
+    assert rows[0] == ("alert_receiver", "alert", target, "act", "received", names.FORECAST_ALERTNAME), rows
+    assert ("alert_receiver", "set_weight", target, "deweight", "applied", None) in rows, rows
+    assert ("control_api", "set_weight", "r1", None, "applied", None) in rows, rows
