@@ -102,6 +102,9 @@ class SpoolWriter:
         self._opened = 0.0
         self._size = 0
         self._pid = os.getpid()
+        # <host>-<pid>-<tag> names this writer in every segment it publishes: the stream job reads
+        # one writer's segments in order and tracks each writer's event time on its own
+        self._tag = uuid.uuid4().hex[:8]
         self._used = dir_bytes(self.dir)
         self._closed = False
         self.published = 0
@@ -165,10 +168,11 @@ class SpoolWriter:
 
     # -- internals -------------------------------------------------------------------------------
     def _open_locked(self) -> None:
-        self._pid = os.getpid()
+        if os.getpid() != self._pid:  # a forked child is a writer of its own
+            self._pid, self._tag = os.getpid(), uuid.uuid4().hex[:8]
         name = (
             f"{time.time_ns() // 1_000_000:013d}-{socket.gethostname()}-{self._pid}-"
-            f"{uuid.uuid4().hex[:8]}-{next(self._seq):06d}{SUFFIX}"
+            f"{self._tag}-{next(self._seq):06d}{SUFFIX}"
         )
         self._path = self.dir / INPROGRESS / name
         self._file = open(self._path, "xb", buffering=1 << 16)  # noqa: SIM115 - closed on publish
