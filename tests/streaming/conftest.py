@@ -59,12 +59,13 @@ def spool_dirs(cfg: config_mod.Config) -> dict[str, Path]:
     return dirs
 
 
-def publish(dir_: Path, name: str, lines: list[str]) -> Path:
-    """Write a segment the way SpoolWriter does: hidden in-progress file, then atomic rename."""
+def publish(dir_: Path, name: str, lines: list[str] | list[bytes]) -> Path:
+    """Write a segment the way SpoolWriter does: hidden in-progress file, then atomic rename.
+    Lines may be bytes (to write what no str can: invalid UTF-8)."""
     hidden = dir_ / ".inprogress"
     hidden.mkdir(exist_ok=True)
     tmp = hidden / name
-    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines))
     final = dir_ / name
     os.rename(tmp, final)
     return final
