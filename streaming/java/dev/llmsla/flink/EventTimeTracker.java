@@ -12,7 +12,8 @@ import java.util.Map;
  *
  * <p>{@link #bound} = min( min over active writers of their highest event time, min over segments
  * not yet started of their start ); the reader's watermark is that minus the delay. A writer is
- * active while it has unread segments or produced data within the idle timeout (processing time).
+ * active while it has unread segments or produced data within the idle timeout (processing time);
+ * a segment named unlike a SpoolWriter's is a writer of its own, done as soon as it is read.
  * So a backlog never makes anything late (an unread segment holds the watermark at its start), a
  * writer whose clock runs ahead only delays its own windows, and a writer that went quiet stops
  * holding the others back after the idle timeout.
@@ -32,6 +33,8 @@ final class EventTimeTracker {
         long lastActiveNanos;
         boolean touched;
         long lookedAt = Long.MIN_VALUE;
+        /** A segment named unlike a SpoolWriter's is a writer of its own: done once it is read. */
+        boolean single;
 
         Writer(String name) {
             this.name = name;
@@ -77,6 +80,7 @@ final class EventTimeTracker {
 
     FileState add(SpoolSplit split, long nanos) {
         Writer w = writer(split.writer(), nanos);
+        w.single = split.writer().equals(java.nio.file.Paths.get(split.path()).getFileName().toString());
         w.unread++;
         FileState f = new FileState(split, w);
         unread.put(split.splitId(), f);
@@ -109,7 +113,8 @@ final class EventTimeTracker {
     Map<String, Long> activeWriters(long nanos) {
         Map<String, Long> out = new LinkedHashMap<>();
         for (Writer w : writers.values()) {
-            if (w.maxTs != Long.MIN_VALUE && (w.unread > 0 || w.touched || nanos - w.lastActiveNanos < idleNanos)) {
+            boolean done = w.single && w.unread == 0;
+            if (!done && w.maxTs != Long.MIN_VALUE && (w.unread > 0 || w.touched || nanos - w.lastActiveNanos < idleNanos)) {
                 out.put(w.name, w.maxTs);
             }
         }
@@ -157,8 +162,8 @@ final class EventTimeTracker {
                 w.lastActiveNanos = nanos;
                 w.touched = false;
             }
-            if (w.unread == 0 && nanos - w.lastActiveNanos >= idleNanos) {
-                it.remove(); // quiet: it no longer holds anybody back (a new segment re-adds it)
+            if (w.unread == 0 && (w.single || nanos - w.lastActiveNanos >= idleNanos)) {
+                it.remove(); // quiet, or a one-segment writer: holds nobody back (a new segment re-adds it)
                 continue;
             }
             b = Math.min(b, w.maxTs != Long.MIN_VALUE ? w.maxTs : w.floor);
