@@ -39,6 +39,9 @@ import org.slf4j.LoggerFactory;
 final class SpoolEnumerator implements SplitEnumerator<SpoolSplit, SpoolEnumerator.State> {
     private static final Logger LOG = LoggerFactory.getLogger(SpoolEnumerator.class);
 
+    /** Segments per assignment message (each a few hundred bytes; RPC messages are limited). */
+    static final int CHUNK = 2000;
+
     private final SplitEnumeratorContext<SpoolSplit> context;
     private final Path dir;
     private final boolean bounded;
@@ -123,7 +126,11 @@ final class SpoolEnumerator implements SplitEnumerator<SpoolSplit, SpoolEnumerat
         return Math.floorMod(split.writer().hashCode(), context.currentParallelism());
     }
 
-    /** Everything undelivered whose reader is registered, in one assignment. */
+    /**
+     * Everything undelivered whose reader is registered, in one assignment; a long backlog in
+     * chunks of {@link #CHUNK} segments (an RPC message has a size limit) between Hold and ScanDone,
+     * so no reader moves its watermark before it knows all of them.
+     */
     private void deliver() {
         Set<Integer> ready = context.registeredReaders().keySet();
         Map<Integer, List<SpoolSplit>> batch = new HashMap<>();
@@ -138,8 +145,21 @@ final class SpoolEnumerator implements SplitEnumerator<SpoolSplit, SpoolEnumerat
         }
         undelivered.clear();
         undelivered.addAll(waiting);
-        if (!batch.isEmpty()) {
-            context.assignSplits(new SplitsAssignment<>(batch));
+        for (Map.Entry<Integer, List<SpoolSplit>> e : batch.entrySet()) {
+            int reader = e.getKey();
+            List<SpoolSplit> splits = e.getValue();
+            boolean chunked = splits.size() > CHUNK;
+            if (chunked) {
+                context.sendEventToSourceReader(reader, new SpoolEvents.Hold());
+            }
+            for (int from = 0; from < splits.size(); from += CHUNK) {
+                Map<Integer, List<SpoolSplit>> chunk = new HashMap<>();
+                chunk.put(reader, new ArrayList<>(splits.subList(from, Math.min(splits.size(), from + CHUNK))));
+                context.assignSplits(new SplitsAssignment<>(chunk));
+            }
+            if (chunked && scanned) {
+                context.sendEventToSourceReader(reader, new SpoolEvents.ScanDone());
+            }
         }
     }
 

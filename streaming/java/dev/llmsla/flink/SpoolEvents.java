@@ -6,8 +6,16 @@ import org.apache.flink.api.connector.source.SourceEvent;
 final class SpoolEvents {
     private SpoolEvents() {}
 
-    /** Enumerator to reader: the first directory scan is assigned; the watermark may leave MIN. */
+    /**
+     * Enumerator to reader: a scan's segments are all assigned (the first one's: the watermark may
+     * leave MIN). Sent after every scan whose assignment took several chunks, after {@link Hold}.
+     */
     static final class ScanDone implements SourceEvent {
+        private static final long serialVersionUID = 1L;
+    }
+
+    /** Enumerator to reader: a scan's segments come in several chunks; keep the watermark until ScanDone. */
+    static final class Hold implements SourceEvent {
         private static final long serialVersionUID = 1L;
     }
 

@@ -66,23 +66,26 @@ final class SpoolFiles {
     static long startOf(Path file, long lo, long hi) {
         byte[] head = new byte[HEAD_BYTES];
         int n = 0;
+        int from = 0;
         try (InputStream in = Files.newInputStream(file)) {
-            int r;
-            while (n < head.length && (r = in.read(head, n, head.length - n)) > 0) {
+            while (n < head.length) { // usually the first 4 KB hold the first line: read no more
+                int r = in.read(head, n, Math.min(4096, head.length - n));
+                if (r <= 0) {
+                    break;
+                }
+                for (int i = n; i < n + r; i++) {
+                    if (head[i] == '\n') {
+                        long ts = timestamp(head, from, i - from);
+                        if (ts >= lo && ts <= hi) {
+                            return ts;
+                        }
+                        from = i + 1;
+                    }
+                }
                 n += r;
             }
         } catch (IOException e) {
             return Long.MIN_VALUE; // gone or unreadable: the reader says why
-        }
-        int from = 0;
-        for (int i = 0; i < n; i++) {
-            if (head[i] == '\n') {
-                long ts = timestamp(head, from, i - from);
-                if (ts >= lo && ts <= hi) {
-                    return ts;
-                }
-                from = i + 1;
-            }
         }
         return Long.MIN_VALUE;
     }

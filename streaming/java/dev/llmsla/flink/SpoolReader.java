@@ -141,6 +141,8 @@ final class SpoolReader extends SingleThreadMultiplexSourceReaderBase<
         if (event instanceof SpoolEvents.ScanDone) {
             holding = false;
             wake();
+        } else if (event instanceof SpoolEvents.Hold) {
+            holding = true;
         } else if (event instanceof SpoolEvents.Follow) {
             followed = Math.max(followed, ((SpoolEvents.Follow) event).watermark);
             wake();
