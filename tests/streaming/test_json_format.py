@@ -144,9 +144,11 @@ def test_jar_is_built_once_and_missing_javac_falls_back(tmp_path, monkeypatch, c
     with zipfile.ZipFile(jar) as zf:
         entries = set(zf.namelist())
         assert {"dev/llmsla/flink/SpoolJsonFormatFactory.class", "dev/llmsla/flink/SpoolJsonDeserializer.class",
-                "dev/llmsla/flink/Percentiles.class", "dev/llmsla/flink/TableStreams.class"} <= entries
+                "dev/llmsla/flink/Percentiles.class", "dev/llmsla/flink/TableStreams.class",
+                "dev/llmsla/flink/SpoolTableFactory.class", "dev/llmsla/flink/SpoolSource.class",
+                "dev/llmsla/flink/KeyByFirstField.class"} <= entries
         services = zf.read("META-INF/services/org.apache.flink.table.factories.Factory").decode()
-        assert "dev.llmsla.flink.SpoolJsonFormatFactory" in services
+        assert "dev.llmsla.flink.SpoolJsonFormatFactory" in services and "dev.llmsla.flink.SpoolTableFactory" in services
     mtime = jar.stat().st_mtime_ns
     assert jar_mod.ensure_parser_jar(tmp_path / "cache") == jar and jar.stat().st_mtime_ns == mtime  # cached
 

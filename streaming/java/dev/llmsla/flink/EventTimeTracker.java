@@ -4,6 +4,7 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.PriorityQueue;
 
 /**
  * A spool reader's event-time frontier: per writer, the highest event time it produced (within the
@@ -61,6 +62,8 @@ final class EventTimeTracker {
     private final long maxFutureMillis;
     private final Map<String, Writer> writers = new HashMap<>();
     private final Map<String, FileState> unread = new HashMap<>();
+    /** Unread segments not yet started, lowest start first; started/finished ones leave lazily. */
+    private final PriorityQueue<FileState> waiting = new PriorityQueue<>((a, b) -> Long.compare(a.split.start(), b.split.start()));
     private long lo = Long.MIN_VALUE;
     private long hi = Long.MAX_VALUE;
     boolean dirty = true;
@@ -84,6 +87,7 @@ final class EventTimeTracker {
         w.unread++;
         FileState f = new FileState(split, w);
         unread.put(split.splitId(), f);
+        waiting.add(f);
         dirty = true;
         return f;
     }
@@ -91,11 +95,12 @@ final class EventTimeTracker {
     void finished(String splitId, long nanos) {
         FileState f = unread.remove(splitId);
         if (f != null) {
-            f.writer.unread--;
-            f.writer.lastActiveNanos = nanos;
             if (f.started) {
                 f.writer.floor = Long.MAX_VALUE;
             }
+            f.started = true; // done: leaves `waiting` on the next look
+            f.writer.unread--;
+            f.writer.lastActiveNanos = nanos;
             dirty = true;
         }
     }
@@ -149,12 +154,10 @@ final class EventTimeTracker {
 
     /** The frontier; {@link Long#MAX_VALUE} when nothing is active (the reader then follows others). */
     long bound(long nanos) {
-        long b = Long.MAX_VALUE;
-        for (FileState f : unread.values()) {
-            if (!f.started) {
-                b = Math.min(b, f.split.start());
-            }
+        while (!waiting.isEmpty() && waiting.peek().started) {
+            waiting.poll(); // O(1) amortised: a backlog of thousands of segments is read in order of start
         }
+        long b = waiting.isEmpty() ? Long.MAX_VALUE : waiting.peek().split.start();
         Iterator<Writer> it = writers.values().iterator();
         while (it.hasNext()) {
             Writer w = it.next();
