@@ -32,7 +32,6 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.store import open_store
     from llmsla.store.connection import StoreError
     from llmsla.streaming.job import JobOptions, root_cause, run
-    from llmsla.streaming.tmpdir import RunDir
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
@@ -51,14 +50,10 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
                       resume=not args.fresh, dsn=dsn)
     for kind in kinds:
         (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
-    run_dir = RunDir()  # the mini-cluster's temp files: private, removed when the run is over
-    run_dir.activate()
     try:
         run(cfg, opts)
     except Exception as exc:  # Py4J wraps the Java failure; print its cause on one line
         if type(exc).__name__ in ("Py4JJavaError", "Py4JError"):
             raise CliError(f"stream job failed: {root_cause(exc)}") from None
         raise
-    finally:
-        run_dir.close()
     return 0

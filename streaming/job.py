@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.streaming import jar, sql
+from llmsla.streaming import jar, sql, tmpdir
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,12 @@ def to_data_streams(t_env, tables: list) -> list:
 
 
 def run(cfg: Config, opts: JobOptions) -> None:
-    """Execute and block until the job ends (bounded) or fails / is killed (continuous)."""
+    """Execute and block until the job ends (bounded) or fails / is killed (continuous).
+
+    A local run keeps the mini-cluster's temporary files (~70 MB of jars, blob and shuffle
+    directories) in a private directory removed when the process is over (streaming/tmpdir.py)."""
+    if opts.local:
+        tmpdir.for_this_process()
     env, _t_env, statements = build(cfg, opts)
     if statements is not None:
         statements.execute().wait()

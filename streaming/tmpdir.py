@@ -66,6 +66,19 @@ def remove_stale(root: Path) -> int:
     return removed
 
 
+_CURRENT: RunDir | None = None
+
+
+def for_this_process() -> RunDir:
+    """This process's run directory, created and activated on first use (before the JVM starts:
+    a JVM already running keeps its temp dir). Removed at exit."""
+    global _CURRENT
+    if _CURRENT is None:
+        _CURRENT = RunDir()
+        _CURRENT.activate()
+    return _CURRENT
+
+
 class RunDir:
     """The current run's directory; :meth:`activate` before the JVM starts."""
 
