@@ -117,8 +117,12 @@ def test_once_backlog_of_many_writers_lands_in_its_windows(cfg, spool_dirs, tmp_
     writers = _writers(rng, count=5, segments=6, per_segment=250, start_ms=start, span_ms=120_000,
                        skewed=4, poison_at={2})
     _late(writers, start, 2)
+    for i, segs in enumerate(writers.values()):  # each writer's very first line is stamped next year
+        first = json.loads(segs[0][1][0])
+        segs[0][1].insert(0, ref.dumps({**first, "ts_ms": now + 365 * 86_400_000, "trace_id": f"{0xf0 + i:032x}"}))
     judged = _judge(cfg, writers, now)
     assert sum(1 for _, c in judged.dead if c == "late") == 2
+    assert sum(1 for _, c in judged.dead if c == "future") == 5
     assert len(judged.usable) == 5 * 6 * 250 + 1  # all but the late ones, plus the 200-emoji model
     want = ref.request_windows(judged.usable, ttft_slo=cfg.slo.ttft_ms, e2e_slo=cfg.slo.e2e_ms)
     want_dead = _want_dead(writers, judged)

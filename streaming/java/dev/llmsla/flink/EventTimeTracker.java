@@ -73,6 +73,7 @@ final class EventTimeTracker {
         this.idleNanos = idleMillis * 1_000_000L;
         this.maxPastMillis = maxPastMillis;
         this.maxFutureMillis = maxFutureMillis;
+        refresh(System.currentTimeMillis()); // a first line stamped next year must not count either
     }
 
     private Writer writer(String name, long nanos) {

@@ -85,6 +85,7 @@ final class SpoolReader extends SingleThreadMultiplexSourceReaderBase<
         this.delayMillis = source.delayMillis();
         this.intervalMillis = Math.max(1, source.intervalMillis());
         this.relay = context.currentParallelism() > 1;
+        this.reportedAt = System.nanoTime() - intervalMillis * 1_000_000L; // the first report goes at once
     }
 
     @Override
