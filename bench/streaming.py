@@ -11,10 +11,11 @@ on this machine). Each job runs as ``llmsla stream --once`` in its own process (
 Python workers), on the first half of the backlog (hard links to the segments of the first half of
 event time) and on all of it: events/s is the slope between the two (start-up, JIT warm-up and
 shutdown, which every run pays once, cancel out). A slope is only as good as the two walls it
-divides by: each is measured ``--repeats`` times, and a rate is reported only when
-``median wall(N) - median wall(N/2)`` exceeds 3x the spread of the repeats (and zero); otherwise
-the runs are repeated up to ``--max-repeats`` times, then the figure is ``unsupported`` with the
-reason, never a number (a busy machine once made wall(N/2) > wall(N) and the rate 5e14).
+divides by: each is measured ``--repeats`` times, the two sinks interleaved so that a machine
+getting busier slows both alike, and a rate is reported only when ``mean wall(N) - mean
+wall(N/2)`` exceeds zero and 3 standard errors of that difference; otherwise all four are run
+again, up to ``--max-repeats`` times, and then the figure is ``unsupported`` with the reason,
+never a number (a busy machine once made wall(N/2) > wall(N) and the rate 5e14).
 
 The pure-SQL fallback (no javac) cannot order a backlog of several writers (docs/streaming.md);
 it is measured on one writer's segments, which it can. Freshness runs the continuous job against
@@ -228,43 +229,51 @@ def write_single(root: Path, n: int, start_ms: int, rate: int) -> Backlog:
 
 
 def slope(n_half: int, n_full: int, half: list[float], full: list[float]) -> tuple[float | None, str]:
-    """Events/s between the two sizes, or None and why the walls cannot support a rate."""
+    """Events/s between the two sizes, or None and why the walls cannot support a rate: the
+    difference of the mean walls must exceed zero and 3 standard errors of that difference (the
+    repeats' own scatter: on a shared machine a run can take twice as long as its twin)."""
     if n_full <= n_half:
         return None, f"the two inputs hold {n_half} and {n_full} events: no difference to divide by"
-    d = statistics.median(full) - statistics.median(half)
-    spread = max(max(full) - min(full), max(half) - min(half))
+    d = statistics.fmean(full) - statistics.fmean(half)
     if d <= 0:
-        return None, (f"median wall(N) {statistics.median(full):.1f} s <= median wall(N/2) "
-                      f"{statistics.median(half):.1f} s")
-    if d <= 3 * spread:
-        return None, f"wall(N) - wall(N/2) = {d:.1f} s is within 3x the spread of repeated runs ({spread:.1f} s)"
+        return None, f"mean wall(N) {statistics.fmean(full):.1f} s <= mean wall(N/2) {statistics.fmean(half):.1f} s"
+    if len(full) > 1 and len(half) > 1:
+        se = (statistics.variance(full) / len(full) + statistics.variance(half) / len(half)) ** 0.5
+        if d <= 3 * se:
+            return None, (f"wall(N) - wall(N/2) = {d:.1f} s is within 3 standard errors ({se:.1f} s) of the "
+                          f"repeated runs (N/2: {', '.join(f'{w:.0f}' for w in half)} s; N: "
+                          f"{', '.join(f'{w:.0f}' for w in full)} s)")
     return (n_full - n_half) / d, ""
 
 
-def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, sink: str, repeats: int,
-            max_repeats: int, log: Path) -> dict:
-    """Walls of N/2 and N (alternating, so drift hits both), repeated until they support a rate."""
-    flag = ("--blackhole",) if sink == "blackhole" else ()
-    walls: dict[str, list[dict]] = {"half": [], "full": []}
-    rows = summed = 0
-    rate, why = None, ""
+def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, repeats: int, max_repeats: int,
+            log: Path) -> dict[str, dict]:
+    """Walls of N/2 and N for both sinks, interleaved (blackhole N/2, store N/2, blackhole N, store
+    N, again), so a machine getting busier slows both alike; repeated until both rates are
+    supported or ``max_repeats`` is reached."""
+    out: dict[str, dict] = {sink: {"walls": {"half": [], "full": []}, "rate": None, "why": "", "rows": 0,
+                                   "summed": 0} for sink in ("blackhole", "store")}
     while True:
         for size, spool in (("half", backlog.half), ("full", backlog.full)):
             cfg.spool.dir = str(spool.parent)
-            if sink == "store":
-                with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
-                    conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_DEAD_LETTERS}")
-            walls[size].append(run_job(cfg, *flag, log=log, java_parser=java, parallelism=par))
-            if sink == "store" and size == "full":
-                rows, summed = counts(cfg.store.dsn)
-        done = len(walls["full"])
+            for sink, m in out.items():
+                if sink == "store":
+                    with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
+                        conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_DEAD_LETTERS}")
+                flag = ("--blackhole",) if sink == "blackhole" else ()
+                m["walls"][size].append(run_job(cfg, *flag, log=log, java_parser=java, parallelism=par))
+                if sink == "store" and size == "full":
+                    m["rows"], m["summed"] = counts(cfg.store.dsn)
+        done = len(out["store"]["walls"]["full"])
         if done >= repeats:
-            rate, why = slope(backlog.half_events, backlog.events, [w["wall_s"] for w in walls["half"]],
-                              [w["wall_s"] for w in walls["full"]])
-            if rate is not None or done >= max_repeats:
-                break
-            print(f"  {sink}: not supported yet ({why}); measuring again", flush=True)
-    return {"walls": walls, "rate": rate, "why": why, "rows": rows, "summed": summed}
+            for m in out.values():
+                m["rate"], m["why"] = slope(backlog.half_events, backlog.events,
+                                            [w["wall_s"] for w in m["walls"]["half"]],
+                                            [w["wall_s"] for w in m["walls"]["full"]])
+            pending = [f"{sink}: {m['why']}" for sink, m in out.items() if m["rate"] is None]
+            if not pending or done >= max_repeats:
+                return out
+            print(f"  not supported yet ({'; '.join(pending)}); measuring again", flush=True)
 
 
 def counts(dsn: str) -> tuple[int, int]:
@@ -335,14 +344,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=5_000_000)
     ap.add_argument("--writers", type=int, default=8, help="producers sharing the traffic (segments overlap in time)")
-    ap.add_argument("--fallback-events", type=int, default=1_000_000,
+    ap.add_argument("--fallback-events", type=int, default=500_000,
                     help="events for the pure-SQL fallback (one writer), ~10x slower")
     ap.add_argument("--parallel", type=int, default=0,
                     help="also run the Java path at this parallelism (0 = skip; on 2 cores parallelism 1 "
                          "already keeps both busy)")
     ap.add_argument("--rate", type=int, default=5_000, help="event-time rate of the generated traffic, events/s")
-    ap.add_argument("--repeats", type=int, default=2, help="runs of each size before judging the slope")
-    ap.add_argument("--max-repeats", type=int, default=4, help="give up (unsupported) after this many")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each size and sink before judging the slope")
+    ap.add_argument("--max-repeats", type=int, default=5, help="give up (unsupported) after this many")
     ap.add_argument("--fresh-s", type=float, default=40.0, help="seconds of live traffic for freshness")
     ap.add_argument("--fresh-rate", type=int, default=2_000)
     ap.add_argument("--fresh-writers", type=int, default=4)
@@ -376,9 +385,7 @@ def main() -> int:
             runs.append(("java", True, args.parallel, main_backlog))
         for label, java, par, backlog in runs:
             inputs[f"{label}-p{par}"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in backlog.__dict__.items()}
-            got = {sink: measure(cfg, backlog, java=java, par=par, sink=sink, repeats=args.repeats,
-                                 max_repeats=args.max_repeats, log=log)
-                   for sink in ("blackhole", "store")}
+            got = measure(cfg, backlog, java=java, par=par, repeats=args.repeats, max_repeats=args.max_repeats, log=log)
             anchor = got["blackhole"]["rate"]
             if anchor is not None and got["store"]["rate"] is not None and got["store"]["rate"] > 1.1 * anchor:
                 # the store path does all the blackhole path does and more: faster means noise
@@ -388,14 +395,14 @@ def main() -> int:
             for sink, m in got.items():
                 full = [w["wall_s"] for w in m["walls"]["full"]]
                 half = [w["wall_s"] for w in m["walls"]["half"]]
-                busy = statistics.median(full) - startup[(java, sink)]
+                busy = statistics.fmean(full) - startup[(java, sink)]
                 results.append({
                     "path": label, "parallelism": par, "sink": sink, "writers": backlog.writers,
                     "segments": backlog.segments, "events": backlog.events,
                     "events_per_s": m["rate"] if m["rate"] is not None else "unsupported",
                     "unsupported_because": m["why"] or None,
                     # whole-run average without start-up; unsupported when start-up swallowed the run
-                    "avg_events_per_s": backlog.events / busy if busy > 0.1 * statistics.median(full) else "unsupported",
+                    "avg_events_per_s": backlog.events / busy if busy > 0.1 * statistics.fmean(full) else "unsupported",
                     "vs_own_blackhole": (m["rate"] / anchor) if m["rate"] is not None and anchor else None,
                     "wall_half_s": half, "wall_s": full, "startup_s": startup[(java, sink)],
                     "peak_rss_mib": max(w["peak_rss_mib"] for w in m["walls"]["full"]),
@@ -430,9 +437,9 @@ def main() -> int:
                    "repeats": args.repeats, "max_repeats": args.max_repeats,
                    "freshness_s": args.fresh_s, "freshness_rate": args.fresh_rate, "freshness_writers": args.fresh_writers},
         "anchor": "blackhole sink, same path and parallelism, same run",
-        "rate": ("events_per_s = (events - events/2) / (median wall(events) - median wall(events/2)), reported only "
-                 "when that difference exceeds 0 and 3x the spread of the repeated walls; avg_events_per_s = "
-                 "events / (median wall - startup on an empty spool)"),
+        "rate": ("events_per_s = (events - events/2) / (mean wall(events) - mean wall(events/2)), reported only "
+                 "when that difference exceeds 0 and 3 standard errors of the repeated walls; sinks interleaved; "
+                 "avg_events_per_s = events / (mean wall - startup on an empty spool)"),
         "results": results, "freshness": fresh,
         "loadavg_before": load_before, "loadavg_after": load_after,
         "targets": {"events_per_s": 200_000, "vs_blackhole": 0.9, "freshness_p99_s": fresh["budget_s"]},
