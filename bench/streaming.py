@@ -65,7 +65,7 @@ KEYS = synth.Keys(models=("llama-8b", "qwen-7b", "mistral-7b", "phi-3"), pools=(
 def child_env(cfg: config_mod.Config, **stream: object) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
     env.update(LLMSLA_STORE_DSN=cfg.store.dsn, LLMSLA_SPOOL_DIR=str(cfg.spool_dir()),
-               LLMSLA_STREAM_CHECKPOINT_DIR=str(cfg.checkpoint_dir()))
+               LLMSLA_STREAM_CHECKPOINT_DIR=str(cfg.checkpoint_dir()), LLMSLA_STREAM_METRICS_PORT="0")
     env.update({f"LLMSLA_STREAM_{k.upper()}": str(v) for k, v in stream.items()})
     return env
 

@@ -32,7 +32,8 @@ class ConfigError(UserError, ValueError):
 
 def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
        maximum: float | None = None, kind: str | None = None) -> Any:
-    """A key: default, doc, bounds; ``kind`` "host"/"port" adds the address checks, "secret"
+    """A key: default, doc, bounds; ``kind`` "host"/"port" adds the address checks ("port0": 0
+    = a free port, for a process nothing needs to find at a fixed address), "secret"
     masks the value wherever the configuration is shown."""
     meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind}
     if isinstance(default, list | dict):
@@ -188,6 +189,8 @@ class StreamConfig:
     sink_retry_s: float = _k(30.0, "keep retrying store writes this long before failing the job", minimum=0)
     restart_attempts: int = _k(3, "Flink restarts (from the last checkpoint) before the job fails", minimum=0)
     watermark_interval_ms: int = _k(200, "periodic watermark emission interval (pipeline.auto-watermark-interval)", minimum=1)
+    metrics_host: str = _k("127.0.0.1", "listen address of `llmsla stream`'s /metrics (dead letters and window lag, read from the store)", kind="host")
+    metrics_port: int = _k(9467, "listen port of `llmsla stream`'s /metrics; 0 = a free port (logged)", kind="port0")
     java_parser: bool = _k(True, "parse each spool line once into typed columns with the Java llmsla-json table format (built with javac on first use); false or no javac = one JSON_VALUE per field")
 
 
@@ -366,8 +369,8 @@ def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_
         raise ConfigError(f"{where}: {name}: must be <= {meta['maximum']}, got {value!r}")
     if meta.get("kind") == "host":
         check_host(value, f"{where}: {name}")
-    elif meta.get("kind") == "port":
-        check_port(value, f"{where}: {name}")
+    elif meta.get("kind") in ("port", "port0"):
+        check_port(value, f"{where}: {name}", allow_zero=meta["kind"] == "port0")
     setattr(section_obj, key, value)
 
 

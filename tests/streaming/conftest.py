@@ -28,6 +28,7 @@ def stream_env(cfg: config_mod.Config, **stream: object) -> dict[str, str]:
         "LLMSLA_SPOOL_DIR": str(cfg.spool_dir()),
         "LLMSLA_STREAM_CHECKPOINT_DIR": str(cfg.checkpoint_dir()),
         "LLMSLA_STORE_TIMESCALE": cfg.store.timescale,
+        "LLMSLA_STREAM_METRICS_PORT": "0",  # tests run side by side: each job's /metrics on a free port
     })
     for key, value in stream.items():
         env[f"LLMSLA_STREAM_{key.upper()}"] = str(value)
