@@ -149,14 +149,17 @@ class DistillControls:
         return STUDENT if key_point(pool, key) < round(pc.student_share_pct * 100) else TEACHER
 
     def pick(self, router: Any, pool: str, key: str, *, exclude: Any = ()) -> Any:
-        """Route a request: the key's role if the pool has replicas of it, else any replica."""
+        """Route a request: the key's role if the pool has replicas of it, else any replica (a
+        pool without a teacher/student split routes as if there were no controls)."""
         from llmsla.control.router import NoReplicaAvailable
 
         role = self.role_for(pool, key)
-        try:
-            return router.pick(pool, role=role, exclude=exclude)
-        except NoReplicaAvailable:
-            return router.pick(pool, exclude=exclude)  # no student/teacher split here: any role
+        if router.has_role(pool, role):
+            try:
+                return router.pick(pool, role=role, exclude=exclude)
+            except NoReplicaAvailable:  # every replica of that role excluded: any role
+                pass
+        return router.pick(pool, exclude=exclude)
 
     # -- writes ----------------------------------------------------------------------------------
     def set_student_share(self, pool: str, pct: Any, *, actor: str, reason: str = "",

@@ -80,8 +80,13 @@ def _check_number(kind: str, f: Field, value: Any, *, integer: bool) -> float | 
         if not (math.isfinite(value) and value == int(value)):
             raise EventError(kind, f.name, f"expected integer, got {value!r}")
         value = int(value)
-    if not integer and not math.isfinite(value):
-        raise EventError(kind, f.name, f"not finite: {value!r}")
+    if not integer:
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int beyond the float range: JSON gives no limit on digits
+            raise EventError(kind, f.name, "not finite: beyond the 64-bit float range") from None
+        if not finite:
+            raise EventError(kind, f.name, f"not finite: {value!r}")
     if f.minimum is not None and value < f.minimum:
         raise EventError(kind, f.name, f"must be >= {f.minimum:g}, got {value!r}")
     if f.maximum is not None and value > f.maximum:
@@ -211,7 +216,7 @@ class _Event:
         if not isinstance(data, dict):
             raise EventError(kind, "<record>", f"expected a JSON object, got {type(data).__name__}")
         v = data.get("v", SCHEMA_VERSION)
-        if v != SCHEMA_VERSION:
+        if isinstance(v, bool) or v != SCHEMA_VERSION:  # true == 1 in Python, not in the JSON Schema
             raise EventError(kind, "v", f"unsupported schema version {v!r} (this reader knows {SCHEMA_VERSION})")
         values: dict[str, Any] = {}
         for f in cls.FIELDS:
