@@ -191,6 +191,7 @@ class StreamConfig:
     watermark_interval_ms: int = _k(200, "periodic watermark emission interval (pipeline.auto-watermark-interval)", minimum=1)
     metrics_host: str = _k("127.0.0.1", "listen address of `llmsla stream`'s /metrics (dead letters and window lag, read from the store)", kind="host")
     metrics_port: int = _k(9467, "listen port of `llmsla stream`'s /metrics; 0 = a free port (logged)", kind="port0")
+    python_executable: str = _k("", "Python interpreter a Flink cluster's TaskManagers run the job's Python operators with (python.executable; it needs llmsla's dependencies) under `llmsla stream --jobmanager`; empty = the submitting interpreter (right for `llmsla flink start` on the same machine)")
     java_parser: bool = _k(True, "parse each spool line once into typed columns with the Java llmsla-json table format (built with javac on first use); false or no javac = one JSON_VALUE per field")
 
 

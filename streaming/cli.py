@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kinds", default=",".join(names.SPOOL_KINDS), help="comma-separated spool kinds")
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints (start from scratch)")
     p.add_argument("--blackhole", action="store_true", help="write into Flink's blackhole sink (engine floor)")
+    p.add_argument("--jobmanager", metavar="HOST:PORT", default="",
+                   help="submit to a running Flink cluster (its REST address, e.g. the one `llmsla flink start` "
+                        "prints) instead of a local mini-cluster; waits for the job and serves /metrics meanwhile")
     p.set_defaults(handler=_run)
 
 
@@ -42,7 +45,7 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.errors import CliError
     from llmsla.store import open_store
     from llmsla.store.connection import StoreError
-    from llmsla.streaming.job import JobOptions, root_cause, run
+    from llmsla.streaming.job import JobOptions, parse_jobmanager, root_cause, run, running_jobs
 
     logging.getLogger().setLevel(logging.INFO)  # the handler (scrubbed) is set up by llmsla.app.cli
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
@@ -51,6 +54,19 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         raise CliError(f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; known: {', '.join(names.SPOOL_KINDS)}")
     if cfg.stream.source == "kafka" and not cfg.stream.kafka_jar:
         raise CliError("stream.source = kafka needs stream.kafka_jar (flink-sql-connector-kafka jar) and stream.kafka_bootstrap")
+    if args.jobmanager:
+        try:
+            parse_jobmanager(args.jobmanager)
+            busy = running_jobs(args.jobmanager)
+        except ValueError as exc:
+            raise CliError(f"--jobmanager: {exc}") from None
+        except OSError as exc:
+            raise CliError(f"--jobmanager {args.jobmanager}: no Flink REST endpoint answers there "
+                           f"({getattr(exc, 'reason', None) or exc}); start one with `llmsla flink start`") from None
+        if busy and not args.blackhole:  # a second job on the same spool would write every window twice
+            ids = ", ".join(f"{j['jid']} ({j['state']})" for j in busy)
+            raise CliError(f"--jobmanager {args.jobmanager}: the stream job already runs there: {ids}; "
+                           f"cancel it first (flink cancel, or PATCH /jobs/<id>?mode=cancel)")
     store = None
     if not args.blackhole:
         try:
@@ -58,7 +74,8 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         except StoreError as exc:
             raise CliError(str(exc)) from None
     opts = JobOptions(bounded=args.once, sink="blackhole" if args.blackhole else "store", kinds=kinds,
-                      resume=not args.fresh, dsn=store.dsn if store else "")
+                      resume=not args.fresh, dsn=store.dsn if store else "",
+                      local=not args.jobmanager, jobmanager=args.jobmanager)
     for kind in kinds:
         (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
     try:

