@@ -10,6 +10,8 @@ down. ``llmsla stream`` serves these on ``stream.metrics_port``; the static rule
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmsla import names
+from llmsla.config import Config
 from llmsla.store.connection import StoreError, StoreHandle
 
 #: Window tables whose newest end is exported, with their length (the time column holds starts).
@@ -71,3 +74,32 @@ def registry_for(store: StoreHandle) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(StreamHealth(store))
     return reg
+
+
+@contextlib.contextmanager
+def serving(cfg: Config, store: StoreHandle | None) -> Iterator[None]:
+    """``/metrics`` with the dead-letter counter and window lag on stream.metrics_host:port while
+    the job runs, from the process that waits on it (``llmsla stream``, also with --jobmanager, or
+    :func:`llmsla.streaming.job.main` under ``flink run`` / the operator's PythonDriver); the
+    blackhole run stores nothing to report."""
+    if store is None:
+        yield
+        return
+    from aiohttp import web
+
+    from llmsla.errors import CliError
+    from llmsla.httpkit import BackgroundServer, add_metrics
+
+    app = web.Application()
+    add_metrics(app, registry_for(store))
+    bg = BackgroundServer()
+    try:
+        try:
+            served = bg.serve(app, cfg.stream.metrics_host, cfg.stream.metrics_port)
+        except OSError as exc:
+            raise CliError(f"{cfg.origin('stream.metrics_port')}: cannot listen on "
+                           f"{cfg.stream.metrics_host}:{cfg.stream.metrics_port}: {exc.strerror or exc}") from None
+        logging.getLogger(__name__).info("stream metrics on http://%s:%d/metrics", cfg.stream.metrics_host, served.port)
+        yield
+    finally:
+        bg.close()

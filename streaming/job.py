@@ -287,15 +287,18 @@ def root_cause(exc: BaseException) -> str:
 
 
 def main() -> int:  # pragma: no cover - `flink run -py` entry point
-    """``flink run -py <this file>`` (or ``-pym llmsla.streaming.job``): config from the
-    environment, the cluster from ``flink run``'s context; blocks until the job ends unless
-    ``flink run --detached``."""
+    """``flink run -py <this file>`` (or ``-pym llmsla.streaming.job``, as the Kubernetes
+    operator's PythonDriver runs it): config from the environment, the cluster from the caller's
+    context; serves the stream's /metrics (stream.metrics_host:port) while it blocks on the job,
+    which it does unless ``flink run --detached``."""
     from llmsla import config as config_mod
     from llmsla.store import open_store
+    from llmsla.streaming.health import serving
 
     cfg = config_mod.load()
     handle = open_store(cfg)
-    run(cfg, JobOptions(dsn=handle.dsn, bounded=os.environ.get("LLMSLA_STREAM_ONCE") == "1", local=False))
+    with serving(cfg, handle):  # this process waits on the job: it serves the stream's /metrics
+        run(cfg, JobOptions(dsn=handle.dsn, bounded=os.environ.get("LLMSLA_STREAM_ONCE") == "1", local=False))
     return 0
 
 

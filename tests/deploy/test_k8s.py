@@ -97,7 +97,7 @@ def test_base_and_overlay_pass_offline_validation(built: dict[str, list[dict[str
 def test_cli_validate_passes() -> None:
     done = llmsla("deploy", "validate")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "deploy/k8s/overlays/timescaledb: 37 objects, 0 problems" in done.stdout
+    assert "deploy/k8s/overlays/timescaledb: 38 objects, 0 problems" in done.stdout
 
 
 #: (object, path to a mapping, key to misspell) -- one per kind of schema
@@ -136,7 +136,7 @@ def test_cli_names_a_misspelling_in_the_yaml(tmp_path: Path) -> None:
     done = llmsla("deploy", "validate", "--dir", str(tmp_path / "deploy" / "k8s"), "--kube-version", "1.37.0")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FlinkDeployment/llmsla-stream: spec.job: Additional properties are not allowed ('upgradMode' was unexpected)" in done.stdout
-    assert "deploy/k8s/base: 37 objects, 1 problems" in done.stdout
+    assert "deploy/k8s/base: 38 objects, 1 problems" in done.stdout
 
 
 def test_cli_errors_name_the_option(tmp_path: Path) -> None:
@@ -219,6 +219,27 @@ def test_ports_agree(built: dict[str, list[dict[str, Any]]]) -> None:
     gw = objs["Deployment/llmsla-gateway"]["spec"]["template"]["spec"]["containers"][0]
     assert gw["args"][gw["args"].index("--control-port") + 1] == str(cfg.control.port)
     assert objs["Service/llmsla-control"]["spec"]["ports"][0]["port"] == cfg.control.port
+
+
+def test_stream_driver_metrics_are_scraped(built: dict[str, list[dict[str, Any]]]) -> None:
+    """The job's driver (job.main() in the JobManager pod) serves llmsla_dead_letters_total and the
+    window lag on stream.metrics_port: the pod declares it, listens beyond loopback, a PodMonitor
+    scrapes it on the JobManager only, and the NetworkPolicy lets Prometheus in."""
+    cfg = config_mod.Config()
+    objs = by_name(built["base"])
+    (c,) = objs["FlinkDeployment/llmsla-stream"]["spec"]["podTemplate"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["llmsla-metrics"] == cfg.stream.metrics_port == 9467
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert config_mod.load(env=env).stream.metrics_host == "0.0.0.0"
+    monitor = objs["PodMonitor/llmsla-stream-driver"]["spec"]
+    assert monitor["selector"]["matchLabels"] == {"app": "llmsla-stream", "component": "jobmanager"}
+    assert [e["port"] for e in monitor["podMetricsEndpoints"]] == ["llmsla-metrics"]
+    policy = objs["NetworkPolicy/llmsla-stream"]["spec"]
+    monitoring = [r for r in policy["ingress"] if any(
+        f.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == "monitoring"
+        for f in r["from"])]
+    assert cfg.stream.metrics_port in {p["port"] for r in monitoring for p in r.get("ports", [])}
 
 
 def test_image_recipe_matches_the_pinned_flink() -> None:
