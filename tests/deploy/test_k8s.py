@@ -221,6 +221,19 @@ def test_ports_agree(built: dict[str, list[dict[str, Any]]]) -> None:
     assert objs["Service/llmsla-control"]["spec"]["ports"][0]["port"] == cfg.control.port
 
 
+def test_dashboards_ship_as_sidecar_configmaps(built: dict[str, list[dict[str, Any]]]) -> None:
+    """The ConfigMap the Grafana sidecar loads holds exactly `llmsla dashboards build`'s files
+    (kustomize reads them at build time, so it cannot go stale), labelled for the sidecar, and
+    small enough for `kubectl apply` (its last-applied annotation holds at most 256 KiB)."""
+    objs = by_name(built["base"])
+    cm = objs["ConfigMap/llmsla-dashboards"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    files = {p.name: p.read_text() for p in (ROOT / "deploy" / "grafana" / "dashboards").glob("*.json")}
+    assert cm["data"] == files
+    assert sum(len(v.encode()) for v in cm["data"].values()) < 200 * 1024
+    assert objs["ConfigMap/llmsla-datasources"]["metadata"]["labels"]["grafana_datasource"] == "1"
+
+
 def test_stream_driver_metrics_are_scraped(built: dict[str, list[dict[str, Any]]]) -> None:
     """The job's driver (job.main() in the JobManager pod) serves llmsla_dead_letters_total and the
     window lag on stream.metrics_port: the pod declares it, listens beyond loopback, a PodMonitor
