@@ -52,13 +52,14 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
     if args.jobmanager:
         try:
             parse_jobmanager(args.jobmanager)
-            busy = running_jobs(args.jobmanager)
         except ValueError as exc:
             raise CliError(f"--jobmanager: {exc}") from None
-        except OSError as exc:
+        try:
+            busy = running_jobs(args.jobmanager)
+        except (OSError, ValueError) as exc:  # refused, timed out, or an answer that is not Flink's JSON
             raise CliError(f"--jobmanager {args.jobmanager}: no Flink REST endpoint answers there "
                            f"({getattr(exc, 'reason', None) or exc}); start one with `llmsla flink start`") from None
-        if busy and not args.blackhole:  # a second job on the same spool would write every window twice
+        if busy and not args.blackhole:  # two jobs would read one spool and race on its windows
             ids = ", ".join(f"{j['jid']} ({j['state']})" for j in busy)
             raise CliError(f"--jobmanager {args.jobmanager}: the stream job already runs there: {ids}; "
                            f"cancel it first (flink cancel, or PATCH /jobs/<id>?mode=cancel)")
