@@ -96,6 +96,7 @@ def test_taskmanager_killed_mid_run_job_recovers_from_checkpoint(cfg, spool_dirs
         assert job is not None and job["state"] == "RUNNING", cluster.status()
 
         victim = cluster.taskmanager_pids()[0]
+        killed_ms = time.time() * 1000
         cluster.kill_taskmanager(victim, signal.SIGKILL)
         for segs in writers.values():  # the rest arrives while the job recovers
             for seg in segs[4:]:
@@ -113,6 +114,8 @@ def test_taskmanager_killed_mid_run_job_recovers_from_checkpoint(cfg, spool_dirs
         assert same is not None and same["id"] == job["id"] and same["state"] == "RUNNING", cluster.status()
         restored = cluster.rest(f"/jobs/{job['id']}/checkpoints")["latest"]["restored"]
         assert restored is not None, "the job did not restore from a checkpoint"
+        assert restored["restore_timestamp"] > killed_ms, restored
+        restore_s = (restored["restore_timestamp"] - killed_ms) / 1000
     finally:
         if proc is not None:
             kill_group(proc)
@@ -120,4 +123,5 @@ def test_taskmanager_killed_mid_run_job_recovers_from_checkpoint(cfg, spool_dirs
     pid_files = list((spec.root / "pids").glob("*.pid"))
     assert not cluster.processes() and not pid_files, (cluster.processes(), pid_files)
     _check(dsn, want, want_dead)
-    print(f"failover test wall {time.monotonic() - t0:.1f} s")
+    print(f"failover test wall {time.monotonic() - t0:.1f} s; SIGKILL -> checkpoint {restored['id']} "
+          f"restored {restore_s:.1f} s")
