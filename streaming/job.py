@@ -286,19 +286,28 @@ def root_cause(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
-def main() -> int:  # pragma: no cover - `flink run -py` entry point
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - `flink run -py` entry point
     """``flink run -py <this file>`` (or ``-pym llmsla.streaming.job``, as the Kubernetes
-    operator's PythonDriver runs it): config from the environment, the cluster from the caller's
-    context; serves the stream's /metrics (stream.metrics_host:port) while it blocks on the job,
-    which it does unless ``flink run --detached``."""
+    operator's PythonDriver runs it), with the program arguments ``--once`` (read what is in the
+    spool, then finish) and ``--fresh`` (ignore checkpoints), as ``llmsla stream`` has them: config
+    from the environment, the cluster from the caller's context; serves the stream's /metrics
+    (stream.metrics_host:port) while it blocks on the job, which it does unless ``flink run
+    --detached``. (The bounded mode was an ``LLMSLA_STREAM_ONCE`` variable, which the config
+    loader refuses as an unknown ``[stream]`` key.)"""
+    import argparse
+
     from llmsla import config as config_mod
     from llmsla.store import open_store
     from llmsla.streaming.health import serving
 
+    ap = argparse.ArgumentParser(prog="llmsla.streaming.job", description="the llmsla stream job under flink run")
+    ap.add_argument("--once", action="store_true", help="process what is in the spool now, then finish")
+    ap.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+    args = ap.parse_args(argv)
     cfg = config_mod.load()
     handle = open_store(cfg)
     with serving(cfg, handle):  # this process waits on the job: it serves the stream's /metrics
-        run(cfg, JobOptions(dsn=handle.dsn, bounded=os.environ.get("LLMSLA_STREAM_ONCE") == "1", local=False))
+        run(cfg, JobOptions(dsn=handle.dsn, bounded=args.once, resume=not args.fresh, local=False))
     return 0
 
 

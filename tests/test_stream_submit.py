@@ -58,3 +58,15 @@ def test_no_jobmanager_there_is_one_line(capsys) -> None:
     assert "llmsla flink start" in err
     assert main(["stream", "--jobmanager", "nowhere"]) == 2
     assert "--jobmanager: expected HOST:PORT" in capsys.readouterr().err
+
+
+def test_flink_run_entry_takes_once_and_fresh_as_program_arguments() -> None:
+    """`flink run -pym llmsla.streaming.job --once`: the bounded mode is an argument (an
+    LLMSLA_STREAM_ONCE variable is refused by the config loader as an unknown [stream] key)."""
+    from llmsla.streaming import job
+
+    with pytest.raises(SystemExit) as exc:
+        job.main(["--twice"])
+    assert exc.value.code == 2
+    with pytest.raises(config_mod.ConfigError, match="unknown key 'stream.once'"):
+        config_mod.load(env={"LLMSLA_STREAM_ONCE": "1"})
