@@ -25,6 +25,16 @@ visible in the store.
 
     python bench/streaming.py                 # 5M events (about 20 minutes on 2 busy cores)
     python bench/streaming.py --events 500000 --fallback-events 200000 --fresh-s 20   # quick look
+
+``--jobmanager [HOST:PORT]``: instead, the cluster path against the local mini-cluster in the same
+run, both into the store on the same backlog: ``llmsla stream --jobmanager`` on a Flink session
+cluster (the given one, or without an address one this bench starts like ``llmsla flink start``:
+a JobManager and ``--cluster-taskmanagers`` TaskManagers of one slot, stopped at the end) at
+``--cluster-parallelism``, and ``llmsla stream`` on its local mini-cluster at parallelism 1 (the
+default, and the fastest on 2 cores); the same slope, repeats and interleaving as above. Writes
+``bench/results/streaming-cluster.json``.
+
+    python bench/streaming.py --jobmanager --events 3000000
 """
 
 from __future__ import annotations
@@ -276,6 +286,119 @@ def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, r
             print(f"  not supported yet ({'; '.join(pending)}); measuring again", flush=True)
 
 
+def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[tuple[str, tuple[str, ...], int]], *,
+                    repeats: int, max_repeats: int, log: Path) -> dict[str, dict]:
+    """Like :func:`measure`, the store sink only, for each (name, extra ``llmsla stream`` args,
+    parallelism) target: walls of N/2 and N interleaved across targets, repeated until every rate
+    is supported or ``max_repeats`` is reached."""
+    out: dict[str, dict] = {name: {"walls": {"half": [], "full": []}, "rate": None, "why": "", "rows": 0,
+                                   "summed": 0, "parallelism": par} for name, _, par in targets}
+    while True:
+        for size, spool in (("half", backlog.half), ("full", backlog.full)):
+            cfg.spool.dir = str(spool.parent)
+            for name, extra, par in targets:
+                m = out[name]
+                with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
+                    conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_DEAD_LETTERS}")
+                m["walls"][size].append(run_job(cfg, *extra, log=log, parallelism=par))
+                if size == "full":
+                    m["rows"], m["summed"] = counts(cfg.store.dsn)
+        done = len(next(iter(out.values()))["walls"]["full"])
+        if done >= repeats:
+            for m in out.values():
+                m["rate"], m["why"] = slope(backlog.half_events, backlog.events,
+                                            [w["wall_s"] for w in m["walls"]["half"]],
+                                            [w["wall_s"] for w in m["walls"]["full"]])
+            pending = [f"{name}: {m['why']}" for name, m in out.items() if m["rate"] is None]
+            if not pending or done >= max_repeats:
+                return out
+            print(f"  not supported yet ({'; '.join(pending)}); measuring again", flush=True)
+
+
+def cluster_main(args: argparse.Namespace) -> int:
+    """``--jobmanager``: the session cluster against the local mini-cluster, same backlog, same run."""
+    from llmsla.streaming.cluster import Cluster, ClusterSpec
+
+    work = Path(tempfile.mkdtemp(prefix="llmsla-bench-cluster-"))
+    cfg = config_mod.load(env={})
+    cfg.stream.checkpoint_dir = str(work / "ckpt")
+    cfg.store.data_dir = str(work / "pg")
+    handle = open_store(cfg, keep_running=False)
+    cfg.store.dsn = handle.dsn
+    log = work / "stream.log"
+    load_before = os.getloadavg()
+    start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+    cluster: Cluster | None = None
+    try:
+        address = args.jobmanager
+        if address == "start":
+            import socket
+
+            ports = []
+            for _ in range(2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    ports.append(sock.getsockname()[1])
+            spec = ClusterSpec(root=work / "flink", rest_port=ports[0], rpc_port=ports[1],
+                               taskmanagers=args.cluster_taskmanagers, slots=1)
+            t0 = time.monotonic()
+            cluster = Cluster.start(spec)
+            cluster_start_s = time.monotonic() - t0
+            address = cluster.address
+        else:
+            cluster_start_s = None
+        targets = [("mini-cluster", (), 1), ("cluster", ("--jobmanager", address), args.cluster_parallelism)]
+        (work / "empty" / names.SPOOL_REQUESTS).mkdir(parents=True)
+        cfg.spool.dir = str(work / "empty")
+        startup = {name: run_job(cfg, *extra, log=log, parallelism=par)["wall_s"] for name, extra, par in targets}
+        backlog = write_backlog(work / "main", args.events, start_ms, args.rate, args.writers,
+                                segment_bytes=cfg.spool.segment_max_bytes, segment_age_s=cfg.spool.segment_max_age_s)
+        got = measure_targets(cfg, backlog, targets, repeats=args.repeats, max_repeats=args.max_repeats, log=log)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        handle.close()
+    load_after = os.getloadavg()
+    anchor = got["mini-cluster"]["rate"]
+    results = []
+    for name, m in got.items():
+        full = [w["wall_s"] for w in m["walls"]["full"]]
+        busy = statistics.fmean(full) - startup[name]
+        results.append({
+            "target": name, "parallelism": m["parallelism"], "sink": "store", "writers": backlog.writers,
+            "segments": backlog.segments, "events": backlog.events,
+            "events_per_s": m["rate"] if m["rate"] is not None else "unsupported",
+            "unsupported_because": m["why"] or None,
+            "avg_events_per_s": backlog.events / busy if busy > 0.1 * statistics.fmean(full) else "unsupported",
+            "vs_mini_cluster": (m["rate"] / anchor) if m["rate"] is not None and anchor else None,
+            "wall_half_s": [w["wall_s"] for w in m["walls"]["half"]], "wall_s": full, "startup_s": startup[name],
+            # the driver's process tree: the mini-cluster's JVM and workers are in it, a cluster's are not
+            "driver_peak_rss_mib": max(w["peak_rss_mib"] for w in m["walls"]["full"]),
+            "window_rows": m["rows"], "requests_in_windows": int(m["summed"]),
+        })
+    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because")} for r in results]
+    print_table(shown, "spool -> 5 s request windows -> store; anchor: the local mini-cluster, same backlog, same run")
+    for r in results:
+        if r["unsupported_because"]:
+            print(f"  {r['target']}: unsupported: {r['unsupported_because']}")
+    print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
+    write_result("streaming-cluster", {
+        "inputs": {"events": args.events, "writers": args.writers, "event_rate": args.rate,
+                   "jobmanager": args.jobmanager, "cluster_taskmanagers": args.cluster_taskmanagers,
+                   "slots_per_taskmanager": 1, "cluster_parallelism": args.cluster_parallelism,
+                   "repeats": args.repeats, "max_repeats": args.max_repeats,
+                   "spool": {k: (str(v) if isinstance(v, Path) else v) for k, v in backlog.__dict__.items()}},
+        "anchor": "llmsla stream on its local mini-cluster (parallelism 1), same backlog, same run",
+        "rate": ("events_per_s = (events - events/2) / (mean wall(events) - mean wall(events/2)), reported only "
+                 "when that difference exceeds 0 and 3 standard errors of the repeated walls; targets interleaved; "
+                 "avg_events_per_s = events / (mean wall - startup on an empty spool)"),
+        "cluster_start_s": cluster_start_s,
+        "results": results, "loadavg_before": load_before, "loadavg_after": load_after,
+    })
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def counts(dsn: str) -> tuple[int, int]:
     with psycopg.connect(dsn) as conn:
         return conn.execute(
@@ -355,7 +478,14 @@ def main() -> int:
     ap.add_argument("--fresh-s", type=float, default=40.0, help="seconds of live traffic for freshness")
     ap.add_argument("--fresh-rate", type=int, default=2_000)
     ap.add_argument("--fresh-writers", type=int, default=4)
+    ap.add_argument("--jobmanager", nargs="?", const="start", default="", metavar="HOST:PORT",
+                    help="compare a Flink session cluster (this address, or one started here when none is "
+                         "given) with the local mini-cluster instead; see above")
+    ap.add_argument("--cluster-taskmanagers", type=int, default=2, help="TaskManagers of the cluster started here")
+    ap.add_argument("--cluster-parallelism", type=int, default=2, help="job parallelism on the cluster")
     args = ap.parse_args()
+    if args.jobmanager:
+        return cluster_main(args)
 
     work = Path(tempfile.mkdtemp(prefix="llmsla-bench-stream-"))
     cfg = config_mod.load(env={})
