@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
     out.add_argument("--realtime", type=float, default=0.0, metavar="X",
                      help="pace the run at X simulated seconds per wall second (live demos)")
     out.add_argument("--metrics-port", type=int,
-                     help="serve the recorders' Prometheus metrics on 127.0.0.1:PORT while running")
+                     help="serve the recorders' Prometheus metrics on 127.0.0.1:PORT while running (with --live-from: from the live part on)")
     out.add_argument("--live-from", type=float, default=0.0, metavar="S",
                      help="with --realtime: simulated seconds replayed as fast as they compute before the "
                           "paced part, which then starts now (history first, then live)")
@@ -146,12 +146,20 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     store = None
     try:
         limits = Limits.from_config(cfg)
-        if args.metrics_port is not None:
+        metrics_port = None if args.metrics_port is None else check_port(args.metrics_port, "--metrics-port",
+                                                                         allow_zero=True)
+
+        def open_metrics() -> None:
             app = web.Application()
             add_metrics(app, registry)
-            served = background.serve(app, "127.0.0.1", check_port(args.metrics_port, "--metrics-port", allow_zero=True),
-                                      limits)
+            served = background.serve(app, "127.0.0.1", metrics_port, limits)
             print(f"simulator /metrics on {served.url}/metrics", file=sys.stderr, flush=True)
+
+        # a paced run with history opens /metrics when the live part begins: a scrape during the
+        # history replay would see minutes of traffic in one interval (a burn-rate spike)
+        live_metrics = metrics_port is not None and args.realtime > 0 and args.live_from > 0
+        if metrics_port is not None and not live_metrics:
+            open_metrics()
         if args.control_port is not None:
             store = open_store(cfg)  # the audit trail: action_log in the configured (or embedded) store
             distill.audit = AuditLog(store.dsn)
@@ -168,7 +176,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                 print(f"  simulated {t:,.0f} s of {arrivals[-1].t:,.0f}", file=sys.stderr)
 
         res = sim.run(arrivals, faults=fault_list, sink=sink, start_ms=args.start_ms,
-                      pace=args.realtime, live_from_s=args.live_from, progress=progress)
+                      pace=args.realtime, live_from_s=args.live_from, progress=progress,
+                      on_live=open_metrics if live_metrics else None)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     finally:

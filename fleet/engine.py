@@ -189,7 +189,8 @@ class Simulator:
     def run(self, arrivals: Sequence[Arrival], *, faults: Sequence[Fault] = (), sink: Sink | None = None,
             start_ms: int | None = None, until_s: float | None = None,
             pace: float = 0.0, live_from_s: float = 0.0,
-            progress: Callable[[float], None] | None = None) -> SimResult:
+            progress: Callable[[float], None] | None = None,
+            on_live: Callable[[], None] | None = None) -> SimResult:
         """Simulate ``arrivals`` (time-sorted) with ``faults``; events go to ``sink``.
 
         ``start_ms``: epoch ms of simulated time 0. Default: now minus the simulated span, so
@@ -199,6 +200,9 @@ class Simulator:
         ``live_from_s`` on: what comes before is history, replayed as fast as it computes, and
         start_ms then defaults to now minus that history, so simulated time meets the wall clock
         where the live part begins (a demo: minutes of past traffic, then a fault as it happens).
+        ``on_live`` is called once, when the paced part begins (a /metrics endpoint opened then
+        shows the history as its counters' starting values, not as minutes of traffic in one
+        scrape interval).
         """
         if self._ran:
             raise RuntimeError("a Simulator runs once; build a new one per run")
@@ -238,6 +242,9 @@ class Simulator:
                 if t > until:
                     break
                 if pace > 0 and t > live_from_s:
+                    if on_live is not None:
+                        on_live, begin = None, on_live
+                        begin()
                     _sleep_until(wall0 + (t - live_from_s) / pace)
                 self.now = t
                 r = Req(ai, t, a.prompt, max(1, a.output))
@@ -254,6 +261,9 @@ class Simulator:
                 break
             popped += 1
             if pace > 0 and t > live_from_s:
+                if on_live is not None:
+                    on_live, begin = None, on_live
+                    begin()
                 _sleep_until(wall0 + (t - live_from_s) / pace)
             self.now = t
             if lock is None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate tests/forecaster/fixtures/model: the default LSTM, trained deterministically (seed
+# Regenerate forecaster/pretrained: the default LSTM, trained deterministically (seed
 # forecast.seed, forecast.threads torch threads, on the CPU) on the default data set, exactly as
 # `llmsla forecast dataset && llmsla forecast train` make it. The online test
 # (tests/forecaster/test_online.py) runs it through the store, the scorer and the alerts; rerun
@@ -12,7 +12,7 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 "$VENV/bin/llmsla" forecast dataset --out "$WORK/dataset.npz"
 "$VENV/bin/llmsla" forecast train --data "$WORK/dataset.npz" --out "$WORK/model"
-rm -rf tests/forecaster/fixtures/model
+rm -rf forecaster/pretrained
 mkdir -p tests/forecaster/fixtures
-cp -r "$WORK/model" tests/forecaster/fixtures/model
-echo "fixture: tests/forecaster/fixtures/model ($(du -sh tests/forecaster/fixtures/model | cut -f1))"
+cp -r "$WORK/model" forecaster/pretrained
+echo "fixture: forecaster/pretrained ($(du -sh forecaster/pretrained | cut -f1))"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.events import MAX_STRING_CHARS, POLICY_ACTIONS
+from llmsla.events import EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
 
 #: Output kind of dead letters in the unioned output stream.
 DEAD_LETTERS = names.T_DEAD_LETTERS
@@ -120,8 +120,9 @@ def _num_ok(col: str, lo: float | None = 0, hi: float | None = None) -> str:
     return "(" + " AND ".join(parts) + ")"
 
 
-def _int_ok(col: str, lo: int | None = 0) -> str:
-    return f"({col} IS NOT NULL" + (f" AND {col} >= {lo}" if lo is not None else "") + ")"
+def _int_ok(col: str, lo: int | None = 0, hi: int | None = None) -> str:
+    return (f"({col} IS NOT NULL" + (f" AND {col} >= {lo}" if lo is not None else "")
+            + (f" AND {col} <= {hi}" if hi is not None else "") + ")")
 
 
 #: Percentile sets the window queries use. On the Java path each is one registered instance of
@@ -149,41 +150,42 @@ def _in(col: str, values: tuple[str, ...]) -> str:
     return f"{col} IN ({quoted})"
 
 
-# Per kind: (column, JSON path, type) with type s string, i integer, n number, v schema version
-# (an integer that must not be an explicit null), r the raw string of a path also read as a number
-# (to tell "absent/null" from "not a number"). Both parse paths derive their columns from this and
-# the validity predicate below; both mirror llmsla.events FIELDS / _check_relations, and tests feed
-# the same bad lines to both.
-_SPEC: dict[str, list[tuple[str, str, str]]] = {
-    names.SPOOL_REQUESTS: [
-        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("trace_id", "trace_id", "s"),
-        ("model", "model", "s"), ("pool", "pool", "s"), ("replica", "replica", "s"),
-        ("arm", "arm", "s"), ("policy", "policy", "s"), ("prompt_tokens", "prompt_tokens", "i"),
-        ("output_tokens", "output_tokens", "i"), ("queue_ms", "queue_ms", "n"),
-        ("ttft_raw", "ttft_ms", "r"), ("ttft_ms", "ttft_ms", "n"), ("itl_n", "itl_ms.n", "i"),
-        ("itl_mean", "itl_ms.mean", "n"), ("itl_std", "itl_ms.std", "n"),
-        ("itl_max", "itl_ms.max", "n"), ("e2e_ms", "e2e_ms", "n"), ("status", "status", "s"),
-    ],
-    names.SPOOL_POLICY: [
-        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("trace_id", "trace_id", "s"),
-        ("span_id", "span_id", "s"), ("policy_id", "policy_id", "s"), ("zone", "zone", "s"),
-        ("step", "step", "i"), ("temperature", "temperature", "n"), ("action", "action", "s"),
-        ("trigger_", "trigger", "s"), ("duration_ms", "duration_ms", "n"),
-    ],
-    names.SPOOL_GPU: [
-        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("node", "node", "s"), ("gpu", "gpu", "i"),
-        ("uuid", "uuid", "s"), ("mem_used", "mem_used_bytes", "i"),
-        ("mem_total", "mem_total_bytes", "i"), ("util", "util", "n"), ("temp_c", "temp_c", "n"),
-        ("power_w", "power_w", "n"),
-    ],
-}
+# The parse spec of a kind, derived from its contract (llmsla.events FIELDS): (column, JSON path,
+# type) with type s string, i integer, n number, v schema version (an integer that must not be an
+# explicit null), r the raw string of a nullable number's path (to tell "absent/null" from "not a
+# number" on the fallback). An ``itl`` field becomes one column per member (ITL_FIELDS). Both parse
+# paths, the Java format's options and the validity predicate derive from it; a field added to or
+# changed in FIELDS reaches the job without an edit here (tests/streaming/test_contract_schema.py).
+#: SQL names for fields whose own name is a Flink SQL keyword or longer than the queries use.
+_COLUMN_OF: dict[str, str] = {"trigger": "trigger_", "mem_used_bytes": "mem_used", "mem_total_bytes": "mem_total"}
+_TYPE_OF = {"int": "i", "number": "n", "string": "s"}
+
+
+def _column(field: Field) -> str:
+    return _COLUMN_OF.get(field.name, field.name)
+
+
+def _raw_column(field: Field) -> str:
+    return f"{_column(field).removesuffix('_ms')}_raw"
+
+
+def _spec(kind: str) -> list[tuple[str, str, str]]:
+    spec = [("v", "v", "v")]
+    for f in EVENT_TYPES[kind].FIELDS:
+        if f.type == "itl":
+            spec += [(f"itl_{m.name}", f"{f.name}.{m.name}", _TYPE_OF[m.type]) for m in ITL_FIELDS]
+            continue
+        if f.nullable:
+            spec.append((_raw_column(f), f.name, "r"))
+        spec.append((_column(f), f.name, _TYPE_OF[f.type]))
+    return spec
+
 
 _SQL_EXTRACT = {"s": _sv, "v": _sv, "r": _sv, "i": _int, "n": _num}
 
-#: Pure-SQL parse (the fallback without javac): one JSON_VALUE per column.
-_FIELDS: dict[str, list[tuple[str, str]]] = {
-    kind: [(col, _SQL_EXTRACT[t](path)) for col, path, t in spec] for kind, spec in _SPEC.items()
-}
+def fallback_columns(kind: str) -> list[tuple[str, str]]:
+    """Pure-SQL parse (the fallback without javac): one JSON_VALUE per column, (name, expression)."""
+    return [(col, _SQL_EXTRACT[t](path)) for col, path, t in _spec(kind)]
 
 #: The Java table format (streaming/java, built by streaming/jar.py) and its two extra columns.
 JAVA_FORMAT = "llmsla-json"
@@ -193,48 +195,57 @@ _SQL_TYPE = {"s": "STRING", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE"}
 
 def format_columns(kind: str) -> list[tuple[str, str]]:
     """The typed columns the llmsla-json format fills for a kind: (name, SQL type)."""
-    return [(col, _SQL_TYPE[t]) for col, _, t in _SPEC[kind] if t != "r"]
+    return [(col, _SQL_TYPE[t]) for col, _, t in _spec(kind) if t != "r"]
 
 
 def format_options(kind: str) -> str:
     """WITH options of the llmsla-json format: columns named unlike their JSON path, and the
     schema version, which may be absent but not an explicit null."""
-    paths = ",".join(f"{col}={path}" for col, path, t in _SPEC[kind] if t != "r" and col != path)
-    not_null = ",".join(col for col, _, t in _SPEC[kind] if t == "v")
+    spec = _spec(kind)
+    paths = ",".join(f"{col}={path}" for col, path, t in spec if t != "r" and col != path)
+    not_null = ",".join(col for col, _, t in spec if t == "v")
     return (f"'format' = '{JAVA_FORMAT}', '{JAVA_FORMAT}.paths' = '{paths}', "
             f"'{JAVA_FORMAT}.not-null' = '{not_null}', '{JAVA_FORMAT}.error-column' = '{JSON_ERROR}', "
             f"'{JAVA_FORMAT}.time-column' = 'rt=ts_ms', '{JAVA_FORMAT}.max-string-chars' = '{MAX_STRING_CHARS}'")
 
 
+#: Cross-field rules, mirroring each event's ``_check_relations`` (and ItlSummary's max >= mean);
+#: the only checks not derived from FIELDS, since they are code there. Tests feed the same bad
+#: lines to the contract and to both parse paths.
+_RELATIONS: dict[str, tuple[str, ...]] = {
+    names.SPOOL_REQUESTS: (
+        "(itl_n = 0 OR itl_max >= itl_mean)", "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
+        f"NOT (status = '{names.STATUS_OK}' AND ttft_ms IS NULL AND output_tokens > 0)",
+    ),
+    names.SPOOL_POLICY: (),
+    names.SPOOL_GPU: ("mem_used <= mem_total",),
+}
+
+
+def _field_checks(f: Field, java: bool) -> list[str]:
+    """A field's own checks, from its declaration: type, non-null, bounds, enum, storable string."""
+    col = _column(f)
+    if f.type == "itl":
+        return [_int_ok(f"itl_{m.name}", _bound(m.minimum)) if m.type == "int"
+                else _num_ok(f"itl_{m.name}", m.minimum, m.maximum) for m in ITL_FIELDS]
+    if f.type == "string":
+        return [_str_ok(col, java), *([_in(col, f.enum)] if f.enum else [])]
+    if f.type == "int":
+        return [_int_ok(col, _bound(f.minimum), _bound(f.maximum))]
+    check = _num_ok(col, f.minimum, f.maximum)
+    return [f"({_raw_column(f)} IS NULL OR {check})" if f.nullable else check]
+
+
+def _bound(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def _valid(kind: str, java: bool) -> str:
     """Validity of a kind's typed columns; ``{v_ok}`` is the schema-version check of the parse path."""
-    def strings(*cols: str) -> list[str]:
-        return [_str_ok(c, java) for c in cols]
-
-    return " AND ".join({
-        names.SPOOL_REQUESTS: [
-            "{v_ok}", _int_ok("ts_ms"),
-            *strings("trace_id", "model", "pool", "replica", "arm", "policy", "status"),
-            _in("status", names.STATUSES), _int_ok("prompt_tokens"), _int_ok("output_tokens"),
-            _num_ok("queue_ms"), _num_ok("e2e_ms"),
-            f"(ttft_raw IS NULL OR {_num_ok('ttft_ms')})",
-            _int_ok("itl_n"), _num_ok("itl_mean"), _num_ok("itl_std"), _num_ok("itl_max"),
-            "(itl_n = 0 OR itl_max >= itl_mean)",
-            "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
-            f"NOT (status = '{names.STATUS_OK}' AND ttft_ms IS NULL AND output_tokens > 0)",
-        ],
-        names.SPOOL_POLICY: [
-            "{v_ok}", _int_ok("ts_ms"),
-            *strings("trace_id", "span_id", "policy_id", "zone", "action", "trigger_"),
-            _in("action", POLICY_ACTIONS), _int_ok("step"), _num_ok("temperature", 0, 100),
-            _num_ok("duration_ms"),
-        ],
-        names.SPOOL_GPU: [
-            "{v_ok}", _int_ok("ts_ms"), *strings("node", "uuid"),
-            _int_ok("gpu"), _int_ok("mem_used"), _int_ok("mem_total"), "mem_used <= mem_total",
-            _num_ok("util", 0, 1), _num_ok("temp_c", -50, 200), _num_ok("power_w"),
-        ],
-    }[kind])
+    checks = ["{v_ok}"]
+    for f in EVENT_TYPES[kind].FIELDS:
+        checks += _field_checks(f, java)
+    return " AND ".join([*checks, *_RELATIONS[kind]])
 
 
 def source_table(kind: str) -> str:
@@ -335,15 +346,16 @@ def checked_query(cfg: Config, kind: str, *, java: bool = True) -> str:
         typed = ", ".join(col for col, _ in format_columns(kind))
         # an `r` column (ttft_raw) tells "absent or null" from "not a number" on the fallback;
         # here a non-number is a json_error, so it is the typed column itself
-        typed_of = {path: col for col, path, t in _SPEC[kind] if t != "r"}
-        aliases = "".join(f", {typed_of[path]} AS {col}" for col, path, t in _SPEC[kind] if t == "r")
+        spec = _spec(kind)
+        typed_of = {path: col for col, path, t in spec if t != "r"}
+        aliases = "".join(f", {typed_of[path]} AS {col}" for col, path, t in spec if t == "r")
         inner = f"SELECT line, `file`, rt, {JSON_ERROR}, {typed}{aliases}\n  FROM {source_table(kind)}"
     else:
         valid = _valid(kind, java).replace("{v_ok}", "(v IS NULL OR v = '1')")
         # RAND() makes each parsed column non-deterministic, so the planner cannot merge this
         # Calc into the checks above it: merging would inline every JSON_VALUE at each of its ~5
         # uses (measured: ~150 JSON parses per line instead of 20, 6x slower end to end).
-        cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in _FIELDS[kind])
+        cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in fallback_columns(kind))
         # blank lines (only space, tab, CR: llmsla.spool.is_blank) are skipped, as by the format
         inner = (f"SELECT line, `file`, rt,\n    {cols}\n"
                  f"  FROM {source_table(kind)} WHERE REGEXP(line, '[^ \\t\\r]')")

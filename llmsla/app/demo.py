@@ -1,271 +1,331 @@
-"""``llmsla demo``: the main job on the embedded defaults, end to end on one machine.
+"""``llmsla demo``: the whole closed loop on one machine, on the embedded defaults.
 
-Stages run in order, each shown with progress: start the store and migrate it; then, when those
-components are installed, simulate fleet traffic into the spool and window it with the
-streaming job into the store; finally report what landed. Every stage uses the same code paths
-as production; only the defaults (embedded PostgreSQL, spool directory, local mini-cluster)
-differ.
+The embedded PostgreSQL; the fleet simulator replaying the Azure conversation trace (a history
+replayed at once, then real time) with a ramp fault on one replica and its router's control API;
+the PyFlink job windowing the spool into the store; Prometheus evaluating the burn-rate rules
+generated from the SLO specs; Alertmanager routing to the receiver, which acts on the simulator's
+router and distillation controls; the forecaster scoring the store's windows online and alerting
+the same receiver. Each is the ``llmsla`` command an operator runs (llmsla/app/demo_stack.py),
+with every window scaled by one factor so an hour of burn-rate window is a minute here. At the
+end: a summary from the data (llmsla/app/demo_story.py), the HTML report and the dashboards.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import logging
 import shutil
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from llmsla import config as config_mod
-from llmsla import names, spool
+from llmsla import names
+from llmsla.app.demo_stack import DemoError, Scale, Stack, prom_query
+from llmsla.app.demo_story import (
+    Story,
+    Summary,
+    Timeline,
+    audited,
+    exact_latency,
+    first_breaches,
+    lead_s,
+    traffic_share,
+)
+
+log = logging.getLogger("llmsla.demo")
 
 
-@dataclass
-class DemoContext:
-    cfg: config_mod.Config
-    args: argparse.Namespace
-    dsn: str = ""
-    facts: dict[str, Any] = field(default_factory=dict)
+def demo_config(work: Path, stack: Stack, receiver_port: int) -> str:
+    """The children's config: the demo's spool, checkpoints, forecaster dir and ports; streaming
+    and scoring cadences tightened for a run of minutes."""
+    return f"""# written by llmsla demo for the processes it starts
+[spool]
+dir = "{work / 'spool'}"
+segment_max_age_s = 1.0
+
+[stream]
+checkpoint_dir = "{work / 'checkpoints'}"
+checkpoint_interval_s = 5.0
+monitor_interval_s = 0.5
+sink_flush_s = 0.5
+idle_timeout_s = 3.0
+metrics_port = {stack.port('stream-metrics')}
+
+[forecast]
+dir = "{work / 'forecast'}"
+port = {stack.port('forecast')}
+interval_s = 5.0
+lag_s = 8.0
+receiver_url = "http://127.0.0.1:{receiver_port}/v1/alerts"
+
+[receiver]
+tick_s = 0.5
+"""
 
 
-Stage = Callable[[DemoContext], str]
+def _p99_by(prom: str, by: str) -> dict[str, float]:
+    q = (f"histogram_quantile(0.99, sum by (le, {by}) (rate({names.REQUEST_TTFT_SECONDS}_bucket"
+         f"{{{names.L_POOL}=\"{names.DEFAULT_POOL}\"}}[20s])))")
+    return {r["metric"].get(by, ""): float(r["value"][1]) * 1000 for r in prom_query(prom, q)
+            if r["value"][1] not in ("NaN", "+Inf")}
 
 
-def stage_store(ctx: DemoContext) -> str:
-    from llmsla.redaction import redact
-    from llmsla.store import open_store
-    from llmsla.store.migrate import migrate
-
-    handle = open_store(ctx.cfg, migrate=False, keep_running=ctx.args.keep)
-    ctx.facts["_store_handle"] = handle
-    ctx.dsn = handle.dsn
-    with handle.connect() as conn:
-        result = migrate(conn, ctx.cfg)
-    where = f"embedded PostgreSQL in {handle.data_dir}" if handle.embedded else redact(handle.dsn)
-    ctx.facts["store"] = {"where": where, "flavor": result.flavor, "applied": result.applied,
-                          "server_version": result.server_version}
-    return f"{where}: PostgreSQL {result.server_version}, schema {result.flavor}, applied {result.applied or 'nothing new'}"
-
-
-def stage_status(ctx: DemoContext) -> str:
-    from llmsla.admin import store_status
-
-    info = store_status(ctx.facts["_store_handle"])
-    ctx.facts["status"] = info
-    rows = {t: v["rows"] for t, v in info["tables"].items()}
-    return "tables: " + ", ".join(f"{t}={n}" for t, n in rows.items())
+def _status_line(stack: Stack, story: Story, t_live: float, acted: int) -> str:
+    prom = stack.urls["prometheus"]
+    a, b = (x - story.history_s for x in story.fault_window_s)
+    crash = story.crash_start * story.live_s
+    phase = ("before the fault" if t_live < a else f"{story.replica} slowing down" if t_live < crash
+             else f"{story.replica} down" if t_live < b else "after the fault")
+    total = prom_query(prom, f"sum({names.REQUESTS}_total{{job=\"fleet\"}})")
+    p99 = _p99_by(prom, names.L_REPLICA)
+    firing = sorted({r["metric"].get("alertname", "") for r in prom_query(
+        prom, f'{names.ALERTS}{{alertstate="{names.ALERTSTATE_FIRING}"}}')})
+    risk = prom_query(prom, f"max({names.FORECAST_RISK})")
+    parts = [f"live {int(t_live) // 60}:{int(t_live) % 60:02d}/{int(story.live_s) // 60}:{int(story.live_s) % 60:02d}",
+             phase, f"{int(float(total[0]['value'][1])) if total else 0:,} requests"]
+    if p99:
+        parts.append("TTFT p99 " + " ".join(f"{r}={v:,.0f}ms" for r, v in sorted(p99.items())))
+    if risk:
+        parts.append(f"forecast risk {float(risk[0]['value'][1]):.2f}")
+    parts.append(f"firing: {', '.join(firing) if firing else 'none'}")
+    parts.append(f"receiver actions: {acted}")
+    return " | ".join(parts)
 
 
-def live_config(cfg: config_mod.Config) -> config_mod.Config:
-    """The live stage's own pool and spool: its events are 'now' while the simulated trace lies
-    in the recent past, and one event-time stream must not mix the two (the older would be late)."""
-    live = copy.deepcopy(cfg)
-    live.gateway.pool = live.worker.zone = "live"
-    live.spool.dir = str(cfg.spool_dir().parent / "spool-live")
-    return live
-
-
-def stage_live(ctx: DemoContext) -> str:
-    """Real inference through the real gateway, scraped by a real Prometheus."""
-    import asyncio
-
-    from llmsla import names, services
-    from llmsla.exporters import gateway
-    from llmsla.worker.server import WorkerThread
-
-    try:
-        services.find_binary("prometheus")
-    except services.MissingBinary as exc:
-        return f"skipped: {exc}"
-    cfg = live_config(ctx.cfg)
-    workers = [WorkerThread(cfg) for _ in range(2)]
-    urls = [w.start() for w in workers]
-    cfg.gateway.upstreams = urls
-    requests = ctx.args.live_requests
-    work = Path(ctx.cfg.spool_dir()).parent / "demo-prometheus"
-
-    async def drive() -> dict[str, Any]:
-        import aiohttp
-
-        async with gateway.serve(cfg, "127.0.0.1", 0) as gw:
-            prom = services.start_prometheus(
-                work, config_yaml=services.scrape_config({"gateway": [f"127.0.0.1:{gw.port}"]}, interval_s=0.5))
-            try:
-                async with aiohttp.ClientSession() as session:
-                    sem = asyncio.Semaphore(8)
-
-                    async def one(i: int) -> None:
-                        body = {"model": cfg.worker.model, "prompt": "Four score and seven years " * (1 + i % 5),
-                                "max_tokens": 4 + i % 24, "stream": i % 2 == 0}
-                        async with sem, session.post(f"{gw.url}/v1/completions", json=body) as resp:
-                            await resp.read()
-
-                    await asyncio.gather(*(one(i) for i in range(requests)))
-                async with aiohttp.ClientSession() as session:
-
-                    async def query(q: str) -> float | None:
-                        async with session.get(f"{prom.url}/api/v1/query", params={"query": q}) as resp:
-                            result = (await resp.json())["data"]["result"]
-                        return float(result[0]["value"][1]) if result else None
-
-                    total, deadline = None, time.monotonic() + 30
-                    while total != requests and time.monotonic() < deadline:  # until scraped
-                        await asyncio.sleep(0.5)
-                        total = await query(f"sum({names.REQUESTS}_total)")
-                    p99 = await query(f"histogram_quantile(0.99, sum by (le) ({names.REQUEST_TTFT_SECONDS}_bucket))")
-                if total is None or p99 is None:
-                    raise RuntimeError(f"Prometheus did not scrape the gateway; see {prom.log}")
-                return {"requests": total, "ttft_p99_s": p99}
-            finally:
-                prom.stop()
-
-    try:
-        facts = asyncio.run(drive())
-    finally:
-        for w in workers:
-            w.stop()
-    ctx.facts["live"] = facts
-    return (f"{int(facts['requests'])} real completions via gateway -> 2 reference workers; "
-            f"Prometheus histogram_quantile(0.99) TTFT = {facts['ttft_p99_s'] * 1000:.0f} ms")
-
-
-def stage_simulate(ctx: DemoContext) -> str:
-    """Fleet traffic from the Azure conversation trace with a labelled slowdown fault."""
-    from llmsla.app.cli import build_parser
-
-    out = Path(ctx.cfg.spool_dir()).parent / "demo-simulation.json"
-    minutes = ctx.args.minutes
-    argv = ["simulate", "--trace", "azure_conv", "--duration", str(minutes * 60), "--fleet", "6b:4",
-            "--policy", ctx.cfg.control.route_policy, "--spool", str(ctx.cfg.spool_dir()),
-            "--fault", f"slowdown:r1:{minutes * 20}:{minutes * 40}:4", "--json", str(out)]
-    args = build_parser().parse_args(argv)
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = args.handler(args, ctx.cfg)
-    if rc:
-        raise RuntimeError(f"simulate exited {rc}")
-    summary = json.loads(out.read_text())
-    ctx.facts["simulation"] = summary
-    ev = summary.get("events", {})
-    return (f"{minutes} min of the Azure conv trace on 4 x 6B ({summary['policy']}), slowdown x4 on r1 "
-            f"for the middle third; {ev.get('requests', 0)} RequestEvents, {ev.get('gpu', 0)} GpuSamples "
-            f"into {ctx.cfg.spool_dir()}")
-
-
-def stage_stream(ctx: DemoContext) -> str:
-    """The PyFlink job over everything the spool holds now (bounded run), into the store."""
+def _actions_so_far(dsn: str, since_ms: int) -> int:
     from llmsla.store import connect
-    from llmsla.streaming.job import JobOptions, run
 
-    for cfg in (ctx.cfg, live_config(ctx.cfg)):  # the simulated past, then the live traffic
-        if any(spool.published_segments(cfg.spool_dir(), kind) for kind in names.SPOOL_KINDS):
-            for kind in names.SPOOL_KINDS:  # the file source wants every kind's directory
-                (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
-            run(cfg, JobOptions(bounded=True, dsn=ctx.dsn, resume=False))
-    with connect(ctx.dsn) as conn:
-        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS, names.T_DEAD_LETTERS)}
-    ctx.facts["windows"] = counts
-    return ", ".join(f"{t}={n}" for t, n in counts.items())
+    with connect(dsn) as conn:
+        return conn.execute(f"SELECT count(*) FROM {names.T_ACTION_LOG} WHERE source = 'alert_receiver' "
+                            "AND action <> 'alert' AND ts >= to_timestamp(%s / 1000.0)", (since_ms,)).fetchone()[0]
 
 
-def stage_report(ctx: DemoContext) -> str:
-    """What an SRE would look at first: per-replica TTFT P99 and SLO attainment from the store."""
-    from rich.console import Console
+def run_story(stack: Stack, story: Story, console: Any) -> dict[str, Any]:
+    """Start the simulator last (everything that watches it is up), follow it to its end."""
+    work = stack.workdir
+    sim_json = work / "simulation.json"
+    control_port = stack.port("control")
+    sim = stack.llmsla("simulate", "simulate", *story.simulate_args(), "--spool", str(work / "spool"),
+                       "--control-port", str(control_port), "--metrics-port", str(stack.port("fleet-metrics")),
+                       "--json", str(sim_json),
+                       ready_url=f"http://127.0.0.1:{control_port}/healthz", timeout_s=120)
+    t0 = time.monotonic()
+    started_ms = int(time.time() * 1000)
+    last_print = -1e9
+    armed = False
+    with console.status("live") as status:
+        while sim.alive():
+            stack.check_alive()
+            t_live = time.monotonic() - t0
+            if not armed and t_live >= story.arm_alerts_s:
+                stack.arm_alerts()
+                armed = True
+            line = _status_line(stack, story, t_live, _actions_so_far(stack.dsn, started_ms))
+            status.update(line)
+            if not console.is_terminal and t_live - last_print >= 15:
+                console.print(line)
+                last_print = t_live
+            time.sleep(1.0)
+    if sim.popen.returncode != 0:
+        raise DemoError(f"the simulator exited with {sim.popen.returncode} (see {sim.log}):\n{sim.tail()}")
+    return json.loads(sim_json.read_text())
+
+
+def wait_for_windows(dsn: str, until_ms: int, timeout_s: float) -> None:
+    """Until the stream job has stored windows up to ``until_ms`` (the last one stays open
+    until later events: a continuous job's newest window closes on the next data)."""
+    from llmsla.store import connect
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with connect(dsn) as conn:
+            newest = conn.execute(f"SELECT extract(epoch FROM max(bucket)) * 1000 FROM {names.T_REQUEST_WINDOWS}").fetchone()[0]
+        if newest is not None and newest >= until_ms - 2 * names.REQUEST_WINDOW_S * 1000:
+            return
+        time.sleep(1.0)
+
+
+def summarize(stack: Stack, cfg: config_mod.Config, story: Story, sim: dict[str, Any]) -> tuple[Summary, Timeline]:
+    from llmsla.store import connect
+
+    tl = Timeline.of(story, sim)
+    s = Summary()
+    s.requests, s.latency = exact_latency(stack.workdir / "spool", tl, story.replica)
+    with connect(stack.dsn) as conn:
+        s.windows = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE bucket >= to_timestamp(%s / 1000.0)",
+                                     (tl.start_ms,)).fetchone()[0]
+                     for t in (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)}
+        s.breaches = first_breaches(conn, cfg, tl, story.replica)
+        s.alerts, s.actions = audited(conn, tl.live_ms)
+        first_action = min((a["ts_ms"] for a in s.actions if a["target"].endswith(f"/{story.replica}")),
+                           default=None)
+        s.share = {
+            "before the fault": traffic_share(conn, story.replica, tl.live_ms, tl.fault_start_ms),
+            "fault, before any action": traffic_share(conn, story.replica, tl.fault_start_ms,
+                                                      first_action or tl.fault_end_ms),
+            "fault, after the first action": (traffic_share(conn, story.replica, first_action, tl.fault_end_ms)
+                                              if first_action and first_action < tl.fault_end_ms else None),
+            "after the fault": traffic_share(conn, story.replica, tl.fault_end_ms, tl.end_ms),
+        }
+    for a in s.alerts:
+        a["lead_s"] = lead_s(a, s.breaches, story.replica)
+        a["after_fault_s"] = (a["ts_ms"] - tl.fault_start_ms) / 1000.0
+    for a in s.actions:
+        a["after_fault_s"] = (a["ts_ms"] - tl.fault_start_ms) / 1000.0
+    return s, tl
+
+
+def print_summary(console: Any, s: Summary, tl: Timeline, story: Story) -> None:
     from rich.table import Table
 
-    from llmsla.store import connect
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.0f} ms"
 
-    sql = f"""
-        SELECT replica, sum(requests) AS requests,
-               max(ttft_p99_ms) AS worst_ttft_p99_ms,
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_p99_ms) AS median_ttft_p99_ms,
-               sum(ttft_within_slo)::float / nullif(sum(requests), 0) AS ttft_attainment,
-               sum(errors + timeouts)::float / nullif(sum(requests), 0) AS error_ratio
-        FROM {names.T_REQUEST_WINDOWS} WHERE pool = %s AND bucket >= to_timestamp(%s / 1000.0)
-        GROUP BY replica ORDER BY replica"""
-    start_ms = ctx.facts.get("simulation", {}).get("start_ms", 0)  # this run only; the store keeps earlier ones
-    with connect(ctx.dsn) as conn:
-        rows = conn.execute(sql, (names.DEFAULT_POOL, start_ms)).fetchall()
-    table = Table(title=f"simulated fleet: request windows by replica (TTFT SLO {ctx.cfg.slo.ttft_ms:g} ms)")
-    for col in ("replica", "requests", "worst 5 s TTFT P99", "median 5 s TTFT P99", "TTFT SLO met", "errors"):
-        table.add_column(col, justify="right")
-    for rep, n, worst, median, att, err in rows:
-        table.add_row(rep, f"{n}", f"{worst or 0:,.0f} ms", f"{median or 0:,.0f} ms",
-                      f"{(att or 0) * 100:.2f} %", f"{(err or 0) * 100:.2f} %")
-    Console().print(table)
-    ctx.facts["report"] = [list(r) for r in rows]
-    fault = ctx.facts.get("simulation", {}).get("faults", [{}])[0]
-    if not fault:
-        return f"{len(rows)} replicas"
-    by_phase = f"""
-        SELECT (bucket >= to_timestamp(%(s)s / 1000.0) AND bucket < to_timestamp(%(e)s / 1000.0)) AS during,
-               max(e2e_p99_ms), sum(e2e_within_slo)::float / nullif(sum(requests), 0)
-        FROM {names.T_REQUEST_WINDOWS}
-        WHERE pool = %(pool)s AND replica = %(rep)s AND bucket >= to_timestamp(%(t0)s / 1000.0) GROUP BY 1"""
-    with connect(ctx.dsn) as conn:
-        phases = {r[0]: r[1:] for r in conn.execute(
-            by_phase, {"s": fault["start_ms"], "e": fault["end_ms"], "pool": names.DEFAULT_POOL,
-                       "rep": fault["replica"], "t0": start_ms})}
-    during, outside = phases.get(True, (None, None)), phases.get(False, (None, None))
-    ctx.facts["fault_effect"] = {"during": during, "outside": outside}
-    return (f"{fault['replica']} under the injected x{fault['factor']:g} {fault['kind']}: worst 5 s E2E P99 "
-            f"{during[0] or 0:,.0f} ms vs {outside[0] or 0:,.0f} ms outside the labelled window")
+    console.print(f"\n[bold]{s.requests:,} requests[/] ({story.history_s:g} s of history, {story.live_s:g} s live), "
+                  f"windows in the store: " + ", ".join(f"{t} {n:,}" for t, n in s.windows.items()))
+    lat = Table(title=f"P99 latency, exact over every RequestEvent ({story.replica} ramps to x{story.factor:g}, "
+                      "then crashes)")
+    for col in ("", "before", "during", "after"):
+        lat.add_column(col, justify="right")
+    for scope in ("pool", story.replica):
+        for metric in ("ttft_p99_ms", "e2e_p99_ms"):
+            phases = s.latency.get(scope, {})
+            lat.add_row(f"{scope} {metric.split('_')[0].upper()}",
+                        *(ms(phases.get(p, {}).get(metric)) for p in ("before", "during", "after")))
+    console.print(lat)
+    if s.breaches:
+        console.print("first SLO breach (trailing 60 s below objective): " + ", ".join(
+            f"{k} at +{(v - tl.fault_start_ms) / 1000:.0f} s" for k, v in sorted(s.breaches.items(), key=lambda kv: kv[1])))
+    def short(target: str) -> str:
+        scope, _, name = target.partition(":")
+        return name.split("/", 1)[-1] if scope == names.SCOPE_REPLICA else f"pool {name}" if scope == names.SCOPE_POOL else "-"
+
+    alerts = Table(title="alerts the receiver got (time after the fault began; lead: how long before "
+                         "the breach of its SLO on its target)")
+    for col in ("at", "alert", "from", "status", "target", "decision", "lead"):
+        alerts.add_column(col, no_wrap=col == "alert")
+    static = sorted({a["alertname"] for a in s.alerts if a["source"] == names.SOURCE_STATIC and a["status"] == "firing"})
+    for a in s.alerts:
+        if a["source"] == names.SOURCE_STATIC:
+            continue
+        lead = "-" if a["lead_s"] is None or a["status"] != "firing" else f"{a['lead_s']:+.0f} s"
+        alerts.add_row(f"{a['after_fault_s']:+.0f} s", a["alertname"] or "", f"{a['source']} {a['severity']}",
+                       a["status"] or "", short(a["target"]), a["decision"] or "", lead)
+    console.print(alerts)
+    if static:
+        console.print(f"static rules also fired (tickets, no action): {', '.join(static)}")
+    acts = Table(title="what the receiver did through the control API")
+    for col in ("at", "action", "target", "decision", "outcome", "detail"):
+        acts.add_column(col)
+    for a in s.actions:
+        request = a["params"].get("request") or {}
+        detail = ", ".join(f"{k} {v}" for k, v in request.items() if k != "replica")
+        acts.add_row(f"{a['after_fault_s']:+.0f} s", a["action"], short(a["target"]), a["decision"] or "",
+                     a["outcome"], detail)
+    console.print(acts)
+    console.print(f"{story.replica}'s share of the pool's requests: " + ", ".join(
+        f"{k} {'-' if v is None else f'{v * 100:.1f} %'}" for k, v in s.share.items()))
 
 
-def stages() -> list[tuple[str, Stage]]:
-    return [
-        ("store: start and migrate", stage_store),
-        ("live: worker + gateway + Prometheus", stage_live),
-        ("fleet: simulate trace replay with a fault", stage_simulate),
-        ("stream: PyFlink windows spool -> store", stage_stream),
-        ("report: SLO per replica from the store", stage_report),
-        ("store: status", stage_status),
-    ]
+def write_outputs(stack: Stack, tl: Timeline) -> dict[str, str]:
+    """The HTML report (Prometheus still up for its live panels) and the dashboards as JSON."""
+    import datetime as dt
+
+    work = stack.workdir
+    iso = dt.datetime.fromtimestamp(tl.start_ms / 1000, dt.UTC).isoformat()
+    report = work / "report.html"
+    dashboards = work / "dashboards"
+    stack.llmsla("report", "report", "--from", iso, "--out", str(report), "--prometheus", stack.urls["prometheus"],
+                 "--scrape-interval", f"{stack.scale.scrape_s:g}").popen.wait(timeout=300)
+    stack.llmsla("dashboards", "dashboards", "build", "--out", str(dashboards)).popen.wait(timeout=300)
+    out = {}
+    if report.exists():
+        out["report"] = str(report)
+    if dashboards.is_dir():
+        out["dashboards"] = str(dashboards)
+    return out
 
 
 def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from rich.console import Console
 
-    console = Console()
-    # The demo's events go to a spool of its own, emptied first: a rerun must not mix the last
-    # run's (older) simulated trace into this run's event-time stream. The store is the
-    # configured one (embedded by default), so `llmsla store status` shows the demo's windows.
+    from llmsla.redaction import redact
+    from llmsla.store import open_store
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
     work = Path(args.workdir).resolve() if args.workdir else config_mod.default_data_dir() / "demo"
-    if args.workdir:
-        cfg.store.data_dir = cfg.store.data_dir or str(work / "pg")
-    cfg.spool.dir = str(work / "spool")
-    cfg.stream.checkpoint_dir = str(work / "checkpoints")
-    for old in (work / "spool", work / "spool-live", work / "checkpoints"):
-        shutil.rmtree(old, ignore_errors=True)
-    ctx = DemoContext(cfg=cfg, args=args)
+    work.mkdir(parents=True, exist_ok=True)
+    # Third-party warnings and our own log lines go to a file, not the terminal.
+    (work / "logs").mkdir(exist_ok=True)
+    handler = logging.FileHandler(work / "logs" / "demo.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.captureWarnings(True)
+    py_warnings = logging.getLogger("py.warnings")
+    py_warnings.addHandler(handler)
+    py_warnings.propagate = False
+    # A rerun starts a new event-time stream: the last run's spool and checkpoints go, the store stays.
+    for old in ("spool", "checkpoints", "prometheus", "alertmanager", "forecast/online"):
+        shutil.rmtree(work / old, ignore_errors=True)
+    cfg.store.data_dir = cfg.store.data_dir or str(work / "pg")
+    story = Story(live_s=args.minutes * 60)
     t0 = time.monotonic()
+    store = open_store(cfg, keep_running=args.keep)
+    where = f"embedded PostgreSQL in {store.data_dir}" if store.embedded else redact(store.dsn)
+    stack = Stack.prepare(work, store.dsn, Scale(), "")
+    receiver_port = stack.port("receiver")
+    stack.config_file.write_text(demo_config(work, stack, receiver_port))
+    facts: dict[str, Any] = {"workdir": str(work), "store": where}
     try:
-        for title, stage in stages():
-            with console.status(f"[bold]{title}[/] ..."):
-                started = time.monotonic()
-                summary = stage(ctx)
-            console.print(f"[green]✓[/] {title} [dim]({time.monotonic() - started:.1f}s)[/]\n    {summary}")
+        with console.status("starting the stream job, Prometheus, Alertmanager, the receiver and the forecaster"):
+            stack.llmsla("stream", "stream", ready_url=f"http://127.0.0.1:{stack.port('stream-metrics')}/metrics")
+            stack.start_alerting(receiver_port, stack.port("control"))
+            stack.llmsla("forecast", "forecast", "run",
+                         ready_url=f"http://127.0.0.1:{stack.port('forecast')}/metrics", timeout_s=120)
+        console.print(f"[green]✓[/] stack up in {time.monotonic() - t0:.0f} s: {where}; Prometheus "
+                      f"{stack.urls['prometheus']}, Alertmanager {stack.urls['alertmanager']}, logs in {work / 'logs'}")
+        console.print(f"  windows x{stack.scale.factor:.4g} (1 h of burn-rate window = "
+                      f"{3600 * stack.scale.factor:g} s); {story.history_s:g} s of Azure conv history, then "
+                      f"{story.live_s:g} s live: {story.replica} slows down (ramp to x{story.factor:g}), then crashes")
+        sim = run_story(stack, story, console)
+        tl = Timeline.of(story, sim)
+        with console.status("waiting for the last windows and alerts"):
+            wait_for_windows(stack.dsn, tl.end_ms, timeout_s=30)
+            time.sleep(stack.scale.seconds(10) * 2)  # Alertmanager's batching + the receiver's tick
+        summary, tl = summarize(stack, cfg, story, sim)
+        print_summary(console, summary, tl, story)
+        with console.status("writing the report and the dashboards"):
+            facts["outputs"] = write_outputs(stack, tl)
+        for what, path in facts["outputs"].items():
+            console.print(f"{what}: {path}")
+        facts.update(summary=asdict(summary), timeline=asdict(tl), simulation=sim)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: stopping every component (data kept in "
+                      f"{work})")
+        facts["interrupted"] = True
     finally:
-        handle = ctx.facts.pop("_store_handle", None)
-        if handle is not None and not args.keep:
-            handle.close()
-    console.print(f"[bold green]demo finished[/] in {time.monotonic() - t0:.1f}s")
+        with console.status("stopping"):
+            stack.close()
+            if not args.keep:
+                store.close()
+        logging.getLogger().removeHandler(handler)
+        py_warnings.removeHandler(handler)
+        handler.close()
     if args.json:
-        Path(args.json).write_text(json.dumps(ctx.facts, indent=2, default=str))
-    return 0
+        Path(args.json).write_text(json.dumps(facts, indent=2, default=str))
+    console.print(f"[bold green]demo finished[/] in {time.monotonic() - t0:.0f} s")
+    return 130 if facts.get("interrupted") else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the main job end to end on the embedded defaults")
-    p.add_argument("--workdir", help="keep the demo's store, spool and checkpoints here (default: user data dir)")
+    p = sub.add_parser("demo", help="run the whole closed loop on one machine (embedded defaults)",
+                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p.add_argument("--workdir", help="the demo's store, spool, logs and outputs (default: <user data dir>/demo)")
     p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards")
-    p.add_argument("--json", metavar="FILE", help="also write the demo's facts as JSON")
-    p.add_argument("--minutes", type=int, default=20, help="minutes of trace to simulate (default 20)")
-    p.add_argument("--live-requests", type=int, default=200, help="real requests through the gateway (default 200)")
+    p.add_argument("--json", metavar="FILE", help="also write the run's facts and summary as JSON")
+    p.add_argument("--minutes", type=float, default=4.0, help="minutes of live traffic after the history (default 4)")
     p.set_defaults(handler=cmd_demo)

@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
     e.add_argument("--json", help="write all results as JSON")
     e.set_defaults(handler=cmd_eval)
     r = sub.add_parser("run", help="score every target online: metrics, forecasts table, alerts to the receiver")
-    r.add_argument("--model", help="artifact directory (default <forecast.dir>/model)")
+    r.add_argument("--model", help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
     r.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = until Ctrl-C)")
     r.add_argument("--receiver", help="webhook v4 URL (default forecast.receiver_url)")
     r.set_defaults(handler=cmd_run)
@@ -312,11 +312,13 @@ def cmd_run(args: argparse.Namespace, cfg: Config) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from llmsla.forecaster import alerts, online, train
+    from llmsla.forecaster import alerts, artifact, online, train
     from llmsla.forecaster.service import ForecastService
     from llmsla.store import open_store
 
     _, model_dir = _paths(cfg, args)
+    if not args.model and not model_dir.exists():
+        model_dir = artifact.PRETRAINED  # nothing trained here yet: the model llmsla ships
     art = _load_artifact(model_dir)
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
     handle = open_store(cfg)

@@ -12,9 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import yaml
-
 from llmsla import services
+from llmsla.alerting import amconfig
 
 from .harness import RECEIVER_TOKEN, harness, migrated
 
@@ -31,14 +30,7 @@ def test_amtool_accepts_the_committed_config() -> None:
 
 def test_config(receiver_url: str, token_file: Path, *, fast: bool = True) -> str:
     """The committed config pointed at ``receiver_url``; timings shortened for tests."""
-    cfg = yaml.safe_load(CONFIG.read_text())
-    (hook,) = cfg["receivers"][0]["webhook_configs"]
-    hook["url"] = receiver_url + "/v1/alerts"
-    hook["http_config"]["authorization"]["credentials_file"] = str(token_file)
-    if fast:
-        for route in (cfg["route"], *cfg["route"]["routes"]):
-            route.update(group_wait="200ms", group_interval="500ms", repeat_interval="1h")
-    return yaml.safe_dump(cfg, sort_keys=False)
+    return amconfig.pointed_at(CONFIG.read_text(), receiver_url, token_file, group_wait_s=0.2 if fast else None)
 
 
 test_config.__test__ = False  # a helper (the e2e test imports it), not a test

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import chromium
 import numpy as np
 import pytest
 from matplotlib import image as mpimg
@@ -34,7 +35,6 @@ from llmsla.control.audit import AuditLog
 from llmsla.store import connect
 from llmsla.store.migrate import migrate
 
-from . import chromium
 from .test_store_queries import Data
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ A simulated run with an injected ramp fault (held-out trace time and seed) is wi
 embedded PostgreSQL; the forecast service - the HTTP kit serving ``/metrics``, the scorer
 stepping beside it - walks through it on a simulated clock like the live loop (each window as
 it ends); a strict webhook v4 server receives the alerts. The model is the committed fixture
-(``fixtures/model``: the default LSTM, trained deterministically by
+(``forecaster/pretrained``: the default LSTM, trained deterministically by
 ``scripts/forecast-fixture.sh``) with its own threshold and the default alarm policy. The alert
 for the faulty replica must start after the fault started and no later than the start of the
 replica's first SLO-breaching window (at least one step of lead), then resolve after the fault
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -34,7 +33,7 @@ from llmsla.store.migrate import migrate
 from .webhook_server import WebhookServer
 
 T0 = 1_800_000_000_000
-FIXTURE = Path(__file__).parent / "fixtures" / "model"
+FIXTURE = artifact.PRETRAINED
 STEP_MS = features.STEP_MS
 
 

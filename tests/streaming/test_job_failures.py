@@ -51,7 +51,7 @@ def test_plan_parses_each_line_once_and_shares_the_verdict(tmp_path: Path) -> No
 
 def test_sql_fallback_plan_parses_each_field_once(tmp_path: Path) -> None:
     plan = _job_plan(tmp_path, java=False)
-    fields = sum(len(f) for f in sql._FIELDS.values())
+    fields = sum(len(sql.fallback_columns(k)) for k in names.SPOOL_KINDS)
     # one JSON_VALUE per parsed field, plus one per kind for the watermark's ts_ms
     assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_KINDS), plan
     assert _count_nodes(plan, "Source: spool_") == len(names.SPOOL_KINDS), plan

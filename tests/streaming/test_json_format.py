@@ -95,7 +95,7 @@ def test_format_agrees_with_the_contract(t_env, tmp_path, kind: str) -> None:
     (cfg.spool_dir() / kind / "0000000000001-t.jsonl").write_text("\n".join(["", "   ", *lines]) + "\n")
     t_env.execute_sql(sql.source_ddl(cfg, kind, bounded=True, java=True))
     columns = [col for col, _ in sql.format_columns(kind)]
-    path_of = {col: path for col, path, t in sql._SPEC[kind] if t != "r"}
+    path_of = {col: path for col, path, t in sql._spec(kind) if t != "r"}
     rows = t_env.execute_sql(
         f"SELECT line, {sql.JSON_ERROR}, CAST(rt AS TIMESTAMP(3)), {', '.join(columns)} "
         f"FROM {sql.source_table(kind)}").collect()
