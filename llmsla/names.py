@@ -85,8 +85,11 @@ ARM_LABEL_SEP = ":"
 ARM_FORCED_SUFFIX = "forced"
 #: Response header naming the request's arm label (``default`` outside every experiment).
 ARM_HEADER = "X-Llmsla-Arm"
-ROLLOUT_ASSIGNMENTS = "llmsla_rollout_assignments"  # counter, labels pool, arm
+#: Response header with the arm's strategy version, when the arm has one.
+ARM_VERSION_HEADER = "X-Llmsla-Arm-Version"
+L_EXPERIMENT = "experiment"
 ROLLOUT_ARM_WEIGHT = "llmsla_rollout_arm_weight"  # gauge, labels experiment, arm: weight in force
+ROLLOUT_COVERAGE_RATIO = "llmsla_rollout_coverage_ratio"  # gauge, label experiment: coverage in force
 
 # --- GPU collector (exporters) ------------------------------------------------------------------
 GPU_MEMORY_USED_BYTES = "llmsla_gpu_memory_used_bytes"
