@@ -106,6 +106,7 @@ class GatewayConfig:
     upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001")
     student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers")
     pool: str = _k("default", "pool name of these upstreams")
+    pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002")
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
