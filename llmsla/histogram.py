@@ -157,8 +157,9 @@ def quantile(dense: np.ndarray, q: float) -> float | None:
     return VALUES[int(np.searchsorted(np.cumsum(dense), k, side="left"))]
 
 
-def quantiles(matrix: np.ndarray, q: float) -> np.ndarray:
-    """Quantile ``q`` of each row of a ``(rows, SIZE)`` count matrix; NaN for an empty row.
+def quantiles(matrix: np.ndarray, q: float, lo: int = 0) -> np.ndarray:
+    """Quantile ``q`` of each row of a count matrix over buckets ``lo .. lo + width - 1`` (the
+    whole layout by default); NaN for an empty row.
 
     The A/B report's bootstrap computes thousands of these at once."""
     m = np.asarray(matrix)
@@ -166,7 +167,7 @@ def quantiles(matrix: np.ndarray, q: float) -> np.ndarray:
     n = cum[..., -1]
     k = np.maximum(1, np.ceil(q * n))
     idx = (cum < k[..., None]).sum(axis=-1)
-    out = _VALUES[np.minimum(idx, SIZE - 1)]
+    out = _VALUES[np.minimum(lo + idx, SIZE - 1)]
     return np.where(n > 0, out, np.nan)
 
 

@@ -29,6 +29,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.worker.cli:register",
     "llmsla.streaming.cli:register",
     "llmsla.control.cli:register",
+    "llmsla.control.ab_cli:register",
     "llmsla.fleet.cli:register",
     "llmsla.app.forecast_cli:register",
     "llmsla.alerting.cli:register",

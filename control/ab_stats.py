@@ -1,0 +1,298 @@
+"""The A/B report's statistics, on per-minute arm aggregates: no I/O, numpy only.
+
+Why these tests (docs/ab.md has the long form; docs/ab-calibration.md the A/A evidence):
+
+* Requests are not independent: a user sends several requests minutes apart, and every arm shares
+  the fleet's load, which changes from minute to minute. A per-request test (a chi-square on
+  request counts, a Mann-Whitney on latencies, as Kayenta does) counts one heavy user's correlated
+  requests as independent evidence and false-alarms far above its nominal rate. So every test
+  here treats *time* as the unit of replication:
+* **Intervals** (fixed horizon): a moving-block bootstrap over minutes (blocks of
+  ``ab.block_minutes``, circular), *paired by time*: each resample takes the same minutes for
+  every arm, so load swings shared by the arms cancel in the difference. The statistic is the one
+  reported (e.g. the range's P95 from the summed histograms), the interval its bootstrap
+  percentile interval.
+* **Sample-ratio mismatch**: Pearson's chi-square of the arms' request counts against the
+  configured split, divided by the over-dispersion estimated from the same counts in time blocks
+  (quasi-likelihood; a request is not a unit, a unit sends many), with an F reference
+  distribution for the estimated dispersion. Flagged below ``ab.srm_alpha``.
+* **Always-valid mode**: per block, the paired difference of the metric between an arm and
+  control; an asymptotic confidence sequence for their mean (Waudby-Smith et al., "Time-uniform
+  central limit theory and asymptotic confidence sequences", normal-mixture boundary with the
+  running variance), intersected over time. Valid at every peek, so dashboards may look every
+  minute and act on the first exclusion of 0.
+
+The special functions (chi-square, F) are implemented here so the base install needs no scipy;
+``tests/control/test_ab_stats.py`` checks them against scipy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+_N = NormalDist()
+_EPS = 1e-300
+_MAX_ITER = 500
+
+
+# -- special functions ---------------------------------------------------------------------------
+def _gamma_series(a: float, x: float) -> float:
+    """Regularised lower incomplete gamma P(a, x) by its series (x < a + 1)."""
+    term = total = 1.0 / a
+    ap = a
+    for _ in range(_MAX_ITER):
+        ap += 1.0
+        term *= x / ap
+        total += term
+        if abs(term) < abs(total) * 1e-16:
+            break
+    return total * math.exp(-x + a * math.log(x) - math.lgamma(a))
+
+
+def _gamma_cf(a: float, x: float) -> float:
+    """Regularised upper incomplete gamma Q(a, x) by its continued fraction (x >= a + 1, Lentz)."""
+    b = x + 1.0 - a
+    c = 1.0 / _EPS
+    d = 1.0 / b
+    h = d
+    for i in range(1, _MAX_ITER):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = _EPS if abs(d) < _EPS else d
+        c = b + an / c
+        c = _EPS if abs(c) < _EPS else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-16:
+            break
+    return math.exp(-x + a * math.log(x) - math.lgamma(a)) * h
+
+
+def chi2_sf(x: float, df: float) -> float:
+    """P(X > x) for X ~ chi-square(df)."""
+    if x <= 0:
+        return 1.0
+    a, h = df / 2.0, x / 2.0
+    return 1.0 - _gamma_series(a, h) if h < a + 1.0 else _gamma_cf(a, h)
+
+
+def _beta_cf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta (modified Lentz)."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (_EPS if abs(d) < _EPS else d)
+    h = d
+    for m in range(1, _MAX_ITER):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (_EPS if abs(d) < _EPS else d)
+        c = 1.0 + aa / c
+        c = _EPS if abs(c) < _EPS else c
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (_EPS if abs(d) < _EPS else d)
+        c = 1.0 + aa / c
+        c = _EPS if abs(c) < _EPS else c
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-16:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _beta_cf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _beta_cf(b, a, 1.0 - x) / b
+
+
+def f_sf(x: float, d1: float, d2: float) -> float:
+    """P(X > x) for X ~ F(d1, d2)."""
+    if x <= 0:
+        return 1.0
+    return betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
+
+
+def norm_sf(z: float) -> float:
+    return 1.0 - _N.cdf(z) if z < 0 else _N.cdf(-z)
+
+
+def norm_ppf(p: float) -> float:
+    return _N.inv_cdf(p)
+
+
+def binomial_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion (the calibration reports false-positive rates)."""
+    if n == 0:
+        return 0.0, 1.0
+    z = norm_ppf(0.5 + level / 2)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+# -- sample-ratio mismatch -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SrmResult:
+    chi2: float  # Pearson's statistic on the totals
+    dispersion: float  # estimated over-dispersion (>= 1)
+    df: int  # arms - 1
+    df_dispersion: int  # degrees of freedom of the dispersion estimate (0: none, chi-square used)
+    p_value: float
+    observed: tuple[float, ...]  # each arm's observed share
+    expected: tuple[float, ...]  # each arm's expected share
+
+
+def srm_test(counts: np.ndarray, shares: np.ndarray) -> SrmResult:
+    """Sample-ratio test of ``counts`` (blocks x arms, requests) against ``shares`` (blocks x arms,
+    the expected split in each block, rows summing to 1; a block where an arm was rolled back has
+    share 0 there).
+
+    Pearson's chi-square on the totals, with expected totals ``sum_b N_b * share_bk``; its
+    dispersion ``phi`` is estimated from the blocks' Pearson residuals around the *observed*
+    split (so a real mismatch does not inflate it), floored at 1, and the statistic
+    ``chi2 / ((K-1) phi)`` is referred to F(K-1, (B-1)(K-1)) (quasi-likelihood)."""
+    counts = np.asarray(counts, dtype=float)
+    shares = np.asarray(shares, dtype=float)
+    n_b = counts.sum(axis=1)
+    keep = n_b > 0
+    counts, shares, n_b = counts[keep], shares[keep], n_b[keep]
+    k = counts.shape[1]
+    expected = (n_b[:, None] * shares).sum(axis=0)
+    observed = counts.sum(axis=0)
+    total = observed.sum()
+    live = expected > 0
+    if total == 0 or live.sum() < 2:
+        return SrmResult(0.0, 1.0, max(0, k - 1), 0, 1.0, tuple([0.0] * k), tuple([0.0] * k))
+    chi2 = float((((observed - expected) ** 2)[live] / expected[live]).sum())
+    df = int(live.sum()) - 1
+    # the split seen, block by block: the configured one scaled by each arm's observed/expected
+    ratio = np.where(live, observed / np.where(live, expected, 1.0), 0.0)
+    fitted = shares * ratio
+    fitted = fitted / np.maximum(fitted.sum(axis=1, keepdims=True), _EPS)
+    exp_b = n_b[:, None] * fitted
+    cells = exp_b > 0
+    b = counts.shape[0]
+    df_phi = (b - 1) * df
+    if df_phi > 0:
+        resid = np.where(cells, (counts - exp_b) ** 2 / np.where(cells, exp_b, 1.0), 0.0)
+        phi = max(1.0, float(resid.sum()) / df_phi)
+        p = f_sf(chi2 / (df * phi), df, df_phi)
+    else:
+        phi, p = 1.0, chi2_sf(chi2, df)
+    return SrmResult(chi2, phi, df, df_phi, p, tuple(observed / total), tuple(expected / expected.sum()))
+
+
+# -- moving-block bootstrap ----------------------------------------------------------------------
+def block_weights(m: int, block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``(resamples, m)`` counts: how often each of ``m`` minutes is in each circular
+    moving-block bootstrap resample of ``ceil(m / block)`` blocks of ``block`` consecutive minutes
+    (cut to ``m``). The same weights serve every arm: the resample is paired by time."""
+    block = max(1, min(block, m))
+    nb = -(-m // block)
+    starts = rng.integers(0, m, size=(resamples, nb))
+    idx = ((starts[:, :, None] + np.arange(block)) % m).reshape(resamples, nb * block)[:, :m]
+    flat = idx + (np.arange(resamples) * m)[:, None]
+    return np.bincount(flat.ravel(), minlength=resamples * m).reshape(resamples, m)
+
+
+def percentile_interval(samples: np.ndarray, alpha: float) -> tuple[float, float]:
+    s = np.asarray(samples, dtype=float)
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return math.nan, math.nan
+    lo, hi = np.quantile(s, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+# -- always-valid confidence sequences -----------------------------------------------------------
+def cs_rho2(alpha: float, t_star: float) -> float:
+    """Mixture parameter making the boundary tightest after ``t_star`` observations."""
+    la = -2.0 * math.log(alpha)
+    return (la + math.log(la + 1.0)) / max(1.0, t_star)
+
+
+def cs_half_width(sd: float, t: int, alpha: float, rho2: float) -> float:
+    """Half-width of the asymptotic normal-mixture confidence sequence after ``t`` observations."""
+    v = t * rho2 + 1.0
+    return sd * math.sqrt(2.0 * v / (t * t * rho2) * math.log(math.sqrt(v) / alpha))
+
+
+def cs_p_value(mean: float, sd: float, t: int, rho2: float) -> float:
+    """The smallest alpha at which the sequence at ``t`` excludes 0 (for this rho)."""
+    if sd <= 0:
+        return 0.0 if mean != 0 else 1.0
+    v = t * rho2 + 1.0
+    return min(1.0, math.sqrt(v) * math.exp(-(mean / sd) ** 2 * t * t * rho2 / (2.0 * v)))
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """A confidence sequence after ``t`` blocks: running intersection and running-min p-value."""
+
+    t: int
+    mean: float
+    low: float
+    high: float
+    p_value: float
+
+
+def confidence_sequence(x: np.ndarray, alpha: float, t_star: float, *, min_t: int = 4) -> Sequence | None:
+    """Always-valid interval for the mean of ``x`` (per-block paired differences, in time order;
+    NaN = a block without data for one side), intersected over every prefix of at least
+    ``min_t`` blocks, with the running-minimum p-value. None before ``min_t`` blocks."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < max(2, min_t):
+        return None
+    rho2 = cs_rho2(alpha, t_star)
+    low, high, p = -math.inf, math.inf, 1.0
+    csum = np.cumsum(x)
+    csq = np.cumsum(x * x)
+    for t in range(max(2, min_t), x.size + 1):
+        mean = csum[t - 1] / t
+        var = max(0.0, (csq[t - 1] - t * mean * mean) / (t - 1))
+        sd = math.sqrt(var)
+        h = cs_half_width(sd, t, alpha, rho2)
+        low, high = max(low, mean - h), min(high, mean + h)
+        p = min(p, cs_p_value(mean, sd, t, rho2))
+    mean = csum[-1] / x.size
+    if low > high:  # an empty intersection can only happen when H0's mean moved: keep the latest
+        h = cs_half_width(math.sqrt(max(0.0, (csq[-1] - x.size * mean * mean) / (x.size - 1))), x.size, alpha, rho2)
+        low, high = mean - h, mean + h
+    return Sequence(int(x.size), float(mean), float(low), float(high), float(p))
+
+
+# -- verdicts ------------------------------------------------------------------------------------
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
+def verdict(low: float, high: float, margin: float, *, lower_is_better: bool) -> str:
+    """From the interval of (arm - control): ``pass`` when it rules out a degradation larger than
+    the margin (non-inferior), ``fail`` when it rules out no degradation (significantly worse),
+    else ``inconclusive``. ``margin`` is in the effect's units, >= 0."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return INCONCLUSIVE
+    if lower_is_better:
+        if high < margin:
+            return PASS
+        return FAIL if low > 0 else INCONCLUSIVE
+    if low > -margin:
+        return PASS
+    return FAIL if high < 0 else INCONCLUSIVE

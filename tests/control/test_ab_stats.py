@@ -1,0 +1,117 @@
+"""The A/B report's statistics against scipy (the special functions, the chi-square, Wilson) and
+against brute force / their definitions (bootstrap weights, confidence sequences, Cliff's delta,
+verdicts)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from llmsla.control import ab_stats as S
+from llmsla.control.ab_report import cliffs_delta
+
+
+def test_special_functions_equal_scipy() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        df = float(rng.uniform(0.5, 300))
+        x = float(rng.uniform(0, 4 * df + 20))
+        assert S.chi2_sf(x, df) == pytest.approx(stats.chi2.sf(x, df), rel=1e-9, abs=1e-14)
+        d1, d2 = int(rng.integers(1, 12)), int(rng.integers(1, 3000))
+        f = float(rng.exponential(3))
+        assert S.f_sf(f, d1, d2) == pytest.approx(stats.f.sf(f, d1, d2), rel=1e-8, abs=1e-14)
+        a, b, u = float(rng.uniform(0.1, 50)), float(rng.uniform(0.1, 50)), float(rng.uniform())
+        assert S.betainc(a, b, u) == pytest.approx(stats.beta.cdf(u, a, b), rel=1e-8, abs=1e-14)
+    assert S.chi2_sf(0, 3) == 1.0 and S.f_sf(-1, 1, 5) == 1.0
+    for z in (-3.0, -0.5, 0.0, 1.7, 6.0):
+        assert S.norm_sf(z) == pytest.approx(stats.norm.sf(z), rel=1e-12)
+
+
+def test_wilson_interval_equals_scipy() -> None:
+    for k, n in ((0, 200), (1, 200), (10, 200), (200, 200), (37, 91)):
+        ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert S.binomial_interval(k, n) == pytest.approx((ci.low, ci.high), rel=1e-9, abs=1e-12)
+
+
+def test_srm_without_dispersion_is_pearsons_chi_square() -> None:
+    counts = np.array([[5050.0, 4950.0, 10100.0]])
+    shares = np.array([[0.25, 0.25, 0.5]])
+    got = S.srm_test(counts, shares)
+    want = stats.chisquare(counts[0], counts.sum() * shares[0])
+    assert got.chi2 == pytest.approx(want.statistic) and got.p_value == pytest.approx(want.pvalue)
+    assert got.df_dispersion == 0 and got.dispersion == 1.0
+
+
+def test_srm_dispersion_widens_the_test_and_a_real_mismatch_is_found() -> None:
+    rng = np.random.default_rng(3)
+    # 24 blocks of clustered traffic: units of 10 requests each, split 50/50 by unit
+    units = rng.integers(100, 200, size=24)
+    a = np.array([rng.binomial(u, 0.5) * 10 for u in units], dtype=float)
+    counts = np.stack([a, units * 10 - a], axis=1)
+    shares = np.full((24, 2), 0.5)
+    plain = stats.chisquare(counts.sum(0)).pvalue
+    got = S.srm_test(counts, shares)
+    assert 5 < got.dispersion < 20  # ~10: each unit is 10 requests
+    assert got.p_value > plain
+    want = stats.f.sf(got.chi2 / got.dispersion, 1, 23)
+    assert got.p_value == pytest.approx(want)
+    broken = counts.copy()
+    broken[:, 1] *= 0.8  # a fifth of arm b's requests lost
+    assert S.srm_test(broken, shares).p_value < 0.001  # flagged at the default ab.srm_alpha
+    # an arm rolled back halfway: its expected share is 0 there, no mismatch
+    half = counts.copy()
+    half[12:, 1] = 0
+    sh = shares.copy()
+    sh[12:] = [1.0, 0.0]
+    assert S.srm_test(half, sh).p_value > 0.001
+
+
+def test_block_weights_are_circular_blocks_of_consecutive_minutes() -> None:
+    rng = np.random.default_rng(1)
+    w = S.block_weights(60, 7, 4000, rng)
+    assert w.shape == (4000, 60) and (w.sum(axis=1) == 60).all()
+    assert np.allclose(w.mean(axis=0), 1.0, atol=0.1)  # circular: every minute equally likely
+    one = S.block_weights(5, 10, 3, rng)  # a block longer than the range: the range itself
+    assert (one == 1).all()
+
+
+def test_confidence_sequence_covers_when_peeked_every_step() -> None:
+    rng = np.random.default_rng(5)
+    alpha, misses, runs = 0.05, 0, 400
+    for _ in range(runs):
+        x = rng.standard_t(5, size=60) * 2.0 + 1.0  # heavy-ish tails, mean 1
+        seq = S.confidence_sequence(x - 1.0, alpha, t_star=30, min_t=10)
+        misses += not (seq.low <= 0 <= seq.high)  # the running intersection: ever excluded
+    lo, _ = S.binomial_interval(misses, runs)
+    assert lo <= alpha, misses
+    assert S.confidence_sequence(np.array([1.0, np.nan, 2.0]), alpha, 10) is None
+    strong = S.confidence_sequence(np.full(40, 1.0) + rng.normal(0, 0.1, 40), alpha, 20)
+    assert strong.low > 0.9 and strong.p_value < 1e-6
+
+
+def test_cliffs_delta_equals_brute_force() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 5, size=30)
+    b = rng.integers(0, 5, size=30)
+    xs = np.repeat(np.arange(30), a)
+    ys = np.repeat(np.arange(30), b)
+    want = (np.sign(xs[:, None] - ys[None, :])).mean()
+    assert cliffs_delta(a, b) == pytest.approx(want)
+    assert cliffs_delta(np.zeros(3), b) is None
+
+
+@pytest.mark.parametrize(("low", "high", "lower_better", "want"), [
+    (-2.0, 3.0, True, S.PASS),  # below the margin of 5
+    (1.0, 9.0, True, S.FAIL),  # significantly slower, beyond the margin
+    (-1.0, 9.0, True, S.INCONCLUSIVE),
+    (0.5, 4.0, True, S.PASS),  # significantly slower but within the margin
+    (-0.004, 0.01, False, S.PASS),  # attainment: worse by less than the margin (0.005)
+    (-0.02, -0.01, False, S.FAIL),
+    (-0.02, 0.01, False, S.INCONCLUSIVE),
+    (math.nan, 1.0, True, S.INCONCLUSIVE),
+])
+def test_verdicts(low: float, high: float, lower_better: bool, want: str) -> None:
+    assert S.verdict(low, high, 5.0 if lower_better else 0.005, lower_is_better=lower_better) == want
