@@ -35,7 +35,6 @@ def register(subparsers: Any) -> None:
                    help="with --sequential: set a failing arm's weight to 0 through the control API (also ab.auto_rollback)")
     r.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE ('-' = stdout, no table)")
     r.add_argument("--no-results", action="store_true", help="do not write rows into ab_results")
-    r.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same report for the same data)")
     r.set_defaults(handler=report)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
 
@@ -82,7 +81,7 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
             data = ab_data.from_store(conn, exp, start, end)
             weights, stable = ab_data.weights_timeline(conn, exp, data.start, data.minutes)
             rep = ab_report.analyze(data, settings, shares=ab_data.expected_shares(exp, weights), srm_minutes=stable,
-                                    sequential=args.sequential, seed=args.seed, end=end)
+                                    sequential=args.sequential, end=end)
             if rollback:
                 rep.rollbacks = roll_back(cfg, rep)
             if not args.no_results:

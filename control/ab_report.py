@@ -8,8 +8,8 @@ requests). Output: a :class:`Report` (JSON, a rich table, rows for ``ab_results`
 * the sample-ratio test (:func:`~llmsla.control.ab_stats.srm_test`);
 * per arm against control, for every metric: the difference, its interval, a p-value, an effect
   size (Cliff's delta for latency, from the histograms) and a verdict (pass / fail /
-  inconclusive; :func:`~llmsla.control.ab_stats.verdict`). Fixed horizon: paired moving-block
-  bootstrap; ``sequential``: always-valid confidence sequences over blocks;
+  inconclusive; :func:`~llmsla.control.ab_stats.verdict`). Fixed horizon: paired grouped
+  jackknife over time blocks; ``sequential``: always-valid confidence sequences over blocks;
 * the SLA-breach intervals of the experiment's traffic and which arm(s) account for each.
 """
 
@@ -51,7 +51,6 @@ class Settings:
     alpha: float = 0.05
     srm_alpha: float = 0.001
     block_minutes: int = 5
-    bootstrap: int = 1000
     min_requests: int = 5000
     latency_margin_pct: float = 5.0
     ratio_margin_pct: float = 0.5
@@ -65,7 +64,7 @@ class Settings:
     @classmethod
     def from_config(cls, cfg: Any) -> Settings:
         a, s = cfg.ab, cfg.slo
-        return cls(alpha=a.alpha, srm_alpha=a.srm_alpha, block_minutes=a.block_minutes, bootstrap=a.bootstrap,
+        return cls(alpha=a.alpha, srm_alpha=a.srm_alpha, block_minutes=a.block_minutes,
                    min_requests=a.min_requests, latency_margin_pct=a.latency_margin_pct,
                    ratio_margin_pct=a.ratio_margin_pct, sequential_minutes=a.sequential_minutes,
                    slo_ttft_ms=s.ttft_ms, slo_e2e_ms=s.e2e_ms, latency_target=s.latency_target,
@@ -216,50 +215,53 @@ def summarize(d: ArmMinutes, s: Settings, expected: np.ndarray) -> list[ArmSumma
     return out
 
 
-# -- fixed horizon: paired moving-block bootstrap --------------------------------------------------
-def _compare_fixed(d: ArmMinutes, s: Settings, k: int, c: int, weights: np.ndarray, blocked: str) -> list[Comparison]:
+# -- fixed horizon: paired grouped jackknife over time blocks -------------------------------------
+def _group_sum(x: np.ndarray, groups: list[slice]) -> np.ndarray:
+    """Sum the minutes (first axis) of ``x`` into the time groups."""
+    return np.stack([x[g].sum(axis=0) for g in groups])
+
+
+def _log_q(q: float, lo: int) -> Any:
+    def stat(a: np.ndarray, b: np.ndarray) -> float:
+        va = H.quantiles(a[None, :], q, lo)[0]
+        vb = H.quantiles(b[None, :], q, lo)[0]
+        return math.log(va / vb) if va > 0 and vb > 0 else math.nan
+    return stat
+
+
+def _ratio_diff(a: float, b: float, x: float, y: float) -> float:
+    return a / b - x / y if b > 0 and y > 0 else math.nan
+
+
+def _compare_fixed(d: ArmMinutes, s: Settings, k: int, c: int, blocked: str) -> list[Comparison]:
     arm = d.arms[k]
     n_k, n_c = int(d.requests[k].sum()), int(d.requests[c].sum())
-    w = weights.astype(float)
+    groups = S.time_groups(d.minutes, s.block_minutes)
     out = []
-    resampled: dict[tuple[str, int], np.ndarray] = {}  # one matmul per arm and histogram
     for metric, which, q in LATENCY:
         hk, hc = _hist(d, which)[k], _hist(d, which)[c]
         tk, tc = hk.sum(axis=0), hc.sum(axis=0)
         vk = H.quantiles(tk[None, :], q, d.hist_lo)[0]
         vc = H.quantiles(tc[None, :], q, d.hist_lo)[0]
-        for g, h in ((k, hk), (c, hc)):
-            if (which, g) not in resampled:
-                resampled[(which, g)] = w @ h.astype(float)
-        bk = H.quantiles(resampled[(which, k)], q, d.hist_lo)
-        bc = H.quantiles(resampled[(which, c)], q, d.hist_lo)
-        diff = bk - bc
-        lo, hi = S.percentile_interval(diff, s.alpha)
-        p = _boot_p(diff)
+        # the relative difference (log scale), shown in ms at the control's level
+        jk = S.jackknife(_log_q(q, d.hist_lo), (tk, tc), (_group_sum(hk, groups), _group_sum(hc, groups)), s.alpha)
+        lo = vc * math.expm1(jk.low) if math.isfinite(jk.low) else math.nan
+        hi = vc * math.expm1(jk.high) if math.isfinite(jk.high) else math.nan
         effect = vk - vc
         margin = s.latency_margin_pct / 100.0 * vc if math.isfinite(vc) else math.nan
         v, reason = _gate(S.verdict(lo, hi, margin, lower_is_better=True), n_k, n_c, s, blocked)
-        out.append(Comparison(arm, metric, n_k, _f(vk), _f(vc), _f(effect), _f(lo), _f(hi), _f(p),
+        out.append(Comparison(arm, metric, n_k, _f(vk), _f(vc), _f(effect), _f(lo), _f(hi), _f(jk.p_value),
                               cliffs_delta(tk, tc), _f(effect / vc) if vc else None, v, reason))
     for metric in RATIOS:
         num, den = _ratio_series(d, metric)
-        rk = (w @ num[k]) / np.maximum(w @ den[k], 1)
-        rc = (w @ num[c]) / np.maximum(w @ den[c], 1)
+        parts = (num[k], den[k], num[c], den[c])
+        jk = S.jackknife(_ratio_diff, tuple(float(x.sum()) for x in parts),
+                         tuple(_group_sum(x, groups) for x in parts), s.alpha)
         vk, vc = _ratio(float(num[k].sum()), n_k), _ratio(float(num[c].sum()), n_c)
-        diff = rk - rc
-        lo, hi = S.percentile_interval(diff, s.alpha)
         effect = None if vk is None or vc is None else vk - vc
-        v, reason = _gate(S.verdict(lo, hi, s.ratio_margin_pct / 100.0, lower_is_better=False), n_k, n_c, s, blocked)
-        out.append(Comparison(arm, metric, n_k, vk, vc, effect, _f(lo), _f(hi), _f(_boot_p(diff)), effect, None, v, reason))
+        v, reason = _gate(S.verdict(jk.low, jk.high, s.ratio_margin_pct / 100.0, lower_is_better=False), n_k, n_c, s, blocked)
+        out.append(Comparison(arm, metric, n_k, vk, vc, effect, _f(jk.low), _f(jk.high), _f(jk.p_value), effect, None, v, reason))
     return out
-
-
-def _boot_p(diff: np.ndarray) -> float:
-    """Two-sided bootstrap p-value of 'no difference': twice the smaller tail mass at 0."""
-    x = diff[np.isfinite(diff)]
-    if x.size == 0:
-        return math.nan
-    return float(min(1.0, 2 * min((x <= 0).mean(), (x >= 0).mean())))
 
 
 def _f(x: Any) -> float | None:
@@ -443,7 +445,7 @@ def _dispersion(req: np.ndarray, bad: np.ndarray) -> float:
 
 # -- the report ------------------------------------------------------------------------------------
 def analyze(d: ArmMinutes, s: Settings, *, shares: np.ndarray | None = None, srm_minutes: np.ndarray | None = None,
-            sequential: bool = False, seed: int = 0, end: dt.datetime | None = None) -> Report:
+            sequential: bool = False, end: dt.datetime | None = None) -> Report:
     """The report of ``d`` (see the module docstring). ``shares``: each minute's expected split
     among the arms (default: the configured weights); ``srm_minutes``: minutes used by the
     sample-ratio test (default: all)."""
@@ -471,11 +473,9 @@ def analyze(d: ArmMinutes, s: Settings, *, shares: np.ndarray | None = None, srm
             if k != c:
                 comparisons += _compare_sequential(d, s, k, c, blocked)
     else:
-        rng = np.random.default_rng(seed)
-        w = S.block_weights(max(1, d.minutes), s.block_minutes, s.bootstrap, rng)
         for k in range(k_arms):
             if k != c:
-                comparisons += _compare_fixed(d, s, k, c, w, blocked)
+                comparisons += _compare_fixed(d, s, k, c, blocked)
     end = end or (d.start + dt.timedelta(minutes=d.minutes))
     return Report(
         experiment=exp.key, start=d.start.isoformat(), end=end.isoformat(),

@@ -7,22 +7,24 @@ Why these tests (docs/ab.md has the long form; docs/ab-calibration.md the A/A ev
   request counts, a Mann-Whitney on latencies, as Kayenta does) counts one heavy user's correlated
   requests as independent evidence and false-alarms far above its nominal rate. So every test
   here treats *time* as the unit of replication:
-* **Intervals** (fixed horizon): a moving-block bootstrap over minutes (blocks of
-  ``ab.block_minutes``, circular), *paired by time*: each resample takes the same minutes for
-  every arm, so load swings shared by the arms cancel in the difference. The statistic is the one
-  reported (e.g. the range's P95 from the summed histograms), the interval its bootstrap
-  percentile interval.
+* **Intervals** (fixed horizon): a grouped (delete-one-block) jackknife over time blocks of
+  ``ab.block_minutes``, *paired by time*: each replicate drops the same minutes from every arm,
+  so load swings shared by the arms cancel in the difference. The statistic is the one reported
+  (e.g. the range's P95 from the summed histograms, compared on the log scale), its standard
+  error the jackknife's, referred to Student's t with (blocks - 1) degrees of freedom. The A/A
+  calibration replaced a moving-block bootstrap here: with a dozen blocks its percentile interval
+  was too narrow (E2E P99 rejected a true null in 12 % of runs at alpha = 5 %).
 * **Sample-ratio mismatch**: Pearson's chi-square of the arms' request counts against the
   configured split, divided by the over-dispersion estimated from the same counts in time blocks
   (quasi-likelihood; a request is not a unit, a unit sends many), with an F reference
   distribution for the estimated dispersion. Flagged below ``ab.srm_alpha``.
 * **Always-valid mode**: per block, the paired difference of the metric between an arm and
-  control; an asymptotic confidence sequence for their mean (Waudby-Smith et al., "Time-uniform
-  central limit theory and asymptotic confidence sequences", normal-mixture boundary with the
-  running variance), intersected over time. Valid at every peek, so dashboards may look every
+  control; a confidence sequence for their mean from the scale-invariant normal-mixture
+  ("t-mixture") e-value (Lai 1976; Wang & Ramdas 2023), valid for Gaussian block differences at
+  every block count, not only asymptotically, intersected over time. Valid at every peek, so dashboards may look every
   minute and act on the first exclusion of 0.
 
-The special functions (chi-square, F) are implemented here so the base install needs no scipy;
+The special functions (chi-square, F, Student's t) are implemented here so the base install needs no scipy;
 ``tests/control/test_ab_stats.py`` checks them against scipy.
 """
 
@@ -127,6 +129,32 @@ def f_sf(x: float, d1: float, d2: float) -> float:
     return betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
 
 
+def t_sf(x: float, df: float) -> float:
+    """P(T > x) for T ~ Student's t with ``df`` degrees of freedom."""
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + x * x))
+    return tail if x >= 0 else 1.0 - tail
+
+
+def t_ppf(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t (bisection on :func:`t_sf`; 0 < p < 1)."""
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_ppf(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > 1.0 - p:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if t_sf(mid, df) > 1.0 - p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
 def norm_sf(z: float) -> float:
     return 1.0 - _N.cdf(z) if z < 0 else _N.cdf(-z)
 
@@ -199,47 +227,73 @@ def srm_test(counts: np.ndarray, shares: np.ndarray) -> SrmResult:
     return SrmResult(chi2, phi, df, df_phi, p, tuple(observed / total), tuple(expected / expected.sum()))
 
 
-# -- moving-block bootstrap ----------------------------------------------------------------------
-def block_weights(m: int, block: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``(resamples, m)`` counts: how often each of ``m`` minutes is in each circular
-    moving-block bootstrap resample of ``ceil(m / block)`` blocks of ``block`` consecutive minutes
-    (cut to ``m``). The same weights serve every arm: the resample is paired by time."""
-    block = max(1, min(block, m))
-    nb = -(-m // block)
-    starts = rng.integers(0, m, size=(resamples, nb))
-    idx = ((starts[:, :, None] + np.arange(block)) % m).reshape(resamples, nb * block)[:, :m]
-    flat = idx + (np.arange(resamples) * m)[:, None]
-    return np.bincount(flat.ravel(), minlength=resamples * m).reshape(resamples, m)
+# -- grouped jackknife over time blocks ---------------------------------------------------------
+def time_groups(minutes: int, block: int) -> list[slice]:
+    """Consecutive minute ranges of ``block`` minutes (the remainder joins the last one); at
+    least one range."""
+    nb = max(1, minutes // max(1, block))
+    cuts = [i * block for i in range(nb)] + [minutes]
+    return [slice(a, b) for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
-def percentile_interval(samples: np.ndarray, alpha: float) -> tuple[float, float]:
-    s = np.asarray(samples, dtype=float)
-    s = s[np.isfinite(s)]
-    if s.size == 0:
-        return math.nan, math.nan
-    lo, hi = np.quantile(s, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+@dataclass(frozen=True)
+class Jackknife:
+    estimate: float  # the statistic on all the data
+    se: float  # jackknife standard error (NaN with fewer than 2 usable blocks)
+    df: int  # usable blocks - 1
+    low: float
+    high: float
+    p_value: float  # two-sided, Student's t with df
+
+
+def jackknife(stat: object, totals: tuple[np.ndarray, ...], blocks: tuple[np.ndarray, ...], alpha: float) -> Jackknife:
+    """Delete-one-block jackknife of ``stat(*totals)``: ``blocks[i][b]`` is block ``b``'s part of
+    ``totals[i]``; replicate ``b`` is ``stat(*(t - x[b]))``. A replicate that is not finite (a
+    block holding all of an arm's data) is left out. The interval is the estimate +- t(df) SE."""
+    est = float(stat(*totals))  # type: ignore[operator]
+    nb = blocks[0].shape[0]
+    reps = np.array([float(stat(*(t - x[b] for t, x in zip(totals, blocks, strict=True)))) for b in range(nb)])  # type: ignore[operator]
+    reps = reps[np.isfinite(reps)]
+    g = reps.size
+    if g < 2 or not math.isfinite(est):
+        return Jackknife(est, math.nan, max(0, g - 1), math.nan, math.nan, math.nan)
+    se = math.sqrt((g - 1) / g * float(((reps - reps.mean()) ** 2).sum()))
+    df = g - 1
+    h = t_ppf(1.0 - alpha / 2.0, df) * se
+    p = min(1.0, 2.0 * t_sf(abs(est) / se, df)) if se > 0 else 1.0 if est == 0 else 0.0
+    return Jackknife(est, se, df, est - h, est + h, p)
 
 
 # -- always-valid confidence sequences -----------------------------------------------------------
 def cs_rho2(alpha: float, t_star: float) -> float:
-    """Mixture parameter making the boundary tightest after ``t_star`` observations."""
+    """Mixing variance (of the standardised effect) making the boundary tightest near ``t_star``
+    observations."""
     la = -2.0 * math.log(alpha)
     return (la + math.log(la + 1.0)) / max(1.0, t_star)
 
 
-def cs_half_width(sd: float, t: int, alpha: float, rho2: float) -> float:
-    """Half-width of the asymptotic normal-mixture confidence sequence after ``t`` observations."""
-    v = t * rho2 + 1.0
-    return sd * math.sqrt(2.0 * v / (t * t * rho2) * math.log(math.sqrt(v) / alpha))
+def t_mixture_log_e(sum_x: float, sum_sq: float, t: int, c: float) -> float:
+    """log of the scale-invariant normal-mixture e-value for "mean 0" after ``t`` observations
+    (Lai 1976; Wang & Ramdas, "Anytime-valid t-tests and confidence sequences for Gaussian means
+    with unknown variance"): the Bayes factor with N(0, 1/c) on mean/sd and the right-Haar prior
+    on sd, ``sqrt(c/(t+c)) * (V / (V - S^2/(t+c)))^(t/2)``. A nonnegative supermartingale under
+    the null whatever the variance, so valid from the first blocks on, not only asymptotically."""
+    rest = sum_sq - sum_x * sum_x / (t + c)
+    if sum_sq <= 0:
+        return 0.0
+    if rest <= 0:
+        return math.inf
+    return 0.5 * math.log(c / (t + c)) + 0.5 * t * (math.log(sum_sq) - math.log(rest))
 
 
-def cs_p_value(mean: float, sd: float, t: int, rho2: float) -> float:
-    """The smallest alpha at which the sequence at ``t`` excludes 0 (for this rho)."""
-    if sd <= 0:
-        return 0.0 if mean != 0 else 1.0
-    v = t * rho2 + 1.0
-    return min(1.0, math.sqrt(v) * math.exp(-(mean / sd) ** 2 * t * t * rho2 / (2.0 * v)))
+def t_mixture_half_width(mean: float, ss: float, t: int, c: float, alpha: float) -> float:
+    """Half-width around ``mean`` of the means whose e-value stays below ``1/alpha`` after ``t``
+    observations with centred sum of squares ``ss`` (inf while the data cannot exclude any)."""
+    k = math.exp(2.0 / t * (math.log(1.0 / alpha) + 0.5 * math.log((t + c) / c)))
+    a = k * t * t / (t + c) - (k - 1.0) * t
+    if a <= 0:
+        return math.inf
+    return math.sqrt((k - 1.0) * max(ss, 0.0) / a)
 
 
 @dataclass(frozen=True)
@@ -255,28 +309,35 @@ class Sequence:
 
 def confidence_sequence(x: np.ndarray, alpha: float, t_star: float, *, min_t: int = 4) -> Sequence | None:
     """Always-valid interval for the mean of ``x`` (per-block paired differences, in time order;
-    NaN = a block without data for one side), intersected over every prefix of at least
-    ``min_t`` blocks, with the running-minimum p-value. None before ``min_t`` blocks."""
+    NaN = a block without data for one side): the scale-invariant normal-mixture (t-mixture)
+    sequence, intersected over every prefix of at least ``min_t`` blocks, with the anytime p-value
+    (1 / the running maximum of the e-value). None before ``min_t`` blocks.
+
+    The calibration replaced a normal-mixture sequence with the running variance plugged in: with
+    a dozen blocks that one was only asymptotically valid and rejected true nulls in up to 20 % of
+    A/A runs at alpha = 5 %."""
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     if x.size < max(2, min_t):
         return None
-    rho2 = cs_rho2(alpha, t_star)
-    low, high, p = -math.inf, math.inf, 1.0
+    c = 1.0 / cs_rho2(alpha, t_star)
+    low, high, best = -math.inf, math.inf, 0.0
     csum = np.cumsum(x)
     csq = np.cumsum(x * x)
     for t in range(max(2, min_t), x.size + 1):
-        mean = csum[t - 1] / t
-        var = max(0.0, (csq[t - 1] - t * mean * mean) / (t - 1))
-        sd = math.sqrt(var)
-        h = cs_half_width(sd, t, alpha, rho2)
+        if t < min_t:
+            continue
+        s1, s2 = float(csum[t - 1]), float(csq[t - 1])
+        best = max(best, t_mixture_log_e(s1, s2, t, c))
+        mean = s1 / t
+        h = t_mixture_half_width(mean, s2 - t * mean * mean, t, c, alpha)
         low, high = max(low, mean - h), min(high, mean + h)
-        p = min(p, cs_p_value(mean, sd, t, rho2))
-    mean = csum[-1] / x.size
+    mean = float(csum[-1] / x.size)
     if low > high:  # an empty intersection can only happen when H0's mean moved: keep the latest
-        h = cs_half_width(math.sqrt(max(0.0, (csq[-1] - x.size * mean * mean) / (x.size - 1))), x.size, alpha, rho2)
+        h = t_mixture_half_width(mean, float(csq[-1]) - x.size * mean * mean, x.size, c, alpha)
         low, high = mean - h, mean + h
-    return Sequence(int(x.size), float(mean), float(low), float(high), float(p))
+    p = 1.0 if best <= 0 else min(1.0, math.exp(-best))
+    return Sequence(int(x.size), mean, float(low), float(high), float(p))
 
 
 # -- verdicts ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The A/B report's statistics against scipy (the special functions, the chi-square, Wilson) and
-against brute force / their definitions (bootstrap weights, confidence sequences, Cliff's delta,
+against brute force / their definitions (the grouped jackknife, confidence sequences, Cliff's delta,
 verdicts)."""
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ def test_special_functions_equal_scipy() -> None:
     assert S.chi2_sf(0, 3) == 1.0 and S.f_sf(-1, 1, 5) == 1.0
     for z in (-3.0, -0.5, 0.0, 1.7, 6.0):
         assert S.norm_sf(z) == pytest.approx(stats.norm.sf(z), rel=1e-12)
+    for df in (1, 2, 3, 5, 11, 30, 200):
+        for x in (-4.0, -1.0, 0.0, 0.3, 2.2, 9.0):
+            assert S.t_sf(x, df) == pytest.approx(stats.t.sf(x, df), rel=1e-9, abs=1e-14)
+        for p in (0.5, 0.9, 0.975, 0.995, 0.025):
+            assert S.t_ppf(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-8, abs=1e-12)
 
 
 def test_wilson_interval_equals_scipy() -> None:
@@ -69,27 +74,51 @@ def test_srm_dispersion_widens_the_test_and_a_real_mismatch_is_found() -> None:
     assert S.srm_test(half, sh).p_value > 0.001
 
 
-def test_block_weights_are_circular_blocks_of_consecutive_minutes() -> None:
-    rng = np.random.default_rng(1)
-    w = S.block_weights(60, 7, 4000, rng)
-    assert w.shape == (4000, 60) and (w.sum(axis=1) == 60).all()
-    assert np.allclose(w.mean(axis=0), 1.0, atol=0.1)  # circular: every minute equally likely
-    one = S.block_weights(5, 10, 3, rng)  # a block longer than the range: the range itself
-    assert (one == 1).all()
+def test_time_groups_cover_the_range_once() -> None:
+    g = S.time_groups(62, 5)
+    assert len(g) == 12 and g[0] == slice(0, 5) and g[-1] == slice(55, 62)  # remainder joins the last
+    assert S.time_groups(3, 5) == [slice(0, 3)]
+
+
+def test_jackknife_of_a_mean_is_the_t_interval() -> None:
+    """For a mean of equal blocks the delete-one-block jackknife is exactly the one-sample t."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(0.3, 1.0, size=12)
+    jk = S.jackknife(lambda s, n: s / n, (x.sum(), 12.0), (x, np.ones(12)), 0.05)
+    t = stats.ttest_1samp(x, 0.0)
+    ci = t.confidence_interval(0.95)
+    assert jk.df == 11 and jk.estimate == pytest.approx(x.mean())
+    assert jk.se == pytest.approx(x.std(ddof=1) / math.sqrt(12))
+    assert (jk.low, jk.high) == pytest.approx((ci.low, ci.high)) and jk.p_value == pytest.approx(t.pvalue)
+    # a block whose removal leaves the statistic undefined is left out
+    nan_stat = S.jackknife(lambda s, n: s / n if n > 11.5 else math.nan, (x.sum(), 12.0), (x, np.ones(12)), 0.05)
+    assert math.isnan(nan_stat.se)
 
 
 def test_confidence_sequence_covers_when_peeked_every_step() -> None:
+    """Few blocks (as in an hour of 5-minute blocks), any scale: valid at every peek."""
     rng = np.random.default_rng(5)
-    alpha, misses, runs = 0.05, 0, 400
-    for _ in range(runs):
-        x = rng.standard_t(5, size=60) * 2.0 + 1.0  # heavy-ish tails, mean 1
-        seq = S.confidence_sequence(x - 1.0, alpha, t_star=30, min_t=10)
+    alpha, misses, runs = 0.05, 0, 1000
+    for i in range(runs):
+        x = rng.normal(1.0, 10.0 ** (i % 5 - 2), size=12)
+        seq = S.confidence_sequence(x - 1.0, alpha, t_star=12, min_t=2)
         misses += not (seq.low <= 0 <= seq.high)  # the running intersection: ever excluded
-    lo, _ = S.binomial_interval(misses, runs)
-    assert lo <= alpha, misses
+        assert (seq.p_value < alpha) == (not seq.low <= 0 <= seq.high) or seq.low > seq.high
+    assert misses <= alpha * runs, misses
     assert S.confidence_sequence(np.array([1.0, np.nan, 2.0]), alpha, 10) is None
-    strong = S.confidence_sequence(np.full(40, 1.0) + rng.normal(0, 0.1, 40), alpha, 20)
-    assert strong.low > 0.9 and strong.p_value < 1e-6
+    strong = S.confidence_sequence(np.full(12, 1.0) + rng.normal(0, 0.1, 12), alpha, 12)
+    assert strong.low > 0.8 and strong.p_value < 1e-3
+
+
+def test_t_mixture_boundary_is_where_the_e_value_reaches_one_over_alpha() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.normal(0.2, 1.0, size=9)
+    t, c, alpha = x.size, 0.7, 0.05
+    mean = x.mean()
+    h = S.t_mixture_half_width(mean, float(((x - mean) ** 2).sum()), t, c, alpha)
+    for mu in (mean - h, mean + h):
+        y = x - mu
+        assert S.t_mixture_log_e(float(y.sum()), float((y * y).sum()), t, c) == pytest.approx(math.log(1 / alpha))
 
 
 def test_cliffs_delta_equals_brute_force() -> None:
