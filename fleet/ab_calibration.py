@@ -54,17 +54,24 @@ class Scenario:
     rate: float = 2.0
     mean_turns: float = 6.0
     think_s: float = 30.0
+    incident: bool = True  # a replica (one per pool) 3x slower for 5 random minutes
 
 
 SCENARIOS: dict[str, Scenario] = {
     # a routing / temperature experiment: both arms on one 8-replica pool
     "aa_shared": Scenario(),
+    # as aa_shared without the incident: stationary session traffic
+    "aa_quiet": Scenario(incident=False),
     # a canary-sized arm on one pool
     "aa_skewed": Scenario(split=(4, 1)),
     # a new serving stack: each arm on its own 4-replica pool
     "aa_pools": Scenario(fleet=f"6b:4,{CANARY}=6b:4", pool_b=CANARY),
     # the same with the treatment's pool 10 % slower: power and attribution
     "slow_pools": Scenario(fleet=f"6b:4,{CANARY}=6b:4", pool_b=CANARY, slow=1.10),
+    # the default sample size: ab.min_requests (5,000) per arm over the default horizon
+    # (ab.sequential_minutes = 60), i.e. the trace at 0.55x its rate
+    "aa_min": Scenario(fleet=f"6b:4,{CANARY}=6b:4", pool_b=CANARY, rate=0.55),
+    "slow_min": Scenario(fleet=f"6b:4,{CANARY}=6b:4", pool_b=CANARY, rate=0.55, slow=1.10),
 }
 
 _TRACE: list | None = None
@@ -119,7 +126,8 @@ def simulate(name: str, sc: Scenario, seed: int) -> Run:
     pools = sorted({r.pool for r in replicas})
     for pool in pools:  # one victim per pool, at the same time: both arms hit alike
         victim = rng.choice([r.id for r in replicas if r.pool == pool])
-        fault_list.append(faults.Fault(t0, t0 + 300, "slowdown", victim, 3.0))
+        if sc.incident:
+            fault_list.append(faults.Fault(t0, t0 + 300, "slowdown", victim, 3.0))
     cfg = engine.SimConfig(replicas=replicas, policy="ladr", rollout=Rollout({"exp": exp}), seed=rng.getrandbits(32),
                            gpu_interval_s=0, entry_pools=[names.DEFAULT_POOL])
     t_sim = time.perf_counter()
