@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_info, print_table, write_result  # noqa: E402
+from _common import print_table, write_result  # noqa: E402
 
 from llmsla import names  # noqa: E402
 from llmsla.fleet import ab_calibration as C  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ab-calibration.md"
+RESULTS_JSON = Path(__file__).resolve().parent / "results" / "ab_calibration.json"
 RUNS = {"aa_shared": 200, "aa_quiet": 60, "aa_pools": 60, "slow_pools": 60, "aa_min": 100, "slow_min": 100}  # aa_skewed: --only
 METRICS, LATENCY = C.METRICS, C.LATENCY
 within = C.within
@@ -180,7 +181,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="2 runs per scenario; writes ab_calibration-quick.json, not the doc")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=list(RUNS))
+    ap.add_argument("--render", action="store_true",
+                    help="only re-render docs/ab-calibration.md from bench/results/ab_calibration.json")
     args = ap.parse_args()
+    if args.render:
+        result = json.loads((RESULTS_JSON).read_text())
+        DOC.write_text(render_doc(result))
+        print(f"wrote {DOC}")
+        return 0
     s = C.settings()
     jobs = [(name, seed) for name in args.only for seed in range(2 if args.quick else RUNS.get(name, 60))]
     t0 = time.perf_counter()
@@ -213,7 +221,7 @@ def main() -> int:
     name = "ab_calibration-quick" if args.quick else "ab_calibration"
     path = write_result(name, result)
     if not args.quick:
-        DOC.write_text(render_doc({**json.loads(path.read_text()), "machine": machine_info()}))
+        DOC.write_text(render_doc(json.loads(path.read_text())))
         print(f"wrote {DOC}")
     return 0
 

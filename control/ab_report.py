@@ -456,13 +456,8 @@ def analyze(d: ArmMinutes, s: Settings, *, shares: np.ndarray | None = None, srm
         conf = np.asarray([a.weight for a in exp.arms], dtype=float)
         shares = np.tile(conf / conf.sum(), (d.minutes, 1))
     mask = np.ones(d.minutes, dtype=bool) if srm_minutes is None else np.asarray(srm_minutes, dtype=bool)
-    counts = d.requests[:k_arms].T[mask]  # (minutes, arms)
-    exp_counts = counts.sum(axis=1, keepdims=True) * shares[mask]
-    size = s.block_minutes if mask.sum() >= s.block_minutes else 1
-    bc = _blocks(counts.T, size).T
-    be = _blocks(exp_counts.T, size).T
-    bs = be / np.maximum(be.sum(axis=1, keepdims=True), 1e-300)
-    srm = S.srm_test(bc, bs) if bc.size else S.srm_test(np.zeros((1, k_arms)), shares[:1])
+    counts = d.requests[:k_arms].T[mask]  # (minutes, arms), in time order
+    srm = S.srm_test(counts, shares[mask]) if counts.size else S.srm_test(np.zeros((1, k_arms)), shares[:1])
     srm_flag = srm.p_value < s.srm_alpha
     blocked = "sample-ratio mismatch" if srm_flag else ""
     expected_overall = np.asarray(srm.expected) if srm.expected and sum(srm.expected) > 0 else shares.mean(axis=0)

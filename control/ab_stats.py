@@ -14,10 +14,10 @@ Why these tests (docs/ab.md has the long form; docs/ab-calibration.md the A/A ev
   error the jackknife's, referred to Student's t with (blocks - 1) degrees of freedom. The A/A
   calibration replaced a moving-block bootstrap here: with a dozen blocks its percentile interval
   was too narrow (E2E P99 rejected a true null in 12 % of runs at alpha = 5 %).
-* **Sample-ratio mismatch**: Pearson's chi-square of the arms' request counts against the
-  configured split, divided by the over-dispersion estimated from the same counts in time blocks
-  (quasi-likelihood; a request is not a unit, a unit sends many), with an F reference
-  distribution for the estimated dispersion. Flagged below ``ab.srm_alpha``.
+* **Sample-ratio mismatch**: the arms' request counts against the configured split, minute by
+  minute, with the residuals' long-run variance (equal-weighted cosine estimate: a request is not
+  a unit, a unit sends many, minutes apart) instead of the multinomial one, an F reference
+  distribution for the estimated variance. Flagged below ``ab.srm_alpha``.
 * **Always-valid mode**: per block, the paired difference of the metric between an arm and
   control; a confidence sequence for their mean from the scale-invariant normal-mixture
   ("t-mixture") e-value (Lai 1976; Wang & Ramdas 2023), valid for Gaussian block differences at
@@ -179,30 +179,40 @@ def binomial_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float
 @dataclass(frozen=True)
 class SrmResult:
     chi2: float  # Pearson's statistic on the totals
-    dispersion: float  # estimated over-dispersion (>= 1)
+    dispersion: float  # chi-square / the Wald statistic with the long-run variance (>= 1)
     df: int  # arms - 1
-    df_dispersion: int  # degrees of freedom of the dispersion estimate (0: none, chi-square used)
+    df_dispersion: int  # denominator degrees of freedom of the F reference (0: none, chi-square used)
     p_value: float
     observed: tuple[float, ...]  # each arm's observed share
     expected: tuple[float, ...]  # each arm's expected share
 
 
-def srm_test(counts: np.ndarray, shares: np.ndarray) -> SrmResult:
-    """Sample-ratio test of ``counts`` (blocks x arms, requests) against ``shares`` (blocks x arms,
-    the expected split in each block, rows summing to 1; a block where an arm was rolled back has
-    share 0 there).
+def ewc_terms(t: int) -> int:
+    """Cosine terms of the long-run variance estimate for ``t`` time points: 0.4 t^(2/3)
+    (Lazarus, Lewis, Stock & Watson, "HAR inference: recommendations for practice", 2018)."""
+    return max(2, round(0.4 * t ** (2.0 / 3.0)))
 
-    Pearson's chi-square on the totals, with expected totals ``sum_b N_b * share_bk``; its
-    dispersion ``phi`` is estimated from the blocks' Pearson residuals around the *observed*
-    split (so a real mismatch does not inflate it), floored at 1, and the statistic
-    ``chi2 / ((K-1) phi)`` is referred to F(K-1, (B-1)(K-1)) (quasi-likelihood)."""
+
+def srm_test(counts: np.ndarray, shares: np.ndarray, *, terms: int | None = None) -> SrmResult:
+    """Sample-ratio test of ``counts`` (minutes x arms, requests, in time order) against
+    ``shares`` (minutes x arms, the expected split in each minute, rows summing to 1; a minute
+    where an arm was rolled back has share 0 there).
+
+    Pearson's chi-square on the totals (expected totals ``sum_t N_t * share_tk``) is the statistic
+    of independent requests. Requests are not independent (a unit sends many, minutes apart), so
+    the test uses the residuals' long-run variance instead: the equal-weighted cosine estimate
+    over ``terms`` low frequencies (default :func:`ewc_terms`), a Wald statistic referred to
+    F(K-1, terms-K+2) (Hotelling; fixed-b asymptotics). It sees correlation across minutes that
+    a per-block dispersion misses (the A/A calibration measured 18 % rejections at 5 % with
+    5-minute blocks). ``dispersion`` is chi-square / Wald: how many times the variance of
+    independent requests the traffic shows (floored at 1, so the test is never sharper than the
+    plain chi-square)."""
     counts = np.asarray(counts, dtype=float)
     shares = np.asarray(shares, dtype=float)
-    n_b = counts.sum(axis=1)
-    keep = n_b > 0
-    counts, shares, n_b = counts[keep], shares[keep], n_b[keep]
+    n_t = counts.sum(axis=1)
     k = counts.shape[1]
-    expected = (n_b[:, None] * shares).sum(axis=0)
+    exp_t = n_t[:, None] * shares
+    expected = exp_t.sum(axis=0)
     observed = counts.sum(axis=0)
     total = observed.sum()
     live = expected > 0
@@ -210,21 +220,30 @@ def srm_test(counts: np.ndarray, shares: np.ndarray) -> SrmResult:
         return SrmResult(0.0, 1.0, max(0, k - 1), 0, 1.0, tuple([0.0] * k), tuple([0.0] * k))
     chi2 = float((((observed - expected) ** 2)[live] / expected[live]).sum())
     df = int(live.sum()) - 1
-    # the split seen, block by block: the configured one scaled by each arm's observed/expected
-    ratio = np.where(live, observed / np.where(live, expected, 1.0), 0.0)
-    fitted = shares * ratio
-    fitted = fitted / np.maximum(fitted.sum(axis=1, keepdims=True), _EPS)
-    exp_b = n_b[:, None] * fitted
-    cells = exp_b > 0
-    b = counts.shape[0]
-    df_phi = (b - 1) * df
-    if df_phi > 0:
-        resid = np.where(cells, (counts - exp_b) ** 2 / np.where(cells, exp_b, 1.0), 0.0)
-        phi = max(1.0, float(resid.sum()) / df_phi)
-        p = f_sf(chi2 / (df * phi), df, df_phi)
+    t = counts.shape[0]
+    nu = min(terms or ewc_terms(t), t - 1)
+    shares_out = (tuple(observed / total), tuple(expected / expected.sum()))
+    if nu < df + 1 or t < 3:
+        return SrmResult(chi2, 1.0, df, 0, chi2_sf(chi2, df), *shares_out)
+    resid = (counts - exp_t)[:, live][:, :df]  # one live arm left out: the rest determine it
+    x = (np.arange(t) + 0.5) / t
+    basis = math.sqrt(2.0 / t) * np.cos(np.pi * np.outer(np.arange(1, nu + 1), x))  # nu x t
+    lam = basis @ resid  # nu x df
+    omega = lam.T @ lam / nu  # long-run variance per minute
+    sums = resid.sum(axis=0)
+    try:
+        wald = float(sums @ np.linalg.solve(t * omega, sums))
+    except np.linalg.LinAlgError:
+        wald = math.inf
+    if not math.isfinite(wald) or wald <= 0:
+        phi = 1.0 if wald <= 0 else 0.0
+        wald = chi2 if wald <= 0 else wald
     else:
-        phi, p = 1.0, chi2_sf(chi2, df)
-    return SrmResult(chi2, phi, df, df_phi, p, tuple(observed / total), tuple(expected / expected.sum()))
+        phi = chi2 / wald
+    stat = min(wald, chi2)
+    d2 = nu - df + 1
+    p = f_sf(stat * d2 / (nu * df), df, d2) if math.isfinite(stat) else 0.0
+    return SrmResult(chi2, max(1.0, phi), df, d2, p, *shares_out)
 
 
 # -- grouped jackknife over time blocks ---------------------------------------------------------

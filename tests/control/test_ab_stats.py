@@ -50,28 +50,37 @@ def test_srm_without_dispersion_is_pearsons_chi_square() -> None:
     assert got.df_dispersion == 0 and got.dispersion == 1.0
 
 
-def test_srm_dispersion_widens_the_test_and_a_real_mismatch_is_found() -> None:
+def test_srm_long_run_variance_widens_the_test_and_a_real_mismatch_is_found() -> None:
     rng = np.random.default_rng(3)
-    # 24 blocks of clustered traffic: units of 10 requests each, split 50/50 by unit
-    units = rng.integers(100, 200, size=24)
+    # 60 minutes of clustered traffic: units of 10 requests each, split 50/50 by unit
+    units = rng.integers(100, 200, size=60)
     a = np.array([rng.binomial(u, 0.5) * 10 for u in units], dtype=float)
     counts = np.stack([a, units * 10 - a], axis=1)
-    shares = np.full((24, 2), 0.5)
+    shares = np.full((60, 2), 0.5)
     plain = stats.chisquare(counts.sum(0)).pvalue
     got = S.srm_test(counts, shares)
-    assert 5 < got.dispersion < 20  # ~10: each unit is 10 requests
-    assert got.p_value > plain
-    want = stats.f.sf(got.chi2 / got.dispersion, 1, 23)
-    assert got.p_value == pytest.approx(want)
+    assert 3 < got.dispersion < 30  # ~10: each unit is 10 requests
+    assert got.p_value > plain and got.df_dispersion == S.ewc_terms(60) == 6
+    # the equal-weighted cosine estimate by its definition, and the F(1, nu) reference
+    r = counts[:, 0] - counts.sum(1) * 0.5
+    x = (np.arange(60) + 0.5) / 60
+    lam = [math.sqrt(2 / 60) * (r * np.cos(np.pi * j * x)).sum() for j in range(1, 7)]
+    wald = r.sum() ** 2 / (60 * np.mean(np.square(lam)))
+    assert got.chi2 / got.dispersion == pytest.approx(wald)
+    assert got.p_value == pytest.approx(stats.f.sf(wald, 1, 6))
     broken = counts.copy()
     broken[:, 1] *= 0.8  # a fifth of arm b's requests lost
     assert S.srm_test(broken, shares).p_value < 0.001  # flagged at the default ab.srm_alpha
     # an arm rolled back halfway: its expected share is 0 there, no mismatch
     half = counts.copy()
-    half[12:, 1] = 0
+    half[30:, 1] = 0
     sh = shares.copy()
-    sh[12:] = [1.0, 0.0]
+    sh[30:] = [1.0, 0.0]
     assert S.srm_test(half, sh).p_value > 0.001
+    # three arms: Hotelling's F(2, nu - 1)
+    three = np.stack([a, (units * 10 - a) / 2, (units * 10 - a) / 2], axis=1)
+    got3 = S.srm_test(three, np.tile([0.5, 0.25, 0.25], (60, 1)))
+    assert got3.df == 2 and got3.df_dispersion == 5 and 0 < got3.p_value <= 1
 
 
 def test_time_groups_cover_the_range_once() -> None:
