@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsla.alerting import webhook
+from llmsla.openapi import ERROR_RESPONSE, common_paths, error_schema
 
 COMMITTED = Path("deploy/openapi/receiver.json")
 _LABEL_NAME = {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}
@@ -27,7 +28,7 @@ def _map(max_value: int) -> dict[str, Any]:
 
 
 _STR_MAP = _map(webhook.MAX_LABEL_VALUE)
-_ERROR = {"description": "the reason", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_ERROR = ERROR_RESPONSE
 
 
 def document() -> dict[str, Any]:
@@ -91,27 +92,12 @@ def document() -> dict[str, Any]:
                 }}},
             "/v1/state": {"get": {"summary": "per-target receiver state", "responses": {"200": {
                 "description": "targets", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-            "/v1/audit": {"get": {
-                "summary": "recent audit rows written by this process",
-                "parameters": [{"name": "n", "in": "query", "required": False,
-                                "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
-                "responses": {"200": {"description": "rows", "content": {"application/json": {
-                    "schema": {"type": "object"}}}}, "400": _ERROR}}},
-            "/healthz": {"get": {"summary": "liveness", "responses": {"200": {
-                "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
-                "description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-            "/openapi.json": {"get": {"summary": "this document", "responses": {"200": {
-                "description": "OpenAPI 3.0", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            **common_paths(audit="recent audit rows written by this process", openapi="3.1"),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Alert": alert, "Notification": notification, "Outcome": outcome,
-                        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-                            "type": "object", "required": ["message", "type", "code"],
-                            "description": "the OpenAI error shape, as every llmsla server answers",
-                            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                                           "param": {"type": ["string", "null"]}, "code": {"type": "string"}}}}}},
+                        "Error": error_schema("3.1")},
         },
     }
 

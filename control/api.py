@@ -24,8 +24,10 @@ Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aiohttp import web
@@ -56,6 +58,7 @@ _AUDIT = web.AppKey("audit", AuditLog)
 _ROLLOUT = web.AppKey("rollout", Rollout)
 _TOKEN = web.AppKey("token", str)
 _LIMITS = web.AppKey("limits", Limits)
+_LOCK: web.AppKey[AbstractContextManager[Any]] = web.AppKey("lock")
 
 
 def _bad(reason: str, status: int = 400, code: str = "invalid_request") -> ApiError:
@@ -113,11 +116,10 @@ def _write(handler: Any) -> Any:
 
 # -- handlers -------------------------------------------------------------------------------------
 async def _state(request: web.Request) -> web.Response:
-    return web.json_response({
-        "router": request.app[_ROUTER].snapshot(),
-        "distill": request.app[_DISTILL].snapshot(),
-        "experiments": request.app[_ROLLOUT].snapshot(),
-    })
+    with request.app[_LOCK]:
+        state = {"router": request.app[_ROUTER].snapshot(), "distill": request.app[_DISTILL].snapshot()}
+    state["experiments"] = request.app[_ROLLOUT].snapshot()  # the rollout has its own lock
+    return web.json_response(state)
 
 
 async def _experiments(request: web.Request) -> web.Response:
@@ -157,8 +159,9 @@ async def _set_weight(request: web.Request) -> web.Response:
     rid = request.match_info["rid"]
     body = await _body(request, {"weight"})
     weight = _number(body, "weight")
-    before = router.replica(rid).weight
-    router.set_weight(rid, weight)
+    with request.app[_LOCK]:
+        before = router.replica(rid).weight
+        router.set_weight(rid, weight)
     rec = _replica_record(request, "set_weight", rid, before, weight, body)
     return web.json_response({"ok": True, "audit": rec})
 
@@ -171,13 +174,15 @@ def _drain_handler(drain: bool) -> Any:
         router = request.app[_ROUTER]
         rid = request.match_info["rid"]
         body = await _body(request, set()) if request.can_read_body else {}
-        before = router.is_drained(rid)
-        try:
-            router.drain(rid) if drain else router.undrain(rid)
-        except LastReplicaError:
-            _replica_record(request, action, rid, {"drained": before}, {"drained": before}, body, OUTCOME_REFUSED)
-            raise
-        rec = _replica_record(request, action, rid, {"drained": before}, {"drained": router.is_drained(rid)}, body)
+        with request.app[_LOCK]:
+            before = router.is_drained(rid)
+            try:
+                router.drain(rid) if drain else router.undrain(rid)
+            except LastReplicaError:
+                _replica_record(request, action, rid, {"drained": before}, {"drained": before}, body, OUTCOME_REFUSED)
+                raise
+            after = router.is_drained(rid)
+        rec = _replica_record(request, action, rid, {"drained": before}, {"drained": after}, body)
         return web.json_response({"ok": True, "audit": rec})
 
     return handler
@@ -190,9 +195,10 @@ async def _set_params(request: web.Request) -> web.Response:
     params = {k: v for k, v in body.items() if k not in ("actor", "reason")}
     if not params:
         raise _bad(f"no parameters given; allowed: policy, {', '.join(router.params)}")
-    before = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
-    router.set_params(**params)  # ValueError -> 400 naming the parameter
-    after = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
+    with request.app[_LOCK]:
+        before = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
+        router.set_params(**params)  # ValueError -> 400 naming the parameter
+        after = {"policy": router.policy, **{k: router.params[k] for k in params if k != "policy"}}
     actor, reason = _who(request, body)
     rec = request.app[_AUDIT].record(actor=actor, action="set_router_params", target="router",
                                      before=before, after=after, reason=reason)
@@ -207,8 +213,9 @@ async def _set_share(request: web.Request) -> web.Response:
     if not isinstance(clamp, bool):
         raise _bad(f"clamp: expected true/false, got {clamp!r}")
     actor, reason = _who(request, body)
-    rec = request.app[_DISTILL].set_student_share(request.match_info["pool"], pct, actor=actor,
-                                                  reason=reason, clamp=clamp)
+    with request.app[_LOCK]:
+        rec = request.app[_DISTILL].set_student_share(request.match_info["pool"], pct, actor=actor,
+                                                      reason=reason, clamp=clamp)
     return web.json_response({"ok": True, "audit": rec})
 
 
@@ -218,8 +225,9 @@ async def _set_schedule(request: web.Request) -> web.Response:
     if "name" not in body:
         raise _bad("missing field 'name'")
     actor, reason = _who(request, body)
-    rec = request.app[_DISTILL].set_schedule(request.match_info["pool"], body["name"], body.get("params"),
-                                             actor=actor, reason=reason)
+    with request.app[_LOCK]:
+        rec = request.app[_DISTILL].set_schedule(request.match_info["pool"], body["name"], body.get("params"),
+                                                 actor=actor, reason=reason)
     return web.json_response({"ok": True, "audit": rec})
 
 
@@ -244,9 +252,14 @@ async def _set_coverage(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application, router: Router, distill: DistillControls, *, token: str,
                audit: AuditLog | None = None, limits: Limits = DEFAULT_LIMITS,
-               rollout: Rollout | None = None) -> web.Application:
-    """Mount the control API on ``app`` (the gateway can host it next to its proxy routes)."""
+               rollout: Rollout | None = None, lock: AbstractContextManager[Any] | None = None) -> web.Application:
+    """Mount the control API on ``app`` (the gateway can host it next to its proxy routes).
+
+    ``lock``: held around every read and change of the router and the distillation controls,
+    for an owner that runs them on another thread (the paced fleet simulator); the gateway owns
+    them on this event loop and needs none. The rollout keeps its own lock."""
     app[_LIMITS] = limits
+    app[_LOCK] = lock if lock is not None else contextlib.nullcontext()
     app[_ROUTER] = router
     app[_DISTILL] = distill
     app[_AUDIT] = audit or distill.audit
@@ -270,9 +283,10 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
 
 
 def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None,
-             limits: Limits = DEFAULT_LIMITS, rollout: Rollout | None = None) -> web.Application:
+             limits: Limits = DEFAULT_LIMITS, rollout: Rollout | None = None,
+             lock: AbstractContextManager[Any] | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
-    return add_routes(app, router, distill, token=token, audit=audit, limits=limits, rollout=rollout)
+    return add_routes(app, router, distill, token=token, audit=audit, limits=limits, rollout=rollout, lock=lock)
 
 
 async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0, limits: Limits = DEFAULT_LIMITS) -> Served:

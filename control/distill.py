@@ -158,16 +158,18 @@ class DistillControls:
 
     def pick(self, router: Any, pool: str, key: str, *, exclude: Any = (), share_pct: float | None = None,
              policy: str | None = None) -> Any:
-        """Route a request: the key's role if the pool has replicas of it, else any replica.
-        ``share_pct`` and ``policy`` are an A/B arm's overrides of the pool's share and the
-        router's policy."""
+        """Route a request: the key's role if the pool has replicas of it, else any replica (a
+        pool without a teacher/student split routes as if there were no controls). ``share_pct``
+        and ``policy`` are an A/B arm's overrides of the pool's share and the router's policy."""
         from llmsla.control.router import NoReplicaAvailable
 
         role = self.role_for(pool, key, share_pct)
-        try:
-            return router.pick(pool, role=role, exclude=exclude, policy=policy)
-        except NoReplicaAvailable:
-            return router.pick(pool, exclude=exclude, policy=policy)  # no student/teacher split here: any role
+        if router.has_role(pool, role):
+            try:
+                return router.pick(pool, role=role, exclude=exclude, policy=policy)
+            except NoReplicaAvailable:  # every replica of that role excluded: any role
+                pass
+        return router.pick(pool, exclude=exclude, policy=policy)
 
     # -- writes ----------------------------------------------------------------------------------
     def set_student_share(self, pool: str, pct: Any, *, actor: str, reason: str = "",

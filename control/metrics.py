@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -21,15 +22,19 @@ _MODE = "livemostrecent"
 _lock = threading.Lock()
 
 
-class RouterMetrics:
-    """Counters and gauges of the routers of one registry; label children are cached by each
-    router."""
+class _PerRegistry:
+    """``Cls.of(registry)``: one instance per registry (a private registry for None)."""
 
-    _of: weakref.WeakKeyDictionary[CollectorRegistry, RouterMetrics] = weakref.WeakKeyDictionary()
+    _of: weakref.WeakKeyDictionary[CollectorRegistry, Any]
+
+    def __init_subclass__(cls) -> None:
+        cls._of = weakref.WeakKeyDictionary()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
 
     @classmethod
-    def of(cls, registry: CollectorRegistry | None = None) -> RouterMetrics:
-        """The instance of ``registry`` (a new private registry when None)."""
+    def of(cls, registry: CollectorRegistry | None = None) -> Any:
         if registry is None:
             return cls(CollectorRegistry())
         with _lock:
@@ -38,8 +43,13 @@ class RouterMetrics:
                 m = cls._of[registry] = cls(registry)
             return m
 
+
+class RouterMetrics(_PerRegistry):
+    """Counters and gauges of the routers of one registry; label children are cached by each
+    router."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+        super().__init__(registry)
         labels = (names.L_POOL, names.L_REPLICA)
         self.picks = Counter(names.ROUTER_PICKS, "Requests routed to a replica", labels, registry=self.registry)
         self.score = Gauge(names.ROUTER_SCORE, "LADR score (EMA-smoothed) of a replica", labels,
@@ -55,24 +65,11 @@ class RouterMetrics:
         )
 
 
-class DistillMetrics:
+class DistillMetrics(_PerRegistry):
     """Gauge of the student share per pool."""
 
-    _of: weakref.WeakKeyDictionary[CollectorRegistry, DistillMetrics] = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def of(cls, registry: CollectorRegistry | None = None) -> DistillMetrics:
-        """The instance of ``registry`` (a new private registry when None)."""
-        if registry is None:
-            return cls(CollectorRegistry())
-        with _lock:
-            m = cls._of.get(registry)
-            if m is None:
-                m = cls._of[registry] = cls(registry)
-            return m
-
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+        super().__init__(registry)
         self.student_share = Gauge(
             names.DISTILL_STUDENT_SHARE_RATIO,
             "Share of traffic (0..1) sent to student replicas",

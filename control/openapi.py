@@ -12,10 +12,11 @@ from typing import Any
 
 from llmsla.control.api import MAX_BODY_BYTES
 from llmsla.control.router import DEFAULT_PARAMS, POLICIES
+from llmsla.openapi import ERROR_RESPONSE, common_paths, error_schema
 
 COMMITTED = Path("deploy/openapi/control.json")
 _WHO = {"actor": {"type": "string"}, "reason": {"type": "string"}}
-_ERROR = {"description": "the reason", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_ERROR = ERROR_RESPONSE
 _OK = {"description": "applied (or clamped); the audit record", "content": {"application/json": {"schema": {
     "type": "object", "required": ["ok", "audit"], "properties": {"ok": {"type": "boolean"}, "audit": {"type": "object"}}}}}}
 
@@ -54,18 +55,7 @@ def document() -> dict[str, Any]:
                                         "responses": {"200": {"description": "experiments", "content": {
                                             "application/json": {"schema": {"type": "object", "required": ["experiments"],
                                                                             "properties": {"experiments": {"type": "object"}}}}}}}}},
-            "/v1/audit": {"get": {
-                "summary": "last n audit records",
-                "parameters": [{"name": "n", "in": "query", "required": False,
-                                "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
-                "responses": {"200": {"description": "records", "content": {"application/json": {
-                    "schema": {"type": "object"}}}}, "400": _ERROR}}},
-            "/healthz": {"get": {"summary": "liveness", "responses": {"200": {
-                "description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
-                "description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-            "/openapi.json": {"get": {"summary": "this document", "responses": {"200": {
-                "description": "OpenAPI 3.0", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            **common_paths(audit="last n audit records", openapi="3.0"),
             "/v1/replicas/{rid}/weight": _write("set a replica's weight (0 = soft drain)",
                                                 {"weight": {"type": "number", "minimum": 0}}, required=["weight"],
                                                 param="rid"),
@@ -94,11 +84,7 @@ def document() -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
-                            "type": "object", "required": ["message", "type", "code"],
-                            "description": "the OpenAI error shape, as every llmsla server answers",
-                            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                                           "param": {"type": "string", "nullable": True}, "code": {"type": "string"}}}}}},
+            "schemas": {"Error": error_schema("3.0")},
         },
     }
 

@@ -345,6 +345,10 @@ class Router:
         st.pick_child.inc()
         return st.rep
 
+    def has_role(self, pool: str, role: str) -> bool:
+        """True when the pool has an eligible replica of ``role`` (cheap: the cached group)."""
+        return bool(self._group(pool, role).states)
+
     def _group(self, pool: str, role: str | None) -> Group:
         """Non-drained, weight > 0 replicas of the pool/role (cached until something changes)."""
         g = self._cache.get((pool, role))

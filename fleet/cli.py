@@ -59,6 +59,12 @@ def register(subparsers: Any) -> None:
                      help="pace the run at X simulated seconds per wall second (live demos)")
     out.add_argument("--metrics-port", type=int,
                      help="serve the recorders' Prometheus metrics on 127.0.0.1:PORT while running")
+    out.add_argument("--live-from", type=float, default=0.0, metavar="S",
+                     help="with --realtime: simulated seconds replayed as fast as they compute before the "
+                          "paced part, which then starts now (history first, then live)")
+    out.add_argument("--control-port", type=int, metavar="PORT",
+                     help="serve the control API for the simulator's router and distillation controls on "
+                          "control.host:PORT while it runs (bearer token control.token; a paced run only)")
     out.add_argument("--json", help="write the summary as JSON to this file ('-' = stdout)")
     p.set_defaults(handler=run)
 
@@ -100,14 +106,23 @@ def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
-    from prometheus_client import CollectorRegistry, start_http_server
+    import threading
+
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
 
     from llmsla import names
+    from llmsla.config import check_port
+    from llmsla.control import api
+    from llmsla.control.audit import AuditLog
+    from llmsla.control.distill import DistillControls
     from llmsla.control.rollout import Rollout
     from llmsla.control.router import params_from_config
     from llmsla.errors import CliError
     from llmsla.fleet import engine, faults, stats, workload
     from llmsla.fleet.sink import RecorderSink
+    from llmsla.httpkit import BackgroundServer, Limits, add_metrics
+    from llmsla.store import open_store
 
     arrivals, trace_report = build_load(args)
     if args.sessions:
@@ -137,32 +152,53 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             student_share=args.student_share,
         )
         registry = CollectorRegistry()
-        sim = engine.Simulator(sim_cfg, registry=registry)
+        # the pools' student share and schedule, changed by the control API while a paced run goes
+        distill = DistillControls.from_config(cfg, sorted({rc.pool for rc in sim_cfg.replicas}), registry=registry)
+        lock = threading.RLock() if args.control_port is not None else None
+        sim = engine.Simulator(sim_cfg, registry=registry, distill=distill, lock=lock)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if args.control_port is not None and args.realtime <= 0:
+        raise CliError("--control-port needs a paced run (--realtime X): an unpaced one is over before anyone acts")
     spool_dir = Path(args.spool) if args.spool else cfg.spool_dir()
     sink = None if args.no_events else RecorderSink(cfg, spool_dir=spool_dir, registry=registry)
-    server = None
-    if args.metrics_port is not None:
-        server, _thread = start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
-
-    wall = [time.monotonic()]
-
-    def progress(t: float) -> None:  # a line every 5 s of wall time on long runs
-        if time.monotonic() - wall[0] >= 5.0:
-            wall[0] = time.monotonic()
-            print(f"  simulated {t:,.0f} s of {arrivals[-1].t:,.0f}", file=sys.stderr)
-
+    background = BackgroundServer() if args.metrics_port is not None or args.control_port is not None else None
+    store = None
     try:
+        limits = Limits.from_config(cfg)
+        if args.metrics_port is not None:
+            app = web.Application()
+            add_metrics(app, registry)
+            served = background.serve(app, "127.0.0.1", check_port(args.metrics_port, "--metrics-port", allow_zero=True),
+                                      limits)
+            print(f"simulator /metrics on {served.url}/metrics", file=sys.stderr, flush=True)
+        if args.control_port is not None:
+            store = open_store(cfg)  # the audit trail: action_log in the configured (or embedded) store
+            distill.audit = AuditLog(store.dsn)
+            app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
+            served = background.serve(app, cfg.control.host, check_port(args.control_port, "--control-port",
+                                                                        allow_zero=True), limits)
+            print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)
+
+        wall = [time.monotonic()]
+
+        def progress(t: float) -> None:  # a line every 5 s of wall time on long runs
+            if time.monotonic() - wall[0] >= 5.0:
+                wall[0] = time.monotonic()
+                print(f"  simulated {t:,.0f} s of {arrivals[-1].t:,.0f}", file=sys.stderr)
+
         res = sim.run(arrivals, faults=fault_list, sink=sink, start_ms=args.start_ms,
-                      pace=args.realtime, progress=progress)
+                      pace=args.realtime, live_from_s=args.live_from, progress=progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     finally:
         if sink is not None:
             sink.close()
-        if server is not None:
-            server.shutdown()
+        if background is not None:
+            background.close()
+        if store is not None:
+            distill.audit.flush(10.0)
+            store.close()
     summary: dict[str, Any] = {
         "fleet": args.fleet, "policy": sim_cfg.policy, "router_params": res.router["params"], "seed": args.seed,
         "start_ms": res.start_ms,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import threading
 import time
 import uuid
 from collections import deque
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
-from llmsla.control.distill import role_for_share
+from llmsla.control.distill import DistillControls, role_for_share
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models
@@ -138,8 +139,15 @@ class SimResult:
 class Simulator:
     """Build once per run: ``Simulator(cfg).run(arrivals, faults=..., sink=...)``."""
 
-    def __init__(self, cfg: SimConfig, *, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, cfg: SimConfig, *, registry: CollectorRegistry | None = None,
+                 distill: DistillControls | None = None, lock: threading.RLock | None = None) -> None:
+        """``distill``: the pools' student share and temperature schedule, as the gateway applies
+        them (a control API may change them while a paced run goes). ``lock``: held while each
+        event is processed, so another thread (that control API) can change the router and the
+        distillation controls between events, never in the middle of one."""
         self.cfg = cfg
+        self.distill = distill
+        self.lock = lock
         self.now = 0.0
         self.rng = random.Random(cfg.seed)
         self.reps: dict[str, ReplicaSim] = {}
@@ -198,13 +206,17 @@ class Simulator:
     # -- run -------------------------------------------------------------------------------------
     def run(self, arrivals: Sequence[Arrival], *, faults: Sequence[Fault] = (), sink: Sink | None = None,
             start_ms: int | None = None, until_s: float | None = None,
-            pace: float = 0.0, progress: Callable[[float], None] | None = None) -> SimResult:
+            pace: float = 0.0, live_from_s: float = 0.0,
+            progress: Callable[[float], None] | None = None) -> SimResult:
         """Simulate ``arrivals`` (time-sorted) with ``faults``; events go to ``sink``.
 
         ``start_ms``: epoch ms of simulated time 0. Default: now minus the simulated span, so
         every event lies in the recent past (the streaming job dead-letters events more than
         ``stream.max_future_s`` ahead or ``stream.max_past_s`` behind). ``pace`` > 0 runs in
-        real time (``pace`` simulated seconds per wall second; start_ms then defaults to now).
+        real time (``pace`` simulated seconds per wall second) from simulated time
+        ``live_from_s`` on: what comes before is history, replayed as fast as it computes, and
+        start_ms then defaults to now minus that history, so simulated time meets the wall clock
+        where the live part begins (a demo: minutes of past traffic, then a fault as it happens).
         """
         if self._ran:
             raise RuntimeError("a Simulator runs once; build a new one per run")
@@ -217,7 +229,9 @@ class Simulator:
         last = arrivals[-1].t if arrivals else 0.0
         if start_ms is None:
             now_ms = int(time.time() * 1000)
-            start_ms = now_ms if pace > 0 else now_ms - math.ceil((last + cfg.timeout_s + 1) * 1000)
+            start_ms = (now_ms - round(live_from_s * 1000) if pace > 0
+                        else now_ms - math.ceil((last + cfg.timeout_s + 1) * 1000))
+        lock = self.lock
         self.start_ms = start_ms
         self.sink = sink
         for f in faults:
@@ -241,23 +255,31 @@ class Simulator:
                 t = a.t
                 if t > until:
                     break
-                if pace > 0:
-                    _sleep_until(wall0 + t / pace)
+                if pace > 0 and t > live_from_s:
+                    _sleep_until(wall0 + (t - live_from_s) / pace)
                 self.now = t
                 r = Req(ai, t, a.prompt, max(1, a.output))
                 r.trace_id = f"{trace_rng.getrandbits(128) | 1:032x}"
                 r.unit = a.unit
                 ai += 1
-                self._on_arrival(r)
+                if lock is None:
+                    self._on_arrival(r)
+                else:
+                    with lock:
+                        self._on_arrival(r)
                 continue
             t, _, kind, a, b = pop(heap)
             if t > until:
                 break
             popped += 1
-            if pace > 0:
-                _sleep_until(wall0 + t / pace)
+            if pace > 0 and t > live_from_s:
+                _sleep_until(wall0 + (t - live_from_s) / pace)
             self.now = t
-            handlers[kind](a, b)
+            if lock is None:
+                handlers[kind](a, b)
+            else:
+                with lock:
+                    handlers[kind](a, b)
             if progress is not None and t >= next_progress:
                 progress(t)
                 next_progress = t + 60.0
@@ -277,6 +299,14 @@ class Simulator:
             router=self.router.snapshot(),
         )
 
+    def _policy(self, pool: str) -> str:
+        """``RequestEvent.policy``: the pool's schedule when the control plane set one."""
+        if self.distill is not None:
+            schedule = self.distill.schedule_in_force(pool)
+            if schedule is not None:
+                return schedule.name
+        return self.cfg.temperature_policy
+
     # -- request path ----------------------------------------------------------------------------
     def _on_arrival(self, r: Req) -> None:
         """The gateway receives a request: the same admission steps as ``exporters/gateway.py``
@@ -287,17 +317,22 @@ class Simulator:
         role = None
         if cfg.student_share is not None:
             role = "student" if rng.random() < cfg.student_share else "teacher"
+        unit = r.unit or r.trace_id
+        share = None  # an A/B arm's student share, over the pool's
         if cfg.rollout is not None:  # the gateway's A/B step: the unit's arm and its strategy
-            a = cfg.rollout.assign(pool, r.unit or r.trace_id)
+            a = cfg.rollout.assign(pool, unit)
             r.arm = a.label
             s = a.strategy
             if s is not None:
                 pool = s.pool or pool
                 r.route_policy = s.route_policy
-                if s.student_share_pct is not None:
-                    role = role_for_share(pool, r.unit or r.trace_id, s.student_share_pct)
+                share = s.student_share_pct
                 if s.schedule is not None:
                     r.policy = s.schedule.name
+        if share is not None:
+            role = role_for_share(pool, unit, share)
+        elif role is None and self.distill is not None:  # the pool's share, deterministic per unit, as in the gateway
+            role = self.distill.role_for(pool, unit)
         r.pool, r.role = pool, role
         t = self.now
         if self._open - 1 >= cfg.max_in_flight:  # this one not counted yet
@@ -315,12 +350,14 @@ class Simulator:
         self._slots += 1
         r.dispatch_t = t
         try:
-            try:
-                rep_id = self.router.pick(r.pool, role=r.role, policy=r.route_policy).id
-            except NoReplicaAvailable:
-                if r.role is None:
-                    raise
-                rep_id = self.router.pick(r.pool, policy=r.route_policy).id  # the gateway's fallback: any role
+            # the key's role if the pool has replicas of it, else any replica (as the gateway)
+            if r.role is not None and self.router.has_role(r.pool, r.role):
+                try:
+                    rep_id = self.router.pick(r.pool, role=r.role, policy=r.route_policy).id
+                except NoReplicaAvailable:  # every replica of that role excluded: any role
+                    rep_id = self.router.pick(r.pool, policy=r.route_policy).id
+            else:
+                rep_id = self.router.pick(r.pool, policy=r.route_policy).id
         except NoReplicaAvailable:  # the gateway answers 503: status error, replica "none"
             self._record(r, None, names.STATUS_ERROR, t)
             return
@@ -446,7 +483,7 @@ class Simulator:
             model = rep.spec.name if rep is not None else r.pool
             sink.request(RequestEvent(
                 ts_ms=self.start_ms + round(t * 1000.0), trace_id=r.trace_id, model=model,
-                pool=r.pool, replica=rid, arm=arm, policy=r.policy or self.cfg.temperature_policy,
+                pool=r.pool, replica=rid, arm=arm, policy=r.policy or self._policy(r.pool),
                 prompt_tokens=r.prompt, output_tokens=out_tokens, queue_ms=queue_ms,
                 ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status,
             ))

@@ -4,8 +4,9 @@ The forecaster talks to alerting only over webhook v4, the payload Alertmanager 
 so the receiver handles forecast alerts and burn-rate alerts with one code path (its policy
 matches ``alertname``/``source``). Hysteresis: an alert fires after ``fire_steps`` consecutive
 scores at or above the threshold and resolves after ``resolve_steps`` consecutive scores below
-``resolve_ratio * threshold``; a firing alert is re-sent every ``repeat_s`` (Alertmanager's
-repeat interval). A failed POST is kept and retried on the next step (bounded), so a receiver
+``resolve_ratio * threshold`` (:mod:`llmsla.forecaster.hysteresis`, the same alarm the
+evaluation scores and picks thresholds for); a firing alert is re-sent every ``repeat_s``
+(Alertmanager's repeat interval). A failed POST is kept and retried on the next step (bounded), so a receiver
 restart loses no transition.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsla import names
+from llmsla.forecaster.hysteresis import AlarmPolicy, AlarmState
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +65,7 @@ def payload(status: str, alert: dict[str, Any], external_url: str) -> dict[str, 
 
 
 @dataclass
-class TargetState:
-    firing: bool = False
-    above: int = 0
-    below: int = 0
+class TargetState(AlarmState):
     starts_ms: int = 0
     last_sent_ms: int = 0
     labels: dict[str, str] = field(default_factory=dict)
@@ -78,7 +77,7 @@ class Hysteresis:
     def __init__(self, threshold: float, *, fire_steps: int, resolve_steps: int, resolve_ratio: float,
                  repeat_s: float, horizon_s: int, generator_url: str = "") -> None:
         self.threshold = threshold
-        self.fire_steps, self.resolve_steps = fire_steps, resolve_steps
+        self.policy = AlarmPolicy(fire_steps, resolve_steps, resolve_ratio)
         self.resolve_below = threshold * resolve_ratio
         self.repeat_ms = int(repeat_s * 1000)
         self.horizon_s = horizon_s
@@ -102,20 +101,11 @@ class Hysteresis:
     def update(self, key: str, risk: float, now_ms: int, labels: dict[str, str]) -> list[tuple[str, dict]]:
         st = self.states.setdefault(key, TargetState())
         out: list[tuple[str, dict]] = []
-        if risk >= self.threshold:
-            st.above += 1
-            st.below = 0
-        elif risk < self.resolve_below:
-            st.below += 1
-            st.above = 0
-        else:  # inside the hysteresis band: neither counts
-            st.above = 0
-            st.below = 0
-        if not st.firing and st.above >= self.fire_steps:
-            st.firing, st.starts_ms, st.last_sent_ms, st.labels = True, now_ms, now_ms, dict(labels)
+        change = st.step(risk, self.threshold, self.policy)
+        if change == "firing":
+            st.starts_ms, st.last_sent_ms, st.labels = now_ms, now_ms, dict(labels)
             out.append(("firing", self._alert(st, "firing", risk, now_ms)))
-        elif st.firing and st.below >= self.resolve_steps:
-            st.firing = False
+        elif change == "resolved":
             out.append(("resolved", self._alert(st, "resolved", risk, now_ms)))
         elif st.firing and now_ms - st.last_sent_ms >= self.repeat_ms:
             st.last_sent_ms = now_ms

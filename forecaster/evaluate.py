@@ -1,9 +1,10 @@
 """The evaluation harness: every method on the same windows, thresholds from validation only.
 
 For each method: parameters (rules) or weights (learned) come from the train split, parameter
-choice and the alarm threshold from the validation split (the lowest threshold whose false
-alarms per healthy day stay within ``false_alarms_per_day``), and the reported numbers from the
-test split, which nothing before has looked at.
+choice and the alarm threshold from the validation split (the lowest threshold whose alarms -
+under the online loop's alarm policy, :mod:`llmsla.forecaster.hysteresis` - stay within
+``false_alarms_per_day`` false alarms per healthy day), and the reported numbers from the test
+split, which nothing before has looked at.
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ import numpy as np
 from llmsla.forecaster import baselines
 from llmsla.forecaster import metrics as m
 from llmsla.forecaster.dataset import Dataset
+from llmsla.forecaster.hysteresis import AlarmPolicy
 from llmsla.forecaster.scaler import RobustScaler
 
 LSTM = "lstm"
 #: A scorer maps window end indices of the data set to risk scores.
 Scorer = Callable[[np.ndarray], np.ndarray]
+
+
+class EvalError(ValueError):
+    """Data the harness cannot evaluate on (say, a fold without a labelled window to learn from)."""
 
 
 @dataclass
@@ -30,6 +36,13 @@ class EvalConfig:
     lead_max_steps: int = 24
     learned_stride: int = 3
     seed: int = 0
+    policy: AlarmPolicy = field(default_factory=AlarmPolicy)  # the online loop's alarm
+    #: at most this many training windows for a learned baseline (evenly spaced; 0 = all):
+    #: keeps gradient boosting on 960 inputs within minutes on two cores
+    learned_max_windows: int = 0
+    #: extra false-alarm budgets (per target-day) to report operating points at: for each, a
+    #: threshold from validation and the test numbers it gives (the trade-off an SRE chooses on)
+    budgets: tuple[float, ...] = ()
 
 
 @dataclass
@@ -59,20 +72,37 @@ def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192)
             raise FloatingPointError(f"series {s}: a scorer returned a non-finite score")
         eps = m.episodes(ds.breach[lo:hi], ds.horizon)
         meta = ds.meta[s]
-        m.attribute(eps, meta.get("faults", []), ds.step_s, int(meta.get("t0_ms", 0)), tail, precursor)
-        out.append(m.SeriesScores(score, ds.y[lo:hi], ds.breach[lo:hi], eps))
+        faults, t0 = meta.get("faults", []), int(meta.get("t0_ms", 0))
+        m.attribute(eps, faults, ds.step_s, t0, tail, precursor)
+        spans = [m.fault_span(f, ds.step_s, t0, tail) for f in faults]
+        out.append(m.SeriesScores(score, ds.y[lo:hi], ds.breach[lo:hi], eps, fault_spans=spans))
     return out
 
 
 def _calibrated(method: str, params: dict, ds: Dataset, scorer: Scorer, ec: EvalConfig, t0: float,
                 extra: dict | None = None) -> MethodResult:
     val = series_scores(ds, "val", scorer)
-    thr = m.threshold_for(val, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s)
+    thr = m.threshold_for(val, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy)
     test = series_scores(ds, "test", scorer)
     min_onset = ds.window - 1
-    return MethodResult(method, params, thr, m.report(val, thr, ec.lead_max_steps, ds.step_s, min_onset),
-                        m.report(test, thr, ec.lead_max_steps, ds.step_s, min_onset),
-                        time.perf_counter() - t0, extra or {})
+    extra = dict(extra or {})
+    if ec.budgets:
+        extra["operating_points"] = operating_points(val, test, ds, ec)
+    return MethodResult(method, params, thr, m.report(val, thr, ec.lead_max_steps, ds.step_s, min_onset, ec.policy),
+                        m.report(test, thr, ec.lead_max_steps, ds.step_s, min_onset, ec.policy),
+                        time.perf_counter() - t0, extra)
+
+
+def operating_points(val: list[m.SeriesScores], test: list[m.SeriesScores], ds: Dataset,
+                     ec: EvalConfig) -> list[dict]:
+    """For each budget of ``ec.budgets``: the validation threshold and the test report at it."""
+    out = []
+    for budget in ec.budgets:
+        thr = m.threshold_for(val, budget, ec.lead_max_steps, ds.step_s, ec.policy)
+        v, t = (m.report(x, thr, ec.lead_max_steps, ds.step_s, ds.window - 1, ec.policy) for x in (val, test))
+        out.append({"budget": budget, "threshold": thr, "val_false_alarms_per_day": v.false_alarms_per_day,
+                    "test": t.to_dict()})
+    return out
 
 
 def rule_scorer(ds: Dataset, method: str, params: dict) -> Scorer:
@@ -84,8 +114,9 @@ def rule_scorer(ds: Dataset, method: str, params: dict) -> Scorer:
 def tune_rule(ds: Dataset, method: str) -> dict:
     """The grid point with the best validation AUC-PR."""
     va = ds.samples("val")
-    best, best_p = -1.0, baselines.GRIDS[method][0]
-    for p in baselines.GRIDS[method]:
+    points = baselines.grid(method, ds.window)
+    best, best_p = -1.0, points[0]
+    for p in points:
         ap = m.auc_pr(ds.y[va], rule_scorer(ds, method, p)(va))
         if ap > best:
             best, best_p = ap, p
@@ -98,11 +129,20 @@ def run_rule(ds: Dataset, method: str, ec: EvalConfig) -> MethodResult:
     return _calibrated(method, params, ds, rule_scorer(ds, method, params), ec, t0)
 
 
+def training_windows(ds: Dataset, ec: EvalConfig) -> np.ndarray:
+    """A learned baseline's training windows: every ``learned_stride``-th, then at most
+    ``learned_max_windows`` of them, evenly spaced (deterministic, no sampling noise)."""
+    tr = ds.samples("train", stride=ec.learned_stride)
+    if ec.learned_max_windows and len(tr) > ec.learned_max_windows:
+        tr = tr[np.linspace(0, len(tr) - 1, ec.learned_max_windows).round().astype(np.int64)]
+    return tr
+
+
 def run_learned(ds: Dataset, method: str, scaler: RobustScaler | None, ec: EvalConfig) -> MethodResult:
     t0 = time.perf_counter()
-    tr = ds.samples("train", stride=ec.learned_stride)
+    tr = training_windows(ds, ec)
     model = baselines.fit_learned(method, ds.inputs(tr, scaler), ds.y[tr], seed=ec.seed)
-    return _calibrated(method, {"train_stride": ec.learned_stride}, ds,
+    return _calibrated(method, {"train_windows": len(tr), "train_stride": ec.learned_stride}, ds,
                        lambda ends: model.score(ds.inputs(ends, scaler)), ec, t0)
 
 
@@ -145,6 +185,10 @@ def cross_validate(ds: Dataset, folds: int, make_lstm: Callable[[Dataset], Score
     secs = dict.fromkeys(names_, 0.0)
     for fold in range(folds):
         fds = fold_splits(ds, fold)
+        for split in ("train", "val"):
+            if not (fds.y[fds.samples(split)] == 1).any():
+                raise EvalError(f"fold {fold + 1}/{folds}: its {split} series hold no labelled window to "
+                                "learn from or to set a threshold on; use fewer folds or more series")
         for name in names_:
             t0 = time.perf_counter()
             if name == LSTM:
@@ -152,11 +196,11 @@ def cross_validate(ds: Dataset, folds: int, make_lstm: Callable[[Dataset], Score
             elif name in baselines.RULES:
                 scorer = rule_scorer(fds, name, tune_rule(fds, name))
             else:
-                tr = fds.samples("train", stride=ec.learned_stride)
+                tr = training_windows(fds, ec)
                 model = baselines.fit_learned(name, fds.inputs(tr, None), fds.y[tr], seed=ec.seed)
                 scorer = _learned_scorer(model, fds)
             v = series_scores(fds, "val", scorer)
-            thr = m.threshold_for(v, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s)
+            thr = m.threshold_for(v, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy)
             for s in v:
                 s.threshold = thr
             t = series_scores(fds, "test", scorer)
@@ -170,7 +214,9 @@ def cross_validate(ds: Dataset, folds: int, make_lstm: Callable[[Dataset], Score
     out = []
     for name in names_:
         out.append(MethodResult(name, {"folds": folds}, float("nan"),
-                                m.report(val[name], float("nan"), ec.lead_max_steps, ds.step_s, ds.window - 1),
-                                m.report(test[name], float("nan"), ec.lead_max_steps, ds.step_s, ds.window - 1),
+                                m.report(val[name], float("nan"), ec.lead_max_steps, ds.step_s, ds.window - 1,
+                                         ec.policy),
+                                m.report(test[name], float("nan"), ec.lead_max_steps, ds.step_s, ds.window - 1,
+                                         ec.policy),
                                 secs[name]))
     return out

@@ -103,8 +103,10 @@ class TargetSeries:
 
 def targets_of(req: Frame, *, pools: bool = True) -> list[Target]:
     """Every replica (not ``none``) and, with ``pools``, every pool seen in the request rows."""
+    keys = _Keys.of(req)
     seen = set()
-    for p, r in zip(req["pool"], req["replica"], strict=True):
+    for c in np.unique(keys.pair_of).tolist():  # each (pool, replica) once, not each row
+        p, r = keys.pair(c)
         if r != names.NO_REPLICA:
             seen.add(Target(p, r))
         if pools:
@@ -123,21 +125,18 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     models = [""] * nt
 
     # -- request windows: rows -> (target, step) cells ---------------------------------------
+    # Vectorised (the online scorer runs this every step for every target): each row feeds its
+    # replica's target and its pool's, in row order, so sums add up in the same order always.
     step = (req["bucket"] - t0_ms) // STEP_MS
     ok = (step >= 0) & (step < n_steps) & ((req["bucket"] - t0_ms) % STEP_MS == 0)
-    row_t: list[int] = []
-    row_s: list[int] = []
-    row_i: list[int] = []
-    for i in np.flatnonzero(ok):
-        p, r = req["pool"][i], req["replica"][i]
-        for t in (Target(p, r), Target(p, "")):
-            j = tidx.get(t)
-            if j is not None:
-                row_t.append(j)
-                row_s.append(int(step[i]))
-                row_i.append(int(i))
-                models[j] = models[j] or str(req["model"][i])
-    ti, si, ri = (np.asarray(a, dtype=np.int64) for a in (row_t, row_s, row_i))
+    keys = _Keys.of(req)
+    ti, ri = _request_cells(keys, np.flatnonzero(ok), tidx)
+    si = step[ri]
+    if len(ri):
+        named = req["model"][ri].astype(str) != ""
+        first_t, first = np.unique(ti[named], return_index=True)
+        for j, i in zip(first_t.tolist(), ri[named][first].tolist(), strict=True):
+            models[j] = str(req["model"][i])
     cell = ti * n_steps + si
 
     def add(col: str | np.ndarray) -> np.ndarray:
@@ -186,28 +185,22 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
         signals[..., k] = np.where(np.isfinite(v), v, 0.0)
 
     # -- GPU windows ----------------------------------------------------------------------------
-    gcell: dict[tuple[str, int], list[int]] = {}
-    for j, t in enumerate(targets):
-        reps = [t.replica] if t.replica else sorted({r for p, r in zip(req["pool"], req["replica"], strict=True)
-                                                    if p == t.pool and r != names.NO_REPLICA})
-        for r in reps:
-            g = gpu_map(r)
-            if g is not None:
-                gcell.setdefault(g, []).append(j)
+    gcell = _gpu_targets(keys, targets, gpu_map)
     if len(gpu["bucket"]) and gcell:
         gstep = (gpu["bucket"] - t0_ms) // STEP_MS
-        gok = (gstep >= 0) & (gstep < n_steps) & ((gpu["bucket"] - t0_ms) % STEP_MS == 0)
-        mem = np.full((nt, n_steps), np.nan)
-        util_sum = np.zeros((nt, n_steps))
-        util_n = np.zeros((nt, n_steps))
-        for i in np.flatnonzero(gok):
-            for j in gcell.get((str(gpu["node"][i]), int(gpu["gpu"][i])), ()):
-                s_ = int(gstep[i])
-                total = gpu["mem_total_bytes"][i]
-                ratio = gpu["mem_used_max_bytes"][i] / total if total > 0 else math.nan
-                mem[j, s_] = np.fmax(mem[j, s_], ratio)
-                util_sum[j, s_] += gpu["util_mean"][i]
-                util_n[j, s_] += 1
+        gok = np.flatnonzero((gstep >= 0) & (gstep < n_steps) & ((gpu["bucket"] - t0_ms) % STEP_MS == 0))
+        gj, gi = _gpu_cells(gpu, gok, gcell)
+        gc = gj * n_steps + gstep[gi]
+        total = gpu["mem_total_bytes"][gi]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(total > 0, gpu["mem_used_max_bytes"][gi] / np.where(total > 0, total, 1), np.nan)
+        mem = np.full(nt * n_steps, np.nan)
+        np.fmax.at(mem, gc, ratio)
+        util_sum = np.zeros(nt * n_steps)
+        np.add.at(util_sum, gc, gpu["util_mean"][gi])
+        util_n = np.zeros(nt * n_steps)
+        np.add.at(util_n, gc, 1.0)
+        mem, util_sum, util_n = (a.reshape(nt, n_steps) for a in (mem, util_sum, util_n))
         present[..., 1] = util_n > 0
         x[..., f["gpu_mem_used_ratio"]] = mem
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -236,3 +229,79 @@ def transform(x: np.ndarray) -> np.ndarray:
         if name in LOG_FEATURES:
             out[..., i] = np.log1p(np.maximum(out[..., i], 0.0))
     return out
+
+
+def _codes(col: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(distinct values in order of appearance, each row's index into them) of a key column: a
+    hash pass, cheaper than sorting strings."""
+    seen: dict[str, int] = {}
+    codes = np.fromiter((seen.setdefault(str(v), len(seen)) for v in col), np.int64, len(col))
+    return list(seen), codes
+
+
+@dataclass
+class _Keys:
+    """The request rows' (pool, replica) as codes, computed once per build."""
+
+    pools: list[str]
+    reps: list[str]
+    pool_of: np.ndarray  # [rows] index into pools
+    pair_of: np.ndarray  # [rows] pool index * len(reps) + replica index
+
+    @classmethod
+    def of(cls, req: Frame) -> _Keys:
+        pools, ip = _codes(req["pool"])
+        reps, ir = _codes(req["replica"])
+        return cls(pools, reps, ip, ip * max(1, len(reps)) + ir)
+
+    def pair(self, code: int) -> tuple[str, str]:
+        return self.pools[code // len(self.reps)], self.reps[code % len(self.reps)]
+
+
+def _request_cells(keys: _Keys, rows: np.ndarray, tidx: dict[Target, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(target, row) pairs: each of ``rows`` feeds ``Target(pool, replica)`` then
+    ``Target(pool, "")`` where those are targets, in row order."""
+    if not len(rows):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    upair, ipair = np.unique(keys.pair_of[rows], return_inverse=True)
+    rep_t = np.array([tidx.get(Target(*keys.pair(c)), -1) for c in upair.tolist()], dtype=np.int64)[ipair]
+    pool_t = np.array([tidx.get(Target(p, ""), -1) for p in keys.pools], dtype=np.int64)[keys.pool_of[rows]]
+    both = np.stack([rep_t, pool_t], axis=1).ravel()
+    keep = both >= 0
+    return both[keep], np.repeat(rows, 2)[keep]
+
+
+def _gpu_targets(keys: _Keys, targets: list[Target], gpu_map: GpuMap) -> dict[tuple[str, int], list[int]]:
+    """(node, gpu) -> the targets it serves: its replica's, and the pool's of every replica seen
+    in the request rows (targets in order)."""
+    pool_reps: dict[str, set[str]] = {}
+    for c in np.unique(keys.pair_of).tolist():
+        pool, rep = keys.pair(c)
+        if rep != names.NO_REPLICA:
+            pool_reps.setdefault(pool, set()).add(rep)
+    gcell: dict[tuple[str, int], list[int]] = {}
+    for j, t in enumerate(targets):
+        for r in [t.replica] if t.replica else sorted(pool_reps.get(t.pool, ())):
+            g = gpu_map(r)
+            if g is not None:
+                gcell.setdefault(g, []).append(j)
+    return gcell
+
+
+def _gpu_cells(gpu: Frame, rows: np.ndarray, gcell: dict[tuple[str, int], list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(target, row) pairs of the GPU ``rows``: each row feeds every target of its (node, gpu),
+    in row order."""
+    if not len(rows):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    un, inode = _codes(gpu["node"][rows])
+    g = gpu["gpu"][rows].astype(np.int64)
+    span = int(g.max()) + 1 if len(g) else 1
+    ukey, ikey = np.unique(inode * span + g, return_inverse=True)
+    lists = [gcell.get((un[k // span], int(k % span)), []) for k in ukey.tolist()]
+    n = np.array([len(v) for v in lists], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(n)[:-1]])
+    flat = np.array([j for v in lists for j in v], dtype=np.int64)
+    per_row = n[ikey]
+    out_rows = np.repeat(rows, per_row)
+    offset = np.arange(int(per_row.sum())) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    return flat[np.repeat(start[ikey], per_row) + offset], out_rows

@@ -1,23 +1,41 @@
 """Scores of a forecaster over whole series: threshold-free, event-based and false alarms.
 
 * **AUC-PR** (average precision) over every scored step: threshold-free, honest under heavy
-  class imbalance (unlike ROC AUC).
+  class imbalance (unlike ROC AUC). Most positive steps lie inside a breach that is already on
+  (it goes on within H steps), which persistence alone predicts; **AUC-PR ahead** is the same
+  over the steps whose own SLO window does not breach, where a positive needs foresight.
+* **Alarms** are what the online loop would raise from the scores: the alarm policy of
+  :mod:`llmsla.forecaster.hysteresis` (fire after ``fire_steps`` steps at or above the
+  threshold, resolve after ``resolve_steps`` below ``resolve_ratio`` x threshold); ``RAW``
+  (every crossing is an alarm step) is the degenerate policy.
 * **Events** are breach episodes: runs of breaching steps, runs closer than H steps merged; the
-  onset is the first breaching step. An event is *warned* when an alarm (score >= threshold)
-  fires at some step in ``[onset - lead_max, onset - 1]`` - at least one step of lead; its lead
-  time is ``onset - first such alarm`` steps. Events are reported by cause: a precursor fault, a
-  crash, or none injected (the load itself).
-* **False alarms per day**: alarm onsets (an alarm step after a non-alarm step) outside every
-  event's ``[onset - lead_max, end]``, per day of healthy time (scored steps outside those spans).
+  onset is the first breaching step. An event is *warned* when the alarm is on at some step in
+  ``[onset - lead_max, onset - 1]`` - at least one step of lead; its lead time is ``onset -
+  first such step``. Events are reported by cause: a precursor fault, a crash, or none
+  injected (the load itself). A fault causes the episodes whose onset lies from the step
+  *holding* its start (a crash breaches in the very window it starts in) to ``tail`` steps
+  after its end.
+* **False alarms per day**: the alarm's notifications - its onset and a repeat every
+  ``repeat_s`` while it stays on, as the online loop sends them - outside every event's
+  ``[onset - lead_max, end]``, per day of healthy time (scored steps outside those spans). Counting
+  onsets alone would let an alarm that never resolves score zero false alarms (a threshold search
+  then finds "always on"); how many start while an injected fault is on (a real degradation
+  that did not break the SLO) is reported apart.
+* **Chance recall**: the share of healthy steps that the alarm covers in the ``lead_max``
+  steps before them - the recall an alarm with no foresight gets on events that strike at
+  random (crashes): a crash recall well above it means a leak.
 * **Point-adjusted F1** (secondary; it flatters detectors): every step of a positive-label run
   counts as caught when any of its steps alarms.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from llmsla.forecaster.hysteresis import RAW, AlarmPolicy, alarm_series, notifications
 
 PRECURSOR = "precursor"
 CRASH = "crash"
@@ -52,13 +70,20 @@ def episodes(breach: np.ndarray, merge_gap: int) -> list[Episode]:
     return out
 
 
+def fault_span(fault: dict, step_s: float, t0_ms: int, tail_steps: int) -> tuple[int, float]:
+    """Steps ``[first, last]`` a fault can cause a breach onset in: from the step that holds its
+    start (steps are windows ``[t0 + k step, t0 + (k + 1) step)``) to ``tail_steps`` after its
+    end (an SLO window still holds the fault's bad requests after it ended)."""
+    first = math.floor((fault["start_ms"] - t0_ms) / 1000 / step_s)
+    return first, (fault["end_ms"] - t0_ms) / 1000 / step_s + tail_steps
+
+
 def attribute(eps: list[Episode], faults: list[dict], step_s: float, t0_ms: int, tail_steps: int,
               precursor_kinds: tuple[str, ...]) -> None:
-    """Cause of each episode: the fault whose window (plus ``tail_steps``) holds its onset."""
+    """Cause of each episode: the fault whose span (:func:`fault_span`) holds its onset."""
     for e in eps:
         for f in faults:
-            lo = (f["start_ms"] - t0_ms) / 1000 / step_s
-            hi = (f["end_ms"] - t0_ms) / 1000 / step_s + tail_steps
+            lo, hi = fault_span(f, step_s, t0_ms, tail_steps)
             if lo <= e.onset <= hi:
                 e.kind = f["kind"]
                 e.cause = PRECURSOR if f["kind"] in precursor_kinds else CRASH if f["kind"] == "crash" else NONE
@@ -74,6 +99,7 @@ class SeriesScores:
     breach: np.ndarray  # [T] bool
     episodes: list[Episode] = field(default_factory=list)
     threshold: float | None = None  # this series' own threshold (cross-validation folds)
+    fault_spans: list[tuple[int, float]] = field(default_factory=list)  # injected faults, see fault_span
 
 
 @dataclass
@@ -87,6 +113,12 @@ class Report:
     healthy_days: float
     pa_f1: float
     threshold: float
+    false_alarms: int = 0
+    false_alarms_in_fault: int = 0  # of ``false_alarms``: sent while an injected fault was on
+    chance_recall: float = float("nan")  # see the module docstring
+    alarm_share: float = float("nan")  # share of healthy time with the alarm on
+    policy: dict = field(default_factory=dict)
+    auc_pr_ahead: float = float("nan")  # AUC-PR over steps not breaching now (module docstring)
 
     def to_dict(self) -> dict:
         return self.__dict__.copy()
@@ -96,61 +128,104 @@ def _thr(s: SeriesScores, default: float) -> float:
     return default if s.threshold is None else s.threshold
 
 
-def _alarm_onsets(alarm: np.ndarray) -> np.ndarray:
-    prev = np.concatenate([[False], alarm[:-1]])
-    return np.flatnonzero(alarm & ~prev)
+def alarm(s: SeriesScores, threshold: float, policy: AlarmPolicy = RAW) -> np.ndarray:
+    """The alarm state per step of one series (its own threshold if it has one)."""
+    return alarm_series(s.score, _thr(s, threshold), policy)
 
 
-def false_alarms(series: list[SeriesScores], threshold: float, lead_max: int, step_s: float) -> tuple[int, float]:
-    """(false alarm onsets, healthy days)."""
-    n_false, healthy = 0, 0
+def _excused(s: SeriesScores, lead_max: int) -> np.ndarray:
+    excused = np.zeros(len(s.score), bool)
+    for e in s.episodes:
+        excused[max(0, e.onset - lead_max): e.end + 1] = True
+    return excused
+
+
+@dataclass
+class _Alarms:
+    false: int = 0
+    in_fault: int = 0
+    healthy_steps: int = 0
+    covered: int = 0  # healthy steps with an alarm in the lead_max steps before them
+    on: int = 0  # healthy steps with the alarm on
+
+
+def _count(series: list[SeriesScores], threshold: float, lead_max: int, policy: AlarmPolicy, step_s: float,
+           *, detail: bool = False) -> _Alarms:
+    out = _Alarms()
+    repeat = policy.repeat_steps(step_s)
     for s in series:
         scored = np.isfinite(s.score)
-        alarm = scored & (np.nan_to_num(s.score, nan=-np.inf) >= _thr(s, threshold))
-        excused = np.zeros(len(alarm), bool)
-        for e in s.episodes:
-            excused[max(0, e.onset - lead_max): e.end + 1] = True
-        onsets = _alarm_onsets(alarm)
-        n_false += int((~excused[onsets]).sum())
-        healthy += int((scored & ~excused).sum())
-    return n_false, healthy * step_s / 86400.0
+        on = alarm(s, threshold, policy)
+        healthy = scored & ~_excused(s, lead_max)
+        sent = np.flatnonzero(notifications(on, repeat))
+        false = sent[healthy[sent]]
+        out.false += len(false)
+        out.healthy_steps += int(healthy.sum())
+        if not detail:
+            continue
+        out.in_fault += sum(any(lo <= o <= hi for lo, hi in s.fault_spans) for o in false)
+        c = np.concatenate([[0], np.cumsum(on, dtype=np.int64)])
+        idx = np.flatnonzero(healthy)
+        before = c[idx] - c[np.maximum(idx - lead_max, 0)]  # alarm steps in [t - lead_max, t - 1]
+        out.covered += int((before > 0).sum())
+        out.on += int(on[idx].sum())
+    return out
 
 
-def threshold_for(series: list[SeriesScores], target_per_day: float, lead_max: int, step_s: float) -> float:
-    """The lowest threshold whose false alarms per healthy day are <= the target (validation)."""
+def false_alarms(series: list[SeriesScores], threshold: float, lead_max: int, step_s: float,
+                 policy: AlarmPolicy = RAW) -> tuple[int, float]:
+    """(false alarm notifications, healthy days)."""
+    a = _count(series, threshold, lead_max, policy, step_s)
+    return a.false, a.healthy_steps * step_s / 86400.0
+
+
+def candidates(series: list[SeriesScores]) -> np.ndarray:
+    """Thresholds worth trying: quantiles of the scores, dense towards the top, where a
+    forecaster that is confident on most healthy steps puts its useful thresholds."""
     allv = np.concatenate([s.score[np.isfinite(s.score)] for s in series])
-    cands = np.unique(np.quantile(allv, np.linspace(0.5, 1.0, 201)))
-    best = float(np.nextafter(allv.max(), np.inf))
+    qs = np.unique(np.concatenate([np.linspace(0.5, 1.0, 101), 1.0 - np.geomspace(0.5, 1e-6, 300)]))
+    return np.unique(np.quantile(allv, qs))
+
+
+def threshold_for(series: list[SeriesScores], target_per_day: float, lead_max: int, step_s: float,
+                  policy: AlarmPolicy = RAW) -> float:
+    """The lowest threshold down to which the alarms' false alarms per healthy day stay at or
+    under the target (scanned from the top; validation data)."""
+    cands = candidates(series)
+    best = float(np.nextafter(cands.max(), np.inf))
     for thr in cands[::-1]:  # from the top: false alarms grow as the threshold falls
-        n, days = false_alarms(series, float(thr), lead_max, step_s)
+        n, days = false_alarms(series, float(thr), lead_max, step_s, policy)
         if days > 0 and n / days > target_per_day:
             break
         best = float(thr)
     return best
 
 
-def report(series: list[SeriesScores], threshold: float, lead_max: int, step_s: float, min_onset: int) -> Report:
-    ys = np.concatenate([s.y[np.isfinite(s.score) & (s.y >= 0)] for s in series])
-    sc = np.concatenate([s.score[np.isfinite(s.score) & (s.y >= 0)] for s in series])
+def report(series: list[SeriesScores], threshold: float, lead_max: int, step_s: float, min_onset: int,
+           policy: AlarmPolicy = RAW) -> Report:
+    known = [np.isfinite(s.score) & (s.y >= 0) for s in series]
+    ys = np.concatenate([s.y[k] for s, k in zip(series, known, strict=True)])
+    sc = np.concatenate([s.score[k] for s, k in zip(series, known, strict=True)])
+    calm = np.concatenate([~s.breach[k] for s, k in zip(series, known, strict=True)])
     events = dict.fromkeys(CAUSES, 0)
     warned = dict.fromkeys(CAUSES, 0)
     leads: dict[str, list[int]] = {c: [] for c in CAUSES}
     tp = fp = fn = 0
     for s in series:
         scored = np.isfinite(s.score)
-        alarm = scored & (np.nan_to_num(s.score, nan=-np.inf) >= _thr(s, threshold))
+        on = alarm(s, threshold, policy)
         for e in s.episodes:
             lo = e.onset - lead_max
             if lo < min_onset or not scored[max(0, lo): e.onset].all():
                 continue  # no full look-back scored before this onset
             events[e.cause] += 1
-            hits = np.flatnonzero(alarm[lo: e.onset])
+            hits = np.flatnonzero(on[lo: e.onset])
             if len(hits):
                 warned[e.cause] += 1
                 leads[e.cause].append(lead_max - int(hits[0]))
         # point adjustment over runs of the label
         lab = (s.y == 1) & scored
-        pred = alarm & (s.y >= 0)
+        pred = on & (s.y >= 0)
         adj = pred.copy()
         for run in episodes(lab, 0):
             if pred[run.onset: run.end + 1].any():
@@ -158,12 +233,16 @@ def report(series: list[SeriesScores], threshold: float, lead_max: int, step_s: 
         tp += int((adj & lab).sum())
         fp += int((adj & ~lab & (s.y >= 0)).sum())
         fn += int((~adj & lab).sum())
-    n_false, days = false_alarms(series, threshold, lead_max, step_s)
+    a = _count(series, threshold, lead_max, policy, step_s, detail=True)
+    days = a.healthy_steps * step_s / 86400.0
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")
     return Report(
         auc_pr=auc_pr(ys, sc), events=events, warned=warned,
         recall={c: warned[c] / events[c] if events[c] else float("nan") for c in CAUSES},
         mean_lead_s={c: float(np.mean(leads[c]) * step_s) if leads[c] else float("nan") for c in CAUSES},
-        false_alarms_per_day=n_false / days if days else float("nan"), healthy_days=days,
-        pa_f1=f1, threshold=threshold,
+        false_alarms_per_day=a.false / days if days else float("nan"), healthy_days=days,
+        pa_f1=f1, threshold=threshold, false_alarms=a.false, false_alarms_in_fault=a.in_fault,
+        chance_recall=a.covered / a.healthy_steps if a.healthy_steps else float("nan"),
+        alarm_share=a.on / a.healthy_steps if a.healthy_steps else float("nan"), policy=policy.to_dict(),
+        auc_pr_ahead=auc_pr(ys[calm], sc[calm]),
     )

@@ -1,7 +1,8 @@
 """The online scorer: every step, the latest windows of every target scored in one batch.
 
-One process scores every target of a store (replicas and pools): it reads the last W steps of
-request, GPU and policy windows in three queries, builds the same features as training, runs
+One process scores every target of a store (replicas and pools): it holds the last W steps of
+request, GPU and policy windows, re-reading only the newest (``window_cache.py``) in three
+queries, builds the same features as training, runs
 one batched forward pass, exports ``llmsla_forecast_risk``, upserts the scores into
 ``forecasts`` and posts firing/resolved alerts (webhook v4, hysteresis) to the receiver.
 
@@ -26,6 +27,8 @@ from llmsla.forecaster import alerts, features, store_io
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.dataset import fleet_inputs
+from llmsla.forecaster.hysteresis import AlarmPolicy
+from llmsla.forecaster.window_cache import WindowCache
 
 log = logging.getLogger(__name__)
 STEP_MS = features.STEP_MS
@@ -86,11 +89,17 @@ class OnlineScorer:
         self.metrics = Metrics(registry if registry is not None else CollectorRegistry())
         self.poster = poster
         self.external_url = external_url
+        policy = AlarmPolicy.from_config(self.fc)
+        trained = art.meta.get("alarm_policy")
+        if trained is not None and trained != policy.to_dict():
+            log.warning("the threshold of model %s was chosen for the alarm %s; [forecast] sets %s, so its false "
+                        "alarm rate is not the evaluated one", art.version, trained, policy.to_dict())
         self.hyst = alerts.Hysteresis(art.threshold, fire_steps=self.fc.fire_steps,
                                       resolve_steps=self.fc.resolve_steps, resolve_ratio=self.fc.resolve_ratio,
                                       repeat_s=self.fc.repeat_s, horizon_s=self.horizon_s,
                                       generator_url=external_url)
         self._conn = None
+        self.cache = WindowCache(int(self.fc.reread_s * 1000))
 
     def _connection(self):
         from llmsla.store import connect
@@ -114,7 +123,7 @@ class OnlineScorer:
         res = StepResult(step_ms)
         t0 = step_ms - (self.window - 1) * STEP_MS
         conn = self._connection()
-        req, gpu, pol = store_io.read_windows(conn, t0, step_ms + STEP_MS)
+        req, gpu, pol = self.cache.read(conn, t0, step_ms + STEP_MS)
         if not np.any(req["bucket"] == step_ms):
             res.skipped = f"no request windows at {alerts.rfc3339(step_ms)} (streaming behind or no traffic)"
             res.seconds = time.perf_counter() - t_start

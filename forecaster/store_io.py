@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import psycopg
@@ -18,11 +19,13 @@ from llmsla import names
 from llmsla.forecaster import windowing as w
 
 
-def _read(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],
+def read_table(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],
           from_ms: int, to_ms: int) -> w.Frame:
+    """Rows of ``table`` with ``from_ms <= bucket < to_ms`` as a frame (NULL -> NaN)."""
     cols = ["(extract(epoch from bucket) * 1000)::bigint", *keys[1:], *values]
     rows = conn.execute(
-        f"SELECT {', '.join(cols)} FROM {table} WHERE bucket >= %s AND bucket < %s ORDER BY 1",
+        f"SELECT {', '.join(cols)} FROM {table} WHERE bucket >= %s AND bucket < %s "
+        f"ORDER BY {', '.join(str(i + 1) for i in range(len(keys)))}",  # a stable row order: sums add alike
         (_ts(from_ms), _ts(to_ms))).fetchall()
     if not rows:
         return w.empty(keys, values)
@@ -31,18 +34,53 @@ def _read(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: t
     for i, k in enumerate(keys):
         out[k] = np.asarray(cols_t[i], dtype=np.int64 if k in ("bucket", "gpu") else object)
     for j, v in enumerate(values):
-        out[v] = np.asarray([math.nan if x is None else float(x) for x in cols_t[len(keys) + j]], dtype=float)
+        out[v] = np.array(cols_t[len(keys) + j], dtype=float)  # NULL (None) becomes NaN
     return out
+
+
+@dataclass(frozen=True)
+class Table:
+    """A window table the scorer reads: its columns, and how far before the scored range."""
+
+    table: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    lookback_ms: int = 0
+    width_ms: int = names.REQUEST_WINDOW_S * 1000
+
+
+#: request, GPU and policy windows; a 60 s policy window is used for the minute after it, so
+#: policy rows are read from two minutes before the scored range
+TABLES: tuple[Table, ...] = (
+    Table(names.T_REQUEST_WINDOWS, w.REQUEST_KEYS, w.REQUEST_VALUES),
+    Table(names.T_GPU_WINDOWS, w.GPU_KEYS, w.GPU_VALUES, width_ms=names.GPU_WINDOW_S * 1000),
+    Table(names.T_POLICY_WINDOWS, w.POLICY_KEYS, w.POLICY_VALUES, lookback_ms=2 * names.POLICY_WINDOW_S * 1000,
+          width_ms=names.POLICY_WINDOW_S * 1000),
+)
 
 
 def read_windows(conn: psycopg.Connection, from_ms: int, to_ms: int) -> tuple[w.Frame, w.Frame, w.Frame]:
     """Request and GPU windows with ``from_ms <= bucket < to_ms``; policy windows from two
     minutes earlier (a 60 s window is used for the minute after it)."""
-    req = _read(conn, names.T_REQUEST_WINDOWS, w.REQUEST_KEYS, w.REQUEST_VALUES, from_ms, to_ms)
-    gpu = _read(conn, names.T_GPU_WINDOWS, w.GPU_KEYS, w.GPU_VALUES, from_ms, to_ms)
-    pol = _read(conn, names.T_POLICY_WINDOWS, w.POLICY_KEYS, w.POLICY_VALUES,
-                from_ms - 2 * names.POLICY_WINDOW_S * 1000, to_ms)
-    return req, gpu, pol
+    return tuple(read_table(conn, t.table, t.keys, t.values, from_ms - t.lookback_ms, to_ms)  # type: ignore[return-value]
+                 for t in TABLES)
+
+
+def write_frame(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],
+                frame: w.Frame) -> int:
+    """Insert a frame's rows (NaN as NULL): simulated windows into a store for the online
+    scorer's tests and benchmark, without running the streaming job."""
+    cols = [*keys, *values]
+    rows = []
+    for i in range(len(frame["bucket"])):
+        row: list = [_ts(int(frame["bucket"][i]))]
+        row += [int(frame[k][i]) if k == "gpu" else str(frame[k][i]) for k in keys[1:]]
+        row += [None if math.isnan(frame[v][i]) else float(frame[v][i]) for v in values]
+        rows.append(row)
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})", rows)
+    conn.commit()
+    return len(rows)
 
 
 def _ts(ms: int) -> dt.datetime:

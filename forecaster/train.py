@@ -3,7 +3,14 @@
 The split is by series (runs), fixed when the data set is built; the scaler is fitted on the
 train split only; early stopping and the alarm threshold use the validation split; the test
 split is only ever scored. Class imbalance: ``BCEWithLogitsLoss(pos_weight = negatives /
-positives)`` on the train split. Deterministic for a seed on the CPU: fixed torch seed and
+positives)`` on the train split.
+
+Most positive windows lie inside a breach that is already on (the breach goes on within H
+steps): they are easy and they are not what an early warning is for. With ``balance_onsets``
+the positives that need foresight - a breach within H steps while the SLO window is still good
+now - carry half of the positive class's weight and the "still breaching" ones the other half
+(the total is unchanged, so ``pos_weight`` keeps balancing the classes), so the loss does not
+spend itself on persistence. Deterministic for a seed on the CPU: fixed torch seed and
 thread count, deterministic algorithms, and a numpy generator for batch order.
 """
 
@@ -37,6 +44,8 @@ class TrainConfig:
     seed: int = 0
     threads: int = 2
     stride: int = 2  # every stride-th training window (neighbouring windows overlap in W - 1 steps)
+    balance_onsets: bool = True  # positives before an onset weigh as much as those inside a breach
+    val_stride: int = 1  # every val_stride-th validation window for early stopping (NAB folds: 2)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,12 +73,24 @@ def predict(model: LstmForecaster, x: np.ndarray, *, batch: int = 4096) -> np.nd
     return np.concatenate(out) if out else np.zeros(0, np.float32)
 
 
+def sample_weights(y: np.ndarray, breaching_now: np.ndarray, balance_onsets: bool) -> np.ndarray:
+    """Per-window loss weights: 1, or with ``balance_onsets`` the positives split into those
+    ahead of an onset and those inside a breach, each kind weighing half of the positives."""
+    w = np.ones(len(y), np.float32)
+    pos = y == 1
+    ahead, inside = pos & ~breaching_now, pos & breaching_now
+    if balance_onsets and ahead.any() and inside.any():
+        w[ahead] = pos.sum() / (2 * ahead.sum())
+        w[inside] = pos.sum() / (2 * inside.sum())
+    return w
+
+
 def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | None = None) -> TrainResult:
     t_start = time.perf_counter()
     seed_everything(tc.seed, tc.threads)
     scaler = ds.fit_scaler() if ds.mode == "fleet" else None
     tr = ds.samples("train", stride=tc.stride)
-    va = ds.samples("val")
+    va = ds.samples("val", stride=tc.val_stride)
     if len(tr) == 0 or len(va) == 0:
         raise ValueError("training needs windows in both the train and the val split")
     ytr = ds.y[tr].astype(np.float32)
@@ -78,13 +99,14 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
     xva = ds.inputs(va, scaler)
     pos = float(ytr.sum())
     pos_weight = (len(ytr) - pos) / pos if pos > 0 else 1.0
+    weight = sample_weights(ytr, ds.breach[tr], tc.balance_onsets)
     model = LstmForecaster(ModelConfig(xtr.shape[-1], tc.hidden, tc.layers, tc.dropout, tc.dense))
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
-    loss_fn = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight, dtype=torch.float32))
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight, dtype=torch.float32), reduction="none")
     rng = np.random.default_rng(tc.seed)
     best, best_state, best_epoch, bad = -1.0, copy.deepcopy(model.state_dict()), 0, 0
     history = []
-    xt, yt = torch.from_numpy(xtr), torch.from_numpy(ytr)
+    xt, yt, wt = torch.from_numpy(xtr), torch.from_numpy(ytr), torch.from_numpy(weight)
     for epoch in range(1, tc.epochs + 1):
         model.train()
         order = torch.from_numpy(rng.permutation(len(xtr)))
@@ -92,7 +114,7 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
         for i in range(0, len(order), tc.batch_size):
             b = order[i: i + tc.batch_size]
             opt.zero_grad()
-            loss = loss_fn(model(xt[b]), yt[b])
+            loss = (loss_fn(model(xt[b]), yt[b]) * wt[b]).mean()
             loss.backward()
             opt.step()
             total += loss.item() * len(b)

@@ -33,7 +33,8 @@ class ConfigError(UserError, ValueError):
 
 def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
        maximum: float | None = None, kind: str | None = None) -> Any:
-    """A key: default, doc, bounds; ``kind`` "host"/"port" adds the address checks, "secret"
+    """A key: default, doc, bounds; ``kind`` "host"/"port" adds the address checks ("port0": 0
+    = a free port, for a process nothing needs to find at a fixed address), "secret"
     masks the value wherever the configuration is shown."""
     meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind}
     if isinstance(default, list | dict):
@@ -175,9 +176,9 @@ class StreamConfig:
     parallelism: int = _k(1, "Flink parallelism", minimum=1)
     checkpoint_interval_s: float = _k(10.0, "checkpoint interval", minimum=0.1)
     checkpoint_dir: str = _k("", "checkpoint directory; empty = <user data dir>/llmsla/checkpoints")
-    watermark_delay_s: float = _k(2.0, "bounded out-of-orderness of event time", minimum=0)
+    watermark_delay_s: float = _k(2.0, "bounded out-of-orderness of event time (spool: within one writer's events)", minimum=0)
     allowed_lateness_s: float = _k(0.0, "extra lateness accepted after the watermark", minimum=0)
-    idle_timeout_s: float = _k(5.0, "mark a source idle after this long without data", minimum=0.1)
+    idle_timeout_s: float = _k(5.0, "a spool writer (Kafka: a partition) without new data for this long stops holding the watermark back", minimum=0.1)
     max_future_s: float = _k(300.0, "dead-letter events stamped further than this in the future", minimum=0)
     max_past_s: float = _k(7 * 86400.0, "dead-letter events older than this", minimum=1)
     sink_batch_rows: int = _k(5000, "flush the store sink after this many rows", minimum=1)
@@ -190,6 +191,8 @@ class StreamConfig:
     sink_retry_s: float = _k(30.0, "keep retrying store writes this long before failing the job", minimum=0)
     restart_attempts: int = _k(3, "Flink restarts (from the last checkpoint) before the job fails", minimum=0)
     watermark_interval_ms: int = _k(200, "periodic watermark emission interval (pipeline.auto-watermark-interval)", minimum=1)
+    metrics_host: str = _k("127.0.0.1", "listen address of `llmsla stream`'s /metrics (dead letters and window lag, read from the store)", kind="host")
+    metrics_port: int = _k(9467, "listen port of `llmsla stream`'s /metrics; 0 = a free port (logged)", kind="port0")
     java_parser: bool = _k(True, "parse each spool line once into typed columns with the Java llmsla-json table format (built with javac on first use); false or no javac = one JSON_VALUE per field")
 
 
@@ -229,11 +232,13 @@ class ForecastConfig:
     batch_size: int = _k(256, "training batch size", minimum=1)
     lr: float = _k(0.001, "Adam learning rate", minimum=0)
     seed: int = _k(0, "training seed (deterministic on the CPU for a seed and thread count)", minimum=0)
-    threads: int = _k(2, "torch CPU threads for training and scoring", minimum=1)
+    balance_onsets: bool = _k(True, "training: positives ahead of a breach onset weigh as much as those inside a breach (early warning over persistence)")
+    threads: int = _k(1, "torch CPU threads for training and scoring (a 50-unit LSTM gains little from more; on a shared machine two oversubscribed threads trained ~10x slower than one)", minimum=1)
     false_alarms_per_day: float = _k(4.0, "alarm threshold target: false alarms per target per healthy day, chosen on validation", minimum=0)
     lead_max_steps: int = _k(24, "an alarm up to this many steps before a breach counts as an early warning", minimum=1)
     interval_s: float = _k(5.0, "online: seconds between scoring steps", minimum=0.1)
     lag_s: float = _k(10.0, "online: score the last 5 s window that ended at least this long ago (streaming latency)", minimum=0)
+    reread_s: float = _k(30.0, "online: re-read the newest windows this far back every step (late upserts); older ones are read once", minimum=0)
     receiver_url: str = _k("", "online: Alertmanager webhook v4 receiver URL for forecast alerts; empty = no alerts")
     receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN)", kind="secret")
     fire_steps: int = _k(2, "online: consecutive steps at or above the threshold before an alert fires", minimum=1)
@@ -397,8 +402,8 @@ def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_
             raise ConfigError(f"{where}: {exc}") from None
     elif meta.get("kind") == "host":
         check_host(value, f"{where}: {name}")
-    elif meta.get("kind") == "port":
-        check_port(value, f"{where}: {name}")
+    elif meta.get("kind") in ("port", "port0"):
+        check_port(value, f"{where}: {name}", allow_zero=meta["kind"] == "port0")
     setattr(section_obj, key, value)
 
 

@@ -80,8 +80,13 @@ def _check_number(kind: str, f: Field, value: Any, *, integer: bool) -> float | 
         if not (math.isfinite(value) and value == int(value)):
             raise EventError(kind, f.name, f"expected integer, got {value!r}")
         value = int(value)
-    if not integer and not math.isfinite(value):
-        raise EventError(kind, f.name, f"not finite: {value!r}")
+    if not integer:
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int beyond the float range: JSON gives no limit on digits
+            raise EventError(kind, f.name, "not finite: beyond the 64-bit float range") from None
+        if not finite:
+            raise EventError(kind, f.name, f"not finite: {value!r}")
     if f.minimum is not None and value < f.minimum:
         raise EventError(kind, f.name, f"must be >= {f.minimum:g}, got {value!r}")
     if f.maximum is not None and value > f.maximum:
@@ -130,7 +135,8 @@ class ItlSummary:
         return {"n": self.n, "mean": self.mean, "std": self.std, "max": self.max}
 
 
-_ITL_FIELDS = (
+#: The members of an ``itl`` field (the stream job reads them as columns itl_<name>).
+ITL_FIELDS = (
     Field("n", "int", "number of inter-token gaps", minimum=0),
     Field("mean", "number", "mean gap, ms", minimum=0),
     Field("std", "number", "population standard deviation of the gaps, ms", minimum=0),
@@ -138,7 +144,7 @@ _ITL_FIELDS = (
 )
 
 
-_ITL_CHECKS = tuple(Field(f"itl_ms.{f.name}", f.type, f.doc, minimum=0) for f in _ITL_FIELDS)
+_ITL_CHECKS = tuple(Field(f"itl_ms.{f.name}", f.type, f.doc, minimum=0) for f in ITL_FIELDS)
 
 
 def _parse_itl(kind: str, value: Any) -> ItlSummary:
@@ -151,11 +157,11 @@ def _parse_itl(kind: str, value: Any) -> ItlSummary:
     if not isinstance(value, dict):
         raise EventError(kind, "itl_ms", f"expected object or list, got {type(value).__name__}")
     out = {}
-    for f, check in zip(_ITL_FIELDS, _ITL_CHECKS, strict=True):
+    for f, check in zip(ITL_FIELDS, _ITL_CHECKS, strict=True):
         if f.name not in value:
             raise EventError(kind, check.name, "missing")
         out[f.name] = _check_number(kind, check, value[f.name], integer=f.type == "int")
-    extra = set(value) - {f.name for f in _ITL_FIELDS}
+    extra = set(value) - {f.name for f in ITL_FIELDS}
     if extra:
         raise EventError(kind, f"itl_ms.{shown_name(sorted(extra)[0])}", "unknown field")
     s = ItlSummary(**out)
@@ -211,7 +217,7 @@ class _Event:
         if not isinstance(data, dict):
             raise EventError(kind, "<record>", f"expected a JSON object, got {type(data).__name__}")
         v = data.get("v", SCHEMA_VERSION)
-        if v != SCHEMA_VERSION:
+        if isinstance(v, bool) or v != SCHEMA_VERSION:  # true == 1 in Python, not in the JSON Schema
             raise EventError(kind, "v", f"unsupported schema version {v!r} (this reader knows {SCHEMA_VERSION})")
         values: dict[str, Any] = {}
         for f in cls.FIELDS:
@@ -409,10 +415,10 @@ def json_schema(cls: type[_Event]) -> dict[str, Any]:
             prop: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
-                "required": [g.name for g in _ITL_FIELDS],
+                "required": [g.name for g in ITL_FIELDS],
                 "properties": {
                     g.name: {"type": "integer" if g.type == "int" else "number", "minimum": 0, "description": g.doc}
-                    for g in _ITL_FIELDS
+                    for g in ITL_FIELDS
                 },
             }
         else:

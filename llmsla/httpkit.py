@@ -20,6 +20,7 @@ import hmac
 import json
 import logging
 import random
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -335,3 +336,37 @@ async def serve(app: web.Application, host: str, port: int, limits: Limits = DEF
     if on_listening is not None:
         on_listening(bound)
     return Served(runner, srv, host, bound, guard)
+
+
+class BackgroundServer:
+    """Serves apps from an event loop on a daemon thread, for synchronous programs (the fleet
+    simulator, the forecaster's loop) that still expose ``/metrics`` or a control API the one
+    way every llmsla server does. ``with BackgroundServer() as bg: bg.serve(app, host, port)``."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._served: list[Served] = []
+        self._thread = threading.Thread(target=self._loop.run_forever, name="llmsla-http", daemon=True)
+        self._thread.start()
+
+    def serve(self, app: web.Application, host: str, port: int, limits: Limits = DEFAULT_LIMITS) -> Served:
+        served = asyncio.run_coroutine_threadsafe(serve(app, host, port, limits), self._loop).result(30)
+        self._served.append(served)
+        return served
+
+    def close(self) -> None:
+        async def stop_all() -> None:
+            for s in self._served:
+                await s.stop()
+
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+        self._loop.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -221,6 +221,8 @@ ALERTS = "ALERTS"
 ALERTSTATE_FIRING = "firing"
 #: Metrics other components export for the static alert rules (reserved here, rules use them).
 DEAD_LETTERS = "llmsla_dead_letters"  # counter, label source; llmsla_dead_letters_total
+#: Newest window end the stream job has stored, per window table (`time() - x` is its lag).
+STREAM_NEWEST_WINDOW = "llmsla_stream_newest_window_end_timestamp_seconds"  # gauge, label table
 RECEIVER_ALERTS = "llmsla_receiver_alerts"  # counter, labels status, decision
 RECEIVER_ACTION_SECONDS = "llmsla_receiver_action_seconds"  # histogram, label action
 #: Store tables of the receiver: one row per idempotency key, one state document per target.

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from llmsla import names
 from llmsla.config import Config
+
+if TYPE_CHECKING:
+    from llmsla.store.connection import StoreHandle
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,20 +51,49 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         raise CliError(f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; known: {', '.join(names.SPOOL_KINDS)}")
     if cfg.stream.source == "kafka" and not cfg.stream.kafka_jar:
         raise CliError("stream.source = kafka needs stream.kafka_jar (flink-sql-connector-kafka jar) and stream.kafka_bootstrap")
-    dsn = ""
+    store = None
     if not args.blackhole:
         try:
-            dsn = open_store(cfg).dsn
+            store = open_store(cfg)
         except StoreError as exc:
             raise CliError(str(exc)) from None
     opts = JobOptions(bounded=args.once, sink="blackhole" if args.blackhole else "store", kinds=kinds,
-                      resume=not args.fresh, dsn=dsn)
+                      resume=not args.fresh, dsn=store.dsn if store else "")
     for kind in kinds:
         (cfg.spool_dir() / kind).mkdir(parents=True, exist_ok=True)
     try:
-        run(cfg, opts)
+        with _serving_health(cfg, store):
+            run(cfg, opts)
     except Exception as exc:  # Py4J wraps the Java failure; print its cause on one line
         if type(exc).__name__ in ("Py4JJavaError", "Py4JError"):
             raise CliError(f"stream job failed: {root_cause(exc)}") from None
         raise
     return 0
+
+
+@contextlib.contextmanager
+def _serving_health(cfg: Config, store: StoreHandle | None) -> Iterator[None]:
+    """``/metrics`` with the dead-letter counter and window lag (streaming/health.py) on
+    stream.metrics_host:port while the job runs; the blackhole run stores nothing to report."""
+    if store is None:
+        yield
+        return
+    from aiohttp import web
+
+    from llmsla.errors import CliError
+    from llmsla.httpkit import BackgroundServer, add_metrics
+    from llmsla.streaming.health import registry_for
+
+    app = web.Application()
+    add_metrics(app, registry_for(store))
+    bg = BackgroundServer()
+    try:
+        try:
+            served = bg.serve(app, cfg.stream.metrics_host, cfg.stream.metrics_port)
+        except OSError as exc:
+            raise CliError(f"{cfg.origin('stream.metrics_port')}: cannot listen on "
+                           f"{cfg.stream.metrics_host}:{cfg.stream.metrics_port}: {exc.strerror or exc}") from None
+        log.info("stream metrics on http://%s:%d/metrics", cfg.stream.metrics_host, served.port)
+        yield
+    finally:
+        bg.close()

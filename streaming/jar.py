@@ -1,5 +1,5 @@
-"""Builds the job's Java spool parser (``streaming/java``: the ``llmsla-json`` table format) into a
-cached jar.
+"""Builds the job's Java parts (``streaming/java``: the ``llmsla-spool`` source, the ``llmsla-json``
+table format, the percentile aggregate) into a cached jar.
 
 Why Java: parsing on the JVM keeps good records out of Python, and a table format reads each
 line's UTF-8 bytes once into typed columns (one ``JSON_VALUE`` per field parsed every line ~20
@@ -77,8 +77,9 @@ def ensure_parser_jar(cache_dir: Path | None = None) -> Path | None:
         return jar
     javac = find_javac()
     if javac is None:
-        log.warning("no javac on PATH or in $JAVA_HOME/bin: parsing spool lines with pure SQL "
-                    "JSON_VALUE (several times slower); install a JDK to use the llmsla-json format")
+        log.warning("no javac on PATH or in $JAVA_HOME/bin: reading the spool with Flink's filesystem "
+                    "source and pure SQL JSON_VALUE (about 10x slower, and a backlog of several writers' "
+                    "segments comes out mostly late); install a JDK for the llmsla-spool source")
         return None
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:

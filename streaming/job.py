@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.streaming import jar, sql
+from llmsla.streaming import jar, sql, tmpdir
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +143,11 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     )
     if java:  # planned together: the checked stream is computed once for both outputs
         window_ds, dead_ds = to_data_streams(t_env, [windows, dead])
-        ds = window_ds.union(dead_ds)
+        keyed = key_by_first_field(window_ds.union(dead_ds))
     else:
-        ds = t_env.to_data_stream(windows.union_all(dead))
+        keyed = t_env.to_data_stream(windows.union_all(dead)).key_by(lambda r: r[0], key_type=Types.STRING())
     written = (
-        ds.key_by(lambda r: r[0], key_type=Types.STRING())
+        keyed
         .process(sink_fn)
         .name("store-sink")
         .uid("llmsla-store-sink")
@@ -171,6 +171,25 @@ def register_percentiles(t_env) -> None:
         t_env._j_tenv.createTemporarySystemFunction(sql.percentile_function(ps), cls(arr))
 
 
+def key_by_first_field(ds):  # -> KeyedStream
+    """``ds.key_by(lambda r: r[0], key_type=Types.STRING())`` with the key taken on the JVM
+    (KeyByFirstField.java) instead of in a Python map operator of its own: the same (key, row)
+    pairs and key type, so the keyed Python sink sees no difference."""
+    from pyflink.common import Types
+    from pyflink.common.typeinfo import _from_java_type
+    from pyflink.datastream.data_stream import KeyedStream
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    value_type = _from_java_type(ds._j_data_stream.getTransformation().getOutputType())
+    pairs = ds._j_data_stream.map(gateway.jvm.dev.llmsla.flink.KeyByFirstField(),
+                                  Types.ROW([Types.STRING(), value_type]).get_java_type_info())
+    pairs.name("key-by-table")
+    j_keyed = pairs.keyBy(gateway.jvm.org.apache.flink.streaming.api.functions.python.KeyByKeySelector(),
+                          Types.ROW([Types.STRING()]).get_java_type_info())
+    return KeyedStream(j_keyed, value_type, ds)
+
+
 def to_data_streams(t_env, tables: list) -> list:
     """``to_data_stream`` for several tables in one planner translation (TableStreams.java)."""
     from pyflink.datastream import DataStream
@@ -185,7 +204,12 @@ def to_data_streams(t_env, tables: list) -> list:
 
 
 def run(cfg: Config, opts: JobOptions) -> None:
-    """Execute and block until the job ends (bounded) or fails / is killed (continuous)."""
+    """Execute and block until the job ends (bounded) or fails / is killed (continuous).
+
+    A local run keeps the mini-cluster's temporary files (~70 MB of jars, blob and shuffle
+    directories) in a private directory removed when the process is over (streaming/tmpdir.py)."""
+    if opts.local:
+        tmpdir.for_this_process()
     env, _t_env, statements = build(cfg, opts)
     if statements is not None:
         statements.execute().wait()

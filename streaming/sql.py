@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.events import POLICY_ACTIONS
+from llmsla.events import EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
 
 #: Output kind of dead letters in the unioned output stream.
 DEAD_LETTERS = names.T_DEAD_LETTERS
@@ -48,8 +48,10 @@ GPU_COLUMNS: tuple[str, ...] = (
     "bucket", "node", "gpu", "samples", "mem_used_max_bytes", "mem_used_mean_bytes",
     "mem_total_bytes", "util_mean", "temp_max_c", "power_mean_w",
 )
-#: Dead-letter payload: spool kind, file, verdict (invalid|future|past|late), raw line.
-DEAD_COLUMNS: tuple[str, ...] = ("source", "file", "verdict", "raw")
+#: Dead-letter payload: spool kind, file, verdict (invalid|future|past|late), the format's problem
+#: (json_error; null on the fallback), and the raw line's bytes in base64: the line as read, even
+#: when it is not UTF-8 or holds a NUL, so the sink asks the contract about the exact bytes.
+DEAD_COLUMNS: tuple[str, ...] = ("source", "file", "verdict", "problem", "raw_base64")
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     names.T_REQUEST_WINDOWS: REQUEST_COLUMNS,
@@ -93,9 +95,20 @@ def _num(path: str) -> str:
     return f"TRY_CAST({_sv(path)} AS DOUBLE)"
 
 
-def _str_ok(col: str) -> str:
-    # `<> ''` rather than a second CHAR_LENGTH: counting characters scans the string
-    return f"({col} IS NOT NULL AND {col} <> '' AND CHAR_LENGTH({col}) <= 256)"
+def _str_ok(col: str, java: bool) -> str:
+    """A storable, non-empty string (llmsla.events._check_string / string_problem).
+
+    Java path: the llmsla-json format already rejects a string with a NUL, a lone surrogate or more
+    than MAX_STRING_CHARS code points (CHAR_LENGTH would count UTF-16 units: an emoji twice).
+    Fallback: the same rules with Java regular expressions (they see a surrogate pair as one code
+    point, so the class matches lone surrogates only); the code-point count is taken only for
+    strings long enough to need it."""
+    if java:
+        return f"({col} IS NOT NULL AND {col} <> '')"
+    n = MAX_STRING_CHARS
+    return (f"({col} IS NOT NULL AND {col} <> '' AND CHAR_LENGTH({col}) <= {2 * n} "
+            f"AND NOT REGEXP({col}, '[\\x{{0}}\\x{{D800}}-\\x{{DFFF}}]') AND (CHAR_LENGTH({col}) <= {n} OR "
+            f"CHAR_LENGTH(REGEXP_REPLACE({col}, '[\\x{{10000}}-\\x{{10FFFF}}]', '_')) <= {n}))")
 
 
 def _num_ok(col: str, lo: float | None = 0, hi: float | None = None) -> str:
@@ -107,8 +120,9 @@ def _num_ok(col: str, lo: float | None = 0, hi: float | None = None) -> str:
     return "(" + " AND ".join(parts) + ")"
 
 
-def _int_ok(col: str, lo: int | None = 0) -> str:
-    return f"({col} IS NOT NULL" + (f" AND {col} >= {lo}" if lo is not None else "") + ")"
+def _int_ok(col: str, lo: int | None = 0, hi: int | None = None) -> str:
+    return (f"({col} IS NOT NULL" + (f" AND {col} >= {lo}" if lo is not None else "")
+            + (f" AND {col} <= {hi}" if hi is not None else "") + ")")
 
 
 #: Percentile sets the window queries use. On the Java path each is one registered instance of
@@ -136,41 +150,42 @@ def _in(col: str, values: tuple[str, ...]) -> str:
     return f"{col} IN ({quoted})"
 
 
-# Per kind: (column, JSON path, type) with type s string, i integer, n number, v schema version
-# (an integer that must not be an explicit null), r the raw string of a path also read as a number
-# (to tell "absent/null" from "not a number"). Both parse paths derive their columns from this and
-# the validity predicate below; both mirror llmsla.events FIELDS / _check_relations, and tests feed
-# the same bad lines to both.
-_SPEC: dict[str, list[tuple[str, str, str]]] = {
-    names.SPOOL_REQUESTS: [
-        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("trace_id", "trace_id", "s"),
-        ("model", "model", "s"), ("pool", "pool", "s"), ("replica", "replica", "s"),
-        ("arm", "arm", "s"), ("policy", "policy", "s"), ("prompt_tokens", "prompt_tokens", "i"),
-        ("output_tokens", "output_tokens", "i"), ("queue_ms", "queue_ms", "n"),
-        ("ttft_raw", "ttft_ms", "r"), ("ttft_ms", "ttft_ms", "n"), ("itl_n", "itl_ms.n", "i"),
-        ("itl_mean", "itl_ms.mean", "n"), ("itl_std", "itl_ms.std", "n"),
-        ("itl_max", "itl_ms.max", "n"), ("e2e_ms", "e2e_ms", "n"), ("status", "status", "s"),
-    ],
-    names.SPOOL_POLICY: [
-        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("trace_id", "trace_id", "s"),
-        ("span_id", "span_id", "s"), ("policy_id", "policy_id", "s"), ("zone", "zone", "s"),
-        ("step", "step", "i"), ("temperature", "temperature", "n"), ("action", "action", "s"),
-        ("trigger_", "trigger", "s"), ("duration_ms", "duration_ms", "n"),
-    ],
-    names.SPOOL_GPU: [
-        ("v", "v", "v"), ("ts_ms", "ts_ms", "i"), ("node", "node", "s"), ("gpu", "gpu", "i"),
-        ("uuid", "uuid", "s"), ("mem_used", "mem_used_bytes", "i"),
-        ("mem_total", "mem_total_bytes", "i"), ("util", "util", "n"), ("temp_c", "temp_c", "n"),
-        ("power_w", "power_w", "n"),
-    ],
-}
+# The parse spec of a kind, derived from its contract (llmsla.events FIELDS): (column, JSON path,
+# type) with type s string, i integer, n number, v schema version (an integer that must not be an
+# explicit null), r the raw string of a nullable number's path (to tell "absent/null" from "not a
+# number" on the fallback). An ``itl`` field becomes one column per member (ITL_FIELDS). Both parse
+# paths, the Java format's options and the validity predicate derive from it; a field added to or
+# changed in FIELDS reaches the job without an edit here (tests/streaming/test_contract_schema.py).
+#: SQL names for fields whose own name is a Flink SQL keyword or longer than the queries use.
+_COLUMN_OF: dict[str, str] = {"trigger": "trigger_", "mem_used_bytes": "mem_used", "mem_total_bytes": "mem_total"}
+_TYPE_OF = {"int": "i", "number": "n", "string": "s"}
+
+
+def _column(field: Field) -> str:
+    return _COLUMN_OF.get(field.name, field.name)
+
+
+def _raw_column(field: Field) -> str:
+    return f"{_column(field).removesuffix('_ms')}_raw"
+
+
+def _spec(kind: str) -> list[tuple[str, str, str]]:
+    spec = [("v", "v", "v")]
+    for f in EVENT_TYPES[kind].FIELDS:
+        if f.type == "itl":
+            spec += [(f"itl_{m.name}", f"{f.name}.{m.name}", _TYPE_OF[m.type]) for m in ITL_FIELDS]
+            continue
+        if f.nullable:
+            spec.append((_raw_column(f), f.name, "r"))
+        spec.append((_column(f), f.name, _TYPE_OF[f.type]))
+    return spec
+
 
 _SQL_EXTRACT = {"s": _sv, "v": _sv, "r": _sv, "i": _int, "n": _num}
 
-#: Pure-SQL parse (the fallback without javac): one JSON_VALUE per column.
-_FIELDS: dict[str, list[tuple[str, str]]] = {
-    kind: [(col, _SQL_EXTRACT[t](path)) for col, path, t in spec] for kind, spec in _SPEC.items()
-}
+def fallback_columns(kind: str) -> list[tuple[str, str]]:
+    """Pure-SQL parse (the fallback without javac): one JSON_VALUE per column, (name, expression)."""
+    return [(col, _SQL_EXTRACT[t](path)) for col, path, t in _spec(kind)]
 
 #: The Java table format (streaming/java, built by streaming/jar.py) and its two extra columns.
 JAVA_FORMAT = "llmsla-json"
@@ -180,44 +195,57 @@ _SQL_TYPE = {"s": "STRING", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE"}
 
 def format_columns(kind: str) -> list[tuple[str, str]]:
     """The typed columns the llmsla-json format fills for a kind: (name, SQL type)."""
-    return [(col, _SQL_TYPE[t]) for col, _, t in _SPEC[kind] if t != "r"]
+    return [(col, _SQL_TYPE[t]) for col, _, t in _spec(kind) if t != "r"]
 
 
 def format_options(kind: str) -> str:
     """WITH options of the llmsla-json format: columns named unlike their JSON path, and the
     schema version, which may be absent but not an explicit null."""
-    paths = ",".join(f"{col}={path}" for col, path, t in _SPEC[kind] if t != "r" and col != path)
-    not_null = ",".join(col for col, _, t in _SPEC[kind] if t == "v")
+    spec = _spec(kind)
+    paths = ",".join(f"{col}={path}" for col, path, t in spec if t != "r" and col != path)
+    not_null = ",".join(col for col, _, t in spec if t == "v")
     return (f"'format' = '{JAVA_FORMAT}', '{JAVA_FORMAT}.paths' = '{paths}', "
             f"'{JAVA_FORMAT}.not-null' = '{not_null}', '{JAVA_FORMAT}.error-column' = '{JSON_ERROR}', "
-            f"'{JAVA_FORMAT}.time-column' = 'rt=ts_ms'")
+            f"'{JAVA_FORMAT}.time-column' = 'rt=ts_ms', '{JAVA_FORMAT}.max-string-chars' = '{MAX_STRING_CHARS}'")
 
 
-#: Validity per kind; ``{v_ok}`` is the schema-version check of the parse path.
-_VALID: dict[str, str] = {
-    names.SPOOL_REQUESTS: " AND ".join([
-        "{v_ok}", _int_ok("ts_ms"),
-        *(_str_ok(c) for c in ("trace_id", "model", "pool", "replica", "arm", "policy", "status")),
-        _in("status", names.STATUSES), _int_ok("prompt_tokens"), _int_ok("output_tokens"),
-        _num_ok("queue_ms"), _num_ok("e2e_ms"),
-        f"(ttft_raw IS NULL OR {_num_ok('ttft_ms')})",
-        _int_ok("itl_n"), _num_ok("itl_mean"), _num_ok("itl_std"), _num_ok("itl_max"),
-        "(itl_n = 0 OR itl_max >= itl_mean)",
-        "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
+#: Cross-field rules, mirroring each event's ``_check_relations`` (and ItlSummary's max >= mean);
+#: the only checks not derived from FIELDS, since they are code there. Tests feed the same bad
+#: lines to the contract and to both parse paths.
+_RELATIONS: dict[str, tuple[str, ...]] = {
+    names.SPOOL_REQUESTS: (
+        "(itl_n = 0 OR itl_max >= itl_mean)", "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
         f"NOT (status = '{names.STATUS_OK}' AND ttft_ms IS NULL AND output_tokens > 0)",
-    ]),
-    names.SPOOL_POLICY: " AND ".join([
-        "{v_ok}", _int_ok("ts_ms"),
-        *(_str_ok(c) for c in ("trace_id", "span_id", "policy_id", "zone", "action", "trigger_")),
-        _in("action", POLICY_ACTIONS), _int_ok("step"), _num_ok("temperature", 0, 100),
-        _num_ok("duration_ms"),
-    ]),
-    names.SPOOL_GPU: " AND ".join([
-        "{v_ok}", _int_ok("ts_ms"), _str_ok("node"), _str_ok("uuid"),
-        _int_ok("gpu"), _int_ok("mem_used"), _int_ok("mem_total"), "mem_used <= mem_total",
-        _num_ok("util", 0, 1), _num_ok("temp_c", -50, 200), _num_ok("power_w"),
-    ]),
+    ),
+    names.SPOOL_POLICY: (),
+    names.SPOOL_GPU: ("mem_used <= mem_total",),
 }
+
+
+def _field_checks(f: Field, java: bool) -> list[str]:
+    """A field's own checks, from its declaration: type, non-null, bounds, enum, storable string."""
+    col = _column(f)
+    if f.type == "itl":
+        return [_int_ok(f"itl_{m.name}", _bound(m.minimum)) if m.type == "int"
+                else _num_ok(f"itl_{m.name}", m.minimum, m.maximum) for m in ITL_FIELDS]
+    if f.type == "string":
+        return [_str_ok(col, java), *([_in(col, f.enum)] if f.enum else [])]
+    if f.type == "int":
+        return [_int_ok(col, _bound(f.minimum), _bound(f.maximum))]
+    check = _num_ok(col, f.minimum, f.maximum)
+    return [f"({_raw_column(f)} IS NULL OR {check})" if f.nullable else check]
+
+
+def _bound(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _valid(kind: str, java: bool) -> str:
+    """Validity of a kind's typed columns; ``{v_ok}`` is the schema-version check of the parse path."""
+    checks = ["{v_ok}"]
+    for f in EVENT_TYPES[kind].FIELDS:
+        checks += _field_checks(f, java)
+    return " AND ".join([*checks, *_RELATIONS[kind]])
 
 
 def source_table(kind: str) -> str:
@@ -235,13 +263,30 @@ def _interval(seconds: float) -> str:
     return f"INTERVAL '{days} {h:02d}:{m:02d}:{sec:02d}.{ms:03d}' DAY TO SECOND(3)"
 
 
-def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> str:
-    """Source with a bounded-out-of-orderness watermark on the event time.
+#: The spool source of the Java path (streaming/java: SpoolTableFactory).
+SPOOL_CONNECTOR = "llmsla-spool"
 
-    ``java``: the llmsla-json format parses each line once into typed columns plus the raw line
-    and its JSON-shape problem; otherwise raw lines, parsed in the checked view (the fallback)."""
+
+def _ms(seconds: float) -> str:
+    """A duration option (capped like _interval, so the source and the SQL checks agree)."""
+    return f"{round(min(max(0.0, seconds), 99 * 86400.0) * 1000)} ms"
+
+
+def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> str:
+    """The source table of a kind and its watermark.
+
+    Java path, spool: the ``llmsla-spool`` connector (streaming/java) reads each writer's segments
+    in order and emits the watermark itself (``SOURCE_WATERMARK()``): per reader, the minimum over
+    its active writers' progress and its unread segments' starts, minus the delay; a backlog of any
+    size and order lands in its windows. Kafka: the Kafka connector with the same per-row watermark
+    expression as before (per-partition watermarks, min-combined by Flink). Fallback (no javac):
+    Flink's filesystem connector, raw lines, that expression; it reads the segments one scan finds
+    in no set order, so a backlog of several writers gives ``late`` dead letters (documented).
+    With ``java`` the llmsla-json format parses each line once into typed columns plus the raw line
+    and its JSON-shape problem."""
     s = cfg.stream
-    delay_ms = round((s.watermark_delay_s + s.allowed_lateness_s) * 1000)
+    delay_s = s.watermark_delay_s + s.allowed_lateness_s
+    delay_ms = round(delay_s * 1000)
     # The watermark operator rejects a null rowtime: unusable timestamps become 0 (1970), which
     # the range check keeps out of the watermark and the checked view sends to dead letters. The
     # Java format fills `rt` itself (a computed column would add a Calc that copies every row).
@@ -249,6 +294,7 @@ def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> s
     in_range = (
         f"rt BETWEEN NOW() - {_interval(s.max_past_s)} AND NOW() + {_interval(s.max_future_s)}"
     )
+    watermark = f"CASE WHEN {in_range} THEN rt - {_interval(delay_ms / 1000)} END"
     fmt = format_options(kind) if java else "'format' = 'raw'"
     columns = ["line STRING"]
     if java:
@@ -261,10 +307,20 @@ def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> s
             f"'{s.kafka_bootstrap}', 'properties.group.id' = 'llmsla-stream', "
             f"'scan.startup.mode' = 'group-offsets', 'properties.auto.offset.reset' = 'earliest', {fmt}"
         )
+    elif java:
+        path = (cfg.spool_dir() / kind).resolve().as_uri()
+        meta = "`file` STRING NOT NULL METADATA FROM 'file.path' VIRTUAL"
+        watermark = "SOURCE_WATERMARK()"
+        conn = (
+            f"'connector' = '{SPOOL_CONNECTOR}', 'path' = '{path}', 'bounded' = '{str(bounded).lower()}', "
+            f"'monitor-interval' = '{max(1, round(s.monitor_interval_s * 1000))} ms', "
+            f"'watermark-delay' = '{_ms(delay_s)}', 'watermark-interval' = '{s.watermark_interval_ms} ms', "
+            f"'idle-timeout' = '{_ms(s.idle_timeout_s)}', 'max-past' = '{_ms(s.max_past_s)}', "
+            f"'max-future' = '{_ms(s.max_future_s)}', {fmt}"
+        )
     else:
         path = (cfg.spool_dir() / kind).resolve().as_uri()
-        # nullable only for the fallback (see checked_query); as declared by the connector otherwise
-        meta = f"`file` STRING{' NOT NULL' if java else ''} METADATA FROM 'file.path' VIRTUAL"
+        meta = "`file` STRING METADATA FROM 'file.path' VIRTUAL"  # nullable: see checked_query
         conn = f"'connector' = 'filesystem', 'path' = '{path}', {fmt}"
         if not bounded:
             conn += f", 'source.monitor-interval' = '{max(1, round(s.monitor_interval_s * 1000))} ms'"
@@ -272,7 +328,7 @@ def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> s
     return (
         f"CREATE TEMPORARY TABLE {source_table(kind)} (\n"
         f"  {cols},\n"
-        f"  WATERMARK FOR rt AS CASE WHEN {in_range} THEN rt - {_interval(delay_ms / 1000)} END\n"
+        f"  WATERMARK FOR rt AS {watermark}\n"
         f") WITH ({conn})"
     )
 
@@ -286,21 +342,23 @@ def checked_query(cfg: Config, kind: str, *, java: bool = True) -> str:
     s = cfg.stream
     window_ms = WINDOW_OF_KIND[kind] * 1000
     if java:
-        valid = f"{JSON_ERROR} IS NULL AND " + _VALID[kind].replace("{v_ok}", "(v IS NULL OR v = 1)")
+        valid = f"{JSON_ERROR} IS NULL AND " + _valid(kind, java).replace("{v_ok}", "(v IS NULL OR v = 1)")
         typed = ", ".join(col for col, _ in format_columns(kind))
         # an `r` column (ttft_raw) tells "absent or null" from "not a number" on the fallback;
         # here a non-number is a json_error, so it is the typed column itself
-        typed_of = {path: col for col, path, t in _SPEC[kind] if t != "r"}
-        aliases = "".join(f", {typed_of[path]} AS {col}" for col, path, t in _SPEC[kind] if t == "r")
+        spec = _spec(kind)
+        typed_of = {path: col for col, path, t in spec if t != "r"}
+        aliases = "".join(f", {typed_of[path]} AS {col}" for col, path, t in spec if t == "r")
         inner = f"SELECT line, `file`, rt, {JSON_ERROR}, {typed}{aliases}\n  FROM {source_table(kind)}"
     else:
-        valid = _VALID[kind].replace("{v_ok}", "(v IS NULL OR v = '1')")
+        valid = _valid(kind, java).replace("{v_ok}", "(v IS NULL OR v = '1')")
         # RAND() makes each parsed column non-deterministic, so the planner cannot merge this
         # Calc into the checks above it: merging would inline every JSON_VALUE at each of its ~5
         # uses (measured: ~150 JSON parses per line instead of 20, 6x slower end to end).
-        cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in _FIELDS[kind])
+        cols = ",\n    ".join(f"CASE WHEN RAND() < 2 THEN {expr} END AS {name}" for name, expr in fallback_columns(kind))
+        # blank lines (only space, tab, CR: llmsla.spool.is_blank) are skipped, as by the format
         inner = (f"SELECT line, `file`, rt,\n    {cols}\n"
-                 f"  FROM {source_table(kind)} WHERE CHAR_LENGTH(TRIM(line)) > 0")
+                 f"  FROM {source_table(kind)} WHERE REGEXP(line, '[^ \\t\\r]')")
     # The fallback plans both outputs as one tree: `line IS NOT NULL AND file IS NOT NULL` (always
     # true) makes the window output read the columns the dead letters need, so the planner keeps one
     # watermark assigner instead of one per output (two could disagree about what is late). On
@@ -417,8 +475,9 @@ def gpu_windows_query(cfg: Config, java: bool = True) -> str:
     return f"SELECT '{names.T_GPU_WINDOWS}' AS kind, {_json_array(cols)} AS payload FROM (\n  {inner}\n)"
 
 
-def dead_letter_query(kind: str) -> str:
-    cols = [f"'{kind}'", "`file`", "verdict", "line"]
+def dead_letter_query(kind: str, java: bool = True) -> str:
+    problem = JSON_ERROR if java else "CAST(NULL AS STRING)"
+    cols = [f"'{kind}'", "`file`", "verdict", problem, "TO_BASE64(line)"]
     return (
         f"SELECT '{DEAD_LETTERS}' AS kind, {_json_array(cols)} AS payload "
         f"FROM checked_{kind} WHERE verdict <> ''"
@@ -448,7 +507,7 @@ def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: b
         if kind == names.SPOOL_POLICY:
             views.append((POLICY_TRACES_VIEW, policy_traces_query()))
         windows.append(WINDOW_QUERIES[kind](cfg, java))
-        dead.append(dead_letter_query(kind))
+        dead.append(dead_letter_query(kind, java))
     def output(queries: list[str]) -> str:  # one row type for both outputs (they are unioned)
         union = "\nUNION ALL\n".join(f"({q})" for q in queries)
         return f"SELECT CAST(kind AS STRING) AS kind, CAST(payload AS STRING) AS payload FROM (\n{union}\n)"

@@ -12,10 +12,13 @@ No pyflink import here: the Flink operator in ``flink_sink`` wraps this, and tes
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
@@ -25,7 +28,7 @@ from typing import Any
 import psycopg
 
 from llmsla import names
-from llmsla.events import EVENT_TYPES, EventError
+from llmsla.events import EVENT_TYPES, EventError, shown_name
 from llmsla.redaction import redact
 from llmsla.streaming import sql
 
@@ -43,37 +46,57 @@ def _ts(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
-def fingerprint(source: str, file: str | None, verdict: str, raw: str) -> str:
-    """Identity of a dead letter: the same line of the same file rejected for the same reason."""
+def fingerprint(source: str, file: str | None, verdict: str, raw: bytes) -> str:
+    """Identity of a dead letter: the same line (its bytes as read) of the same file rejected for
+    the same reason: sha256 of ``source, file, verdict, raw`` each followed by a NUL byte (text as
+    UTF-8), first 32 hex digits. For a UTF-8 line this is what earlier releases computed from the
+    line's text, so replays of old dead letters still match."""
     h = hashlib.sha256()
-    for part in (source, file or "", verdict, raw):
-        h.update(part.encode("utf-8", "replace"))
+    for part in (source.encode("utf-8", "replace"), (file or "").encode("utf-8", "replace"),
+                 verdict.encode("utf-8", "replace"), raw):
+        h.update(part)
         h.update(b"\x00")
     return h.hexdigest()[:32]
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can hold it: NUL written as the six characters ``\\u0000`` and a lone
+    surrogate (which UTF-8 cannot encode) as U+FFFD; anything else unchanged."""
+    if text.isascii():
+        return text.replace("\x00", "\\u0000") if "\x00" in text else text
+    text = text.replace("\x00", "\\u0000")
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # str regexes see each surrogate as one character
+
+
+def shown_line(raw: bytes) -> str:
+    """A raw line for the ``raw`` column: invalid UTF-8 bytes as U+FFFD, NUL escaped (storable)."""
+    return storable(raw.decode("utf-8", "replace"))
 
 
 #: Files whose dead letters could not be numbered (warned about once).
 _UNREADABLE: set[str] = set()
 
 
-def line_numbers(file: str, raws: set[str]) -> dict[str, int]:
-    """1-based number of the first line of ``file`` equal to each of ``raws``.
+def line_numbers(file: str, raws: set[bytes]) -> dict[bytes, int]:
+    """1-based number of the first line of ``file`` equal to each of ``raws`` (bytes as read).
 
-    Flink's file source does not say where a record came from; a published spool segment never
-    changes, so the sink reads it once per batch of dead letters to find them. A file that is gone
-    (pruned) or a line that is not valid UTF-8 (Flink replaced bytes in ``raw``) gets no number.
-    """
+    The line is found again in its published segment, which never changes (the stream reads it
+    once per batch of dead letters; Flink's file source, the fallback's, does not say where a
+    record came from). A file that is gone (pruned) gives no number."""
     path = Path(urllib.parse.urlparse(file).path) if file.startswith("file:") else Path(file)
-    wanted = {raw.encode(): raw for raw in raws}
-    found: dict[str, int] = {}
+    found: dict[bytes, int] = {}
     try:
         with open(path, "rb") as fh:
             for n, line in enumerate(fh, 1):
                 line = line.rstrip(b"\n")
-                raw = wanted.get(line[:-1] if line.endswith(b"\r") else line)
-                if raw is not None and raw not in found:
-                    found[raw] = n
-                    if len(found) == len(wanted):
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if line in raws and line not in found:
+                    found[line] = n
+                    if len(found) == len(raws):
                         break
     except OSError as exc:
         if file not in _UNREADABLE:  # once per file: every later batch from it fails the same way
@@ -82,24 +105,33 @@ def line_numbers(file: str, raws: set[str]) -> dict[str, int]:
     return found
 
 
-def dead_letter_reason(source: str, verdict: str, raw: str, *, max_future_s: float, max_past_s: float) -> str:
-    """``<category>: <detail>``; for invalid lines the contract in ``llmsla.events`` says why."""
+def dead_letter_reason(source: str, verdict: str, raw: bytes, *, problem: str | None = None,
+                       max_future_s: float, max_past_s: float) -> str:
+    """``<category>: <detail>``; for invalid lines the contract in ``llmsla.events`` says why,
+    judging the line's bytes exactly as ``llmsla spool check`` does. Never raises: a line that
+    breaks the contract's own code still gets a reason (and the job keeps running)."""
     if verdict == "late":
         return "late: its event-time window was already emitted (beyond watermark delay + allowed lateness)"
     if verdict == "future":
         return f"future: ts_ms more than {max_future_s:g} s ahead of the job's clock"
     if verdict == "past":
         return f"past: ts_ms more than {max_past_s:g} s behind the job's clock"
+    cls = EVENT_TYPES.get(source)
+    if cls is None:
+        return f"schema: unknown spool kind {shown_name(source)}"
+    if problem == "truncated":  # the segment's last bytes, without a newline (spool check agrees)
+        return f"parse: {cls.KIND}.<record>: truncated line (no newline at end)"
     try:
-        EVENT_TYPES[source].from_json(raw)
+        cls.from_json(raw)
     except EventError as exc:
         category = "parse" if "not valid JSON" in exc.reason or exc.field == "<record>" else "schema"
         return f"{category}: {exc}"
-    except KeyError:
-        return f"schema: unknown spool kind {source!r}"
+    except Exception as exc:  # noqa: BLE001 - a contract bug must not stop the job
+        log.error("the contract raised %s on a %s line; dead-lettered as schema", type(exc).__name__, source)
+        return f"schema: {cls.KIND}: the contract check failed ({type(exc).__name__}: {exc})"
     return (
-        "schema: rejected by the stream's SQL check although the contract accepts it "
-        "(e.g. itl_ms given as a list of gaps, or an integer written with a fraction)"
+        "schema: rejected by the stream's check although the contract accepts it "
+        f"(format problem: {problem or 'none'}); please report this line"
     )
 
 
@@ -160,12 +192,17 @@ class StoreWriter:
     def _dead_letter_rows(self, payloads: Iterable[str]) -> list[Sequence[Any]]:
         out: dict[str, list[Any]] = {}
         for p in payloads:
-            source, file, verdict, raw = json.loads(p)
-            reason = dead_letter_reason(source, verdict, raw, max_future_s=self.max_future_s, max_past_s=self.max_past_s)
+            source, file, verdict, problem, raw_b64 = json.loads(p)
+            try:
+                raw = base64.b64decode(raw_b64 or "", validate=True)
+            except (binascii.Error, ValueError):
+                raw = (raw_b64 or "").encode()
+            reason = dead_letter_reason(source, verdict, raw, problem=problem,
+                                        max_future_s=self.max_future_s, max_past_s=self.max_past_s)
             fp = fingerprint(source, file, verdict, raw)
             if fp not in out and self.on_dead_letter is not None:
                 self.on_dead_letter(reason.split(":", 1)[0])
-            out[fp] = [source, file, None, reason, raw, fp]
+            out[fp] = [storable(source), storable(file) if file else file, None, storable(reason), raw, fp]
         by_file: dict[str, list[list[Any]]] = {}
         for row in out.values():
             if row[1]:
@@ -175,7 +212,7 @@ class StoreWriter:
             for row in rows:
                 row[2] = numbers.get(row[4])
         for row in out.values():
-            row[4] = row[4].replace("\x00", "\ufffd")
+            row[4] = shown_line(row[4])
         return list(out.values())
 
     # -- database --------------------------------------------------------------------------------

@@ -198,3 +198,16 @@ def test_names_from_the_input_are_escaped_in_the_reason() -> None:
                 RequestEvent.from_json(line)
             msg = str(err.value)
             assert events.string_problem(msg) is None and msg.isprintable() and len(msg) < 200, msg
+
+
+def test_numbers_beyond_the_float_range_and_boolean_versions_are_rejected() -> None:
+    """JSON puts no limit on digits: an integer beyond the float range in a number field is an
+    EventError (it used to escape as OverflowError and crash `spool check` and the stream's sink);
+    ``"v": true`` is not version 1 (Python's True == 1; the JSON Schema's const 1 rejects it)."""
+    with pytest.raises(EventError, match="not finite: beyond the 64-bit float range") as err:
+        RequestEvent.from_json(json.dumps(request(queue_ms=10**400)))
+    assert err.value.field == "queue_ms"
+    assert RequestEvent.from_json(json.dumps(request(e2e_ms=10**300))).e2e_ms == 1e300
+    with pytest.raises(EventError, match="unsupported schema version True"):
+        RequestEvent.from_json(json.dumps({**request(), "v": True}))
+    assert RequestEvent.from_json(json.dumps({**request(), "v": 1.0})).model  # 1.0 is 1, as in the schema

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import time
 from pathlib import Path
 
@@ -85,6 +86,25 @@ def test_rotation_by_size(tmp_path: Path) -> None:
     assert len(segs) > 5
     assert all(p.stat().st_size <= 2000 for p in segs)
     assert sum(1 for p in segs for _ in spool.read_segment(p, names.SPOOL_REQUESTS)) == 100
+
+
+def test_segment_names_say_which_writer_wrote_them(tmp_path: Path) -> None:
+    """``<ms>-<host>-<pid>-<tag>-<seq>.jsonl``: every segment of one writer carries the same
+    ``<host>-<pid>-<tag>`` (the stream job reads each writer's segments in order, and its source
+    parses the name with this pattern); two writers differ even in one process."""
+    pattern = re.compile(r"^\d+-(.+-\d+-[0-9A-Za-z]+)-\d+\.jsonl$")  # streaming/java SpoolFiles.NAME
+    writers = {}
+    for k in range(2):
+        with spool.SpoolWriter(tmp_path, names.SPOOL_REQUESTS, max_segment_bytes=2000, max_segment_age_s=3600) as w:
+            for i in range(30):
+                w.write(make_event(k, i))
+        segs = [p for p in spool.published_segments(tmp_path, names.SPOOL_REQUESTS) if p.name not in writers]
+        assert len(segs) > 2
+        for p in segs:
+            m = pattern.match(p.name)
+            assert m is not None, p.name
+            writers[p.name] = m.group(1)
+    assert len(set(writers.values())) == 2
 
 
 def test_disk_bound_raises_clear_error_and_keeps_written_data(tmp_path: Path) -> None:

@@ -15,12 +15,14 @@ from .harness import POLICY
 
 def test_builtin_and_test_policies_load() -> None:
     p = policy.load()
-    assert [r.name for r in p.rules] == ["replica-page", "pool-burn", "pool-forecast"]
+    assert [r.name for r in p.rules] == ["replica-page", "pool-burn", "replica-forecast", "pool-forecast"]
     page = {"scope": "replica", "severity": "page", "source": "burn_rate", "pool": "p", "replica": "r1"}
     assert p.match(page).target_key(page) == "replica:p/r1"
     assert p.match({**page, "scope": "pool"}).name == "pool-burn"
     assert p.match({**page, "scope": "pool", "severity": "ticket"}) is None  # tickets are for people
     assert p.match({"scope": "pool", "source": "forecaster", "severity": "ticket"}).name == "pool-forecast"
+    fc = p.match({"scope": "replica", "source": "forecaster", "severity": "ticket"})
+    assert fc.name == "replica-forecast" and fc.deweight_to == 0.5 and fc.drain_after_s is None  # never drains
     assert p.hold_down(1) == 600 and p.hold_down(2) == 1200 and p.hold_down(9) == 3600
     assert policy.parse(next(load_docs(POLICY, "x"))).rules[1].student_share.max_pct == 20
 

@@ -223,7 +223,7 @@ def test_cli_serve_binds_loopback_and_answers(tmp_path, redis_service):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        services.wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=20, proc=proc)
+        services.wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=90, proc=proc)  # initdb of a new embedded store first
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/state", timeout=5) as resp:
             state = json.load(resp)
         assert [x["url"] for x in state["router"]["pools"]["default"]] == [

@@ -12,6 +12,7 @@ from llmsla import names
 from llmsla.forecaster import features, metrics, windowing
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.dataset import fleet_inputs
+from llmsla.forecaster.hysteresis import AlarmPolicy
 from llmsla.forecaster.scaler import RobustScaler
 
 
@@ -36,6 +37,70 @@ def test_event_metrics_by_hand() -> None:
     # the threshold search keeps false alarms at or under the target
     thr = metrics.threshold_for([s], 0.0, 10, 5.0)
     assert thr > 0.9 and metrics.false_alarms([s], thr, 10, 5.0)[0] == 0
+
+
+def test_alarm_policy_alarms_false_alarms_in_faults_and_chance_by_hand() -> None:
+    """The same series under the online alarm (fire after 2 steps, resolve after 3 below 0.5):
+    the one-step blip is no alarm, a fault that never breaches holds the only false alarm, and
+    chance recall is the share of healthy steps with an alarm in the lead window before them."""
+    breach = np.zeros(100, bool)
+    breach[40:50] = True  # onset 40, warned from 35 (alarm on 36..)
+    score = np.zeros(100)
+    score[:9] = np.nan
+    score[35:45] = 0.9  # alarm on from 36 (2nd step), off at 47 (3rd step below 0.45)
+    score[20] = 0.9  # a one-step blip: no alarm
+    score[60:64] = 0.9  # alarm 61..65, inside an injected fault that never breaches
+    s = metrics.SeriesScores(score, slo_mod.future_label(breach, 3), breach, metrics.episodes(breach, 3),
+                             fault_spans=[(58, 70.0)])
+    s.episodes[0].cause = metrics.PRECURSOR
+    p = AlarmPolicy(fire_steps=2, resolve_steps=3, resolve_ratio=0.5)
+    r = metrics.report([s], 0.5, lead_max=10, step_s=5.0, min_onset=9, policy=p)
+    assert r.warned["precursor"] == 1 and r.mean_lead_s["precursor"] == 20.0  # 40 - 36 steps
+    assert (r.false_alarms, r.false_alarms_in_fault) == (1, 1)
+    healthy = [t for t in range(9, 100) if not 30 <= t <= 49]  # scored minus [onset - 10, end]
+    on = set(range(36, 47)) | set(range(61, 66))  # every alarm step, the warning's too
+    covered = [t for t in healthy if on & set(range(t - 10, t))]
+    assert r.chance_recall == pytest.approx(len(covered) / len(healthy))
+    assert r.alarm_share == pytest.approx(len(on & set(healthy)) / len(healthy))
+    assert r.false_alarms_per_day == pytest.approx(1 / (len(healthy) * 5 / 86400))
+
+
+def test_an_alarm_left_on_is_charged_every_repeat_and_never_chosen() -> None:
+    """Counting onsets alone, an alarm that never resolves has one false alarm however long it
+    fires, and a threshold search would happily pick it; its repeats count too."""
+    rng = np.random.default_rng(0)
+    n = 5000
+    score = 0.5 + 0.01 * rng.standard_normal(n)  # no foresight, hovering around 0.5
+    score[:9] = np.nan
+    breach = np.zeros(n, bool)
+    breach[4000:4010] = True
+    s = metrics.SeriesScores(score, slo_mod.future_label(breach, 3), breach, metrics.episodes(breach, 3))
+    p = AlarmPolicy(fire_steps=2, resolve_steps=3, resolve_ratio=0.5, repeat_s=300.0)  # 60 steps of 5 s
+    on = metrics.alarm(s, 0.4, p)
+    assert on[11:].all()  # always on below the noise
+    n_false, days = metrics.false_alarms([s], 0.4, 10, 5.0, p)
+    healthy = (n - 9) - 20  # minus [3990, 4009]
+    assert n_false >= healthy // 60 and days == pytest.approx(healthy * 5 / 86400)
+    # 4 false alarms per day allows ~1 notification here: the search stays above the noise
+    thr = metrics.threshold_for([s], 4.0, 10, 5.0, p)
+    assert thr > 0.5 and not metrics.alarm(s, thr, p)[11:].all()
+
+
+def test_a_crash_breaching_in_the_window_it_starts_in_is_a_crash() -> None:
+    """Steps are windows [t0 + 5k, t0 + 5k + 5) s: a crash at 491.2 s breaches in window 98
+    (490-495 s), which starts before the crash - it is still the crash's episode."""
+    t0 = 1_700_000_000_000
+    breach = np.zeros(200, bool)
+    breach[98:110] = True
+    eps = metrics.episodes(breach, 3)
+    crash = {"kind": "crash", "start_ms": t0 + 491_200, "end_ms": t0 + 536_700}
+    metrics.attribute(eps, [crash], 5.0, t0, 15, ("ramp",))
+    assert (eps[0].cause, eps[0].kind) == (metrics.CRASH, "crash")
+    assert metrics.fault_span(crash, 5.0, t0, 15) == (98, 536.7 / 5 + 15)
+    # an episode that began before the fault's window is not the fault's
+    early = metrics.episodes(np.r_[np.zeros(97, bool), np.ones(5, bool)], 3)
+    metrics.attribute(early, [crash], 5.0, t0, 15, ("ramp",))
+    assert early[0].cause == metrics.NONE
 
 
 def test_labels_from_slo_counts() -> None:

@@ -28,18 +28,20 @@ def stream_env(cfg: config_mod.Config, **stream: object) -> dict[str, str]:
         "LLMSLA_SPOOL_DIR": str(cfg.spool_dir()),
         "LLMSLA_STREAM_CHECKPOINT_DIR": str(cfg.checkpoint_dir()),
         "LLMSLA_STORE_TIMESCALE": cfg.store.timescale,
+        "LLMSLA_STREAM_METRICS_PORT": "0",  # tests run side by side: each job's /metrics on a free port
     })
     for key, value in stream.items():
         env[f"LLMSLA_STREAM_{key.upper()}"] = str(value)
     return env
 
 
-def start_stream(cfg: config_mod.Config, *args: str, log: Path, **stream: object) -> subprocess.Popen:
+def start_stream(cfg: config_mod.Config, *args: str, log: Path, extra_env: dict[str, str] | None = None,
+                 **stream: object) -> subprocess.Popen:
     """Start ``llmsla stream`` in its own process group (JVM and Python workers die with it)."""
     fh = open(log, "ab")  # noqa: SIM115 - closed by the OS when the child exits; kept for the log
     return subprocess.Popen(
         [sys.executable, "-c", LLMSLA_MAIN, "stream", *args],
-        env=stream_env(cfg, **stream), stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT,
+        env={**stream_env(cfg, **stream), **(extra_env or {})}, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT,
         start_new_session=True,
     )
 
@@ -58,12 +60,13 @@ def spool_dirs(cfg: config_mod.Config) -> dict[str, Path]:
     return dirs
 
 
-def publish(dir_: Path, name: str, lines: list[str]) -> Path:
-    """Write a segment the way SpoolWriter does: hidden in-progress file, then atomic rename."""
+def publish(dir_: Path, name: str, lines: list[str] | list[bytes]) -> Path:
+    """Write a segment the way SpoolWriter does: hidden in-progress file, then atomic rename.
+    Lines may be bytes (to write what no str can: invalid UTF-8)."""
     hidden = dir_ / ".inprogress"
     hidden.mkdir(exist_ok=True)
     tmp = hidden / name
-    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines))
     final = dir_ / name
     os.rename(tmp, final)
     return final

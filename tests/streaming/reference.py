@@ -196,3 +196,54 @@ def ms_to_ts(ms: int) -> dt.datetime:
 
 def dumps(obj: dict) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+def judge_writers(kind: str, writers: dict[str, list[str | bytes]], *, delay_ms: int, now_ms: int,
+                  max_future_ms: int, max_past_ms: int, margin_ms: int = 1000) -> Judged:
+    """The job's decisions on a spool of several writers, by the watermark's definition rather than
+    by any read order: the watermark never passes an event that is within ``delay`` of its own
+    writer's progress (each writer's lines in the order it wrote them), and it passes an event whose
+    window ended more than ``delay`` before the first event of every writer (once anything was read
+    after it). Test data must have no event in between (asserted), so the verdict does not depend
+    on timing."""
+    out = Judged()
+    cls = EVENT_TYPES[kind]
+    width = WINDOW_MS[kind]
+    judged: list[tuple[str | bytes, object]] = []
+    firsts: list[int] = []
+    for lines in writers.values():
+        first = None
+        for raw in lines:
+            try:
+                ev = cls.from_json(raw)
+            except EventError as exc:
+                judged.append((raw, "parse" if exc.field == "<record>" else "schema"))
+                continue
+            if ev.ts_ms > now_ms + max_future_ms:
+                judged.append((raw, "future"))
+            elif ev.ts_ms < now_ms - max_past_ms:
+                judged.append((raw, "past"))
+            else:
+                judged.append((raw, ev))
+                first = ev.ts_ms if first is None else first
+        if first is not None:
+            firsts.append(first)
+    floor = min(firsts) - delay_ms
+    running: dict[str, int] = {}
+    by_raw = dict(judged)
+    for name, lines in writers.items():
+        for raw in lines:
+            verdict = by_raw[raw]
+            if isinstance(verdict, str):
+                out.dead.append((raw, verdict))
+                continue
+            ts = verdict.ts_ms
+            last = ts - ts % width + width - 1
+            top = running.get(name)
+            if last + margin_ms <= floor:
+                out.dead.append((raw, "late"))
+            else:
+                assert top is None or ts > top - delay_ms + margin_ms, f"ambiguous about lateness: {raw!r}"
+                out.usable.append(verdict)
+            running[name] = ts if top is None else max(top, ts)
+    return out

@@ -1,8 +1,8 @@
 """The job's plan and its failure path: each line is parsed once (the llmsla-json format), or once
 per field on the pure-SQL fallback (the planner must not inline JSON parsing into every check); each
-kind has one source and one watermark, and on the Java path its verdict is computed once for both
-outputs; a store that goes away mid-stream stops the job with a clear message instead of dropping
-windows."""
+kind has one source and one watermark (on the Java path the llmsla-spool source's own, with no
+watermark operator), and on the Java path its verdict is computed once for both outputs; a store
+that goes away mid-stream stops the job with a clear message instead of dropping windows."""
 
 from __future__ import annotations
 
@@ -41,14 +41,17 @@ def test_plan_parses_each_line_once_and_shares_the_verdict(tmp_path: Path) -> No
     plan = _job_plan(tmp_path, java=True)
     kinds = len(names.SPOOL_KINDS)
     assert _count_nodes(plan, "Source: spool_") == kinds, plan  # the parse is the source's format
-    assert _count_nodes(plan, "WatermarkAssigner") == kinds, plan
+    # the watermark is the llmsla-spool source's own (per writer, see test_backlog), one per kind
+    sources = [n["contents"] for n in json.loads(plan)["nodes"] if n["type"].startswith("Source: spool_")]
+    assert all("watermark=[SOURCE_WATERMARK()]" in c and "metadata=[file.path]" in c for c in sources), sources
+    assert _count_nodes(plan, "WatermarkAssigner") == 0, plan
     assert plan.count("'late'") == kinds, plan  # windows and dead letters read one verdict
     assert "JSON_VALUE(" not in plan and "PERCENTILE(" not in plan
 
 
 def test_sql_fallback_plan_parses_each_field_once(tmp_path: Path) -> None:
     plan = _job_plan(tmp_path, java=False)
-    fields = sum(len(f) for f in sql._FIELDS.values())
+    fields = sum(len(sql.fallback_columns(k)) for k in names.SPOOL_KINDS)
     # one JSON_VALUE per parsed field, plus one per kind for the watermark's ts_ms
     assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_KINDS), plan
     assert _count_nodes(plan, "Source: spool_") == len(names.SPOOL_KINDS), plan

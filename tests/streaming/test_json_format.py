@@ -95,7 +95,7 @@ def test_format_agrees_with_the_contract(t_env, tmp_path, kind: str) -> None:
     (cfg.spool_dir() / kind / "0000000000001-t.jsonl").write_text("\n".join(["", "   ", *lines]) + "\n")
     t_env.execute_sql(sql.source_ddl(cfg, kind, bounded=True, java=True))
     columns = [col for col, _ in sql.format_columns(kind)]
-    path_of = {col: path for col, path, t in sql._SPEC[kind] if t != "r"}
+    path_of = {col: path for col, path, t in sql._spec(kind) if t != "r"}
     rows = t_env.execute_sql(
         f"SELECT line, {sql.JSON_ERROR}, CAST(rt AS TIMESTAMP(3)), {', '.join(columns)} "
         f"FROM {sql.source_table(kind)}").collect()
@@ -144,9 +144,11 @@ def test_jar_is_built_once_and_missing_javac_falls_back(tmp_path, monkeypatch, c
     with zipfile.ZipFile(jar) as zf:
         entries = set(zf.namelist())
         assert {"dev/llmsla/flink/SpoolJsonFormatFactory.class", "dev/llmsla/flink/SpoolJsonDeserializer.class",
-                "dev/llmsla/flink/Percentiles.class", "dev/llmsla/flink/TableStreams.class"} <= entries
+                "dev/llmsla/flink/Percentiles.class", "dev/llmsla/flink/TableStreams.class",
+                "dev/llmsla/flink/SpoolTableFactory.class", "dev/llmsla/flink/SpoolSource.class",
+                "dev/llmsla/flink/KeyByFirstField.class"} <= entries
         services = zf.read("META-INF/services/org.apache.flink.table.factories.Factory").decode()
-        assert "dev.llmsla.flink.SpoolJsonFormatFactory" in services
+        assert "dev.llmsla.flink.SpoolJsonFormatFactory" in services and "dev.llmsla.flink.SpoolTableFactory" in services
     mtime = jar.stat().st_mtime_ns
     assert jar_mod.ensure_parser_jar(tmp_path / "cache") == jar and jar.stat().st_mtime_ns == mtime  # cached
 
@@ -212,3 +214,65 @@ def test_format_options_are_validated(t_env, tmp_path, options: str, message: st
             t_env.execute_sql("SELECT * FROM bad_fmt").collect().close()
     finally:
         t_env.execute_sql("DROP TEMPORARY TABLE bad_fmt")
+
+
+def _wire_cases(base: dict) -> list[bytes]:
+    """Byte-level lines around the contract's wire rules: UTF-8, BOM, NUL, names once, storable
+    strings (code points, not UTF-16 units), numbers beyond the float range, v true, blanks."""
+    good = json.dumps(base).encode()
+
+    def with_(**changes: object) -> bytes:
+        return json.dumps({**base, **changes}).encode()
+
+    astral = "\U0001f600"
+    key = next(k for k, v in base.items() if isinstance(v, str) and k not in ("status", "action"))
+    number = next(k for k, v in base.items() if isinstance(v, float))
+    return [
+        good, b"\xef\xbb\xbf" + good, b"\x00" + good, good[:1] + b"\x00" + good[1:],
+        good.replace(b'{"', b'{ \t\r"', 1), good + b"\r", good + b" \t",
+        with_(**{key: "x\u0000y"}), with_(**{key: "\ud800"}), with_(**{key: "a\udc00"}),
+        with_(**{key: "\ud83d\ude00"}), with_(**{key: astral * 256}), with_(**{key: astral * 257}),
+        with_(**{key: "é" * 256}), with_(**{key: "é" * 257}), with_(**{key: "a" * 256}), with_(**{key: "a" * 257}),
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xc3\xa9"'),  # é as UTF-8: fine
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xc1\x81"'),  # overlong "A"
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xe0\x80\x81"'),  # overlong, 3 bytes
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xed\xa0\x80"'),  # encoded surrogate
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xed\xa0\xbd\xed\xb8\x80"'),  # CESU-8 pair
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xf4\x90\x80\x80"'),  # above U+10FFFF
+        with_(**{key: "ok"}).replace(b'"ok"', b'"\xff"'), with_(**{key: "ok"}).replace(b'"ok"', b'"\xe2\x82"'),
+        good[:-1] + b', "' + key.encode() + b'": "again"}',
+        with_(v=True), with_(v=1.0), json.dumps({**base, number: 10**400}).encode(),
+        json.dumps({**base, number: 10**300}).encode(), json.dumps({**base, number: float("1e308")}).encode(),
+        with_(**{number: 1.5}).replace(b"1.5", b"1" + b"0" * 1200 + b".5"),  # 1,200 digits: Python reads it
+    ]
+
+
+@pytest.mark.parametrize("kind", names.SPOOL_KINDS)
+def test_format_agrees_with_the_contract_on_wire_bytes(t_env, tmp_path, kind: str) -> None:
+    """Line by line in file order: a line the contract accepts has no json_error; a line it rejects
+    for its bytes, its JSON or an unstorable string has one (range and enum rules stay with SQL)."""
+    base = _bases()[kind]
+    if kind == names.SPOOL_REQUESTS:
+        base = {**base, "itl_ms": {**base["itl_ms"]}}
+    lines = _wire_cases(base)
+    cfg = config_mod.load(env={})
+    cfg.spool.dir = str(tmp_path / "spool")
+    (cfg.spool_dir() / kind).mkdir(parents=True)
+    blank = [b"", b" ", b"\t", b"\r", b" \t\r "]
+    (cfg.spool_dir() / kind / "0000000000001-t.jsonl").write_bytes(b"\n".join([*blank, *lines, b""]))
+    t_env.execute_sql(sql.source_ddl(cfg, kind, bounded=True, java=True))
+    rows = t_env.execute_sql(f"SELECT {sql.JSON_ERROR} FROM {sql.source_table(kind)}").collect()
+    with rows:
+        errors = [r[0] for r in rows]
+    t_env.execute_sql(f"DROP TEMPORARY TABLE {sql.source_table(kind)}")
+    assert len(errors) == len(lines)  # blank lines (space, tab, CR only) skipped, as by spool check
+    wire = ("not valid UTF-8", "not valid JSON", "duplicate field", "contains NUL", "lone surrogate",
+            "longer than", "unsupported schema version")  # ranges (not finite, ...) are SQL's
+    for line, error in zip(lines, errors, strict=True):
+        try:
+            EVENT_TYPES[kind].from_json(line)
+        except EventError as exc:
+            if any(w in exc.reason for w in wire):
+                assert error is not None, (line[:120], exc.reason)
+            continue
+        assert error is None, (line[:120], error)

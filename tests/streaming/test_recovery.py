@@ -1,5 +1,7 @@
-"""Kill the continuous job (SIGKILL, whole process group) mid-stream, restart it, and the final
-tables still equal the reference: nothing lost, nothing doubled."""
+"""Kill the continuous job (SIGKILL, whole process group) mid-stream, publish the rest of the
+stream while it is down, restart it, and the final tables still equal the reference: nothing lost,
+nothing doubled. (Until the llmsla-spool source, segments found in one scan were read in no set
+order, so this test had to publish the rest one by one after the restart.)"""
 
 from __future__ import annotations
 
@@ -82,17 +84,10 @@ def test_kill_and_resume_from_checkpoint(cfg, spool_dirs, tmp_path: Path) -> Non
         kill_group(proc)
     assert 0 < before < len(want)
 
-    publish(req, names_[10], segs[10])  # arrives while the job is down
-    old_jobs = {p.name for p in ckpt.iterdir()}
+    for i in range(10, len(segs)):  # all of the rest arrives while the job is down
+        publish(req, names_[i], segs[i])
     proc = start_stream(cfg, "--kinds", "requests", log=log, **knobs)
     try:
-        # Publish the rest only once the restored job runs (its first checkpoint): files found in
-        # one directory scan are read in no particular order, as documented.
-        _wait(lambda: any(p.parent.parent.name not in old_jobs for p in ckpt.glob("*/chk-*/_metadata")),
-              120, "the restored job", log)
-        for i in range(11, len(segs)):
-            publish(req, names_[i], segs[i])
-            time.sleep(0.4)
         _wait(lambda: _count(dsn, "SELECT count(*) FROM request_windows") >= len(want)
               and _count(dsn, "SELECT count(*) FROM dead_letters") >= len(want_dead), 60,
               f"{len(want)} windows and {len(want_dead)} dead letters", log,

@@ -3,6 +3,7 @@ fingerprints, reconnect after a dropped connection, and a clear failure when the
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
@@ -19,6 +20,11 @@ def _gpu_payload(bucket_ms: int, samples: int) -> str:
     return json.dumps([bucket_ms, "node0", 0, samples, 100, 50.0, 200, 0.5, 70.0, 300.0])
 
 
+def _dead(verdict: str, raw: bytes, *, file: str = "/spool/requests/x.jsonl", problem: str | None = None) -> str:
+    """A dead-letter payload as the job encodes it (sql.DEAD_COLUMNS)."""
+    return json.dumps(["requests", file, verdict, problem, base64.b64encode(raw).decode()])
+
+
 @pytest.fixture()
 def store_dsn(cfg) -> str:
     return open_store(cfg).dsn
@@ -30,8 +36,8 @@ def test_upsert_replaces_and_dead_letters_are_not_doubled(store_dsn: str) -> Non
     b = 1_700_000_000_000
     w.write(names.T_GPU_WINDOWS, [_gpu_payload(b, 3), _gpu_payload(b + 5000, 4)])
     w.write(names.T_GPU_WINDOWS, [_gpu_payload(b, 3), _gpu_payload(b, 9)])  # replay, then a newer value
-    dead = json.dumps(["requests", "/spool/requests/x.jsonl", "invalid", "not json"])
-    late = json.dumps(["requests", "/spool/requests/x.jsonl", "late", '{"v":1}'])
+    dead = _dead("invalid", b"not json", problem="parse")
+    late = _dead("late", b'{"v":1}')
     w.write(sql.DEAD_LETTERS, [dead, late, dead])
     w.write(sql.DEAD_LETTERS, [dead])
     w.close()
@@ -78,9 +84,56 @@ def test_line_numbers_find_the_first_occurrence(tmp_path, caplog) -> None:
 
     seg = tmp_path / "0000000000001-a.jsonl"
     seg.write_bytes('{"ok":1}\n{"bad"\r\nnot json\n{"bad"\nnaïve ✓\n'.encode())
-    got = line_numbers(str(seg), {'{"bad"', "not json", "naïve ✓", "absent"})
-    assert got == {'{"bad"': 2, "not json": 3, "naïve ✓": 5}  # CRLF stripped like Flink does
-    assert line_numbers(seg.as_uri(), {"not json"}) == {"not json": 3}  # a file: URI works too
+    got = line_numbers(str(seg), {b'{"bad"', b"not json", "naïve ✓".encode(), b"absent"})
+    assert got == {b'{"bad"': 2, b"not json": 3, "naïve ✓".encode(): 5}  # CRLF stripped like the reader does
+    assert line_numbers(seg.as_uri(), {b"not json"}) == {b"not json": 3}  # a file: URI works too
     with caplog.at_level("WARNING"):
-        assert line_numbers(str(tmp_path / "pruned.jsonl"), {"x"}) == {}
+        assert line_numbers(str(tmp_path / "pruned.jsonl"), {b"x"}) == {}
     assert "no line numbers" in caplog.text
+
+
+def test_unstorable_dead_letters_are_stored_with_a_named_reason(store_dsn: str, tmp_path) -> None:
+    """A dead letter's raw line is stored whatever its bytes (NUL escaped as \\u0000, invalid UTF-8 as
+    U+FFFD), its reason comes from the contract on the exact bytes, and it is numbered in its file."""
+    import hashlib
+
+    from llmsla.streaming import synth
+    from llmsla.streaming.store_sink import fingerprint
+
+    good = next(iter(synth.request_lines(synth.request_columns(1, start_ms=1_700_000_000_000, span_ms=1))))
+    lines = {
+        "nul": good.replace('"model":"', '"model":"x\\u0000', 1).encode(),
+        "surrogate": good.replace('"model":"', '"model":"\\ud800', 1).encode(),
+        "utf8": good.encode().replace(b'"model":"', b'"model":"\xc1\x81', 1),
+        "raw_nul": b'{"v":1,\x00}',
+        "bom": b"\xef\xbb\xbf" + good.encode(),
+        "dup": good[:-1].encode() + b',"model":"again"}',
+        "huge": json.dumps({**json.loads(good), "queue_ms": 10**400}).encode(),
+        "truncated": good.encode(),
+    }
+    seg = tmp_path / "0000000000001-h-1-ab-000000.jsonl"
+    seg.write_bytes(b"\n".join(v for k, v in lines.items() if k != "truncated") + b"\n" + lines["truncated"])
+    w = StoreWriter(store_dsn)
+    w.write(sql.DEAD_LETTERS, [_dead("invalid", raw, file=str(seg), problem="truncated" if k == "truncated" else None)
+                               for k, raw in lines.items()])
+    w.close()
+    with psycopg.connect(store_dsn) as conn:
+        rows = {raw: (reason, line, fp) for raw, reason, line, fp in
+                conn.execute("SELECT raw, reason, line, fingerprint FROM dead_letters").fetchall()}
+    assert len(rows) == len(lines)
+    shown = {k: raw.decode("utf-8", "replace").replace("\x00", "\\u0000") for k, raw in lines.items()}
+    reason = {k: rows[shown[k]][0] for k in lines}
+    assert "RequestEvent.model: contains NUL" in reason["nul"]
+    assert "RequestEvent.model: contains a lone surrogate U+D800" in reason["surrogate"]
+    assert reason["utf8"].startswith("parse: RequestEvent.<record>: not valid UTF-8 at byte")
+    assert reason["raw_nul"].startswith("parse: RequestEvent.<record>: not valid JSON")
+    assert "byte-order mark" in reason["bom"]
+    assert "RequestEvent.model: duplicate field" in reason["dup"]
+    assert reason["huge"].startswith("schema: RequestEvent.") and "queue_ms" in reason["huge"]
+    assert reason["truncated"] == "parse: RequestEvent.<record>: truncated line (no newline at end)"
+    assert [rows[shown[k]][1] for k in lines] == list(range(1, len(lines) + 1))  # line numbers, bytes and all
+    # the fingerprint of a UTF-8 line is what earlier releases computed from its text
+    old = hashlib.sha256()
+    for part in ("requests", str(seg), "invalid", shown["dup"]):
+        old.update(part.encode() + b"\x00")
+    assert rows[shown["dup"]][2] == old.hexdigest()[:32] == fingerprint("requests", str(seg), "invalid", lines["dup"])

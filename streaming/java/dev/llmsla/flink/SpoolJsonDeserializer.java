@@ -11,6 +11,7 @@ import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonFactory;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonParser;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonToken;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.StreamReadConstraints;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.StreamReadFeature;
 import org.apache.flink.table.api.ValidationException;
 import org.apache.flink.table.data.GenericRowData;
@@ -32,6 +33,16 @@ import org.apache.flink.table.types.logical.RowType;
  * value: refuse to guess). Absent fields and JSON nulls are null columns: the job's SQL predicates
  * decide about them, and the contract names the reason. On any problem every field column is null,
  * so a malformed line never moves the event-time watermark.
+ *
+ * <p>The wire rules of llmsla/events.py {@code from_json} hold byte for byte, so {@code spool check}
+ * and the job accept exactly the same lines: a line must be UTF-8 (strictly: no overlong forms, no
+ * encoded surrogates; Jackson alone decodes those silently), must not start with a byte-order mark
+ * (Jackson would skip it), and each name appears once, nested objects included. A string must be
+ * storable ({@code string_problem}): no NUL, no lone surrogate, at most {@code max-string-chars}
+ * Unicode code points (not UTF-16 units: an emoji is one). Problems: {@code parse}, {@code bom},
+ * {@code utf8}, {@code type:<path>}, {@code unknown:<path>}, {@code duplicate:<path>},
+ * {@code string:<path>}, and {@code truncated} (set by the spool source for a last line without a
+ * newline). Blank lines (only space, tab, CR: llmsla.spool.BLANK_BYTES) yield no row.
  */
 public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     private static final long serialVersionUID = 1L;
@@ -47,16 +58,26 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     /** Per column: its JSON path (null for the raw and error columns) and type s, i, n or v. */
     private final String[] paths;
     private final char[] types;
+    /** Longest storable string in code points (0: no limit). */
+    private final int maxStringChars;
 
     private transient JsonFactory factory;
     private transient Map<String, Integer> top;
     private transient Map<String, Map<String, Integer>> nested;
+    /** Nested objects by name and the bit of {@link #seenObjects} that marks them read. */
+    private transient Map<String, Integer> objectBits;
     /** Columns already filled in the current line (bit per column): a repeated name is a problem. */
     private transient long seen;
+    /** Nested objects already read in the current line (a repeated one, even null, is a problem). */
+    private transient long seenObjects;
+    /** Whether the current line's bytes were checked to be strict UTF-8 (done once, lazily). */
+    private transient boolean utf8Checked;
 
     public SpoolJsonDeserializer(RowType rowType, TypeInformation<RowData> produced, String pathOption,
-                                 String notNullOption, String timeOption, String rawColumn, String errorColumn) {
+                                 String notNullOption, String timeOption, String rawColumn, String errorColumn,
+                                 int maxStringChars) {
         this.produced = produced;
+        this.maxStringChars = maxStringChars;
         List<String> names = rowType.getFieldNames();
         arity = names.size();
         if (arity > 64) {
@@ -155,9 +176,16 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
 
     private void init() {
         // exact (correctly rounded) like Double.parseDouble, several times faster
-        factory = JsonFactory.builder().enable(StreamReadFeature.USE_FAST_DOUBLE_PARSER).build();
+        // Python's json has no limit on a number's digits or a string's length (ints: 4300 digits,
+        // then "not valid JSON"); Jackson's defaults (1000 digits, ...) would reject lines Python
+        // accepts. Nesting needs no raise: a nested value at a known field is a type problem at once.
+        StreamReadConstraints unlimited = StreamReadConstraints.builder().maxNumberLength(Integer.MAX_VALUE)
+                .maxStringLength(Integer.MAX_VALUE).maxNameLength(Integer.MAX_VALUE).build();
+        factory = JsonFactory.builder().enable(StreamReadFeature.USE_FAST_DOUBLE_PARSER)
+                .streamReadConstraints(unlimited).build();
         top = new HashMap<>();
         nested = new HashMap<>();
+        objectBits = new HashMap<>();
         for (int i = 0; i < arity; i++) {
             String path = paths[i];
             if (path == null) {
@@ -167,40 +195,65 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
             if (dot < 0) {
                 top.put(path, i);
             } else {
-                nested.computeIfAbsent(path.substring(0, dot), k -> new HashMap<>()).put(path.substring(dot + 1), i);
+                String object = path.substring(0, dot);
+                nested.computeIfAbsent(object, k -> new HashMap<>()).put(path.substring(dot + 1), i);
+                objectBits.putIfAbsent(object, objectBits.size());
             }
         }
     }
 
     @Override
     public RowData deserialize(byte[] line) {
+        return deserialize(line, 0);
+    }
+
+    /**
+     * The row of one line with {@code trailing} extra null fields at the end (a source fills its
+     * metadata columns there without copying the row); null for a blank line.
+     */
+    public GenericRowData deserialize(byte[] line, int trailing) {
         if (line == null || isBlank(line)) {
             return null;
         }
         if (factory == null) {
             init();
         }
-        GenericRowData row = new GenericRowData(arity);
-        String problem;
+        GenericRowData row = new GenericRowData(arity + trailing);
+        String problem = null;
         seen = 0L;
-        try (JsonParser p = factory.createParser(line)) {
-            if (p.nextToken() != JsonToken.START_OBJECT) {
-                problem = "parse";
-            } else {
-                problem = readObject(p, top, true, "", row, line);
-                if (problem == null && p.nextToken() != null) {
-                    problem = "parse"; // trailing content after the object
+        seenObjects = 0L;
+        utf8Checked = false;
+        if (line.length >= 3 && line[0] == (byte) 0xEF && line[1] == (byte) 0xBB && line[2] == (byte) 0xBF) {
+            problem = "bom"; // Jackson would skip it; the contract rejects it
+        } else if (hasNulHead(line)) {
+            problem = "parse"; // Jackson would take the line for UTF-16/32; it is not JSON text
+        } else {
+            try (JsonParser p = factory.createParser(line)) {
+                if (p.nextToken() != JsonToken.START_OBJECT) {
+                    problem = "parse";
+                } else {
+                    problem = readObject(p, top, true, "", row, line);
+                    if (problem == null && p.nextToken() != null) {
+                        problem = "parse"; // trailing content after the object
+                    }
                 }
+            } catch (IOException | RuntimeException e) {
+                problem = utf8Checked || Utf8.isValid(line) ? "parse" : "utf8";
             }
-        } catch (IOException | RuntimeException e) {
-            problem = "parse";
         }
-        if (problem != null) {
-            row = new GenericRowData(arity); // no field of a malformed line is used, not even ts_ms
-            row.setField(errorIndex, StringData.fromString(problem));
-        }
+        return problem == null ? finish(row, line) : malformed(line, problem, trailing);
+    }
+
+    /** The row of a line that is not used (every field null, 1970 event time) with its problem. */
+    public GenericRowData malformed(byte[] line, String problem, int trailing) {
+        GenericRowData row = new GenericRowData(arity + trailing); // nothing of it is used, not even ts_ms
+        row.setField(errorIndex, StringData.fromString(problem));
+        return finish(row, line);
+    }
+
+    private GenericRowData finish(GenericRowData row, byte[] line) {
         if (rawIndex >= 0) {
-            row.setField(rawIndex, StringData.fromBytes(line)); // the adapter hands us a fresh copy
+            row.setField(rawIndex, StringData.fromBytes(line)); // the caller hands us a fresh copy
         }
         if (timeIndex >= 0) { // never null: the watermark operator rejects a null rowtime
             Object millis = row.getField(timeSourceIndex);
@@ -209,13 +262,23 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
         return row;
     }
 
-    private static boolean isBlank(byte[] line) {
+    /** llmsla.spool.is_blank: only space, tab and CR bytes (an empty line too). */
+    public static boolean isBlank(byte[] line) {
         for (byte b : line) {
-            if (b != ' ') {
+            if (b != ' ' && b != '\t' && b != '\r') {
                 return false;
             }
         }
         return true;
+    }
+
+    private static boolean hasNulHead(byte[] line) {
+        for (int i = 0; i < Math.min(4, line.length); i++) {
+            if (line[i] == 0) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** Reads the current object's fields into the row; the first problem, or null. */
@@ -231,7 +294,13 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                     return "duplicate:" + prefix + name;
                 }
                 seen |= 1L << slot;
-                if (!convert(p, value, types[slot], row, slot, line)) {
+                if (types[slot] == 's' && value == JsonToken.VALUE_STRING) {
+                    StringData text = stringValue(p, line);
+                    if (text == null) {
+                        return "string:" + prefix + name;
+                    }
+                    row.setField(slot, text);
+                } else if (!convert(p, value, types[slot], row, slot)) {
                     return "type:" + prefix + name;
                 }
                 continue;
@@ -240,6 +309,11 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
             if (children == null) {
                 return "unknown:" + prefix + name;
             }
+            long bit = 1L << objectBits.get(name);
+            if ((seenObjects & bit) != 0) {
+                return "duplicate:" + name;
+            }
+            seenObjects |= bit;
             if (value == JsonToken.VALUE_NULL) {
                 continue; // its columns stay null; the SQL predicates reject that
             }
@@ -258,18 +332,15 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     }
 
     /** Stores one value; false when the JSON value does not have the column's type. */
-    private static boolean convert(JsonParser p, JsonToken t, char type, GenericRowData row, int slot,
-                                   byte[] line) throws IOException {
+    private static boolean convert(JsonParser p, JsonToken t, char type, GenericRowData row, int slot)
+            throws IOException {
         if (t == JsonToken.VALUE_NULL) {
             return type != 'v';
         }
         switch (type) {
             case 's':
-                if (t != JsonToken.VALUE_STRING) {
-                    return false;
-                }
-                row.setField(slot, stringValue(p, line));
-                return true;
+                return false; // strings are read by stringValue
+
             case 'n':
                 if (t != JsonToken.VALUE_NUMBER_INT && t != JsonToken.VALUE_NUMBER_FLOAT) {
                     return false;
@@ -296,25 +367,57 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     }
 
     /**
-     * The current string value. Fast path: a value of printable ASCII without escapes is exactly
-     * its bytes in the line, so the string is a slice of the line (no decode, and no re-encode
-     * when Flink copies or hashes it; Jackson skips the token). Anything else is decoded by Jackson.
+     * The current string value, or null when it cannot be stored (llmsla.events.string_problem, or
+     * longer than the limit in code points). Fast path: a value of printable ASCII without escapes
+     * is exactly its bytes in the line, so the string is a slice of the line (no decode, and no
+     * re-encode when Flink copies or hashes it; Jackson skips the token). Anything else is decoded by
+     * Jackson, after the whole line was checked once to be strict UTF-8 (Jackson accepts overlong
+     * forms and encoded surrogates; Python does not).
      */
-    private static StringData stringValue(JsonParser p, byte[] line) throws IOException {
+    private StringData stringValue(JsonParser p, byte[] line) throws IOException {
         long quote = p.getTokenLocation().getByteOffset();
         if (quote >= 0 && quote < line.length && line[(int) quote] == '"') {
             int start = (int) quote + 1;
             for (int i = start; i < line.length; i++) {
                 byte b = line[i];
                 if (b == '"') {
-                    return StringData.fromBytes(line, start, i - start);
+                    int length = i - start;
+                    return maxStringChars > 0 && length > maxStringChars ? null : StringData.fromBytes(line, start, length);
                 }
                 if (b == '\\' || b < 0x20) { // an escape, a control character or non-ASCII (< 0)
                     break;
                 }
             }
         }
-        return StringData.fromString(p.getText());
+        if (!utf8Checked) {
+            if (!Utf8.isValid(line)) {
+                throw new IOException("not UTF-8");
+            }
+            utf8Checked = true;
+        }
+        String text = p.getText();
+        return storable(text) ? StringData.fromString(text) : null;
+    }
+
+    /** No NUL, no lone surrogate, at most maxStringChars code points. */
+    private boolean storable(String text) {
+        int points = 0;
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (c == 0) {
+                return false;
+            }
+            if (Character.isHighSurrogate(c)) {
+                if (i + 1 >= text.length() || !Character.isLowSurrogate(text.charAt(i + 1))) {
+                    return false;
+                }
+                i++;
+            } else if (Character.isLowSurrogate(c)) {
+                return false;
+            }
+            points++;
+        }
+        return maxStringChars <= 0 || points <= maxStringChars;
     }
 
     @Override

@@ -37,8 +37,9 @@ import org.apache.flink.table.types.logical.RowType;
  * in {@code not-null} reject an explicit JSON null (the schema version). The {@code time-column}
  * option ({@code rt=ts_ms}) adds a TIMESTAMP_LTZ(3) copy of an epoch-millisecond column, 1970 when
  * it is null: the event-time attribute, without a computed column (whose Calc would copy every
- * string of every row once more). Lines of spaces only are
- * skipped. See {@link SpoolJsonDeserializer} for the type rules.
+ * string of every row once more). String values must be storable ({@code max-string-chars} code
+ * points, no NUL, no lone surrogate). Blank lines (space, tab, CR only) are skipped. See
+ * {@link SpoolJsonDeserializer} for the type and wire rules.
  */
 public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
     public static final String IDENTIFIER = "llmsla-json";
@@ -54,6 +55,9 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
             .withDescription("column that receives the raw line");
     public static final ConfigOption<String> ERROR_COLUMN = ConfigOptions.key("error-column").stringType()
             .defaultValue("json_error").withDescription("column that receives the JSON-shape problem, null if none");
+    public static final ConfigOption<Integer> MAX_STRING_CHARS = ConfigOptions.key("max-string-chars").intType()
+            .defaultValue(256).withDescription("longest string value in Unicode code points (llmsla.events."
+                    + "MAX_STRING_CHARS); longer, or with a NUL or a lone surrogate, is a string:<path> problem");
 
     @Override
     public DecodingFormat<DeserializationSchema<RowData>> createDecodingFormat(
@@ -75,13 +79,14 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
         final String time = options.get(TIME_COLUMN);
         final String raw = options.get(RAW_COLUMN);
         final String error = options.get(ERROR_COLUMN);
+        final int maxChars = options.get(MAX_STRING_CHARS);
         return new DecodingFormat<DeserializationSchema<RowData>>() {
             @Override
             public DeserializationSchema<RowData> createRuntimeDecoder(
                     DynamicTableSource.Context ctx, DataType physicalDataType) {
                 RowType rowType = (RowType) physicalDataType.getLogicalType();
                 TypeInformation<RowData> produced = ctx.createTypeInformation(physicalDataType);
-                return new SpoolJsonDeserializer(rowType, produced, paths, notNull, time, raw, error);
+                return new SpoolJsonDeserializer(rowType, produced, paths, notNull, time, raw, error, maxChars);
             }
 
             @Override
@@ -109,6 +114,7 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
         options.add(TIME_COLUMN);
         options.add(RAW_COLUMN);
         options.add(ERROR_COLUMN);
+        options.add(MAX_STRING_CHARS);
         return options;
     }
 }

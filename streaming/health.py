@@ -1,0 +1,73 @@
+"""What the stream job has done, as Prometheus metrics read from the store it writes.
+
+Dead letters and windows land in the store, from whichever Flink task wrote them, so the store
+is the one place that knows the totals: a counter derived from the ``dead_letters`` table
+survives job restarts and rescaling, and the newest window end per table says how far behind
+the job is (``time() - llmsla_stream_newest_window_end_timestamp_seconds``) even when it is
+down. ``llmsla stream`` serves these on ``stream.metrics_port``; the static rule
+``LlmslaDeadLetters`` and the stream-lag panel read them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from llmsla import names
+from llmsla.store.connection import StoreError, StoreHandle
+
+#: Window tables whose newest end is exported, with their length (the time column holds starts).
+WINDOW_SECONDS = {names.T_REQUEST_WINDOWS: names.REQUEST_WINDOW_S, names.T_POLICY_WINDOWS: names.POLICY_WINDOW_S,
+                  names.T_GPU_WINDOWS: names.GPU_WINDOW_S}
+
+
+class StreamHealth(Collector):
+    """Collects from the store at most once per ``min_interval_s`` (scrapes from several
+    Prometheus replicas share a reading); a store that does not answer yields no samples and
+    the scrape still succeeds, so ``up`` stays about the process and absence about the data."""
+
+    def __init__(self, store: StoreHandle, *, min_interval_s: float = 5.0) -> None:
+        self._store = store
+        self._min_interval_s = min_interval_s
+        self._lock = threading.Lock()
+        self._at = -float("inf")
+        self._cached: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if time.monotonic() - self._at >= self._min_interval_s:
+                self._cached = self._read()
+                self._at = time.monotonic()
+            return iter(list(self._cached))
+
+    def _read(self) -> list[Metric]:
+        try:
+            with self._store.connect(autocommit=True) as conn:
+                letters = conn.execute(
+                    f"SELECT source, count(*) FROM {names.T_DEAD_LETTERS} GROUP BY source").fetchall()
+                newest = {t: conn.execute(f"SELECT extract(epoch FROM max({names.TIME_TABLES[t]})) FROM {t}").fetchone()[0]
+                          for t in WINDOW_SECONDS}
+        except (StoreError, psycopg.Error, OSError):
+            return []
+        dead = CounterMetricFamily(names.DEAD_LETTERS, "records the stream job set aside (stored in dead_letters)",
+                                   labels=[names.L_SOURCE])
+        for source, count in letters:
+            dead.add_metric([source], float(count))
+        lag = GaugeMetricFamily(names.STREAM_NEWEST_WINDOW, "end of the newest stored window, per window table",
+                                labels=["table"])
+        for table, start in newest.items():
+            if start is not None:
+                lag.add_metric([table], float(start) + WINDOW_SECONDS[table])
+        return [dead, lag]
+
+
+def registry_for(store: StoreHandle) -> CollectorRegistry:
+    """A registry of its own: the stream's /metrics carries only what it knows."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(StreamHealth(store))
+    return reg
