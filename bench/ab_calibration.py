@@ -145,9 +145,57 @@ def render_doc(result: dict[str, Any]) -> str:
         ]
     lines += ["## Verdict", ""]
     lines += [f"- {c}" for c in result["claims"]]
+    lines += ["", "## Reading this", ""]
+    lines += _notes(sm, alpha, srm_alpha)
     lines += ["", f"Machine: {result['machine']['cpus']} CPUs, load {result['machine'].get('loadavg_at_start')}; "
               f"{result['wall_s']:.0f} s wall for {result['runs']} runs.", ""]
     return "\n".join(lines)
+
+
+def _notes(sm: dict[str, Any], alpha: float, srm_alpha: float) -> list[str]:
+    """What the tables say, in sentences written from the numbers (nothing here is hand-typed)."""
+    aa = [k for k in sm if k.startswith("aa_")]
+    out = []
+    naive = [sm[k]["srm_naive"][f"p<{srm_alpha:g}"]["rate"] for k in aa]
+    mw = [sm[k]["mannwhitney"]["e2e"]["rate"] for k in aa]
+    out.append(f"- Requests are not independent: a plain chi-square on request counts flags a sample-ratio mismatch "
+               f"at p < {srm_alpha:g} in {100 * min(naive):.0f}-{100 * max(naive):.0f} % of A/A runs, a per-request "
+               f"Mann-Whitney on E2E rejects at {alpha:g} in {100 * min(mw):.0f}-{100 * max(mw):.0f} %; the report's "
+               f"tests, which replicate over time, not requests, are in the first table.")
+    above = {}
+    for k in aa:
+        for mode in ("fixed", "sequential"):
+            for m in METRICS:
+                r = sm[k][mode][m]["excludes_0"]
+                if not within(r, alpha):
+                    above.setdefault((mode, m), []).append(f"{k} {_pct(r)}")
+        for a in (srm_alpha, 0.01, 0.05):
+            r = sm[k]["srm"][f"p<{a:g}"]
+            if not within(r, a):
+                above.setdefault(("srm", f"p < {a:g}"), []).append(f"{k} {_pct(r)}")
+    if above:
+        for (mode, m), where in sorted(above.items()):
+            out.append(f"- **Above nominal**: {mode} {m}: {'; '.join(where)}.")
+    else:
+        out.append("- Every test of the report is within its nominal alpha in every A/A scenario.")
+    att = [(k, sm[k]["fixed"][names.AB_METRIC_E2E_ATTAINMENT]["excludes_0"]["rate"]) for k in aa]
+    seq_att = [(k, sm[k]["sequential"][names.AB_METRIC_E2E_ATTAINMENT]["excludes_0"]["rate"]) for k in aa]
+    out.append("- Attainment (a share of requests, dominated by a few heavy sessions) is the hardest case for a "
+               "time-block test: fixed-horizon E2E attainment rejected a true null in "
+               + ", ".join(f"{k} {100 * r:.1f} %" for k, r in att) + f" of runs (nominal {100 * alpha:g} %); the "
+               "always-valid mode in " + ", ".join(f"{k} {100 * r:.1f} %" for k, r in seq_att)
+               + ". Automatic rollback uses only the always-valid mode.")
+    for key, title in (("slow_min", "at the default sample size"), ("slow_pools", "at the calibration load")):
+        p = sm.get(key)
+        if p:
+            f, q = p["fixed"][names.AB_METRIC_E2E_P95]["fail_gated"], p["sequential"][names.AB_METRIC_E2E_P95]["fail_gated"]
+            anyf = p["fixed"]["any_latency_fail"]
+            out.append(f"- Power {title} ({p['requests_per_arm_mean'][1]:,.0f} requests per arm, 10 % slower "
+                       f"iterations): E2E P95 `fail` in {100 * f['rate']:.0f} % (fixed) / {100 * q['rate']:.0f} % "
+                       f"(always-valid) of runs, some latency metric `fail` in {100 * anyf['rate']:.0f} %"
+                       + ("" if f["rate"] >= 0.8 else "; below the 80 % target: a 10 % slowdown needs more "
+                          "requests per arm than `ab.min_requests` to be caught on E2E P95 alone") + ".")
+    return out
 
 
 def claims(sm: dict[str, Any], alpha: float, srm_alpha: float) -> tuple[list[str], bool]:
