@@ -483,6 +483,9 @@ def main() -> int:
                          "given) with the local mini-cluster instead; see above")
     ap.add_argument("--cluster-taskmanagers", type=int, default=2, help="TaskManagers of the cluster started here")
     ap.add_argument("--cluster-parallelism", type=int, default=2, help="job parallelism on the cluster")
+    ap.add_argument("--java-only", action="store_true",
+                    help="only the Java path's throughput (no fallback, no freshness): a quick check of a change")
+    ap.add_argument("--name", default="streaming", help="result file bench/results/<name>.json (default streaming)")
     args = ap.parse_args()
     if args.jobmanager:
         return cluster_main(args)
@@ -503,14 +506,16 @@ def main() -> int:
         (work / "empty" / names.SPOOL_REQUESTS).mkdir(parents=True)
         startup: dict[tuple[bool, str], float] = {}
         cfg.spool.dir = str(work / "empty")
-        for java in (True, False):
+        for java in (True,) if args.java_only else (True, False):
             for sink in ("blackhole", "store"):
                 flag = ("--blackhole",) if sink == "blackhole" else ()
                 startup[(java, sink)] = run_job(cfg, *flag, log=log, java_parser=java)["wall_s"]
         main_backlog = write_backlog(work / "main", args.events, start_ms, args.rate, args.writers,
                                      segment_bytes=seg_bytes, segment_age_s=seg_age)
-        fallback = write_single(work / "fallback", args.fallback_events, start_ms, args.rate)
-        runs = [("java", True, 1, main_backlog), ("sql", False, 1, fallback)]
+        runs = [("java", True, 1, main_backlog)]
+        if not args.java_only:
+            fallback = write_single(work / "fallback", args.fallback_events, start_ms, args.rate)
+            runs.append(("sql", False, 1, fallback))
         if args.parallel > 1:
             runs.append(("java", True, args.parallel, main_backlog))
         for label, java, par, backlog in runs:
@@ -544,7 +549,8 @@ def main() -> int:
         shutil.rmtree(work / "main", ignore_errors=True)
         shutil.rmtree(work / "fallback", ignore_errors=True)
         cfg.spool.dir = str(work / "spool-live")
-        fresh = freshness(cfg, args.fresh_s, args.fresh_rate, args.fresh_writers, log)
+        fresh = (freshness(cfg, args.fresh_s, args.fresh_rate, args.fresh_writers, log) if not args.java_only
+                 else {"skipped": "--java-only", "budget_s": None})
     finally:
         handle.close()
     load_after = os.getloadavg()
@@ -560,12 +566,13 @@ def main() -> int:
             print(f"  {r['path']}/{r['sink']}: unsupported: {r['unsupported_because']}")
     print_table([fresh], "freshness: segment published -> window row visible (continuous job, Java path, live traffic)")
     print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
-    write_result("streaming", {
+    write_result(args.name, {
         "inputs": {"events": args.events, "writers": args.writers, "fallback_events": args.fallback_events,
                    "event_rate": args.rate, "segment_max_bytes": seg_bytes, "segment_max_age_s": seg_age,
                    "label_combinations": len(KEYS.combos()), "spools": inputs, "parallel": args.parallel,
                    "repeats": args.repeats, "max_repeats": args.max_repeats,
-                   "freshness_s": args.fresh_s, "freshness_rate": args.fresh_rate, "freshness_writers": args.fresh_writers},
+                   "freshness_s": args.fresh_s, "freshness_rate": args.fresh_rate, "freshness_writers": args.fresh_writers,
+                   "java_only": args.java_only},
         "anchor": "blackhole sink, same path and parallelism, same run",
         "rate": ("events_per_s = (events - events/2) / (mean wall(events) - mean wall(events/2)), reported only "
                  "when that difference exceeds 0 and 3 standard errors of the repeated walls; sinks interleaved; "

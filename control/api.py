@@ -15,6 +15,11 @@ Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
 * ``POST /v1/pools/{pool}/student_share``  ``{"pct": 30, "clamp": true}``   (409 if too large and
   ``clamp`` is false)
 * ``POST /v1/pools/{pool}/temperature_schedule`` ``{"name": "linear", "params": {"t_max": 1.2}}``
+* ``POST /v1/experiments/{key}/arms/{arm}/weight`` ``{"weight": 0}`` (0 rolls the arm back; 409
+  above its configured weight, which would move other units)
+* ``POST /v1/experiments/{key}/coverage``  ``{"coverage": 0.1}`` (ramp)
+
+``GET /v1/experiments`` shows the A/B experiments with the weights and coverage in force.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from aiohttp import web
 
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
+from llmsla.control.rollout import Rollout, UnknownExperiment, WeightTooLarge
 from llmsla.control.router import LastReplicaError, Router, UnknownReplica
 from llmsla.events import shown_name
 from llmsla.httpkit import (
@@ -49,6 +55,7 @@ MAX_BODY_BYTES = 64 * 1024
 _ROUTER = web.AppKey("router", Router)
 _DISTILL = web.AppKey("distill", DistillControls)
 _AUDIT = web.AppKey("audit", AuditLog)
+_ROLLOUT = web.AppKey("rollout", Rollout)
 _TOKEN = web.AppKey("token", str)
 _LIMITS = web.AppKey("limits", Limits)
 _LOCK: web.AppKey[AbstractContextManager[Any]] = web.AppKey("lock")
@@ -97,9 +104,9 @@ def _write(handler: Any) -> Any:
             return await handler(request)
         except ApiError as exc:
             return exc.response()
-        except (UnknownReplica, UnknownPool) as exc:
+        except (UnknownReplica, UnknownPool, UnknownExperiment) as exc:
             return error_response(404, str(exc), code="not_found")
-        except (LastReplicaError, StepTooLarge) as exc:
+        except (LastReplicaError, StepTooLarge, WeightTooLarge) as exc:
             return error_response(409, str(exc), code="conflict")
         except ValueError as exc:
             return error_response(400, str(exc), code="invalid_value")
@@ -111,7 +118,12 @@ def _write(handler: Any) -> Any:
 async def _state(request: web.Request) -> web.Response:
     with request.app[_LOCK]:
         state = {"router": request.app[_ROUTER].snapshot(), "distill": request.app[_DISTILL].snapshot()}
+    state["experiments"] = request.app[_ROLLOUT].snapshot()  # the rollout has its own lock
     return web.json_response(state)
+
+
+async def _experiments(request: web.Request) -> web.Response:
+    return web.json_response({"experiments": request.app[_ROLLOUT].snapshot()})
 
 
 async def _audit(request: web.Request) -> web.Response:
@@ -219,21 +231,42 @@ async def _set_schedule(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "audit": rec})
 
 
+@_write
+async def _set_arm_weight(request: web.Request) -> web.Response:
+    body = await _body(request, {"weight"})
+    weight = _number(body, "weight")
+    actor, reason = _who(request, body)
+    rec = request.app[_ROLLOUT].set_weight(request.match_info["key"], request.match_info["arm"], weight,
+                                           actor=actor, reason=reason)
+    return web.json_response({"ok": True, "audit": rec})
+
+
+@_write
+async def _set_coverage(request: web.Request) -> web.Response:
+    body = await _body(request, {"coverage"})
+    coverage = _number(body, "coverage")
+    actor, reason = _who(request, body)
+    rec = request.app[_ROLLOUT].set_coverage(request.match_info["key"], coverage, actor=actor, reason=reason)
+    return web.json_response({"ok": True, "audit": rec})
+
+
 def add_routes(app: web.Application, router: Router, distill: DistillControls, *, token: str,
                audit: AuditLog | None = None, limits: Limits = DEFAULT_LIMITS,
-               lock: AbstractContextManager[Any] | None = None) -> web.Application:
+               rollout: Rollout | None = None, lock: AbstractContextManager[Any] | None = None) -> web.Application:
     """Mount the control API on ``app`` (the gateway can host it next to its proxy routes).
 
     ``lock``: held around every read and change of the router and the distillation controls,
     for an owner that runs them on another thread (the paced fleet simulator); the gateway owns
-    them on this event loop and needs none."""
+    them on this event loop and needs none. The rollout keeps its own lock."""
     app[_LIMITS] = limits
     app[_LOCK] = lock if lock is not None else contextlib.nullcontext()
     app[_ROUTER] = router
     app[_DISTILL] = distill
     app[_AUDIT] = audit or distill.audit
+    app[_ROLLOUT] = rollout or Rollout({}, audit=app[_AUDIT])
     app[_TOKEN] = token
     app.router.add_get("/v1/state", _state)
+    app.router.add_get("/v1/experiments", _experiments)
     app.router.add_get("/v1/audit", _audit)
     add_metrics(app, router.metrics.registry, distill.metrics.registry)
     app.router.add_get("/healthz", _healthz)
@@ -244,13 +277,16 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     app.router.add_post("/v1/router/params", _set_params)
     app.router.add_post("/v1/pools/{pool}/student_share", _set_share)
     app.router.add_post("/v1/pools/{pool}/temperature_schedule", _set_schedule)
+    app.router.add_post("/v1/experiments/{key}/arms/{arm}/weight", _set_arm_weight)
+    app.router.add_post("/v1/experiments/{key}/coverage", _set_coverage)
     return app
 
 
 def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None,
-             limits: Limits = DEFAULT_LIMITS, lock: AbstractContextManager[Any] | None = None) -> web.Application:
+             limits: Limits = DEFAULT_LIMITS, rollout: Rollout | None = None,
+             lock: AbstractContextManager[Any] | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
-    return add_routes(app, router, distill, token=token, audit=audit, limits=limits, lock=lock)
+    return add_routes(app, router, distill, token=token, audit=audit, limits=limits, rollout=rollout, lock=lock)
 
 
 async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0, limits: Limits = DEFAULT_LIMITS) -> Served:

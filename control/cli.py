@@ -35,6 +35,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
+    from llmsla.control.rollout import Rollout
     from llmsla.control.router import Replica, from_config
     from llmsla.errors import CliError
     from llmsla.httpkit import Limits
@@ -51,6 +52,8 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     store = open_store(cfg)
     audit = AuditLog(store.dsn)
     distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
+    # A/B weight and coverage changes: applied here and broadcast to the gateways (Redis stream)
+    rollout = Rollout.from_config(cfg, audit=audit, router=router)
     if not cfg.control.token:
         print("llmsla control: control.token is empty - every write will be refused (503)")
 
@@ -63,7 +66,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: pending audit rows are written
             loop.add_signal_handler(sig, stop.set)
-        app = api.make_app(router, distill, token=cfg.control.token, limits=Limits.from_config(cfg))
+        app = api.make_app(router, distill, token=cfg.control.token, limits=Limits.from_config(cfg), rollout=rollout)
         served = await api.start(app, host, port, Limits.from_config(cfg))
         session = aiohttp.ClientSession()
         prober = HealthProber(router)

@@ -56,6 +56,15 @@ def key_point(pool: str, key: str) -> int:
     return int.from_bytes(h, "big") % _BPS
 
 
+def role_for_share(pool: str, key: str, share_pct: float) -> str:
+    """``student`` iff the key's point is below the share (the gateway and the simulator)."""
+    if share_pct <= 0:
+        return TEACHER
+    if share_pct >= 100:
+        return STUDENT
+    return STUDENT if key_point(pool, key) < round(share_pct * 100) else TEACHER
+
+
 class DistillControls:
     """Per-pool student share and temperature schedule; see the module docstring."""
 
@@ -139,27 +148,28 @@ class DistillControls:
         pc = self._pools.get(pool)
         return pc.schedule if pc is not None and pc.schedule != DEFAULT_SCHEDULE else None
 
-    def role_for(self, pool: str, key: str) -> str:
-        """``student`` or ``teacher`` for this request key (deterministic, see module doc)."""
-        pc = self._pools.get(pool)
-        if pc is None or pc.student_share_pct <= 0:
-            return TEACHER
-        if pc.student_share_pct >= 100:
-            return STUDENT
-        return STUDENT if key_point(pool, key) < round(pc.student_share_pct * 100) else TEACHER
+    def role_for(self, pool: str, key: str, share_pct: float | None = None) -> str:
+        """``student`` or ``teacher`` for this request key (deterministic, see module doc);
+        ``share_pct`` overrides the pool's share (an A/B arm's strategy)."""
+        if share_pct is None:
+            pc = self._pools.get(pool)
+            share_pct = pc.student_share_pct if pc is not None else 0.0
+        return role_for_share(pool, key, share_pct)
 
-    def pick(self, router: Any, pool: str, key: str, *, exclude: Any = ()) -> Any:
+    def pick(self, router: Any, pool: str, key: str, *, exclude: Any = (), share_pct: float | None = None,
+             policy: str | None = None) -> Any:
         """Route a request: the key's role if the pool has replicas of it, else any replica (a
-        pool without a teacher/student split routes as if there were no controls)."""
+        pool without a teacher/student split routes as if there were no controls). ``share_pct``
+        and ``policy`` are an A/B arm's overrides of the pool's share and the router's policy."""
         from llmsla.control.router import NoReplicaAvailable
 
-        role = self.role_for(pool, key)
+        role = self.role_for(pool, key, share_pct)
         if router.has_role(pool, role):
             try:
-                return router.pick(pool, role=role, exclude=exclude)
+                return router.pick(pool, role=role, exclude=exclude, policy=policy)
             except NoReplicaAvailable:  # every replica of that role excluded: any role
                 pass
-        return router.pick(pool, exclude=exclude)
+        return router.pick(pool, exclude=exclude, policy=policy)
 
     # -- writes ----------------------------------------------------------------------------------
     def set_student_share(self, pool: str, pct: Any, *, actor: str, reason: str = "",

@@ -21,8 +21,8 @@ _OK = {"description": "applied (or clamped); the audit record", "content": {"app
     "type": "object", "required": ["ok", "audit"], "properties": {"ok": {"type": "boolean"}, "audit": {"type": "object"}}}}}}
 
 
-def _write(summary: str, body: dict[str, Any], *, required: list[str], param: str | None, optional_body: bool = False,
-           codes: tuple[str, ...] = ("400", "401", "404", "413", "503")) -> dict[str, Any]:
+def _write(summary: str, body: dict[str, Any], *, required: list[str], param: str | tuple[str, ...] | None,
+           optional_body: bool = False, codes: tuple[str, ...] = ("400", "401", "404", "413", "503")) -> dict[str, Any]:
     op: dict[str, Any] = {
         "summary": summary,
         "security": [{"bearer": []}],
@@ -32,7 +32,8 @@ def _write(summary: str, body: dict[str, Any], *, required: list[str], param: st
         "responses": {"200": _OK, **{c: _ERROR for c in codes}},
     }
     if param:
-        op["parameters"] = [{"name": param, "in": "path", "required": True, "schema": {"type": "string"}}]
+        op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+                            for p in ((param,) if isinstance(param, str) else param)]
     return {"post": op}
 
 
@@ -42,13 +43,18 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
         "info": {"title": "llmsla control API", "version": "1",
-                 "description": f"Router weights/drain/parameters and distillation controls. Writes need "
+                 "description": f"Router weights/drain/parameters, distillation controls and A/B rollouts. Writes need "
                                 f"`Authorization: Bearer <control.token>`; bodies over {MAX_BODY_BYTES} bytes are 413."},
         "paths": {
             "/v1/state": {"get": {"summary": "router snapshot and distillation state", "responses": {"200": {
                 "description": "state", "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["router", "distill"],
-                    "properties": {"router": {"type": "object"}, "distill": {"type": "object"}}}}}}}}},
+                    "type": "object", "required": ["router", "distill", "experiments"],
+                    "properties": {"router": {"type": "object"}, "distill": {"type": "object"},
+                                   "experiments": {"type": "object"}}}}}}}}},
+            "/v1/experiments": {"get": {"summary": "A/B experiments with the weights and coverage in force",
+                                        "responses": {"200": {"description": "experiments", "content": {
+                                            "application/json": {"schema": {"type": "object", "required": ["experiments"],
+                                                                            "properties": {"experiments": {"type": "object"}}}}}}}}},
             **common_paths(audit="last n audit records", openapi="3.0"),
             "/v1/replicas/{rid}/weight": _write("set a replica's weight (0 = soft drain)",
                                                 {"weight": {"type": "number", "minimum": 0}}, required=["weight"],
@@ -68,6 +74,13 @@ def document() -> dict[str, Any]:
                 "replace the temperature schedule (409 if a bound moves more than control.max_temperature_step)",
                 {"name": {"type": "string"}, "params": {"type": "object"}}, required=["name"], param="pool",
                 codes=("400", "401", "404", "409", "413", "503")),
+            "/v1/experiments/{key}/arms/{arm}/weight": _write(
+                "an A/B arm's weight in force, 0 .. its configured weight (0 rolls the arm back; 409 above it)",
+                {"weight": {"type": "number", "minimum": 0}}, required=["weight"], param=("key", "arm"),
+                codes=("400", "401", "404", "409", "413", "503")),
+            "/v1/experiments/{key}/coverage": _write(
+                "ramp an A/B experiment: the share of units in it (units only join or leave, never change arm)",
+                {"coverage": {"type": "number", "minimum": 0, "maximum": 1}}, required=["coverage"], param="key"),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

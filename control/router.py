@@ -315,13 +315,18 @@ class Router:
         return self._state(replica_id).outstanding
 
     # -- picking ---------------------------------------------------------------------------------
-    def pick(self, pool: str, *, role: str | None = None, exclude: Collection[str] = ()) -> Replica:
-        """The replica for the next request of ``pool`` (optionally only replicas of ``role``)."""
+    def pick(self, pool: str, *, role: str | None = None, exclude: Collection[str] = (),
+             policy: str | None = None) -> Replica:
+        """The replica for the next request of ``pool`` (optionally only replicas of ``role``).
+
+        ``policy`` overrides the router's for this pick (an A/B arm's route policy): one router
+        keeps one set of replica stats and outstanding counts whichever policy picks, so arms
+        that share replicas see each other's load (separate routers per arm would not)."""
         shared = self.shared
         if shared is not None and shared.inbox:  # operator actions taken on another gateway
             self.apply_shared_ops()
         g = self._group(pool, role)
-        policy = self.policy
+        policy = policy or self.policy
         if policy == "ladr":
             now = self._clock()
             if now >= self._next_refresh:

@@ -83,9 +83,10 @@ async def _start_control(cfg: Any, gateway: Any, port: int) -> tuple[Any, Any, A
     from llmsla.store import open_store
 
     store = await asyncio.to_thread(open_store, cfg)
-    audit = gateway.distill.audit = AuditLog(store.dsn)
+    audit = gateway.distill.audit = gateway.rollout.audit = AuditLog(store.dsn)
     limits = Limits.from_config(cfg)
-    app = api.make_app(gateway.router, gateway.distill, token=cfg.control.token, limits=limits)
+    app = api.make_app(gateway.router, gateway.distill, token=cfg.control.token, limits=limits,
+                       rollout=gateway.rollout)
     served = await api.start(app, cfg.control.host, port, limits)
     return served, audit, store
 

@@ -47,6 +47,7 @@ from llmsla import names
 from llmsla.config import Config
 from llmsla.control.distill import DistillControls
 from llmsla.control.probe import HealthProber
+from llmsla.control.rollout import OUTSIDE, Assignment, Rollout
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
 from llmsla.events import RequestEvent
@@ -87,22 +88,51 @@ _HEX = frozenset("0123456789abcdef")
 _rand = random.getrandbits
 
 
-# -- A/B arm hook -------------------------------------------------------------------------------
+# -- A/B arms ----------------------------------------------------------------------------------
 class ArmAssigner:
-    """Which A/B arm a request belongs to. A single arm until the rollout issue replaces this
-    with consistent hashing; the gateway only calls :meth:`assign`."""
+    """The arm label of a request, for instrumentation that labels but does not route (the ASGI
+    middleware): the rollout's assignment of the request's unit. Without a rollout every request
+    is ``default``. The gateway asks its :class:`~llmsla.control.rollout.Rollout` directly, since
+    it also applies the arm's strategy."""
+
+    def __init__(self, rollout: Rollout | None = None, pool: str = names.DEFAULT_POOL) -> None:
+        self.rollout = rollout
+        self.pool = pool
 
     def assign(self, *, trace_id: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
-        return names.DEFAULT_ARM
+        if self.rollout is None:
+            return names.DEFAULT_ARM
+        return self.rollout.assign(self.pool, unit_key(dict(body), headers, trace_id)).label
 
 
 def replicas_from_config(cfg: Config) -> list[Replica]:
     """``gateway.upstreams`` (teachers when students are configured) then
-    ``gateway.student_upstreams``, named r0, r1, ... in that order."""
+    ``gateway.student_upstreams``, then ``gateway.pools`` (other pools' replicas, for A/B arms),
+    named r0, r1, ... in that order."""
+    from llmsla.config import ConfigError
+
     g = cfg.gateway
     teacher = "teacher" if g.student_upstreams else ""
-    urls = [(u, teacher) for u in g.upstreams] + [(u, "student") for u in g.student_upstreams]
-    return [Replica(id=f"r{i}", pool=g.pool, url=u.rstrip("/"), role=role) for i, (u, role) in enumerate(urls)]
+    urls = [(g.pool, u, teacher) for u in g.upstreams] + [(g.pool, u, "student") for u in g.student_upstreams]
+    for i, spec in enumerate(g.pools):
+        pool, sep, url = spec.partition("=")
+        if not sep or not pool or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{cfg.origin('gateway.pools')}: [{i}] {spec!r}: expected pool=http://host:port")
+        urls.append((pool, url, ""))
+    return [Replica(id=f"r{i}", pool=pool, url=u.rstrip("/"), role=role) for i, (pool, u, role) in enumerate(urls)]
+
+
+def check_arm_pools(rollout: Rollout, pool: str, pools: list[str], where: str = "configuration") -> None:
+    """Every arm of the experiment on ``pool`` must send its units to a pool this gateway has."""
+    from llmsla.config import ConfigError
+
+    for key, e in rollout.experiments.items():
+        if not e.enabled or e.pool != pool:
+            continue
+        for a in e.arms:
+            if a.strategy.pool is not None and a.strategy.pool not in pools:
+                raise ConfigError(f"{where}: ab.experiments.{key}.arms.{a.name}.pool: pool {a.strategy.pool!r} "
+                                  f"has no replicas here (pools: {', '.join(pools)}); add it to gateway.pools")
 
 
 # -- the proxy ----------------------------------------------------------------------------------
@@ -110,7 +140,7 @@ class Gateway:
     """The aiohttp application and its per-request logic; one instance per process."""
 
     def __init__(self, cfg: Config, *, router: Router | None = None, registry: CollectorRegistry | None = None,
-                 spool: SpoolWriter | None = None, arm_assigner: ArmAssigner | None = None) -> None:
+                 spool: SpoolWriter | None = None, rollout: Rollout | None = None) -> None:
         g = cfg.gateway
         self.cfg = cfg
         self.pool = g.pool
@@ -125,13 +155,19 @@ class Gateway:
         # the pool's student share and temperature schedule, set through the control API (or its
         # Redis stream with several gateways) and applied to every request here
         self.distill = DistillControls.from_config(cfg, self.router.pools(), registry=exposed, router=self.router)
-        self._schedule_cache: tuple[Schedule, str] | None = None
+        # schedule header texts by schedule object: the pool's (changed by the control plane) and
+        # each arm's; the identity check makes a reused id() harmless
+        self._schedule_cache: dict[int, tuple[Schedule, str]] = {}
         self.recorder = RequestRecorder(cfg, registry=registry, spool=spool)
         self.metrics = self.recorder.metrics
         # GenAI request spans (otel.endpoint) and OTLP metrics (otel.metrics_endpoint); with
         # neither, only the W3C trace context continuation it always did
         self.telemetry = GatewayTelemetry(cfg, self.metrics.guard)
-        self.arms = arm_assigner or ArmAssigner()
+        # A/B arms of the experiment on this pool: label, strategy (pool, route policy, student
+        # share, schedule); weight/coverage changes ride the router's shared stream like distill's
+        self.rollout = rollout or Rollout.from_config(cfg, audit=self.distill.audit, registry=exposed,
+                                                      router=self.router)
+        check_arm_pools(self.rollout, self.pool, self.router.pools(), cfg.source or "configuration")
         self.timeout_s = g.request_timeout_s
         self.max_in_flight = g.max_in_flight
         self.max_body = g.max_body_bytes
@@ -219,9 +255,11 @@ class Gateway:
 
     # -- completions -----------------------------------------------------------------------------
     def _schedule_header(self, schedule: Schedule) -> str:
-        cached = self._schedule_cache
+        cached = self._schedule_cache.get(id(schedule))
         if cached is None or cached[0] is not schedule:
-            cached = self._schedule_cache = (schedule, json.dumps(schedule.to_dict(), separators=(",", ":")))
+            if len(self._schedule_cache) > 64:  # old pool schedules: let them go
+                self._schedule_cache.clear()
+            cached = self._schedule_cache[id(schedule)] = (schedule, json.dumps(schedule.to_dict(), separators=(",", ":")))
         return cached[1]
 
     def _bad(self, exc: ApiError) -> web.Response:
@@ -242,47 +280,72 @@ class Gateway:
                 return self._bad(exc)
             tel = self.telemetry.begin(request.headers, request.path, req, arrival)
             trace_id = tel.trace_id
-            arm = self.arms.assign(trace_id=trace_id, body=req.body, headers=request.headers)
+            key = unit_key(req.body, request.headers, trace_id)
+            a = self.rollout.assign(self.pool, key)
             timer = StreamTimer(arrival, streaming=req.stream)
             if self.in_flight > self.max_in_flight:
-                self._record(timer, tel, req, arm, names.NO_REPLICA, names.STATUS_REJECTED)
+                self._record(timer, tel, req, a.label, names.NO_REPLICA, names.STATUS_REJECTED, pool=self._pool_of(a))
                 return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
-                                      code="overloaded", type_=GATEWAY_ERROR, headers={"Retry-After": "1"})
-            key = unit_key(req.body, request.headers, trace_id)
-            return await self._proxy(request, raw, req, timer, tel, arm, key)
+                                      code="overloaded", type_=GATEWAY_ERROR,
+                                      headers={"Retry-After": "1", **self._arm_headers(a)})
+            return await self._proxy(request, raw, req, timer, tel, a, key)
         finally:
             self.in_flight -= 1
             self._in_flight_gauge.dec()
 
+    def _pool_of(self, a: Assignment) -> str:
+        """The pool serving an assignment: its arm's strategy pool, else this gateway's."""
+        s = a.strategy
+        return s.pool if s is not None and s.pool is not None else self.pool
+
+    @staticmethod
+    def _arm_headers(a: Assignment) -> dict[str, str]:
+        if a is OUTSIDE:
+            return {names.ARM_HEADER: names.DEFAULT_ARM}
+        h = {names.ARM_HEADER: a.label}
+        if a.version:
+            h[names.ARM_VERSION_HEADER] = a.version
+        return h
+
     async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
-                     tel: RequestTelemetry, arm: str, key: str) -> web.StreamResponse:
+                     tel: RequestTelemetry, a: Assignment, key: str) -> web.StreamResponse:
         traceparent = tel.traceparent  # carries the gateway span's id: the replica's spans are its children
         status = names.STATUS_ERROR
         rep: Replica | None = None
         resp: web.StreamResponse | None = None
         up: UpstreamResponse | None = None
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
+        arm = a.label
+        strategy = a.strategy
+        pool = self._pool_of(a)
+        arm_headers = self._arm_headers(a)
         headers = {"Content-Type": "application/json", "traceparent": traceparent}
         for h in FORWARD_HEADERS:
             v = request.headers.get(h)
             if v is not None:
                 headers[h] = v
-        schedule = self.distill.schedule_in_force(self.pool)
-        if schedule is not None:  # the control plane's schedule for this pool, applied by the replica
+        # the arm's temperature schedule, else the control plane's for the pool; applied by the replica
+        schedule = strategy.schedule if strategy is not None and strategy.schedule is not None else None
+        if schedule is None:
+            schedule = self.distill.schedule_in_force(pool)
+        if schedule is not None:
             headers[names.SCHEDULE_HEADER] = self._schedule_header(schedule)
+        share = strategy.student_share_pct if strategy is not None else None
+        policy = strategy.route_policy if strategy is not None else None
         try:
             async with asyncio.timeout(self.timeout_s):
                 assert self._slots is not None and self.upstream is not None
                 async with self._slots:
                     try:
-                        # the pool's student share, deterministic per unit (a session keeps its side)
-                        rep = self.distill.pick(self.router, self.pool, key)
+                        # the student share (the arm's, else the pool's), deterministic per unit
+                        # (a session keeps its side); the arm's route policy, else the router's
+                        rep = self.distill.pick(self.router, pool, key, share_pct=share, policy=policy)
                     except NoReplicaAvailable as exc:
-                        return error_response(503, f"no replica available in pool {self.pool!r}: {exc}",
-                                              code="no_replica", type_=GATEWAY_ERROR)
+                        return error_response(503, f"no replica available in pool {pool!r}: {exc}",
+                                              code="no_replica", type_=GATEWAY_ERROR, headers=arm_headers)
                     self.router.begin(rep.id)
                     timer.dispatch = time.perf_counter()
-                    out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id}
+                    out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id, **arm_headers}
                     up = await self.upstream.request(rep.url, "POST", request.path, headers, raw)
                     if up.status >= 400:
                         body = await up.read()
@@ -324,7 +387,7 @@ class Gateway:
         except TimeoutError:
             status = names.STATUS_TIMEOUT
             msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
-            return await self._fail(request, resp, 504, msg, "upstream_timeout")
+            return await self._fail(request, resp, 504, msg, "upstream_timeout", arm_headers)
         except asyncio.CancelledError:
             status = names.STATUS_CANCELLED
             raise
@@ -335,11 +398,11 @@ class Gateway:
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"
             return await self._fail(request, resp, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",
-                                    "upstream_error")
+                                    "upstream_error", arm_headers)
         except Exception as exc:  # a bug here must still answer (never a bare 500) and record
             status = names.STATUS_ERROR
             log.exception("gateway failure on %s", tel.trace_id)
-            return await self._fail(request, resp, 502, f"gateway failed: {type(exc).__name__}", "gateway_error")
+            return await self._fail(request, resp, 502, f"gateway failed: {type(exc).__name__}", "gateway_error", arm_headers)
         finally:
             end = time.perf_counter()
             if up is not None:
@@ -355,13 +418,13 @@ class Gateway:
                 except Exception:  # the router must never cost us the event
                     log.exception("router.end failed")
             self._record(timer, tel, req, arm, rep.id if rep else names.NO_REPLICA, status, end=end,
-                         upstream_url=rep.url if rep else None)
+                         upstream_url=rep.url if rep else None, pool=pool)
 
     async def _fail(self, request: web.Request, resp: web.StreamResponse | None, http_status: int,
-                    message: str, code: str) -> web.StreamResponse:
+                    message: str, code: str, headers: dict[str, str] | None = None) -> web.StreamResponse:
         """An error response, or an SSE error event when the stream has already begun."""
         if resp is None or not resp.prepared:
-            return error_response(http_status, message, code=code, type_=GATEWAY_ERROR)
+            return error_response(http_status, message, code=code, type_=GATEWAY_ERROR, headers=headers)
         err = {"error": {"message": message, "type": GATEWAY_ERROR, "code": code}}
         with contextlib.suppress(ConnectionError, RuntimeError, OSError):
             await resp.write(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
@@ -369,7 +432,8 @@ class Gateway:
         return resp
 
     def _record(self, timer: StreamTimer, tel: RequestTelemetry, req: ParsedRequest, arm: str, replica: str,
-                status: str, *, end: float | None = None, upstream_url: str | None = None) -> None:
+                status: str, *, end: float | None = None, upstream_url: str | None = None,
+                pool: str | None = None) -> None:
         end = time.perf_counter() if end is None else end
         policy = req.policy
         if timer.ext and timer.ext.get("policy"):
@@ -377,7 +441,7 @@ class Gateway:
         valid: RequestEvent | None = None  # the event the metrics saw, for the span and OTLP
         try:
             ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=tel.trace_id, model=req.model,
-                             pool=self.pool, replica=replica, arm=arm, policy=policy, status=status,
+                             pool=pool or self.pool, replica=replica, arm=arm, policy=policy, status=status,
                              prompt_estimate=prompt_estimate(req.prompt_chars))
             ev.validate()
             valid = ev
@@ -428,12 +492,12 @@ def open_spool(cfg: Config) -> SpoolWriter:
 
 async def start(cfg: Config, host: str | None = None, port: int | None = None, *, router: Router | None = None,
                 registry: CollectorRegistry | None = None, spool: SpoolWriter | None | bool = True,
-                arm_assigner: ArmAssigner | None = None, reuse_port: bool = False) -> RunningGateway:
+                rollout: Rollout | None = None, reuse_port: bool = False) -> RunningGateway:
     """Start a gateway on ``host:port`` (port 0 = a free one). ``spool=True`` opens the request
     spool from ``cfg`` (closed on stop); pass a writer to share one, or None for metrics only."""
     own = open_spool(cfg) if spool is True else None
     writer = own if spool is True else (spool or None)
-    gw = Gateway(cfg, router=router, registry=registry, spool=writer, arm_assigner=arm_assigner)  # type: ignore[arg-type]
+    gw = Gateway(cfg, router=router, registry=registry, spool=writer, rollout=rollout)  # type: ignore[arg-type]
     # handler_cancellation: a client that disconnects cancels its handler, which records
     # ``cancelled`` and aborts the upstream request instead of generating for nobody.
     try:

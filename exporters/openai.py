@@ -102,4 +102,8 @@ def unit_key(body: dict[str, Any], headers: Mapping[str, str], trace_id: str) ->
     user = body.get("user")
     if isinstance(user, str) and user:
         return user
-    return headers.get(names.UNIT_HEADER) or trace_id
+    # aiohttp's headers are case-insensitive; an ASGI scope's are a plain dict of lower-case names
+    return headers.get(names.UNIT_HEADER) or headers.get(_UNIT_HEADER_LOWER) or trace_id
+
+
+_UNIT_HEADER_LOWER = names.UNIT_HEADER.lower()

@@ -8,6 +8,7 @@ fault labels are written next to them (``<spool>/labels/``).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
 import sys
@@ -37,8 +38,12 @@ def register(subparsers: Any) -> None:
     load.add_argument("--burst-n", type=int, default=800, help="burst: requests arriving together")
     load.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
     load.add_argument("--rate-mult", type=float, default=1.0, help="multiply the request rate, keeping the duration")
+    load.add_argument("--sessions", type=float, default=0.0, metavar="TURNS",
+                      help="group requests into sessions (A/B units) of this mean number of turns (0 = each request its own unit)")
+    load.add_argument("--think-s", type=float, default=30.0, help="sessions: mean seconds between a session's turns")
     fl = p.add_argument_group("fleet")
-    fl.add_argument("--fleet", default="6b:8", help="replicas, e.g. 6b:8 or 70b/teacher:1,6b/student:2 (default 6b:8)")
+    fl.add_argument("--fleet", default="6b:8", help="replicas, e.g. 6b:8 or 70b/teacher:1,6b/student:2 or 6b:4,canary=6b:4 "
+                    "(a named pool gets requests only through an A/B arm; default 6b:8)")
     fl.add_argument("--policy", help="router policy (default control.route_policy)")
     fl.add_argument("--student-share", type=float, help="share of requests for role 'student' (0..1)")
     fl.add_argument("--timeout-s", type=float, help="request timeout (default gateway.request_timeout_s)")
@@ -106,22 +111,37 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     from aiohttp import web
     from prometheus_client import CollectorRegistry
 
+    from llmsla import names
     from llmsla.config import check_port
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
+    from llmsla.control.rollout import Rollout
     from llmsla.control.router import params_from_config
     from llmsla.errors import CliError
-    from llmsla.fleet import engine, faults, stats
+    from llmsla.fleet import engine, faults, stats, workload
     from llmsla.fleet.sink import RecorderSink
     from llmsla.httpkit import BackgroundServer, Limits, add_metrics
     from llmsla.store import open_store
 
     arrivals, trace_report = build_load(args)
+    if args.sessions:
+        try:
+            arrivals = workload.sessions(arrivals, random.Random(args.seed + 3), mean_turns=args.sessions,
+                                         think_s=args.think_s)
+        except ValueError as exc:
+            raise CliError(f"--sessions/--think-s: {exc}") from None
     try:
         fault_list = [faults.parse(s) for s in args.fault]
+        replicas = engine.fleet(args.fleet)
+        # the experiments of [ab], applied as the gateway does; named pools are arms' pools
+        rollout = Rollout.from_config(cfg) if cfg.ab.experiments else None
+        pools = {r.pool for r in replicas}
+        entry = [names.DEFAULT_POOL] if len(pools) > 1 and names.DEFAULT_POOL in pools else None
         sim_cfg = engine.SimConfig(
-            replicas=engine.fleet(args.fleet),
+            replicas=replicas,
+            rollout=rollout,
+            entry_pools=entry,
             policy=args.policy or cfg.control.route_policy,
             router_params=params_from_config(cfg),  # control.ladr_*, as the gateway's router
             seed=args.seed,
@@ -163,7 +183,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         if args.control_port is not None:
             store = open_store(cfg)  # the audit trail: action_log in the configured (or embedded) store
             distill.audit = AuditLog(store.dsn)
-            app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock)
+            app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
             served = background.serve(app, cfg.control.host, check_port(args.control_port, "--control-port",
                                                                         allow_zero=True), limits)
             print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)
@@ -194,6 +214,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         "trace": trace_report, "faults": faults.labels(fault_list, res.start_ms),
         **stats.summarize(res),
     }
+    if rollout is not None:  # requests per arm label (an experiment's units, forced ones, default)
+        summary["arms"] = dict(sorted(collections.Counter(row.arm for row in res.rows).items()))
     if sink is not None:
         summary["spool"] = str(spool_dir)
         summary["events"] = {"requests": sink.n_requests, "gpu": sink.n_gpu}

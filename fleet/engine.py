@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
-from llmsla.control.distill import DistillControls
+from llmsla.control.distill import DistillControls, role_for_share
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models
@@ -50,12 +50,19 @@ class ReplicaConfig:
 
 def fleet(spec: str, *, pool: str = names.DEFAULT_POOL) -> list[ReplicaConfig]:
     """``"70b:1,6b:2"`` -> replicas r0 (70b), r1, r2 (6b) in one pool. A ``/teacher`` or
-    ``/student`` suffix sets the role: ``"70b/teacher:1,6b/student:2"``."""
+    ``/student`` suffix sets the role: ``"70b/teacher:1,6b/student:2"``; a ``name=`` prefix puts
+    replicas in another pool (an A/B arm's): ``"6b:4,canary=6b:4"``."""
     out: list[ReplicaConfig] = []
+    default_pool = pool
     for part in spec.split(","):
         part = part.strip()
         if not part:
             continue
+        pool = default_pool
+        if "=" in part:
+            pool, _, part = part.partition("=")
+            if not pool:
+                raise ValueError(f"fleet {spec!r}: empty pool name before '='")
         model, _, count = part.partition(":")
         model, _, role = model.partition("/")
         models.get(model)
@@ -87,6 +94,12 @@ class SimConfig:
     arm: str = names.DEFAULT_ARM
     temperature_policy: str = names.DEFAULT_POLICY  # RequestEvent.policy
     node: str = "sim"  # GPU node name prefix (8 GPUs per node)
+    #: A/B rollout (llmsla.control.rollout.Rollout): each arrival's unit is assigned as the
+    #: gateway does, and the arm's strategy (pool, route policy, student share, schedule) applied
+    rollout: Any = None
+    #: pools that receive arrivals (default: every pool, in proportion to its replicas); an A/B
+    #: arm's own pool (a canary) is then reached only through its arm
+    entry_pools: list[str] | None = None
 
 
 class RequestRow(NamedTuple):
@@ -103,6 +116,7 @@ class RequestRow(NamedTuple):
     ttft_ms: float | None
     e2e_ms: float
     preempted: int
+    arm: str = names.DEFAULT_ARM
 
 
 class Sink(Protocol):
@@ -152,15 +166,19 @@ class Simulator:
         pools: dict[str, int] = {}
         for rc in cfg.replicas:
             pools[rc.pool] = pools.get(rc.pool, 0) + 1
+        entry = cfg.entry_pools or list(pools)
         if cfg.student_share is not None:
             if not 0.0 <= cfg.student_share <= 1.0:
                 raise ValueError(f"student_share must be in [0, 1], got {cfg.student_share}")
-            for pool in pools:
+            for pool in entry:  # an arm's own pool without the split: any role (as the gateway)
                 roles = {rc.role for rc in cfg.replicas if rc.pool == pool}
                 if not {"teacher", "student"} <= roles:
                     raise ValueError(f"student_share needs teacher and student replicas in pool {pool!r} "
                                      "(e.g. --fleet 70b/teacher:1,6b/student:2)")
-        self._pools = list(pools)
+        unknown = [p for p in entry if p not in pools]
+        if unknown:
+            raise ValueError(f"entry pool(s) {unknown} have no replicas (pools: {', '.join(pools)})")
+        self._pools = list(entry)
         self._pool_cum = _cumulative([pools[p] for p in self._pools])
         self._heap: list[tuple] = []
         self._seq = 0
@@ -249,6 +267,7 @@ class Simulator:
                 self.now = t
                 r = Req(ai, t, a.prompt, max(1, a.output))
                 r.trace_id = f"{trace_rng.getrandbits(128) | 1:032x}"
+                r.unit = a.unit
                 ai += 1
                 if lock is None:
                     self._on_arrival(r)
@@ -308,8 +327,22 @@ class Simulator:
         role = None
         if cfg.student_share is not None:
             role = "student" if rng.random() < cfg.student_share else "teacher"
-        elif self.distill is not None:  # the pool's share, deterministic per unit, as in the gateway
-            role = self.distill.role_for(pool, r.trace_id)
+        unit = r.unit or r.trace_id
+        share = None  # an A/B arm's student share, over the pool's
+        if cfg.rollout is not None:  # the gateway's A/B step: the unit's arm and its strategy
+            a = cfg.rollout.assign(pool, unit)
+            r.arm = a.label
+            s = a.strategy
+            if s is not None:
+                pool = s.pool or pool
+                r.route_policy = s.route_policy
+                share = s.student_share_pct
+                if s.schedule is not None:
+                    r.policy = s.schedule.name
+        if share is not None:
+            role = role_for_share(pool, unit, share)
+        elif role is None and self.distill is not None:  # the pool's share, deterministic per unit, as in the gateway
+            role = self.distill.role_for(pool, unit)
         r.pool, r.role = pool, role
         t = self.now
         if self._open - 1 >= cfg.max_in_flight:  # this one not counted yet
@@ -327,10 +360,14 @@ class Simulator:
         self._slots += 1
         r.dispatch_t = t
         try:
-            if self.distill is not None and cfg.student_share is None:  # a role without replicas: any
-                rep_id = self.distill.pick(self.router, r.pool, r.trace_id).id
+            # the key's role if the pool has replicas of it, else any replica (as the gateway)
+            if r.role is not None and self.router.has_role(r.pool, r.role):
+                try:
+                    rep_id = self.router.pick(r.pool, role=r.role, policy=r.route_policy).id
+                except NoReplicaAvailable:  # every replica of that role excluded: any role
+                    rep_id = self.router.pick(r.pool, policy=r.route_policy).id
             else:
-                rep_id = self.router.pick(r.pool, role=r.role).id
+                rep_id = self.router.pick(r.pool, policy=r.route_policy).id
         except NoReplicaAvailable:  # the gateway answers 503: status error, replica "none"
             self._record(r, None, names.STATUS_ERROR, t)
             return
@@ -434,8 +471,9 @@ class Simulator:
         queue_ms = min(e2e_ms, round(((t if dispatch is None else dispatch) - arrival) * 1000.0, 3))
         out_tokens = r.gen if status != names.STATUS_OK else r.output
         rid = rep.id if rep is not None else names.NO_REPLICA
+        arm = r.arm or self.cfg.arm
         self.rows.append(RequestRow(arrival, t, rid, r.pool, status, r.prompt, out_tokens,
-                                    queue_ms, ttft_ms, e2e_ms, r.preempted))
+                                    queue_ms, ttft_ms, e2e_ms, r.preempted, arm))
         if rep is not None and dispatch is not None:
             self.router.end(rep.id, (t - dispatch) * 1000.0, ok=status == names.STATUS_OK,
                             ttft_ms=None if first is None else (first - dispatch) * 1000.0)
@@ -455,7 +493,7 @@ class Simulator:
             model = rep.spec.name if rep is not None else r.pool
             sink.request(RequestEvent(
                 ts_ms=self.start_ms + round(t * 1000.0), trace_id=r.trace_id, model=model,
-                pool=r.pool, replica=rid, arm=self.cfg.arm, policy=self._policy(r.pool),
+                pool=r.pool, replica=rid, arm=arm, policy=r.policy or self._policy(r.pool),
                 prompt_tokens=r.prompt, output_tokens=out_tokens, queue_ms=queue_ms,
                 ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status,
             ))

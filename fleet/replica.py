@@ -26,7 +26,7 @@ class Req:
     """A request inside the simulator (slots: touched on every segment)."""
 
     __slots__ = (
-        "i", "trace_id", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
+        "i", "trace_id", "unit", "arm", "route_policy", "policy", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
         "admit_t", "first_t", "last_t", "gen", "kv", "itl_n", "itl_sum", "itl_sq", "itl_max",
         "preempted", "dead", "done",
     )
@@ -34,6 +34,10 @@ class Req:
     def __init__(self, i: int, arrival: float, prompt: int, output: int) -> None:
         self.i = i
         self.trace_id = ""
+        self.unit = ""
+        self.arm = ""  # the A/B arm label ("" = SimConfig.arm)
+        self.route_policy: str | None = None  # an arm's router policy (None = the router's)
+        self.policy = ""  # the temperature schedule it ran ("" = SimConfig.temperature_policy)
         self.pool = ""
         self.role: str | None = None
         self.prompt = prompt

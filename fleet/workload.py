@@ -1,12 +1,15 @@
 """Synthetic loads and the transforms shared with trace replay (time scaling, rate multiplier).
 
-An arrival is ``(t, prompt_tokens, output_tokens)`` in seconds from the start of the run; a
+An arrival is ``(t, prompt_tokens, output_tokens, unit)`` in seconds from the start of the run; a
 load is a time-sorted list of them. Every generator takes an explicit ``random.Random`` so a seed
-fixes the load exactly.
+fixes the load exactly. ``unit`` is the user or session the request belongs to (what the gateway
+reads from the OpenAI ``user`` field or ``X-Session-Id``); empty = the request is its own unit.
+:func:`sessions` groups a load into sessions.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from typing import NamedTuple
@@ -16,6 +19,7 @@ class Arrival(NamedTuple):
     t: float
     prompt: int
     output: int
+    unit: str = ""
 
 
 class TokenDist(NamedTuple):
@@ -85,7 +89,7 @@ def scale(arrivals: list[Arrival], *, time_scale: float = 1.0, rate: float = 1.0
     if time_scale <= 0 or rate <= 0:
         raise ValueError("time_scale and rate must be > 0")
     rng = rng or random.Random(0)
-    base = [Arrival(a.t * time_scale, a.prompt, a.output) for a in arrivals]
+    base = [a._replace(t=a.t * time_scale) for a in arrivals]
     if not base or rate == 1.0:
         return base
     t0 = base[0].t
@@ -99,7 +103,7 @@ def scale(arrivals: list[Arrival], *, time_scale: float = 1.0, rate: float = 1.0
             if keep < 1.0 and rng.random() >= keep:
                 continue
             t = t0 + (a.t - t0 + shift) % span
-            out.append(Arrival(t, a.prompt, a.output))
+            out.append(a._replace(t=t))
     out.sort()
     return out
 
@@ -107,7 +111,7 @@ def scale(arrivals: list[Arrival], *, time_scale: float = 1.0, rate: float = 1.0
 def window(arrivals: list[Arrival], *, start_s: float = 0.0, duration_s: float | None = None) -> list[Arrival]:
     """The arrivals in ``[start_s, start_s + duration_s)``, re-based to start at 0."""
     end = math.inf if duration_s is None else start_s + duration_s
-    return [Arrival(a.t - start_s, a.prompt, a.output) for a in arrivals if start_s <= a.t < end]
+    return [a._replace(t=a.t - start_s) for a in arrivals if start_s <= a.t < end]
 
 
 def surge(arrivals: list[Arrival], start_s: float, end_s: float, peak: float,
@@ -129,4 +133,34 @@ def surge(arrivals: list[Arrival], start_s: float, end_s: float, peak: float,
             donor = arrivals[rng.randrange(len(arrivals))]
             out.append(Arrival(max(start_s, a.t + rng.uniform(-0.5, 0.5)), donor.prompt, donor.output))
     out.sort()
+    return out
+
+
+def sessions(arrivals: list[Arrival], rng: random.Random, *, mean_turns: float = 6.0, think_s: float = 30.0,
+             heaviness_sigma: float = 0.5, prefix: str = "s") -> list[Arrival]:
+    """Group a load into sessions (units), keeping its arrival times.
+
+    Real chat traffic is correlated in time through its users: a conversation sends several
+    requests minutes apart, and some users send long prompts and get long answers throughout.
+    Each arrival either continues the open session whose next turn is due earliest (if one is
+    due by then) or opens a new one; a session ends after a geometric number of turns (mean
+    ``mean_turns``), with exponential think times (mean ``think_s``) between them. A session's
+    token counts are scaled by its own log-normal heaviness (mean 1, ``heaviness_sigma``), so a
+    unit's requests are alike. The A/B calibration runs on this, not on independent requests."""
+    if mean_turns < 1 or think_s <= 0 or heaviness_sigma < 0:
+        raise ValueError("sessions: need mean_turns >= 1, think_s > 0, heaviness_sigma >= 0")
+    due: list[tuple[float, int, float]] = []  # (next turn due at, session id, heaviness)
+    end_p = 1.0 / mean_turns
+    mu = -heaviness_sigma**2 / 2
+    out: list[Arrival] = []
+    n_sessions = 0
+    for a in arrivals:
+        if due and due[0][0] <= a.t:
+            _, sid, heavy = heapq.heappop(due)
+        else:
+            sid, heavy = n_sessions, rng.lognormvariate(mu, heaviness_sigma) if heaviness_sigma > 0 else 1.0
+            n_sessions += 1
+        out.append(Arrival(a.t, max(1, round(a.prompt * heavy)), max(1, round(a.output * heavy)), f"{prefix}{sid}"))
+        if rng.random() >= end_p:
+            heapq.heappush(due, (a.t + rng.expovariate(1.0 / think_s), sid, heavy))
     return out

@@ -9,6 +9,7 @@ a typo fails at startup instead of silently using a default.
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import os
 import re
@@ -19,7 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from llmsla import names
+from llmsla import experiments, names
 from llmsla.errors import UserError
 
 ENV_PREFIX = "LLMSLA_"
@@ -106,6 +107,7 @@ class GatewayConfig:
     upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001")
     student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers")
     pool: str = _k("default", "pool name of these upstreams")
+    pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002")
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
@@ -269,6 +271,22 @@ class ReceiverConfig:
 
 
 @dataclass
+class AbConfig:
+    """A/B rollouts: experiments assigned by consistent hashing, the attribution report, rollback (docs/ab.md)."""
+
+    experiments: dict[str, Any] = _k({}, "experiments by key: [ab.experiments.<key>] with seed, pool, coverage, control, enabled, [arms.<name>] (weight, version, route_policy, pool, student_share_pct, schedule) and [forced]; in the environment as JSON; see docs/ab.md", kind="experiments")
+    alpha: float = _k(0.05, "significance level of the latency, attainment and availability intervals (two-sided)", minimum=0.0001, maximum=0.5)
+    srm_alpha: float = _k(0.001, "a sample-ratio mismatch is flagged below this p-value", minimum=1e-9, maximum=0.5)
+    block_minutes: int = _k(5, "block length of the fixed-horizon jackknife, the always-valid mode and the SRM dispersion estimate, minutes (longer than a session's correlation)", minimum=1)
+    min_requests: int = _k(5000, "requests per arm below which every verdict is inconclusive (the default sample size of docs/ab-calibration.md)", minimum=1)
+    latency_margin_pct: float = _k(5.0, "a latency quantile may be this much worse (relative, %) and still pass", minimum=0)
+    ratio_margin_pct: float = _k(0.5, "attainment and availability may be this many percentage points worse and still pass", minimum=0)
+    sequential_minutes: int = _k(60, "always-valid mode: the experiment length (minutes) at which its confidence sequences are tightest", minimum=1)
+    auto_rollback: bool = _k(False, "llmsla ab report --sequential sets a failing arm's weight to 0 through the control API (audited)")
+    control_url: str = _k("", "control API base URL for rollbacks; empty = http://<control.host>:<control.port> (writes need control.token)")
+
+
+@dataclass
 class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     spool: SpoolConfig = field(default_factory=SpoolConfig)
@@ -283,6 +301,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     forecast: ForecastConfig = field(default_factory=ForecastConfig)
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
+    ab: AbConfig = field(default_factory=AbConfig)
     source: str = ""  # the file this was loaded from, for messages
     #: "section.key" -> where its value came from (file, environment variable, CLI option)
     origins: dict[str, str] = field(default_factory=dict)
@@ -318,6 +337,15 @@ def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -
         if not isinstance(value, list):
             raise ConfigError(f"{where}: {key}: expected a list, got {type(value).__name__}")
         return [_coerce(v, item_tp, where, f"{key}[{i}]", from_env) for i, v in enumerate(value)]
+    if origin is dict:  # a table (experiments): checked by its own parser in _set
+        if from_env and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {key}: expected a JSON object: {exc}") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key}: expected a table, got {type(value).__name__}")
+        return value
     if isinstance(tp, types.UnionType):  # pragma: no cover - no optional keys today
         tp = typing.get_args(tp)[0]
     if not from_env and tp is not str and isinstance(value, str):
@@ -368,7 +396,12 @@ def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_
         raise ConfigError(f"{where}: {name}: must be >= {meta['minimum']}, got {value!r}")
     if meta.get("maximum") is not None and isinstance(value, int | float) and value > meta["maximum"]:
         raise ConfigError(f"{where}: {name}: must be <= {meta['maximum']}, got {value!r}")
-    if meta.get("kind") == "host":
+    if meta.get("kind") == "experiments":
+        try:
+            value = experiments.normalised(value, name)
+        except experiments.ExperimentError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    elif meta.get("kind") == "host":
         check_host(value, f"{where}: {name}")
     elif meta.get("kind") in ("port", "port0"):
         check_port(value, f"{where}: {name}", allow_zero=meta["kind"] == "port0")

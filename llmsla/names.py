@@ -43,7 +43,8 @@ STATUS_CANCELLED = "cancelled"
 STATUS_REJECTED = "rejected"
 STATUSES: tuple[str, ...] = (STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT, STATUS_CANCELLED, STATUS_REJECTED)
 
-#: Label values used until the A/B rollout and multi-pool configuration assign real ones.
+#: ``arm`` of a request that is in no experiment (outside every experiment's coverage, or its
+#: arm's weight was set to 0 by a rollback).
 DEFAULT_ARM = "default"
 DEFAULT_POOL = "default"
 
@@ -75,6 +76,20 @@ SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine", "exponential", "en
 DEFAULT_POLICY = SCHEDULES[0]
 TOKEN_KIND_PROMPT = "prompt"
 TOKEN_KIND_OUTPUT = "output"
+
+# --- A/B rollouts (control, gateway, simulator) --------------------------------------------------
+#: ``arm`` label value of a unit in an experiment: ``<experiment>:<arm>`` (one experiment per pool
+#: at a time, so one label per request); a forced (test) assignment adds ``:forced`` so that the
+#: analysis can leave it out.
+ARM_LABEL_SEP = ":"
+ARM_FORCED_SUFFIX = "forced"
+#: Response header naming the request's arm label (``default`` outside every experiment).
+ARM_HEADER = "X-Llmsla-Arm"
+#: Response header with the arm's strategy version, when the arm has one.
+ARM_VERSION_HEADER = "X-Llmsla-Arm-Version"
+L_EXPERIMENT = "experiment"
+ROLLOUT_ARM_WEIGHT = "llmsla_rollout_arm_weight"  # gauge, labels experiment, arm: weight in force
+ROLLOUT_COVERAGE_RATIO = "llmsla_rollout_coverage_ratio"  # gauge, label experiment: coverage in force
 
 # --- GPU collector (exporters) ------------------------------------------------------------------
 GPU_MEMORY_USED_BYTES = "llmsla_gpu_memory_used_bytes"
@@ -230,6 +245,29 @@ QUEUE_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )
 
+# --- mergeable latency histograms (streaming job, store, A/B report) ----------------------------
+# One fixed log-spaced layout (DDSketch-like) for the store's per-window TTFT and E2E bucket
+# counts. Bucket 0 holds values <= HIST_BOUNDS_MS[0] (0 included), bucket i (1..N) holds
+# (HIST_BOUNDS_MS[i-1], HIST_BOUNDS_MS[i]], bucket N+1 values above the last bound. A bucket is
+# read back as HIST_VALUES_MS[i], within HIST_REL_ERROR of every value it holds (the clamped end
+# buckets excepted), so a quantile of summed counts is within 1 % of the exact order statistic.
+HIST_REL_ERROR = 0.01
+HIST_GAMMA = (1.0 + HIST_REL_ERROR) / (1.0 - HIST_REL_ERROR)
+HIST_MIN_MS = 0.1
+HIST_MAX_MS = 3_600_000.0  # one hour
+HIST_N = 870  # bounds b_0..b_N: b_N = HIST_MIN_MS * HIST_GAMMA**N >= HIST_MAX_MS
+HIST_BOUNDS_MS: tuple[float, ...] = tuple(HIST_MIN_MS * HIST_GAMMA**i for i in range(HIST_N + 1))
+HIST_VALUES_MS: tuple[float, ...] = (
+    HIST_BOUNDS_MS[0],
+    *(2.0 * lo * hi / (lo + hi) for lo, hi in zip(HIST_BOUNDS_MS, HIST_BOUNDS_MS[1:], strict=False)),
+    HIST_BOUNDS_MS[-1],
+)
+#: Histogram columns of request_windows (integer[]) and its roll-ups (bigint[]): PostgreSQL arrays
+#: whose subscripts are the bucket indices (lower bound = first non-empty bucket), so only the
+#: range from the smallest to the largest value of a window is stored.
+C_TTFT_HIST = "ttft_hist"
+C_E2E_HIST = "e2e_hist"
+
 # --- spool kinds (one sub-directory per event type) ---------------------------------------------
 SPOOL_REQUESTS = "requests"
 SPOOL_POLICY = "policy"
@@ -275,6 +313,18 @@ AB_METRIC_TTFT_P95 = "ttft_p95_ms"
 AB_METRIC_E2E_P95 = "e2e_p95_ms"
 AB_METRIC_TTFT_ATTAINMENT = "ttft_attainment"
 AB_METRIC_SRM = "srm"  # sample-ratio mismatch: value = observed share, p_value = chi-square test
+AB_METRIC_TTFT_P50 = "ttft_p50_ms"
+AB_METRIC_TTFT_P99 = "ttft_p99_ms"
+AB_METRIC_E2E_P50 = "e2e_p50_ms"
+AB_METRIC_E2E_P99 = "e2e_p99_ms"
+AB_METRIC_E2E_ATTAINMENT = "e2e_attainment"
+AB_METRIC_AVAILABILITY = "availability"  # 1 - (errors + timeouts) / requests: higher is better
+#: ``ab_results.metric`` values where lower is better (latencies, ms); every other metric but
+#: SRM is a ratio where higher is better.
+AB_LATENCY_METRICS: tuple[str, ...] = (
+    AB_METRIC_TTFT_P50, AB_METRIC_TTFT_P95, AB_METRIC_TTFT_P99,
+    AB_METRIC_E2E_P50, AB_METRIC_E2E_P95, AB_METRIC_E2E_P99,
+)
 #: Grafana datasource uids written by ``llmsla dashboards build`` (provisioning) and used as the
 #: default of each dashboard's datasource variable.
 GRAFANA_PROMETHEUS_UID = "llmsla-prometheus"

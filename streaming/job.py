@@ -151,6 +151,7 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     java = java_jar is not None
     if java:
         register_percentiles(t_env)
+        register_histogram(t_env)
     job = sql.build(cfg, opts.kinds, bounded=opts.bounded, java=java)
     for stmt in job.ddl:
         t_env.execute_sql(stmt)
@@ -228,6 +229,18 @@ def register_percentiles(t_env) -> None:
         for i, p in enumerate(ps):
             arr[i] = p
         t_env._j_tenv.createTemporarySystemFunction(sql.percentile_function(ps), cls(arr))
+
+
+def register_histogram(t_env) -> None:
+    """Histogram.java with the store's bucket bounds (names.HIST_BOUNDS_MS: the layout is defined
+    once, in Python, and handed to the JVM as its constructor argument)."""
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    bounds = gateway.new_array(gateway.jvm.double, len(names.HIST_BOUNDS_MS))
+    for i, b in enumerate(names.HIST_BOUNDS_MS):
+        bounds[i] = b
+    t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_FUNCTION, gateway.jvm.dev.llmsla.flink.Histogram(bounds))
 
 
 def key_by_first_field(ds):  # -> KeyedStream

@@ -39,6 +39,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "e2e_p95_ms", "e2e_p99_ms", "itl_mean_ms", "itl_jitter_ms", "queue_p99_ms", "prompt_tokens",
     "output_tokens", "output_tps", "ttft_slo_ms", "e2e_slo_ms", "ttft_within_slo", "e2e_within_slo",
     "ttft_count", "ttft_sum_ms", "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2",
+    names.C_TTFT_HIST, names.C_E2E_HIST,
 )
 POLICY_COLUMNS: tuple[str, ...] = (
     "bucket", "zone", "policy_id", "decisions", "traces", "temperature_mean", "temperature_jitter",
@@ -133,6 +134,17 @@ PERCENTILE_SETS: tuple[tuple[float, ...], ...] = ((0.5, 0.95, 0.99), (0.5, 0.99)
 def percentile_function(ps: tuple[float, ...]) -> str:
     """SQL name of the Java aggregate for a percentile set, e.g. LLMSLA_P50_P95_P99."""
     return "LLMSLA_" + "_".join("P" + f"{p * 100:g}".replace(".", "_") for p in ps)
+
+
+#: SQL name of the histogram aggregate (streaming/java/.../Histogram.java on names.HIST_BOUNDS_MS).
+HISTOGRAM_FUNCTION = "LLMSLA_HIST"
+
+
+def _histogram(col: str, java: bool) -> str:
+    """The window's counts per bucket of the store's fixed layout, as PostgreSQL array text
+    (``[lo:hi]={...}``), computed on the JVM. Without javac (the pure-SQL fallback) there is no
+    histogram: NULL (the roll-ups' range quantiles and the A/B report need the Java path)."""
+    return f"{HISTOGRAM_FUNCTION}({col})" if java else "CAST(NULL AS STRING)"
 
 
 def _percentiles(col: str, ps: tuple[float, ...], java: bool) -> str:
@@ -403,6 +415,8 @@ def request_windows_query(cfg: Config, java: bool = True) -> str:
     COUNT(*) FILTER (WHERE ttft_ms <= {ttft_slo!r}) AS ttft_within,
     COUNT(*) FILTER (WHERE e2e_ms <= {e2e_slo!r}) AS e2e_within,
     COUNT(ttft_ms) AS ttft_count,
+    {_histogram('ttft_ms', java)} AS ttft_hist,
+    {_histogram('e2e_ms', java)} AS e2e_hist,
     COALESCE(SUM(ttft_ms), 0.0) AS ttft_sum,
     SUM(e2e_ms) AS e2e_sum,
     SUM(itl_n) AS itl_n,
@@ -420,7 +434,7 @@ def request_windows_query(cfg: Config, java: bool = True) -> str:
         "ttft_p[3]", "e2e_p[1]", "e2e_p[2]", "e2e_p[3]", itl_mean, itl_jitter, "queue_p99",
         "prompt_tokens", "output_tokens", f"CAST(output_tokens AS DOUBLE) / {w}",
         f"{ttft_slo!r}", f"{e2e_slo!r}", "ttft_within", "e2e_within", "ttft_count", "ttft_sum",
-        "e2e_sum", "itl_n", "itl_sum", "itl_sumsq",
+        "e2e_sum", "itl_n", "itl_sum", "itl_sumsq", "ttft_hist", "e2e_hist",
     ]
     assert len(cols) == len(REQUEST_COLUMNS)
     return f"SELECT '{names.T_REQUEST_WINDOWS}' AS kind, {_json_array(cols)} AS payload FROM (\n  {inner}\n)"

@@ -85,3 +85,26 @@ def test_missing_file() -> None:
 def test_config_doc_is_current() -> None:
     path = ROOT / "docs" / "config.md"
     assert path.read_text() == config_mod.render_doc(), "docs/config.md is stale; run `llmsla config doc`"
+
+
+def test_ab_experiments_from_file_and_env_name_the_key(tmp_path: Path) -> None:
+    p = write(tmp_path, """
+[ab.experiments.checkout]
+seed = 7
+coverage = 0.05
+[ab.experiments.checkout.arms.baseline]
+[ab.experiments.checkout.arms.p2c]
+route_policy = "p2c"
+schedule = { name = "cosine", params = { t_min = 0.3 } }
+""")
+    cfg = config_mod.load(p, env={})
+    assert list(cfg.ab.experiments["checkout"]["arms"]) == ["baseline", "p2c"]
+    env = {"LLMSLA_AB_EXPERIMENTS": '{"x": {"arms": {"a": {}, "b": {"student_share_pct": 120}}}}'}
+    with pytest.raises(ConfigError, match=r"^environment variable LLMSLA_AB_EXPERIMENTS: ab\.experiments\.x\.arms\.b\.student_share_pct: must be in \[0, 100\]"):
+        config_mod.load(env=env)
+    with pytest.raises(ConfigError, match="LLMSLA_AB_EXPERIMENTS: ab.experiments: expected a JSON object"):
+        config_mod.load(env={"LLMSLA_AB_EXPERIMENTS": "{not json"})
+    bad = write(tmp_path, '[ab.experiments.checkout]\ncoverage = 0.5\n[ab.experiments.checkout.arms.a]\n'
+                          '[ab.experiments.checkout.arms.b]\nroute_policy = "fastest"\n')
+    with pytest.raises(ConfigError, match=rf"^{bad}: ab\.experiments\.checkout\.arms\.b\.route_policy: must be one of"):
+        config_mod.load(bad, env={})

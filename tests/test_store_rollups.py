@@ -16,11 +16,12 @@ import threading
 import psycopg
 from test_store import insert_windows, window_row
 
+from llmsla import histogram as H
 from llmsla import names
 from llmsla.store import connect
 from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
-from llmsla.store.rollups import ROLLUPS, rollup_columns
+from llmsla.store.rollups import HISTS, QUANTILES, ROLLUPS, rollup_columns
 
 UTC = dt.UTC
 M1, H1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
@@ -35,17 +36,25 @@ def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
     """Roll-up of ``rows`` (latest value per key) into ``seconds`` buckets, computed in Python."""
     latest = {(r["bucket"], r["model"], r["pool"], r["replica"], r["arm"]): r for r in rows}
     out: dict[tuple, dict] = {}
+    quantile_cols = {c for c, _, _ in QUANTILES}
     for (bucket, *keys), r in latest.items():
         g = out.setdefault((_floor(bucket, seconds), *keys), {c: 0 for c in rollup_columns()})
         g["windows"] += 1
         for c in rollup_columns():
-            if c == "windows":
+            if c == "windows" or c in quantile_cols:
                 continue
-            if c.endswith("_max") or c.endswith("_slo_ms"):
+            if c in HISTS:  # summed counts of the same buckets
+                g[c] = H.merge([g[c] or H.EMPTY, H.Hist.parse(r.get(c))])
+            elif c.endswith("_max") or c.endswith("_slo_ms"):
                 src = c.removesuffix("_max")
                 g[c] = max(g[c], r[src])
             else:
                 g[c] += r[c]
+    for g in out.values():  # the bucket's quantiles from its summed counts (None without any)
+        for h in HISTS:
+            g[h] = g[h] if g[h] != H.EMPTY else None
+        for c, h, q in QUANTILES:
+            g[c] = None if g[h] is None else g[h].quantile(q)
     return out
 
 
@@ -56,22 +65,39 @@ def stored(conn: psycopg.Connection, table: str) -> dict[tuple, dict]:
         conn.execute(f"CALL refresh_continuous_aggregate('{table}', NULL, NULL)")
         conn.autocommit = False
     cols = rollup_columns()
-    rows = conn.execute(f"SELECT bucket, model, pool, replica, arm, {', '.join(cols)} FROM {table}").fetchall()
-    return {tuple(r[:5]): {c: float(v) for c, v in zip(cols, r[5:], strict=True)} for r in rows}
+    exprs = [f"array_lower({c}, 1), {c}" if c in HISTS else c for c in cols]
+    rows = conn.execute(f"SELECT bucket, model, pool, replica, arm, {', '.join(exprs)} FROM {table}").fetchall()
+    out = {}
+    for r in rows:
+        vals, it = {}, iter(r[5:])
+        for c in cols:
+            if c in HISTS:
+                lower, counts = next(it), next(it)
+                vals[c] = None if counts is None else H.Hist.from_array(lower, counts)
+            else:
+                v = next(it)
+                vals[c] = None if v is None else float(v)
+        out[tuple(r[:5])] = vals
+    return out
 
 
 def as_float(d: dict[tuple, dict]) -> dict[tuple, dict]:
-    return {k: {c: float(v) for c, v in g.items()} for k, g in d.items()}
+    return {k: {c: v if v is None or isinstance(v, H.Hist) else float(v) for c, v in g.items()} for k, g in d.items()}
 
 
 def assert_rollup(got: dict[tuple, dict], rows: list[dict], seconds: int) -> None:
-    """Counts and maxima equal; float sums equal up to summation order (1 h = sum of 1 m sums)."""
+    """Counts, maxima and histograms equal; float sums equal up to summation order (1 h = sum of
+    1 m sums); quantiles equal (the same function of the same counts)."""
     want = as_float(reference(rows, seconds))
     assert got.keys() == want.keys()
     for key, g in got.items():
         assert g.keys() == want[key].keys()
         for c, v in g.items():
-            assert math.isclose(v, want[key][c], rel_tol=1e-12), (key, c, v, want[key][c])
+            w = want[key][c]
+            if v is None or w is None or isinstance(v, H.Hist):
+                assert v == w, (key, c, v, w)
+            else:
+                assert math.isclose(v, w, rel_tol=1e-12), (key, c, v, w)
 
 
 def random_rows(rng: random.Random, start: dt.datetime, n: int, replicas: int = 3) -> list[dict]:
@@ -83,6 +109,11 @@ def random_rows(rng: random.Random, start: dt.datetime, n: int, replicas: int = 
             r["e2e_p99_ms"] = rng.uniform(500, 30000)
             r["queue_p99_ms"] = rng.uniform(0, 100)
             r["ttft_sum_ms"] = rng.uniform(0, 1e5)
+            if i % 7 != 3:  # some windows without histograms (written before migration 0005)
+                r["ttft_hist"] = H.Hist.of(rng.lognormvariate(5, 1) for _ in range(r["ttft_count"])).literal()
+                r["e2e_hist"] = H.Hist.of(rng.lognormvariate(8, 1) for _ in range(r["requests"])).literal()
+            else:
+                r["ttft_hist"] = r["e2e_hist"] = None
             rows.append(r)
     return rows
 
@@ -96,17 +127,21 @@ def test_rollup_tables_equal_reference_through_replays(pg_dsn: str, cfg) -> None
         insert_windows(conn, rows[:40])  # one row per statement
         with conn.cursor() as cur:  # and many rows in one statement, as the sink writes them
             cols = list(rows[0])
+            def typ(c: str) -> str:
+                if c == "bucket":
+                    return "timestamptz"
+                return "text" if c in ("model", "pool", "replica", "arm", *HISTS) else "float8"
             cur.execute(
-                f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) SELECT * FROM unnest("
-                + ", ".join(f"%s::{'timestamptz' if c == 'bucket' else 'text' if c in ('model', 'pool', 'replica', 'arm') else 'float8'}[]" for c in cols)
-                + ")",
+                f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) SELECT "
+                + ", ".join(f"{c}::integer[]" if c in HISTS else c for c in cols) + " FROM unnest("
+                + ", ".join(f"%s::{typ(c)}[]" for c in cols) + f") AS u({', '.join(cols)})",
                 [[r[c] for r in rows[40:]] for c in cols],
             )
         conn.commit()
         assert_rollup(stored(conn, M1), rows, 60)
         assert_rollup(stored(conn, H1), rows, 3600)
         # a replay rewrites some windows with lower P99s and other counts: the maxima fall again
-        replay = [dict(r, ttft_p99_ms=1.0, requests=1) for r in rows[::4]]
+        replay = [dict(r, ttft_p99_ms=1.0, requests=1, e2e_hist=H.Hist.of([1.0]).literal()) for r in rows[::4]]
         if recorded_flavor(conn) == "timescale":
             return  # continuous aggregates: invalidation + refresh is TimescaleDB's job
         cols = list(rows[0])
@@ -155,6 +190,7 @@ def test_concurrent_writers_of_one_minute_both_count(pg_dsn: str, cfg) -> None:
 
 def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
     rows = random_rows(random.Random(5), _floor(dt.datetime.now(UTC) - dt.timedelta(hours=2), 60), 20)
+    rows = [{k: v for k, v in r.items() if k not in HISTS} for r in rows]  # no such columns before 0005
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
         if recorded_flavor(conn) == "timescale":
@@ -174,7 +210,7 @@ def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
         conn.execute(f"SELECT llmsla_ensure_partitions('{names.T_REQUEST_WINDOWS}', 'bucket', current_date - 1, current_date)")
         assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (M1,)).fetchone() == ("v",)
         insert_windows(conn, rows)
-        assert migrate(conn, cfg).applied == ["0004_rollup_tables"]
+        assert migrate(conn, cfg).applied == ["0004_rollup_tables", "0005_latency_histograms"]
         for table in ROLLUPS:
             assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (table,)).fetchone() == ("r",)
         conn.autocommit = False

@@ -30,6 +30,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.streaming.cli:register",
     "llmsla.streaming.cluster_cli:register",
     "llmsla.control.cli:register",
+    "llmsla.control.ab_cli:register",
     "llmsla.fleet.cli:register",
     "llmsla.app.forecast_cli:register",
     "llmsla.alerting.cli:register",

@@ -18,7 +18,13 @@ from llmsla import names
 from llmsla.config import Config
 from llmsla.store import maintenance
 from llmsla.store.connection import StoreError
-from llmsla.store.rollups import rollup_ddl, rollup_tables_ddl
+from llmsla.store.rollups import (
+    hist_functions_ddl,
+    rollup_ddl,
+    rollup_hist_caggs_ddl,
+    rollup_hist_tables_ddl,
+    rollup_tables_ddl,
+)
 
 PLAIN = "plain"
 TIMESCALE = "timescale"
@@ -41,9 +47,25 @@ class Migration:
         else:
             common = _PARTITION.sub("", self.common)
             extra = self.timescale
-        extra = extra.replace("{{ROLLUP_VIEWS}}", rollup_ddl(timescale=flavor == TIMESCALE))
-        extra = extra.replace("{{ROLLUP_TABLES}}", rollup_tables_ddl())
-        return common + "\n" + extra
+        return _render(common, flavor) + "\n" + _render(extra, flavor)
+
+
+#: SQL generated from Python (one definition: the roll-up column lists, the histogram layout),
+#: rendered into the migration files where these markers stand.
+_GENERATED = {
+    "{{ROLLUP_VIEWS}}": lambda flavor: rollup_ddl(timescale=flavor == TIMESCALE),
+    "{{ROLLUP_TABLES}}": lambda flavor: rollup_tables_ddl(),
+    "{{HIST_FUNCTIONS}}": lambda flavor: hist_functions_ddl(),
+    "{{ROLLUP_HIST_TABLES}}": lambda flavor: rollup_hist_tables_ddl(),
+    "{{ROLLUP_HIST_CAGGS}}": lambda flavor: rollup_hist_caggs_ddl(),
+}
+
+
+def _render(sql: str, flavor: str) -> str:
+    for marker, render in _GENERATED.items():
+        if marker in sql:
+            sql = sql.replace(marker, render(flavor))
+    return sql
 
 
 @dataclass

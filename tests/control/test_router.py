@@ -552,3 +552,16 @@ def test_from_config_uses_the_control_section_and_names_bad_keys():
     bad = config_mod.load(env={"LLMSLA_CONTROL_LADR_THETA": "1.5"})
     with pytest.raises(config_mod.ConfigError, match="control.ladr_theta"):
         from_config(bad, reps(2))
+
+
+def test_pick_with_an_arms_policy_shares_the_replica_state():
+    """An A/B arm's route policy picks on the same router: the same outstanding counts."""
+    r = Router([Replica("a", "p"), Replica("b", "p"), Replica("c", "p")], "round_robin")
+    r.begin("a")
+    r.begin("a")
+    r.begin("b")
+    assert {r.pick("p", policy="least_outstanding").id for _ in range(5)} == {"c"}
+    assert [r.pick("p").id for _ in range(3)] == ["a", "b", "c"]  # the router's own policy unchanged
+    r.begin("c")
+    r.begin("c")
+    assert r.pick("p", policy="least_outstanding").id == "b"  # sees the picks of the other policy's requests

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from llmsla import histogram as H
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError
 from llmsla.streaming import sql
@@ -119,6 +120,7 @@ def request_windows(events: list, *, ttft_slo: float, e2e_slo: float) -> pd.Data
             "e2e_within_slo": int((g.e2e_ms <= e2e_slo).sum()),
             "ttft_count": len(ttft), "ttft_sum_ms": float(ttft.sum()), "e2e_sum_ms": float(g.e2e_ms.sum()),
             "itl_n": itl_n, "itl_sum_ms": itl_sum, "itl_sumsq_ms2": itl_sumsq,
+            names.C_TTFT_HIST: H.Hist.of(ttft).literal(), names.C_E2E_HIST: H.Hist.of(g.e2e_ms).literal(),
         })
     return pd.DataFrame(rows, columns=list(sql.REQUEST_COLUMNS))
 
@@ -156,10 +158,14 @@ def gpu_windows(events: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(sql.GPU_COLUMNS))
 
 
+HIST_COLUMNS = (names.C_TTFT_HIST, names.C_E2E_HIST)
+
+
 def fetch(conn, table: str) -> pd.DataFrame:
     cols = sql.TABLE_COLUMNS[table]
     keys = sql.TABLE_KEYS[table]
-    rows = conn.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {', '.join(keys)}").fetchall()
+    select = ", ".join(f"{c}::text" if c in HIST_COLUMNS else c for c in cols)  # arrays keep their bounds as text
+    rows = conn.execute(f"SELECT {select} FROM {table} ORDER BY {', '.join(keys)}").fetchall()
     return pd.DataFrame(rows, columns=list(cols))
 
 
@@ -177,6 +183,8 @@ def assert_frames_equal(got: pd.DataFrame, want: pd.DataFrame, table: str, *, re
         for i, (a, b) in enumerate(zip(got[col], want[col], strict=True)):
             if b is None or (isinstance(b, float) and math.isnan(b)):
                 assert a is None or (isinstance(a, float) and math.isnan(a)), f"{table}.{col} row {gk[i]}: {a!r} != None"
+            elif isinstance(b, str):
+                assert a == b, f"{table}.{col} row {gk[i]}: {a!r} != {b!r}"
             elif isinstance(b, int | np.integer):
                 assert int(a) == int(b), f"{table}.{col} row {gk[i]}: {a!r} != {b!r}"
             else:

@@ -22,7 +22,9 @@ TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)
 
 def _snapshot(dsn: str) -> dict[str, list[tuple]]:
     with psycopg.connect(dsn) as conn:
-        out = {t: conn.execute(f"SELECT {', '.join(sql.TABLE_COLUMNS[t])} FROM {t} ORDER BY "
+        # the latency histograms are the Java path's (Histogram.java); the fallback writes none
+        cols = {t: [c for c in sql.TABLE_COLUMNS[t] if c not in (names.C_TTFT_HIST, names.C_E2E_HIST)] for t in TABLES}
+        out = {t: conn.execute(f"SELECT {', '.join(cols[t])} FROM {t} ORDER BY "
                                f"{', '.join(sql.TABLE_KEYS[t])}").fetchall() for t in TABLES}
         out[names.T_DEAD_LETTERS] = conn.execute(
             f"SELECT source, file, reason, raw, fingerprint FROM {names.T_DEAD_LETTERS} ORDER BY fingerprint").fetchall()

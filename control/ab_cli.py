@@ -1,0 +1,199 @@
+"""``llmsla ab report``: the A/B attribution report of one experiment over a time range.
+
+Reads the store's 1-minute roll-up (and the audited weight changes in ``action_log``), prints a
+table (or JSON), writes the results into ``ab_results`` for the dashboards, and with
+``--sequential --rollback`` (or ``ab.auto_rollback``) sets a failing arm's weight to 0 through the
+control API. See docs/ab.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import sys
+from typing import Any
+
+from llmsla.config import Config
+
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("ab", help="A/B experiments: the attribution report")
+    sub = p.add_subparsers(dest="ab_command", metavar="SUBCOMMAND")
+    r = sub.add_parser("report", help="per-arm SLA, sample-ratio test, effects with intervals, verdicts, breach attribution",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--experiment", required=True, help="experiment key ([ab.experiments.<key>])")
+    r.add_argument("--from", dest="start", default="-1h", help="range start: ISO 8601 time, or an offset such as --from=-6h (-30m, -7d; default -1h)")
+    r.add_argument("--to", dest="end", default="now", help="range end: ISO 8601 time, an offset (--to=-10m), or now (default)")
+    r.add_argument("--sequential", action="store_true",
+                   help="always-valid mode: confidence sequences, safe to re-run (peek) as often as you like")
+    r.add_argument("--rollback", action="store_true",
+                   help="with --sequential: set a failing arm's weight to 0 through the control API (also ab.auto_rollback)")
+    r.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE ('-' = stdout, no table)")
+    r.add_argument("--no-results", action="store_true", help="do not write rows into ab_results")
+    r.set_defaults(handler=report)
+    p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
+
+
+def parse_time(value: str, option: str, now: dt.datetime) -> dt.datetime:
+    """``now``, ``-90m`` style offsets, or ISO 8601 (UTC when no offset is given)."""
+    from llmsla.errors import CliError
+
+    if value == "now":
+        return now
+    m = _RELATIVE.match(value)
+    if m:
+        return now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise CliError(f"{option}: expected an ISO 8601 time, 'now' or an offset like -30m/-6h/-7d, got {value!r}") from None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def report(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla import experiments as specs
+    from llmsla.control import ab_data, ab_report
+    from llmsla.errors import CliError
+    from llmsla.store import open_store
+
+    exps = specs.parse(cfg.ab.experiments)
+    exp = exps.get(args.experiment)
+    if exp is None:
+        raise CliError(f"--experiment: unknown experiment {args.experiment!r} (configured: {', '.join(exps) or 'none'}; "
+                       "see [ab.experiments] in docs/ab.md)")
+    now = dt.datetime.now(dt.UTC)
+    start, end = parse_time(args.start, "--from", now), parse_time(args.end, "--to", now)
+    if end <= start:
+        raise CliError(f"--from/--to: the range is empty ({start.isoformat()} .. {end.isoformat()})")
+    rollback = args.rollback or cfg.ab.auto_rollback
+    if rollback and not args.sequential:
+        raise CliError("--rollback (or ab.auto_rollback) needs --sequential: only the always-valid mode may act on a "
+                       "report that is re-run while the experiment goes on")
+    settings = ab_report.Settings.from_config(cfg)
+    store = open_store(cfg)
+    try:
+        with store.connect() as conn:
+            data = ab_data.from_store(conn, exp, start, end)
+            weights, stable = ab_data.weights_timeline(conn, exp, data.start, data.minutes)
+            rep = ab_report.analyze(data, settings, shares=ab_data.expected_shares(exp, weights), srm_minutes=stable,
+                                    sequential=args.sequential, end=end)
+            if rollback:
+                rep.rollbacks = roll_back(cfg, rep)
+            if not args.no_results:
+                ab_report.write_results(conn, rep)
+                conn.commit()
+    finally:
+        store.close()
+    out = rep.to_json()
+    if args.json == "-":
+        print(json.dumps(out, indent=2))
+    else:
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(out, fh, indent=2)
+        print_report(rep, data)
+    return 0
+
+
+def roll_back(cfg: Config, rep: Any) -> list[dict[str, Any]]:
+    """Set each failing arm's weight to 0 through the control API (audited there); never the
+    control arm, never on a sample-ratio mismatch (the comparison itself is not to be trusted)."""
+    import urllib.error
+    import urllib.request
+
+    from llmsla.redaction import redact
+
+    base = (cfg.ab.control_url or f"http://{cfg.control.host}:{cfg.control.port}").rstrip("/")
+    out = []
+    if rep.srm["flagged"]:
+        return out
+    for arm in rep.failing_arms():
+        if arm == rep.control:
+            continue
+        failing = [c.metric for c in rep.comparisons if c.arm == arm and c.verdict == "fail"]
+        body = json.dumps({"weight": 0, "actor": "llmsla ab report",
+                           "reason": f"always-valid test failed: {', '.join(failing)} ({rep.start} .. {rep.end})"}).encode()
+        req = urllib.request.Request(f"{base}/v1/experiments/{rep.experiment}/arms/{arm}/weight", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {cfg.control.token}"})
+        rec: dict[str, Any] = {"arm": arm, "metrics": failing, "url": redact(base)}
+        try:
+            with urllib.request.urlopen(req, timeout=cfg.receiver.control_timeout_s) as resp:
+                rec.update(status=resp.status, ok=True)
+        except urllib.error.HTTPError as exc:
+            rec.update(status=exc.code, ok=False, error=exc.read(2000).decode("utf-8", "replace"))
+        except (urllib.error.URLError, OSError) as exc:
+            rec.update(status=None, ok=False, error=str(exc))
+        out.append(rec)
+    return out
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if unit == "%":
+            return f"{100 * v:.2f} %"
+        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.4g}"
+    return str(v)
+
+
+def print_report(rep: Any, data: Any, file: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmsla import names
+
+    console = Console(file=file or sys.stdout, width=160)
+    console.print(f"[bold]A/B report[/bold] {rep.experiment}  {rep.start} .. {rep.end}  ({rep.mode}; control: {rep.control})")
+    t = Table(title="arms")
+    for col in ("arm", "requests", "share", "expected", "TTFT P50/P95/P99 ms", "E2E P50/P95/P99 ms",
+                "TTFT att.", "E2E att.", "availability", "minutes meeting SLO"):
+        t.add_column(col, justify="right" if col != "arm" else "left")
+    for a in rep.arms:
+        q = a.quantiles_ms
+        t.add_row(a.arm, f"{a.requests:,}", _fmt(a.share, "%"), _fmt(a.expected_share, "%"),
+                  " / ".join(_fmt(q[m]) for m in (names.AB_METRIC_TTFT_P50, names.AB_METRIC_TTFT_P95, names.AB_METRIC_TTFT_P99)),
+                  " / ".join(_fmt(q[m]) for m in (names.AB_METRIC_E2E_P50, names.AB_METRIC_E2E_P95, names.AB_METRIC_E2E_P99)),
+                  _fmt(a.ttft_attainment, "%"), _fmt(a.e2e_attainment, "%"), _fmt(a.availability, "%"),
+                  _fmt(a.minutes_meeting_slo, "%"))
+    console.print(t)
+    srm = rep.srm
+    colour = "red" if srm["flagged"] else "green"
+    console.print(f"sample-ratio test: p = {srm['p_value']:.3g} (chi-square {srm['chi2']:.2f}, over-dispersion "
+                  f"{srm['dispersion']:.1f}) [{colour}]{'MISMATCH: no comparison can be trusted' if srm['flagged'] else 'split ok'}[/{colour}]")
+    c = Table(title="each arm against control" + (" (always-valid)" if rep.mode == "sequential" else ""))
+    for col in ("arm", "metric", "value", "control", "effect", "interval", "p", "effect size", "verdict"):
+        c.add_column(col, justify="left" if col in ("arm", "metric", "verdict") else "right")
+    style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
+    for x in rep.comparisons:
+        lat = x.metric in names.AB_LATENCY_METRICS
+        unit = "" if lat else "%"
+        rel = f" ({100 * x.relative:+.1f} %)" if x.relative is not None else ""
+        c.add_row(x.arm, x.metric, _fmt(x.value, unit), _fmt(x.baseline, unit),
+                  (_fmt(x.effect) if lat else (f"{100 * x.effect:+.2f} pp" if x.effect is not None else "-")) + rel,
+                  f"[{_fmt(x.ci_low) if lat else _pp(x.ci_low)}, {_fmt(x.ci_high) if lat else _pp(x.ci_high)}]",
+                  _fmt(x.p_value), _fmt(x.effect_size),
+                  f"[{style[x.verdict]}]{x.verdict}[/{style[x.verdict]}]" + (f" ({x.reason})" if x.reason else ""))
+    console.print(c)
+    if rep.breaches:
+        b = Table(title="SLA-breach intervals")
+        for col in ("from", "to", "minutes", "SLIs", "attainment", "accounted for by"):
+            b.add_column(col)
+        for x in rep.breaches:
+            b.add_row(x.start, x.end, str(x.minutes), ", ".join(x.slis),
+                      ", ".join(f"{k} {100 * v:.2f} %" for k, v in x.attainment.items()),
+                      ", ".join(x.attributed) or "fleet-wide (no arm worse than the rest)")
+        console.print(b)
+    else:
+        console.print("no SLA-breach interval in the range")
+    for r in rep.rollbacks:
+        console.print(f"rollback of {r['arm']}: {'done' if r.get('ok') else 'FAILED'} ({r.get('status')}) {r.get('error', '')}")
+
+
+def _pp(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:+.2f} pp"
