@@ -97,6 +97,16 @@ def test_demo_closes_the_loop_and_leaves_nothing_running(pg_dsn: str, tmp_path: 
     assert s["share"]["before the fault"] > s["share"]["fault, before any action"]
     assert tl["fault_start_ms"] < min(a["ts_ms"] for a in s["alerts"] if a["source"] != names.SOURCE_STATIC)
 
+    # the A/B experiment: both arms got about half the sessions' requests, the report ran over
+    # the whole run and wrote its rows for the dashboards
+    ab = facts["ab"]
+    arms = {a["arm"]: a["requests"] for a in ab["arms"]}
+    assert set(arms) == {"ladr", "round-robin"}, arms
+    assert all(n > 0.3 * s["requests"] for n in arms.values()) and sum(arms.values()) <= windowed, arms
+    assert {c["verdict"] for c in ab["comparisons"]} <= {"pass", "fail", "inconclusive"}
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {names.T_AB_RESULTS} WHERE experiment = 'routing'").fetchone()[0] > 0
+
     report = Path(facts["outputs"]["report"])
     images = chromium.image_report(report)
     assert images and all(i["complete"] and i["width"] > 0 for i in images), images

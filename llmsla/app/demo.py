@@ -37,6 +37,8 @@ from llmsla.app.demo_story import (
 )
 
 log = logging.getLogger("llmsla.demo")
+#: The demo's A/B experiment (demo_config): LADR (control) against round robin.
+EXPERIMENT = "routing"
 
 
 def demo_config(work: Path, stack: Stack, receiver_port: int) -> str:
@@ -64,6 +66,25 @@ receiver_url = "http://127.0.0.1:{receiver_port}/v1/alerts"
 
 [receiver]
 tick_s = 0.5
+
+# A candidate routing policy against the default, on half the users each (sessions are the
+# units). A run of minutes is far below the default sample size, so verdicts need fewer requests
+# here (the default 5000 is what docs/ab-calibration.md measured power at).
+[ab]
+min_requests = 1000
+
+[ab.experiments.{EXPERIMENT}]
+seed = 1
+pool = "{names.DEFAULT_POOL}"
+coverage = 1.0
+control = "ladr"
+
+[ab.experiments.{EXPERIMENT}.arms.ladr]
+weight = 1
+
+[ab.experiments.{EXPERIMENT}.arms.round-robin]
+weight = 1
+route_policy = "round_robin"
 """
 
 
@@ -231,6 +252,51 @@ def print_summary(console: Any, s: Summary, tl: Timeline, story: Story) -> None:
         f"{k} {'-' if v is None else f'{v * 100:.1f} %'}" for k, v in s.share.items()))
 
 
+def ab_report(stack: Stack, tl: Timeline) -> dict[str, Any] | None:
+    """``llmsla ab report`` over the whole run (history and live part), its JSON."""
+    import datetime as dt
+
+    out = stack.workdir / "ab-report.json"
+    iso = [dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat() for ms in (tl.start_ms, tl.end_ms)]
+    proc = stack.llmsla("ab-report", "ab", "report", "--experiment", EXPERIMENT, "--from", iso[0], "--to", iso[1],
+                        "--json", str(out))
+    if proc.popen.wait(timeout=300) != 0 or not out.exists():
+        log.warning("llmsla ab report failed (see %s)", proc.log)
+        return None
+    return json.loads(out.read_text())
+
+
+def print_ab(console: Any, rep: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v * 100:.2f} %"
+
+    t = Table(title=f"A/B '{rep['experiment']}' ({rep['mode']}): {rep['control']} vs the rest, whole run")
+    for col in ("arm", "requests", "TTFT met", "E2E met", "available", "E2E p99", "verdicts"):
+        t.add_column(col)
+    verdicts: dict[str, dict[str, list[str]]] = {}
+    for c in rep["comparisons"]:
+        verdicts.setdefault(c["arm"], {}).setdefault(c["verdict"], []).append(c["metric"])
+
+    def said(arm: str) -> str:
+        by = verdicts.get(arm)
+        if not by:
+            return "(control)"
+        return "; ".join(f"{v}: {', '.join(m)}" if v != "inconclusive" else f"inconclusive: {len(m)}"
+                         for v, m in sorted(by.items()))
+
+    for a in rep["arms"]:
+        p99 = a["quantiles_ms"].get("e2e_p99_ms")
+        t.add_row(a["arm"], f"{a['requests']:,}", pct(a["ttft_attainment"]), pct(a["e2e_attainment"]),
+                  pct(a["availability"]), "-" if p99 is None else f"{p99:,.0f} ms",
+                  said(a["arm"]))
+    console.print(t)
+    for b in rep["breaches"]:
+        console.print(f"SLA breach {b['start'][11:19]}-{b['end'][11:19]} ({', '.join(b['slis'])}): "
+                      f"{', '.join(b['attributed']) if b['attributed'] else 'fleet-wide'}")
+
+
 def write_outputs(stack: Stack, tl: Timeline) -> dict[str, str]:
     """The HTML report (Prometheus still up for its live panels) and the dashboards as JSON."""
     import datetime as dt
@@ -298,6 +364,10 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
             time.sleep(stack.scale.seconds(10) * 2)  # Alertmanager's batching + the receiver's tick
         summary, tl = summarize(stack, cfg, story, sim)
         print_summary(console, summary, tl, story)
+        with console.status("A/B attribution report"):
+            facts["ab"] = ab_report(stack, tl)
+        if facts["ab"]:
+            print_ab(console, facts["ab"])
         with console.status("writing the report and the dashboards"):
             facts["outputs"] = write_outputs(stack, tl)
         for what, path in facts["outputs"].items():

@@ -58,7 +58,7 @@ class Story:
         trace_s = (self.history_s + self.live_s) / setup.time_scale  # --duration is in trace seconds
         return ["--trace", TRACE, "--duration", f"{trace_s:g}", "--fleet", setup.fleet,
                 "--time-scale", f"{setup.time_scale:g}", "--rate-mult", f"{setup.rate:g}",
-                "--realtime", "1", "--live-from", f"{self.history_s:g}",
+                "--realtime", "1", "--live-from", f"{self.history_s:g}", "--sessions", "3",
                 "--fault", ramp, "--fault", crash, "--seed", str(self.seed)]
 
 
