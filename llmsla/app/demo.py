@@ -322,6 +322,11 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from llmsla.redaction import redact
     from llmsla.store import open_store
 
+    if args.minutes < 2:
+        from llmsla.errors import CliError
+
+        raise CliError(f"--minutes: at least 2 (the fault starts at 20 % of the live part, after the alerting "
+                       f"rules load {Story(live_s=120).arm_alerts_s:g} s in), got {args.minutes:g}")
     console = Console(width=None if sys.stdout.isatty() else 120)
     work = Path(args.workdir).resolve() if args.workdir else config_mod.default_data_dir() / "demo"
     work.mkdir(parents=True, exist_ok=True)
@@ -397,5 +402,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="the demo's store, spool, logs and outputs (default: <user data dir>/demo)")
     p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards")
     p.add_argument("--json", metavar="FILE", help="also write the run's facts and summary as JSON")
-    p.add_argument("--minutes", type=float, default=4.0, help="minutes of live traffic after the history (default 4)")
+    p.add_argument("--minutes", type=float, default=4.0, help="minutes of live traffic after the history (default 4, at least 2)")
     p.set_defaults(handler=cmd_demo)
