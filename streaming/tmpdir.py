@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llmsla.services import pid_alive
+
 #: Waits for the JVM to exit, then removes the run directory (runs detached from the stream).
 _CLEANER = """
 import os, shutil, sys, time
@@ -44,23 +46,13 @@ def default_root() -> Path:
     return default_data_dir() / "flink-tmp"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale(root: Path) -> int:
     """Remove run directories whose owner process is gone (a killed run); returns how many."""
     removed = 0
     with contextlib.suppress(FileNotFoundError):
         for run in root.iterdir():
             parts = run.name.split("-")
-            if len(parts) >= 3 and parts[0] == "run" and parts[1].isdigit() and not _alive(int(parts[1])):
+            if len(parts) >= 3 and parts[0] == "run" and parts[1].isdigit() and not pid_alive(int(parts[1])):
                 shutil.rmtree(run, ignore_errors=True)
                 removed += 1
     return removed
@@ -115,7 +107,7 @@ class RunDir:
             return
         self._closed = True
         pid = self._jvm_pid()
-        if pid is None or not _alive(pid):
+        if pid is None or not pid_alive(pid):
             shutil.rmtree(self.path, ignore_errors=True)
             return
         subprocess.Popen(  # noqa: S603 - our own interpreter and script
