@@ -132,6 +132,12 @@ def test_any_string_is_windowed_or_dead_lettered_once_like_the_contract(cfg, spo
     }
     with psycopg.connect(cfg.store.dsn) as conn:
         for table, df in want.items():
-            ref.assert_frames_equal(ref.fetch(conn, table), df, table)
+            got = ref.fetch(conn, table)
+            if not java_parser and table == names.T_REQUEST_WINDOWS:
+                # the latency histograms are the Java path's (Histogram.java): the fallback writes NULL
+                hist = list(ref.HIST_COLUMNS)
+                assert got[hist].isna().all().all(), got[hist].head()
+                df = df.assign(**dict.fromkeys(hist))
+            ref.assert_frames_equal(got, df, table)
         got_dead = conn.execute("SELECT source, raw, reason FROM dead_letters").fetchall()
     assert sorted(got_dead) == sorted(want_dead)
