@@ -238,23 +238,36 @@ def test_closed_loop_replica_drain_and_pool_shift(pg_dsn: str, tmp_path: Path, s
         rows = conn.execute(f"SELECT source, action, target, decision, outcome, alertname, alert_status, latency_ms "
                             f"FROM {names.T_ACTION_LOG} ORDER BY ts, id").fetchall()
     recv = [(a, t, d) for s, a, t, d, o, *_ in rows if s == "alert_receiver" and a != "alert" and o == "applied"]
-    assert [(a, d) for a, t, d in recv if t == "replica:default/r1"] == [
-        ("set_weight", "deweight"), ("drain", "drain"), ("undrain", "restore"), ("set_weight", "restore"),
-        ("set_weight", "restore")]
-    assert [(a, d) for a, t, d in recv if t == "pool:default"] == [
-        ("set_temperature_schedule", "schedule"), ("set_student_share", "shift"), ("set_student_share", "shift"),
-        ("set_temperature_schedule", "schedule_restore"), ("set_student_share", "unshift"),
-        ("set_student_share", "unshift")]
-    assert not any(t == "replica:default/r0" for _, t, _ in recv)  # the healthy replica was never touched
+    # r1: the designed sequence first; later, while r1's earlier fault is still inside the longest
+    # burn-rate window (90 s here), the pool fault may page r1 again: a deweight and its restore,
+    # never a drain of a replica that is no worse than its pool
+    r1 = [(a, d) for a, t, d in recv if t == "replica:default/r1"]
+    designed = [("set_weight", "deweight"), ("drain", "drain"), ("undrain", "restore"), ("set_weight", "restore"),
+                ("set_weight", "restore")]
+    assert r1[:5] == designed, r1
+    assert set(r1[5:]) <= {("set_weight", "deweight"), ("set_weight", "restore")} and (not r1[5:] or r1[-1][1] == "restore"), r1
+    # the pool: every step up came down again, the schedule was switched and restored; under load
+    # the pool's own page may also come during the replica fault (r1 is half of it), a cycle more
+    pool = [(a, d) for a, t, d in recv if t == "pool:default"]
+    assert pool[0] == ("set_temperature_schedule", "schedule") and pool[-1] == ("set_student_share", "unshift"), pool
+    assert pool.count(("set_student_share", "shift")) == pool.count(("set_student_share", "unshift")) >= 2, pool
+    assert pool.count(("set_temperature_schedule", "schedule")) == pool.count(
+        ("set_temperature_schedule", "schedule_restore")) >= 1, pool
+    # r0 was never drained; in the pool fault (both replicas slow) the replica rule may page it
+    # when, by chance, it runs 1.5x its pool's error ratio: then a deweight and its restore
+    r0 = [(a, d) for a, t, d in recv if t == "replica:default/r0"]
+    assert set(r0) <= {("set_weight", "deweight"), ("set_weight", "restore")} and (not r0 or r0[-1][1] == "restore"), r0
+    # the control API's own record: the same changes, one row each, in the same order
     ctl = [(a, t) for s, a, t, *_ in rows if s == "control_api"]
-    assert ctl == [("set_weight", "r1"), ("drain", "r1"), ("undrain", "r1"), ("set_weight", "r1"), ("set_weight", "r1"),
-                   ("set_temperature_schedule", "default"), ("set_student_share", "default"),
-                   ("set_student_share", "default"), ("set_temperature_schedule", "default"),
-                   ("set_student_share", "default"), ("set_student_share", "default")]
+    assert [a for a, t in ctl if t == "r1"] == [a for a, _ in r1]
+    assert [a for a, t in ctl if t == "r0"] == [a for a, _ in r0]
+    assert [a for a, t in ctl if t == "default"] == [a for a, _ in pool]
     alerts = [(n, st, d) for s, a, t, d, o, n, st, _ in rows if s == "alert_receiver" and a == "alert"]
     assert ("TtftReplicaErrorBudgetBurn", "firing", "act") in alerts
     assert ("TtftReplicaErrorBudgetBurn", "resolved", "resolved") in alerts
-    assert ("TtftErrorBudgetBurn", "firing", "act") in alerts
+    # the pool page acted (the pool's actions above), or was deferred while a replica of the pool was
+    # being acted on and acted on a later notification
+    assert any(n == "TtftErrorBudgetBurn" and st == "firing" and d in ("act", "deferred") for n, st, d in alerts), alerts
     timings = {
         "fault_to_deweight_s": marks["deweight"] - marks["fault_on"],
         "fault_to_drain_s": marks["drain"] - marks["fault_on"],
