@@ -79,24 +79,11 @@ class DistillMetrics(_PerRegistry):
         )
 
 
-class RolloutMetrics:
+class RolloutMetrics(_PerRegistry):
     """Gauges of the A/B rollout: each arm's weight and each experiment's coverage in force."""
 
-    _of: weakref.WeakKeyDictionary[CollectorRegistry, RolloutMetrics] = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def of(cls, registry: CollectorRegistry | None = None) -> RolloutMetrics:
-        """The instance of ``registry`` (a new private registry when None)."""
-        if registry is None:
-            return cls(CollectorRegistry())
-        with _lock:
-            m = cls._of.get(registry)
-            if m is None:
-                m = cls._of[registry] = cls(registry)
-            return m
-
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+        super().__init__(registry)
         self.weight = Gauge(names.ROLLOUT_ARM_WEIGHT, "Weight in force of an experiment's arm (0 = rolled back)",
                             (names.L_EXPERIMENT, names.L_ARM), registry=registry, multiprocess_mode=_MODE)
         self.coverage = Gauge(names.ROLLOUT_COVERAGE_RATIO, "Share of units (0..1) in an experiment",
