@@ -133,7 +133,7 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     ti, ri = _request_cells(keys, np.flatnonzero(ok), tidx)
     si = step[ri]
     if len(ri):
-        named = req["model"][ri].astype(str) != ""
+        named = req["model"][ri] != ""  # object compare: no copy into a unicode array
         first_t, first = np.unique(ti[named], return_index=True)
         for j, i in zip(first_t.tolist(), ri[named][first].tolist(), strict=True):
             models[j] = str(req["model"][i])
@@ -225,18 +225,21 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
 def transform(x: np.ndarray) -> np.ndarray:
     """log1p of the heavy-tailed features (before robust scaling); NaN stays NaN."""
     out = np.array(x, dtype=float, copy=True)
-    for i, name in enumerate(FEATURES):
-        if name in LOG_FEATURES:
-            out[..., i] = np.log1p(np.maximum(out[..., i], 0.0))
+    out[..., _LOG_IDX] = np.log1p(np.maximum(out[..., _LOG_IDX], 0.0))
     return out
+
+
+_LOG_IDX = [i for i, name in enumerate(FEATURES) if name in LOG_FEATURES]
 
 
 def _codes(col: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(distinct values in order of appearance, each row's index into them) of a key column: a
-    hash pass, cheaper than sorting strings."""
+    hash pass in C (``dict.fromkeys``, ``map``), cheaper than sorting strings; the online scorer
+    runs it on every row of the last W steps, every step."""
+    values = col.tolist()
     seen: dict[str, int] = {}
-    codes = np.fromiter((seen.setdefault(str(v), len(seen)) for v in col), np.int64, len(col))
-    return list(seen), codes
+    code_of = {v: seen.setdefault(str(v), len(seen)) for v in dict.fromkeys(values)}
+    return list(seen), np.fromiter(map(code_of.__getitem__, values), np.int64, len(values))
 
 
 @dataclass
