@@ -1,7 +1,8 @@
 """Dashboard store queries on 7 days of history: each panel's query at 6 h and 7 d ranges.
 
 Loads 7 days of 5 s request windows for 64 replicas (7.7M rows, through the roll-up trigger like
-the streaming job's writes), 60 s policy windows, per-replica forecasts every minute, A/B results
+the streaming job's writes), 60 s policy windows, per-replica forecasts every 5 s (7.7M rows, the
+online scorer's cadence, through their roll-up trigger), A/B results
 and an action log into a fresh embedded PostgreSQL (or ``--dsn``), then runs every registered store
 query of the dashboards as Grafana would (macros expanded, variables "All", ``$__interval`` for a
 1000-point panel) and reports p50/p95. Anchor, measured in the same run: the same request-window
@@ -30,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_result  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
+from llmsla import histogram as H  # noqa: E402
 from llmsla import names  # noqa: E402
 from llmsla.dashboards import runner, storesql  # noqa: E402
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms  # noqa: E402
 from llmsla.dashboards.query import REGISTRY, SqlQuery  # noqa: E402
-from llmsla.dashboards.rollup import TIERS  # noqa: E402
 from llmsla.store import connect  # noqa: E402
 from llmsla.store.connection import start_embedded  # noqa: E402
 from llmsla.store.migrate import migrate  # noqa: E402
@@ -94,14 +95,21 @@ def load(dsn: str, end: dt.datetime, days: int, replicas: int) -> dict[str, int]
                           "temperature_jitter, latency_p50_ms, latency_p99_ms, decide_p99_ms) FROM STDIN") as cp:
                 for row in pol:
                     cp.write_row(row)
-            with cur.copy(f"COPY {names.T_FORECASTS} (ts, forecaster, target, pool, replica, horizon_s, predicted, "
-                          "threshold, risk) FROM STDIN") as cp:
-                nf = 0
-                for m in range(days * 1440):
-                    ts = start + dt.timedelta(minutes=m)
-                    for _model, pool, rep, _arm in keys:
-                        cp.write_row((ts, "lstm", "ttft_p99", pool, rep, 300, r.uniform(200, 900), 800.0, r.random()))
-                        nf += 1
+            # the online scorer's cadence: every target every 5 s; one statement per hour, like the
+            # scorer's writes each statement fires the roll-up trigger
+            nf = 0
+            for h in range(days * 24):
+                risk = rng.beta(1, 8, 720 * len(keys))
+                with cur.copy(f"COPY {names.T_FORECASTS} (ts, forecaster, target, pool, replica, horizon_s, predicted, "
+                              "threshold, risk) FROM STDIN") as cp:
+                    k = 0
+                    for w in range(720):
+                        ts = start + dt.timedelta(hours=h, seconds=5 * w)
+                        for _model, pool, rep, _arm in keys:
+                            cp.write_row((ts, "lstm-bench", "replica", pool, rep, 25, None, 0.5, float(risk[k])))
+                            k += 1
+                nf += k
+                conn.commit()
             for hh in range(days * 24):
                 for arm in ARMS[1:]:
                     for metric in (names.AB_METRIC_TTFT_P95, names.AB_METRIC_E2E_P95, names.AB_METRIC_TTFT_ATTAINMENT, names.AB_METRIC_SRM):
@@ -126,6 +134,9 @@ def write_cost(dsn: str, end: dt.datetime, replicas: int, windows: int = 120) ->
 
     cols = stream_sql.TABLE_COLUMNS[names.T_REQUEST_WINDOWS]
     keys = series(replicas)
+    rng = np.random.default_rng(3)  # a window's histograms: 40 requests' TTFT and E2E
+    hists = {names.C_TTFT_HIST: H.Hist.of(rng.lognormal(np.log(300), 0.5, 40)).literal(),
+             names.C_E2E_HIST: H.Hist.of(rng.lognormal(np.log(3000), 0.5, 40)).literal()}
     out: dict[str, float] = {}
     with connect(dsn) as conn:
         for mode, base in (("trigger", end + dt.timedelta(hours=1)), ("no_trigger", end + dt.timedelta(hours=3))):
@@ -135,7 +146,7 @@ def write_cost(dsn: str, end: dt.datetime, replicas: int, windows: int = 120) ->
             ms = []
             for w in range(windows):
                 bucket = base + dt.timedelta(seconds=5 * w)
-                row = {c: 1 for c in cols} | {"ttft_slo_ms": 800.0, "e2e_slo_ms": 10000.0}
+                row = {c: 1 for c in cols} | {"ttft_slo_ms": 800.0, "e2e_slo_ms": 10000.0, **hists}
                 rows = [[bucket if c == "bucket" else {"model": k[0], "pool": k[1], "replica": k[2], "arm": k[3]}.get(c, row[c])
                          for c in cols] for k in keys]
                 t = time.perf_counter()
@@ -145,6 +156,33 @@ def write_cost(dsn: str, end: dt.datetime, replicas: int, windows: int = 120) ->
             out[f"{mode}_p50_ms"] = float(np.percentile(ms, 50))
             out[f"{mode}_p95_ms"] = float(np.percentile(ms, 95))
         conn.execute(f"ALTER TABLE {names.T_REQUEST_WINDOWS} ENABLE TRIGGER USER")
+        conn.commit()
+    out["ratio_p50_vs_anchor"] = out["trigger_p50_ms"] / out["no_trigger_p50_ms"]
+    return out
+
+
+def forecast_write_cost(dsn: str, end: dt.datetime, replicas: int, steps: int = 120) -> dict[str, float]:
+    """The online scorer's write of one step (``store_io.write_forecasts``: an upsert per target)
+    with the forecast roll-up trigger and, as the anchor in the same run, with it disabled."""
+    from llmsla.forecaster.store_io import write_forecasts
+
+    keys = series(replicas)
+    out: dict[str, float] = {}
+    with connect(dsn) as conn:
+        for mode, base in (("trigger", end + dt.timedelta(hours=1)), ("no_trigger", end + dt.timedelta(hours=3))):
+            if mode == "no_trigger":
+                conn.execute(f"ALTER TABLE {names.T_FORECASTS} DISABLE TRIGGER USER")
+                conn.commit()
+            ms = []
+            for w in range(steps):
+                ts_ms = int((base + dt.timedelta(seconds=5 * w)).timestamp() * 1000)
+                rows = [(ts_ms, "lstm-bench", "replica", k[1], k[2], 25, None, 0.5, 0.1) for k in keys]
+                t = time.perf_counter()
+                write_forecasts(conn, rows)
+                ms.append((time.perf_counter() - t) * 1000)
+            out[f"{mode}_p50_ms"] = float(np.percentile(ms, 50))
+            out[f"{mode}_p95_ms"] = float(np.percentile(ms, 95))
+        conn.execute(f"ALTER TABLE {names.T_FORECASTS} ENABLE TRIGGER USER")
         conn.commit()
     out["ratio_p50_vs_anchor"] = out["trigger_p50_ms"] / out["no_trigger_p50_ms"]
     return out
@@ -205,7 +243,7 @@ def main() -> None:
                            "meets_target": float(np.percentile(ms, 95)) <= TARGET_MS}
                     row = {"range": span_name, "query": key, "p50 ms": res["p50_ms"], "p95 ms": res["p95_ms"], "rows": n_rows}
                     if key in storesql.TIERED:  # anchor: the same panel query on the 5 s table only
-                        raw = SqlQuery(key + ".raw", storesql.TIERED[key]((TIERS[0],)), q.columns)
+                        raw = SqlQuery(key + ".raw", storesql.TIERED[key](True), q.columns)
                         raw_sql = runner.expanded_sql(raw, rng, interval, variables)
                         raw_ms = timed(conn, raw_sql, args.repeats if span_name == "6h" else args.anchor_repeats)
                         res["anchor_5s_p50_ms"] = float(np.percentile(raw_ms, 50))
@@ -224,11 +262,16 @@ def main() -> None:
         print_table([{"flush of one 5 s window x replicas": f"{args.replicas} rows", "with roll-up trigger p50 ms": flush["trigger_p50_ms"],
                       "trigger disabled p50 ms": flush["no_trigger_p50_ms"], "ratio": flush["ratio_p50_vs_anchor"]}],
                     "write cost of the plain-PostgreSQL roll-up trigger (the streaming sink's flush)")
+        fc = forecast_write_cost(dsn, end, args.replicas)
+        print_table([{"scorer write of one step": f"{args.replicas} forecasts", "with roll-up trigger p50 ms": fc["trigger_p50_ms"],
+                      "trigger disabled p50 ms": fc["no_trigger_p50_ms"], "ratio": fc["ratio_p50_vs_anchor"]}],
+                    "write cost of the plain-PostgreSQL forecast roll-up trigger (the online scorer's upsert)")
         write_result("dashboards", {
             "inputs": {"days": args.days, "replicas": args.replicas, "repeats": args.repeats, "flavor": flavor,
                        "max_data_points": MAX_POINTS, "target_p95_ms": TARGET_MS, **inputs},
             "results": results,
             "sink_flush_one_window": flush,
+            "scorer_write_one_step": fc,
         })
     finally:
         if server is not None:

@@ -9,7 +9,8 @@ test_rollup_plan.py`` proves it with EXPLAIN. No function, no dynamic SQL: the c
 to the planner and to anyone reading the panel.
 
 Tiers: up to 1 h of range reads the 5 s table (at most 720 windows per series), up to 1 day the
-1 m roll-up (1,440), beyond that the 1 h roll-up (168 per series for 7 days). The roll-ups carry
+1 m roll-up (1,440), beyond that the 1 h roll-up (168 per series for 7 days). The forecasts (one
+score per target every 5 s) have the same three tiers (``FORECAST_TIERS``, migration 0006). The roll-ups carry
 counts and sums (exact at any width) and, for percentiles, the worst 5 s window's P99
 (``*_p99_ms_max``): a P99 cannot be merged from P99s. When the store gains mergeable latency
 histogram columns (A/B attribution issue), the roll-up branches can compute an exact P99 per
@@ -29,12 +30,19 @@ class Tier:
     width_s: int
     max_range: str | None  # PostgreSQL interval literal; None = no upper bound
     rollup: bool
+    time: str = "bucket"  # the table's time column
 
 
 TIERS: tuple[Tier, ...] = (
     Tier(names.T_REQUEST_WINDOWS, names.REQUEST_WINDOW_S, "1 hour", rollup=False),
     Tier(names.T_REQUEST_WINDOWS_1M, 60, "1 day", rollup=True),
     Tier(names.T_REQUEST_WINDOWS_1H, 3600, None, rollup=True),
+)
+#: The forecasts (one score per target every 5 s) and their roll-ups (migration 0006), same ranges.
+FORECAST_TIERS: tuple[Tier, ...] = (
+    Tier(names.T_FORECASTS, names.REQUEST_WINDOW_S, "1 hour", rollup=False, time="ts"),
+    Tier(names.T_FORECASTS_1M, 60, "1 day", rollup=True),
+    Tier(names.T_FORECASTS_1H, 3600, None, rollup=True),
 )
 
 #: Columns whose name differs between the 5 s table and the roll-ups (logical -> (5 s, roll-up)).
@@ -50,33 +58,49 @@ RANGE = "($__timeTo()::timestamptz - $__timeFrom()::timestamptz)"
 LABEL_FILTER = " AND ".join(f"{lbl} IN (${lbl})" for lbl in names.REQUEST_LABELS)
 
 
-def guard(i: int) -> str:
-    """The range condition under which tier ``i`` answers."""
+def guard(i: int, family: tuple[Tier, ...] = TIERS) -> str:
+    """The range condition under which tier ``i`` of ``family`` answers."""
     conds = []
     if i > 0:
-        conds.append(f"{RANGE} > INTERVAL '{TIERS[i - 1].max_range}'")
-    if TIERS[i].max_range is not None:
-        conds.append(f"{RANGE} <= INTERVAL '{TIERS[i].max_range}'")
+        conds.append(f"{RANGE} > INTERVAL '{family[i - 1].max_range}'")
+    if family[i].max_range is not None:
+        conds.append(f"{RANGE} <= INTERVAL '{family[i].max_range}'")
     return " AND ".join(conds)
+
+
+def _union(family: tuple[Tier, ...], tiers: tuple[Tier, ...], columns: list[tuple[str, str]], where: str) -> str:
+    """``UNION ALL`` of the ``tiers`` (a subset of ``family``), each guarded by its range;
+    ``columns``: (5 s expression, roll-up expression) pairs, already aliased."""
+    branches = []
+    for i, tier in enumerate(family):
+        if tier not in tiers:
+            continue
+        cols = [tier.time if tier.time == "bucket" else f"{tier.time} AS bucket"]
+        cols += [rolled if tier.rollup else raw for raw, rolled in columns]
+        cols.append(f"{tier.width_s} AS width_s")
+        conds = [f"$__timeFilter({tier.time})"]
+        if len(tiers) > 1:
+            conds.append(guard(i, family))
+        if where:
+            conds.append(where)
+        branches.append(f"SELECT {', '.join(cols)} FROM {tier.table} WHERE {' AND '.join(conds)}")
+    return "(" + "\n  UNION ALL ".join(branches) + ") AS w"
 
 
 def request_windows(columns: list[str], where: str = LABEL_FILTER, *, tiers: tuple[Tier, ...] = TIERS) -> str:
     """A derived table ``w`` with ``bucket``, the label columns, ``columns`` (logical names) and
     ``width_s`` (the tier's bucket width), from the tier the range picks."""
-    branches = []
-    for i, tier in enumerate(TIERS):
-        if tier not in tiers:
-            continue
-        cols = ["bucket", *names.REQUEST_LABELS]
-        for c in columns:
-            phys = PER_TIER[c][tier.rollup] if c in PER_TIER else c
-            cols.append(phys if phys == c else f"{phys} AS {c}")
-        cols.append(f"{tier.width_s} AS width_s")
-        conds = ["$__timeFilter(bucket)"]
-        if len(tiers) > 1:
-            conds.append(guard(i))
-        if where:
-            conds.append(where)
-        branches.append(f"SELECT {', '.join(cols)} FROM {tier.table} WHERE {' AND '.join(conds)}")
-    return "(" + "\n  UNION ALL ".join(branches) + ") AS w"
+    pairs = [(lbl, lbl) for lbl in names.REQUEST_LABELS]
+    for c in columns:
+        raw, rolled = PER_TIER.get(c, (c, c))
+        pairs.append(tuple(p if p == c else f"{p} AS {c}" for p in (raw, rolled)))  # type: ignore[misc]
+    return _union(TIERS, tiers, pairs, where)
+
+
+def forecast_windows(where: str, *, tiers: tuple[Tier, ...] = FORECAST_TIERS) -> str:
+    """A derived table ``w`` with ``bucket``, the forecast key, ``risk_max`` (the highest risk
+    in the row's bucket) and ``width_s``, from the forecasts or a roll-up by the range."""
+    pairs = [(k, k) for k in ("forecaster", "target", "pool", "replica", "horizon_s")]
+    pairs.append(("risk AS risk_max", "risk_max"))
+    return _union(FORECAST_TIERS, tiers, pairs, where)
 

@@ -14,22 +14,27 @@ from collections.abc import Callable
 
 from llmsla import names
 from llmsla.dashboards.query import SqlQuery, register
-from llmsla.dashboards.rollup import TIERS, Tier, request_windows
+from llmsla.dashboards.rollup import FORECAST_TIERS, TIERS, Tier, forecast_windows, request_windows
 
 TIME = "$__timeGroupAlias(bucket, $__interval)"
 T_POLICY, T_FORECASTS, T_ACTIONS, T_AB = names.T_POLICY_WINDOWS, names.T_FORECASTS, names.T_ACTION_LOG, names.T_AB_RESULTS
 
-#: Request-window queries by key -> their SQL for a given set of tiers (the bench's raw anchor).
-TIERED: dict[str, Callable[[tuple[Tier, ...]], str]] = {}
+#: Tiered queries by key -> their SQL on every tier (``raw=False``) or on the 5 s table alone
+#: (``raw=True``: the bench's anchor, what the panel costs without roll-ups).
+TIERED: dict[str, Callable[[bool], str]] = {}
+#: Tiered queries by key -> the table of each tier, finest first (the plan test's expectation).
+TIER_TABLES: dict[str, tuple[str, ...]] = {}
 
 
 def _sql(key: str, sql: str, columns: tuple[str, ...], **kw: object) -> SqlQuery:
     return register(SqlQuery(key, sql.strip(), columns, **kw))  # type: ignore[arg-type,return-value]
 
 
-def _tiered(key: str, build: Callable[[tuple[Tier, ...]], str], columns: tuple[str, ...], **kw: object) -> SqlQuery:
-    TIERED[key] = build
-    return _sql(key, build(TIERS), columns, **kw)
+def _tiered(key: str, build: Callable[[tuple[Tier, ...]], str], columns: tuple[str, ...],
+            family: tuple[Tier, ...] = TIERS, **kw: object) -> SqlQuery:
+    TIERED[key] = lambda raw: build(family[:1] if raw else family)
+    TIER_TABLES[key] = tuple(t.table for t in family)
+    return _sql(key, build(family), columns, **kw)
 
 
 # -- variables (store-only dashboards) ------------------------------------------------------------
@@ -176,11 +181,15 @@ POLICY_DECISIONS = _sql(
 )
 
 # -- forecasts and actions ------------------------------------------------------------------------
-RISK_HISTORY = _sql(
+RISK_HISTORY = _tiered(
     "forecast.risk_history",
-    f"SELECT $__timeGroupAlias(ts, $__interval), target AS metric, max(risk) AS risk\n"
-    f"FROM {T_FORECASTS} WHERE $__timeFilter(ts) AND pool IN ($pool)\nGROUP BY 1, 2 ORDER BY 1, 2",
+    # one series per scored target, named like the live panel's legend: pool/replica (kind)
+    lambda tiers: (
+        f"SELECT {TIME}, pool || '/' || replica || ' (' || target || ')' AS metric, max(risk_max) AS risk\n"
+        f"FROM {forecast_windows('pool IN ($pool)', tiers=tiers)}\nGROUP BY 1, 2 ORDER BY 1, 2"
+    ),
     ("time", "metric", "risk"),
+    family=FORECAST_TIERS,
 )
 LATEST_FORECASTS = _sql(
     "forecast.latest",

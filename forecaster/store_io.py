@@ -87,16 +87,25 @@ def _ts(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
+#: ``forecasts`` columns as written, with their array types for the one-statement upsert.
+_FORECAST_COLS = (("ts", "timestamptz"), ("forecaster", "text"), ("target", "text"), ("pool", "text"),
+                  ("replica", "text"), ("horizon_s", "integer"), ("predicted", "float8"), ("threshold", "float8"),
+                  ("risk", "float8"))
+
+
 def write_forecasts(conn: psycopg.Connection, rows: Iterable[tuple]) -> int:
-    """Upsert ``(ts_ms, forecaster, target, pool, replica, horizon_s, predicted, threshold, risk)``."""
-    data = [(_ts(r[0]), *r[1:]) for r in rows]
-    if not data:
+    """Upsert ``(ts_ms, forecaster, target, pool, replica, horizon_s, predicted, threshold, risk)``
+    in one statement (one firing of the roll-up trigger per step, not one per target). A key
+    given twice keeps its last row, as row-by-row upserts would."""
+    latest = {(r[0], *r[1:6]): (_ts(r[0]), *r[1:]) for r in rows}
+    if not latest:
         return 0
-    with conn.cursor() as cur:
-        cur.executemany(
-            f"INSERT INTO {names.T_FORECASTS} (ts, forecaster, target, pool, replica, horizon_s, predicted, "
-            "threshold, risk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (ts, forecaster, target, pool, replica, horizon_s) DO UPDATE SET "
-            "predicted = EXCLUDED.predicted, threshold = EXCLUDED.threshold, risk = EXCLUDED.risk", data)
+    cols = [c for c, _ in _FORECAST_COLS]
+    columns = [list(col) for col in zip(*latest.values(), strict=True)]
+    conn.execute(
+        f"INSERT INTO {names.T_FORECASTS} ({', '.join(cols)}) SELECT * FROM unnest("
+        + ", ".join(f"%s::{t}[]" for _, t in _FORECAST_COLS) + ") "
+        "ON CONFLICT (ts, forecaster, target, pool, replica, horizon_s) DO UPDATE SET "
+        "predicted = EXCLUDED.predicted, threshold = EXCLUDED.threshold, risk = EXCLUDED.risk", columns)
     conn.commit()
-    return len(data)
+    return len(latest)

@@ -284,6 +284,8 @@ T_GPU_WINDOWS = "gpu_windows"  # 5 s tumbling, per (node, gpu)
 T_DEAD_LETTERS = "dead_letters"
 T_DEAD_LETTER_COUNTS = "dead_letter_counts"  # view: dead letters per (source, reason category)
 T_FORECASTS = "forecasts"
+T_FORECASTS_1M = "forecasts_1m"  # roll-up table (trigger) / continuous aggregate
+T_FORECASTS_1H = "forecasts_1h"  # roll-up table (trigger) / continuous aggregate
 T_ACTION_LOG = "action_log"  # alert receiver / control API audit log
 T_AB_RESULTS = "ab_results"
 

@@ -210,7 +210,7 @@ def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
         conn.execute(f"SELECT llmsla_ensure_partitions('{names.T_REQUEST_WINDOWS}', 'bucket', current_date - 1, current_date)")
         assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (M1,)).fetchone() == ("v",)
         insert_windows(conn, rows)
-        assert migrate(conn, cfg).applied == ["0004_rollup_tables", "0005_latency_histograms"]
+        assert migrate(conn, cfg).applied == [f"{m.version:04d}_{m.name}" for m in load_migrations() if m.version >= 4]
         for table in ROLLUPS:
             assert conn.execute("SELECT relkind FROM pg_class WHERE relname = %s", (table,)).fetchone() == ("r",)
         conn.autocommit = False

@@ -14,11 +14,14 @@ import psycopg
 
 from llmsla import names
 from llmsla.config import Config
+from llmsla.store.forecast_rollups import FORECAST_ROLLUPS
 from llmsla.store.rollups import ROLLUPS
 
 WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)
 #: Roll-ups are small: they are kept this many times as long as the 5 s windows.
 ROLLUP_RETENTION_FACTOR = 4
+#: Every roll-up (request windows, forecasts) -> its bucket width.
+ALL_ROLLUPS: dict[str, str] = {**ROLLUPS, **FORECAST_ROLLUPS}
 
 
 @dataclass
@@ -57,7 +60,7 @@ def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: 
     for table, col in names.TIME_TABLES.items():
         dropped += conn.execute("SELECT llmsla_drop_partitions(%s, %s, %s)", (table, col, cutoff)).fetchone()[0]
     rollup_cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=cfg.store.retention_days * ROLLUP_RETENTION_FACTOR)
-    for table in ROLLUPS:  # tables since migration 0003 (views before it: nothing to delete)
+    for table in ALL_ROLLUPS:  # tables (request roll-ups: views before migration 0003, nothing to delete)
         if conn.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (table,)).fetchone() == ("r",):
             conn.execute(f"DELETE FROM {table} WHERE bucket < %s", (rollup_cutoff,))
     return dropped
@@ -72,7 +75,7 @@ def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
     for table in WINDOW_TABLES:
         conn.execute("CALL remove_columnstore_policy(%s, if_exists => true)", (table,))
         conn.execute("CALL add_columnstore_policy(%s, after => %s)", (table, compress_after))
-    for view, width in ROLLUPS.items():
+    for view, width in ALL_ROLLUPS.items():
         step = dt.timedelta(minutes=1) if "minute" in width else dt.timedelta(hours=1)
         conn.execute("SELECT remove_continuous_aggregate_policy(%s, if_exists => true)", (view,))
         conn.execute(

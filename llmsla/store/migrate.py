@@ -16,13 +16,14 @@ import psycopg
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.store import maintenance
+from llmsla.store import forecast_rollups, maintenance
 from llmsla.store.connection import StoreError
 from llmsla.store.rollups import (
     hist_functions_ddl,
     rollup_ddl,
     rollup_hist_caggs_ddl,
     rollup_hist_tables_ddl,
+    rollup_increments_ddl,
     rollup_tables_ddl,
 )
 
@@ -58,6 +59,9 @@ _GENERATED = {
     "{{HIST_FUNCTIONS}}": lambda flavor: hist_functions_ddl(),
     "{{ROLLUP_HIST_TABLES}}": lambda flavor: rollup_hist_tables_ddl(),
     "{{ROLLUP_HIST_CAGGS}}": lambda flavor: rollup_hist_caggs_ddl(),
+    "{{ROLLUP_INCREMENTS}}": lambda flavor: rollup_increments_ddl(),
+    "{{FORECAST_ROLLUP_TABLES}}": lambda flavor: forecast_rollups.tables_ddl(),
+    "{{FORECAST_ROLLUP_CAGGS}}": lambda flavor: forecast_rollups.caggs_ddl(),
 }
 
 

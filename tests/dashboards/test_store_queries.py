@@ -24,7 +24,6 @@ from llmsla import names
 from llmsla.dashboards import runner, storesql
 from llmsla.dashboards.macros import TimeRange, Variable
 from llmsla.dashboards.query import REGISTRY, SqlQuery
-from llmsla.dashboards.rollup import TIERS
 from llmsla.store import connect
 from llmsla.store.migrate import migrate, recorded_flavor
 
@@ -125,7 +124,7 @@ class Data:
         conn.commit()
         if recorded_flavor(conn) == "timescale":
             conn.autocommit = True
-            for view in (names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H):
+            for view in (names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H, names.T_FORECASTS_1M, names.T_FORECASTS_1H):
                 conn.execute(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
             conn.autocommit = False
 
@@ -316,12 +315,15 @@ def test_ab_forecast_and_action_queries(store) -> None:
     diff = run(dsn, storesql.P95_DIFF, rng, 10000)
     assert {r[1] for r in diff.rows} == {f"treatment {names.AB_METRIC_TTFT_P95}", f"treatment {names.AB_METRIC_E2E_P95}"}
     assert [r[2] for r in run(dsn, storesql.SRM, rng, 10000).rows] == [1e-6]
-    risk = as_map(run(dsn, storesql.RISK_HISTORY, rng, 600000))
-    want: dict[tuple, float] = {}
-    for f in data.forecasts:
-        k = (math.floor(epoch(f["ts"]) / 600) * 600, f["target"])
-        want[k] = max(want.get(k, 0.0), f["risk"])
-    close(risk, want)
+    # the highest risk per target and interval: from the forecasts (1 h), the 1 m roll-up (6 h)
+    # and the 1 h roll-up (2 d) alike
+    for span, interval_s in ((dt.timedelta(hours=1), 600), (dt.timedelta(hours=6), 600), (dt.timedelta(days=2), 3600)):
+        risk = as_map(run(dsn, storesql.RISK_HISTORY, TimeRange(data.end - span, data.end), interval_s * 1000))
+        want: dict[tuple, float] = {}
+        for f in data.forecasts:
+            k = (math.floor(epoch(f["ts"]) / interval_s) * interval_s, f"{f['pool']}/{f['replica']} ({f['target']})")
+            want[k] = max(want.get(k, 0.0), f["risk"])
+        close(risk, want)
     latest = run(dsn, storesql.LATEST_FORECASTS, rng, 10000).rows
     assert sorted((r[2], r[0]) for r in latest) == sorted(
         (tgt, max(f["ts"] for f in data.forecasts if f["target"] == tgt)) for tgt in ("e2e_p99", "ttft_p99"))
@@ -376,28 +378,31 @@ def top_parent(conn: psycopg.Connection, rel: str) -> str:
     return rel
 
 
-@pytest.mark.parametrize(("span", "table"), [("30m", names.T_REQUEST_WINDOWS), ("6h", names.T_REQUEST_WINDOWS_1M),
-                                              ("2d", names.T_REQUEST_WINDOWS_1H), ("7d", names.T_REQUEST_WINDOWS_1H)])
-def test_explain_reads_only_the_tier_of_the_range(store, span: str, table: str) -> None:
-    """Plain PostgreSQL: exactly the tier's table. TimescaleDB (LLMSLA_TEST_DSN): the continuous
-    aggregate, plus, for its real-time part, only raw chunks that end after the aggregate was
-    refreshed (no chunk older than a day: the data ends now)."""
+@pytest.mark.parametrize(("span", "tier"), [("30m", 0), ("6h", 1), ("2d", 2), ("7d", 2)])
+def test_explain_reads_only_the_tier_of_the_range(store, span: str, tier: int) -> None:
+    """Plain PostgreSQL: exactly the tier's table (request windows and forecasts alike).
+    TimescaleDB (LLMSLA_TEST_DSN): the continuous aggregate, plus, for its real-time part, only
+    raw chunks that end after the aggregate was refreshed (no chunk older than a day: the data
+    ends now)."""
     dsn, data, timescale = store
     length = {"30m": dt.timedelta(minutes=30), "6h": dt.timedelta(hours=6), "2d": dt.timedelta(days=2), "7d": dt.timedelta(days=7)}[span]
     rng = TimeRange(data.end - length, data.end)
+    assert {tables[0] for tables in storesql.TIER_TABLES.values()} == {names.T_REQUEST_WINDOWS, names.T_FORECASTS}
     with connect(dsn) as conn:
         for key in storesql.TIERED:
+            tables = storesql.TIER_TABLES[key]
+            table, raw_table = tables[tier], tables[0]
             rels = plan_relations(conn, runner.expanded_sql(REGISTRY[key], rng, 60000, variables()))
             got = {top_parent(conn, r) for r in rels}
-            if not timescale or table == names.T_REQUEST_WINDOWS:
+            if not timescale or tier == 0:
                 assert got == {table}, (span, key, got)
                 continue
-            assert got <= {table, names.T_REQUEST_WINDOWS}, (span, key, got)
-            raw = {r for r in rels if top_parent(conn, r) == names.T_REQUEST_WINDOWS}
+            assert got <= {table, raw_table}, (span, key, got)
+            raw = {r for r in rels if top_parent(conn, r) == raw_table}
             old = conn.execute("SELECT chunk_name FROM timescaledb_information.chunks WHERE hypertable_name = %s "
-                               "AND range_end < %s", (names.T_REQUEST_WINDOWS, data.end - dt.timedelta(days=1))).fetchall()
+                               "AND range_end < %s", (raw_table, data.end - dt.timedelta(days=1))).fetchall()
             assert not raw & {r[0] for r in old}, (span, key, raw)
         # the method sees a 5 s scan when there is one: the bench's anchor (5 s table only)
-        anchor = SqlQuery("anchor", storesql.TIERED[storesql.TTFT_P99_HISTORY.key]((TIERS[0],)), storesql.TTFT_P99_HISTORY.columns)
+        anchor = SqlQuery("anchor", storesql.TIERED[storesql.TTFT_P99_HISTORY.key](True), storesql.TTFT_P99_HISTORY.columns)
         assert {top_parent(conn, r) for r in plan_relations(conn, runner.expanded_sql(anchor, rng, 60000, variables()))} == {
             names.T_REQUEST_WINDOWS}

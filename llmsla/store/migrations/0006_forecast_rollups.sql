@@ -1,0 +1,3 @@
+-- Forecast roll-ups (forecasts_1m, forecasts_1h): steps, highest and summed risk, threshold and
+-- steps at or above it per minute and hour, so a 7-day risk panel reads 168 rows per series
+-- instead of every 5 s score. The flavour files create them (llmsla.store.forecast_rollups).
