@@ -68,6 +68,32 @@ def register(subparsers: Any) -> None:
     out.add_argument("--json", help="write the summary as JSON to this file ('-' = stdout)")
     p.set_defaults(handler=run)
 
+    r = subparsers.add_parser(
+        "replay",
+        help="replay a trace as real streaming chat requests against an OpenAI-compatible URL (real time)",
+        description="Send a trace's arrivals (built as `llmsla simulate` builds them) to URL/v1/chat/completions "
+                    "in real time, open loop, request sizes scaled to the endpoint; see docs/fleet.md.",
+    )
+    r.add_argument("--url", required=True, help="base URL of the endpoint, e.g. the gateway's http://127.0.0.1:8000")
+    r.add_argument("--trace", default="azure_conv", help="azure_code, azure_conv, mooncake or a trace file path")
+    r.add_argument("--duration", type=float, required=True, help="seconds of load (after --time-scale)")
+    r.add_argument("--start", type=float, default=0.0, help="skip this many trace seconds first")
+    r.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the rate, stretched)")
+    r.add_argument("--rate-mult", type=float, default=1.0, help="multiply the request rate, keeping the duration")
+    r.add_argument("--sessions", type=float, default=0.0, metavar="TURNS",
+                   help="group requests into sessions (sent as the OpenAI `user`, the A/B unit) of this mean number of turns")
+    r.add_argument("--think-s", type=float, default=30.0, help="sessions: mean seconds between a session's turns")
+    r.add_argument("--prompt-scale", type=float, default=1.0, help="prompt characters per trace prompt token")
+    r.add_argument("--output-scale", type=float, default=1.0, help="generated tokens per trace output token")
+    r.add_argument("--max-prompt-chars", type=int, default=8192, help="cap on a prompt's characters")
+    r.add_argument("--max-tokens", type=int, default=1024, help="cap on a request's max_tokens")
+    r.add_argument("--model", default="llmsla-tiny", help="model name sent (default llmsla-tiny, the reference worker's)")
+    r.add_argument("--start-at-ms", type=int, help="epoch ms of the first arrival's t = 0 (default: now)")
+    r.add_argument("--timeout-s", type=float, default=60.0, help="give up on one request after this long")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json", help="write the summary (sent, HTTP statuses, lateness) to this file")
+    r.set_defaults(handler=run_replay)
+
 
 def build_load(args: argparse.Namespace) -> tuple[list, dict | None]:
     from llmsla.errors import CliError
@@ -229,6 +255,37 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             print(text)
         else:
             Path(args.json).write_text(text + "\n")
+    return 0
+
+
+def run_replay(args: argparse.Namespace, cfg: Config) -> int:
+    import asyncio
+    import dataclasses
+
+    from llmsla.errors import CliError
+    from llmsla.fleet import replay
+
+    try:
+        fit = replay.Fit(args.prompt_scale, args.output_scale, args.max_prompt_chars, args.max_tokens)
+        requests = replay.trace_plan(args.trace, fit, duration_s=args.duration, start_s=args.start,
+                                     time_scale=args.time_scale, rate=args.rate_mult, sessions=args.sessions,
+                                     think_s=args.think_s, seed=args.seed)
+    except (OSError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    if not requests:
+        raise CliError("the load is empty (check --start/--duration)")
+    span = requests[-1].t or 1.0
+    print(f"llmsla replay: {len(requests)} requests over {span:,.0f} s ({len(requests) / span:.2f}/s) "
+          f"-> {args.url}", flush=True)
+    res = asyncio.run(replay.replay(args.url, requests, model=args.model, start_ms=args.start_at_ms,
+                                    timeout_s=args.timeout_s))
+    summary = res.summary()
+    print(f"llmsla replay: sent {summary['sent']}, completed {summary['completed']}, HTTP {summary['statuses']}, "
+          f"late p99 {summary['late_p99_s'] or 0:.3f} s", flush=True)
+    if args.json:
+        replay.write_summary(args.json, res, {"url": args.url, "trace": args.trace, "duration_s": args.duration,
+                                              "time_scale": args.time_scale, "rate_mult": args.rate_mult,
+                                              "fit": dataclasses.asdict(fit)})
     return 0
 
 

@@ -136,6 +136,8 @@ class WorkerConfig:
     entropy_target: float = _k(2.5, "entropy policy: target next-token entropy, nats", minimum=0)
     entropy_band: float = _k(0.25, "entropy policy: hold while |entropy - target| is within this, nats", minimum=0)
     entropy_gain: float = _k(0.5, "entropy policy: T <- T * exp(gain * (target - entropy))", minimum=0)
+    admin_port: int = _k(0, "fault-injection admin endpoint (POST /admin/fault: slowdown, down) on 127.0.0.1:PORT, always loopback, for demos and tests; 0 = none", minimum=0, maximum=65535)
+    admin_token: str = _k("", "bearer token the admin endpoint requires (also LLMSLA_WORKER_ADMIN_TOKEN); empty refuses every fault", kind="secret")
 
 
 @dataclass

@@ -123,6 +123,9 @@ WORKER_GENERATED_TOKENS = "llmsla_worker_generated_tokens"  # counter
 WORKER_TOKENS_PER_SECOND = "llmsla_worker_tokens_per_second"
 WORKER_MEMORY_BYTES = "llmsla_worker_memory_bytes"
 WORKER_FIRST_TOKEN_SECONDS = "llmsla_worker_first_token_seconds"
+#: The fault injected through the worker's admin endpoint (worker/fault.py): ground truth on a dashboard.
+WORKER_FAULT_SLOWDOWN = "llmsla_worker_fault_slowdown"
+WORKER_FAULT_DOWN = "llmsla_worker_fault_down"
 
 # --- OpenTelemetry: GenAI request spans and OTLP metrics (exporters) -----------------------------
 # Convention names (gen_ai.*, server.*, error.type, the gen_ai metrics) come from the

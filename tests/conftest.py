@@ -123,6 +123,7 @@ def redis_service(tmp_path: Path) -> Iterator[services.Service]:
 SLOW_PATHS: tuple[str, ...] = (
     "tests/streaming/",
     "tests/test_demo.py",
+    "tests/test_demo_real.py",
     "tests/exporters/test_gateway_prometheus.py",
     "tests/forecaster/test_online.py",
 )

@@ -20,6 +20,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, help="seed of the deterministic weights (worker.seed)")
     p.add_argument("--train-steps", type=int, help="warm-up training steps on bundled text (worker.train_steps)")
     p.add_argument("--policy", help="default temperature policy (worker.policy)")
+    p.add_argument("--admin-port", type=int, metavar="PORT",
+                   help="serve the fault-injection endpoint POST /admin/fault on 127.0.0.1:PORT (worker.admin_port; "
+                        "bearer token worker.admin_token / LLMSLA_WORKER_ADMIN_TOKEN)")
     p.set_defaults(handler=run)
 
 
@@ -37,7 +40,8 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
 
     w = cfg.worker
     for attr, key in (("host", "host"), ("port", "port"), ("model", "model"), ("max_batch", "max_batch"),
-                      ("seed", "seed"), ("train_steps", "train_steps"), ("policy", "policy")):
+                      ("seed", "seed"), ("train_steps", "train_steps"), ("policy", "policy"),
+                      ("admin_port", "admin_port")):
         value = getattr(args, attr)
         if value is not None:
             setattr(w, key, value)
@@ -47,6 +51,8 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
         check_host(w.host, "--host")
     if args.port is not None:
         check_port(w.port, "--port", allow_zero=True)
+    if args.admin_port is not None:
+        check_port(w.admin_port, "--admin-port")
     if w.policy not in SCHEDULES:
         raise CliError(f"--policy must be one of {', '.join(SCHEDULES)}, got {w.policy!r}")
 
@@ -57,6 +63,8 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
             loop.add_signal_handler(sig, stop.set)
         async with serve(cfg) as running:
             print(f"llmsla worker: serving {w.model} at {running.url} (max_batch={w.max_batch})", flush=True)
+            if running.admin_url:
+                print(f"llmsla worker: fault injection at {running.admin_url}/admin/fault", flush=True)
             await stop.wait()
 
     asyncio.run(main())

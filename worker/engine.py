@@ -39,6 +39,11 @@ GREEDY_T = 1e-5  # at or below this temperature, sampling is argmax
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+#: Third element of an ``("error", message, ABORT)`` item: the worker crashed (an injected
+#: ``down`` fault), so the HTTP side cuts the connection instead of ending the response cleanly.
+ABORT = "abort"
+#: Largest injected slowdown factor (an iteration sleeps at most this many times its own length).
+MAX_SLOWDOWN = 100.0
 
 
 def entropy_nats(logits: Any) -> Any:
@@ -127,6 +132,10 @@ class Engine:
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
+        # injected faults (worker/fault.py): every iteration takes ``slowdown`` times longer; while
+        # ``_down`` holds a reason, nothing is admitted and everything in flight fails
+        self.slowdown = 1.0
+        self._down: str | None = None
         # statistics (tests and benches read these)
         self.steps = 0
         self.decisions = 0
@@ -152,10 +161,30 @@ class Engine:
         with self._cond:
             if self._stop:
                 raise RuntimeError("engine is stopped")
+            if self._down is not None:
+                raise RuntimeError(self._down)
             self._waiting.append(req)
             if self.metrics:
                 self.metrics.queue.set(len(self._waiting))
             self._cond.notify()
+
+    def set_slowdown(self, factor: float) -> None:
+        """Every iteration from now on takes ``factor`` (>= 1) times its compute time: the
+        simulator's ``slowdown``/``ramp`` (fleet/faults.py) on a real engine."""
+        if not 1.0 <= factor <= MAX_SLOWDOWN:
+            raise ValueError(f"slowdown must be in [1, {MAX_SLOWDOWN:g}], got {factor}")
+        self.slowdown = float(factor)
+
+    def set_down(self, reason: str | None) -> None:
+        """``reason``: the engine crashes - every waiting and running request fails with it (their
+        connections are cut, see ``ABORT``) and new ones are refused until ``set_down(None)``."""
+        with self._cond:
+            self._down = reason
+            self._cond.notify()
+
+    @property
+    def down(self) -> bool:
+        return self._down is not None
 
     def cancel(self, req: GenRequest) -> None:
         """Mark a request abandoned (client gone); the loop frees its slot before the next step."""
@@ -187,12 +216,29 @@ class Engine:
                     self._cond.wait()
                 if self._stop:
                     break
+                if self._down is not None:  # crashed: fail everything in flight, admit nothing
+                    crashed = list(self._waiting) + self._running
+                    self._waiting.clear()
+                    reason = self._down
+                else:
+                    crashed = []
+            if crashed:
+                for req in crashed:
+                    self._release(req)
+                self._running = []
+                if self.metrics:
+                    self.metrics.queue.set(0)
+                    self.metrics.running.set(0)
+                self._flush([(req, ("error", reason, ABORT)) for req in crashed])
+                continue
+            with self._cond:
                 new: list[GenRequest] = []
                 while self._waiting and len(self._running) + len(new) < self.max_batch:
                     new.append(self._waiting.popleft())
                 if self.metrics:
                     self.metrics.queue.set(len(self._waiting))
             out: list[tuple[GenRequest, tuple]] = []
+            started = time.perf_counter()
             try:
                 self._iteration(new, out)
             except Exception as exc:  # a bug must not wedge every request: fail the batch, go on
@@ -202,6 +248,9 @@ class Engine:
                         out.append((req, ("error", f"engine error: {exc}")))
                     self._release(req)
                 self._running = []
+            slow = self.slowdown
+            if slow > 1.0:  # the iteration's tokens come out when the slowed iteration ends
+                time.sleep((slow - 1.0) * (time.perf_counter() - started))
             self._flush(out)
         # shutting down: tell everyone still here
         out = []

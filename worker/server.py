@@ -50,7 +50,8 @@ from llmsla.temperature import (
     validate_schedule,
 )
 from llmsla.worker import model as lm
-from llmsla.worker.engine import Engine, GenRequest, WorkerMetrics
+from llmsla.worker.engine import ABORT, Engine, GenRequest, WorkerMetrics
+from llmsla.worker.fault import ADMIN_HOST, FaultControl, admin_app
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ class Worker:
     def __init__(self, cfg: Config, engine: Engine, tracer: PolicyTracer, registry: CollectorRegistry,
                  metrics: WorkerMetrics) -> None:
         self.cfg, self.engine, self.tracer, self.registry, self.metrics = cfg, engine, tracer, registry, metrics
+        self.fault = FaultControl(engine, registry, cfg.worker.model)
         self.limits = Limits.from_config(cfg)
         self.created = int(time.time())
         self.address: tuple[str, int] | None = None  # (host, port) once listening: server.address/port
@@ -221,6 +223,8 @@ class Worker:
             {"id": self.cfg.worker.model, "object": "model", "created": self.created, "owned_by": "llmsla"}]})
 
     async def healthz(self, request: web.Request) -> web.Response:
+        if self.engine.down:  # an injected crash (worker/fault.py): the gateway's prober sees it
+            return web.json_response({"status": "down", "model": self.cfg.worker.model}, status=503)
         return web.json_response({"status": "ok", "model": self.cfg.worker.model, **self.engine.stats()})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -266,7 +270,7 @@ class Worker:
             if p.stream:
                 resp = await self._stream(request, req, p, rid)
             else:
-                resp = await self._collect(req, p, rid)
+                resp = await self._collect(request, req, p, rid)
             finished = True
             return resp
         finally:
@@ -324,7 +328,7 @@ class Worker:
     def _usage(self, req: GenRequest, n_out: int) -> dict[str, int]:
         return {"prompt_tokens": len(req.tokens), "completion_tokens": n_out, "total_tokens": len(req.tokens) + n_out}
 
-    async def _collect(self, req: GenRequest, p: Parsed, rid: str) -> web.Response:
+    async def _collect(self, request: web.Request, req: GenRequest, p: Parsed, rid: str) -> web.Response:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         parts: list[str] = []
         first_at = None
@@ -342,6 +346,8 @@ class Worker:
                 break
             else:
                 self._end_span(req, rid, self._timing(req, first_at, n_out), "error")
+                if len(item) > 2 and item[2] == ABORT:
+                    _cut(request)
                 return web.json_response({"error": {"message": item[1], "type": "server_error", "param": None, "code": None}}, status=503)
         parts.append(decoder.decode(b"", final=True))
         text = "".join(parts)
@@ -387,6 +393,10 @@ class Worker:
                     finish = item[1]
                     break
                 else:
+                    if len(item) > 2 and item[2] == ABORT:  # crashed: the stream just stops
+                        self._end_span(req, rid, self._timing(req, first_at, n_out), "error")
+                        _cut(request)
+                        return resp
                     buf.append(_sse({"error": {"message": item[1], "type": "server_error", "param": None, "code": None}}))
                     finish = "error"
                     break
@@ -410,6 +420,12 @@ class Worker:
         return resp
 
 
+def _cut(request: web.Request) -> None:
+    """Drop the connection without ending the response, as a crashed process would."""
+    if request.transport is not None:
+        request.transport.abort()
+
+
 def _sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
@@ -425,6 +441,7 @@ class RunningWorker:
     registry: CollectorRegistry
     policy_tracer: PolicyTracer
     worker: Worker
+    admin_url: str | None = None  # the fault-injection endpoint's base URL (worker.admin_port)
 
 
 def build(cfg: Config, *, registry: CollectorRegistry | None = None) -> Worker:
@@ -454,11 +471,19 @@ async def serve(cfg: Config, host: str | None = None, port: int | None = None, *
     worker = await asyncio.to_thread(build, cfg, registry=registry)
     worker.engine.start()
     served: Served | None = None
+    admin: Served | None = None
+    limits = Limits.from_config(cfg)
     try:
-        served = await serve_http(worker.app(), host, port, Limits.from_config(cfg))
+        served = await serve_http(worker.app(), host, port, limits)
         worker.address = (host, served.port)
-        yield RunningWorker(served.url, host, served.port, worker.engine, worker.registry, worker.tracer, worker)
+        if cfg.worker.admin_port:  # loopback only, whatever the serving address
+            admin = await serve_http(admin_app(worker.fault, token=cfg.worker.admin_token, limits=limits),
+                                     ADMIN_HOST, cfg.worker.admin_port, limits)
+        yield RunningWorker(served.url, host, served.port, worker.engine, worker.registry, worker.tracer, worker,
+                            admin.url if admin is not None else None)
     finally:
+        if admin is not None:
+            await admin.stop()
         if served is not None:
             await served.stop()
         await asyncio.to_thread(worker.engine.stop)

@@ -8,6 +8,8 @@ router and distillation controls; the forecaster scoring the store's windows onl
 the same receiver. Each is the ``llmsla`` command an operator runs (llmsla/app/demo_stack.py),
 with every window scaled by one factor so an hour of burn-rate window is a minute here. At the
 end: a summary from the data (llmsla/app/demo_story.py), the HTML report and the dashboards.
+With --real, two reference workers behind the gateway take the simulator's place, sent the same
+trace as real requests in real time (llmsla/app/demo_real.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 
 from llmsla import config as config_mod
 from llmsla import names
-from llmsla.app.demo_stack import DemoError, Scale, Stack, prom_query
+from llmsla.app import demo_real
+from llmsla.app.demo_stack import DemoError, Proc, Scale, Stack, prom_query
 from llmsla.app.demo_story import (
     Story,
     Summary,
@@ -41,9 +44,11 @@ log = logging.getLogger("llmsla.demo")
 EXPERIMENT = "routing"
 
 
-def demo_config(work: Path, stack: Stack, receiver_port: int) -> str:
+def demo_config(work: Path, stack: Stack, receiver_port: int, *, real: bool = False) -> str:
     """The children's config: the demo's spool, checkpoints, forecaster dir and ports; streaming
-    and scoring cadences tightened for a run of minutes."""
+    and scoring cadences tightened for a run of minutes; with ``real``, the workers, the gateway
+    and the objectives of a run on them (llmsla/app/demo_real.py)."""
+    extra = demo_real.config_section(demo_real.worker_ports(stack)) if real else ""
     return f"""# written by llmsla demo for the processes it starts
 [spool]
 dir = "{work / 'spool'}"
@@ -85,7 +90,7 @@ weight = 1
 [ab.experiments.{EXPERIMENT}.arms.round-robin]
 weight = 1
 route_policy = "round_robin"
-"""
+{extra}"""
 
 
 def _p99_by(prom: str, by: str) -> dict[str, float]:
@@ -95,13 +100,13 @@ def _p99_by(prom: str, by: str) -> dict[str, float]:
             if r["value"][1] not in ("NaN", "+Inf")}
 
 
-def _status_line(stack: Stack, story: Story, t_live: float, acted: int) -> str:
+def _status_line(stack: Stack, story: Story, t_live: float, acted: int, job: str) -> str:
     prom = stack.urls["prometheus"]
     a, b = (x - story.history_s for x in story.fault_window_s)
     crash = story.crash_start * story.live_s
     phase = ("before the fault" if t_live < a else f"{story.replica} slowing down" if t_live < crash
              else f"{story.replica} down" if t_live < b else "after the fault")
-    total = prom_query(prom, f"sum({names.REQUESTS}_total{{job=\"fleet\"}})")
+    total = prom_query(prom, f"sum({names.REQUESTS}_total{{job=\"{job}\"}})")
     p99 = _p99_by(prom, names.L_REPLICA)
     firing = sorted({r["metric"].get("alertname", "") for r in prom_query(
         prom, f'{names.ALERTS}{{alertstate="{names.ALERTSTATE_FIRING}"}}')})
@@ -125,6 +130,27 @@ def _actions_so_far(dsn: str, since_ms: int) -> int:
                             "AND action <> 'alert' AND ts >= to_timestamp(%s / 1000.0)", (since_ms,)).fetchone()[0]
 
 
+def follow(stack: Stack, story: Story, console: Any, proc: Proc, *, live_at: float, job: str) -> None:
+    """Until ``proc`` (the load) ends: a status line every second, the alerting rules loaded
+    ``story.arm_alerts_s`` into the live part (which starts at the time.time() ``live_at``)."""
+    started_ms = int(time.time() * 1000)
+    last_print = -1e9
+    armed = False
+    with console.status("live") as status:
+        while proc.alive():
+            stack.check_alive()
+            t_live = time.time() - live_at
+            if not armed and t_live >= story.arm_alerts_s:
+                stack.arm_alerts()
+                armed = True
+            line = _status_line(stack, story, max(0.0, t_live), _actions_so_far(stack.dsn, started_ms), job)
+            status.update(line)
+            if not console.is_terminal and t_live - last_print >= 15:
+                console.print(line)
+                last_print = t_live
+            time.sleep(1.0)
+
+
 def run_story(stack: Stack, story: Story, console: Any) -> dict[str, Any]:
     """Start the simulator last (everything that watches it is up), follow it to its end."""
     work = stack.workdir
@@ -134,26 +160,30 @@ def run_story(stack: Stack, story: Story, console: Any) -> dict[str, Any]:
                        "--control-port", str(control_port), "--metrics-port", str(stack.port("fleet-metrics")),
                        "--json", str(sim_json),
                        ready_url=f"http://127.0.0.1:{control_port}/healthz", timeout_s=120)
-    t0 = time.monotonic()
-    started_ms = int(time.time() * 1000)
-    last_print = -1e9
-    armed = False
-    with console.status("live") as status:
-        while sim.alive():
-            stack.check_alive()
-            t_live = time.monotonic() - t0
-            if not armed and t_live >= story.arm_alerts_s:
-                stack.arm_alerts()
-                armed = True
-            line = _status_line(stack, story, t_live, _actions_so_far(stack.dsn, started_ms))
-            status.update(line)
-            if not console.is_terminal and t_live - last_print >= 15:
-                console.print(line)
-                last_print = t_live
-            time.sleep(1.0)
+    follow(stack, story, console, sim, live_at=time.time(), job="fleet")
     if sim.popen.returncode != 0:
         raise DemoError(f"the simulator exited with {sim.popen.returncode} (see {sim.log}):\n{sim.tail()}")
     return json.loads(sim_json.read_text())
+
+
+def run_story_real(stack: Stack, story: Story, console: Any, fleet: demo_real.Fleet) -> dict[str, Any]:
+    """Start the trace replay against the gateway, drive r1's fault at the story's times, follow
+    the replay to its end; the run's facts with the fault label (what was applied when)."""
+    proc, start_ms, replay_json = demo_real.start_replay(stack, fleet, story.live_s, story.seed)
+    start = start_ms / 1000.0
+    live = story.live_s
+    driver = demo_real.FaultDriver(fleet.admin_urls[story.replica], stack.env[demo_real.ADMIN_TOKEN_ENV], start,
+                                   ramp_s=story.fault_start * live, crash_s=story.crash_start * live,
+                                   end_s=story.fault_end * live, factor=story.factor)
+    driver.start_thread()
+    try:
+        follow(stack, story, console, proc, live_at=start, job="gateway")
+    finally:
+        driver.stop()
+    if proc.popen.returncode != 0:
+        raise DemoError(f"the trace replay exited with {proc.popen.returncode} (see {proc.log}):\n{proc.tail()}")
+    labels = demo_real.write_labels(stack.workdir / "spool", start_ms, driver.labels(story.replica))
+    return demo_real.run_summary(start_ms, fleet, driver, story.replica, replay_json, labels)
 
 
 def wait_for_windows(dsn: str, until_ms: int, timeout_s: float) -> None:
@@ -206,7 +236,9 @@ def print_summary(console: Any, s: Summary, tl: Timeline, story: Story) -> None:
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:,.0f} ms"
 
-    console.print(f"\n[bold]{s.requests:,} requests[/] ({story.history_s:g} s of history, {story.live_s:g} s live), "
+    when = (f"{story.history_s:g} s of history, {story.live_s:g} s live" if story.history_s
+            else f"{story.live_s:g} s live, no history: real workers run in real time only")
+    console.print(f"\n[bold]{s.requests:,} requests[/] ({when}), "
                   f"windows in the store: " + ", ".join(f"{t} {n:,}" for t, n in s.windows.items()))
     lat = Table(title=f"P99 latency, exact over every RequestEvent ({story.replica} ramps to x{story.factor:g}, "
                       "then crashes)")
@@ -343,31 +375,49 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     for old in ("spool", "checkpoints", "prometheus", "alertmanager", "forecast/online"):
         shutil.rmtree(work / old, ignore_errors=True)
     cfg.store.data_dir = cfg.store.data_dir or str(work / "pg")
-    story = Story(live_s=args.minutes * 60)
+    real = bool(args.real)
+    story = (Story(live_s=args.minutes * 60, history_s=0.0, factor=demo_real.FACTOR) if real
+             else Story(live_s=args.minutes * 60))
     t0 = time.monotonic()
     store = open_store(cfg, keep_running=args.keep)
     where = f"embedded PostgreSQL in {store.data_dir}" if store.embedded else redact(store.dsn)
     stack = Stack.prepare(work, store.dsn, Scale(), "")
     receiver_port = stack.port("receiver")
-    stack.config_file.write_text(demo_config(work, stack, receiver_port))
-    facts: dict[str, Any] = {"workdir": str(work), "store": where}
+    stack.config_file.write_text(demo_config(work, stack, receiver_port, real=real))
+    # the objectives every child judges by (--real sets its own), for the summary's breaches too
+    demo_cfg = config_mod.load(path=stack.config_file, env={})
+    facts: dict[str, Any] = {"workdir": str(work), "store": where, "mode": "real" if real else "simulated"}
     try:
+        fleet = None
+        if real:
+            with console.status("starting two reference workers and the gateway"):
+                fleet = demo_real.start_fleet(stack)
         with console.status("starting the stream job, Prometheus, Alertmanager, the receiver and the forecaster"):
             stack.llmsla("stream", "stream", ready_url=f"http://127.0.0.1:{stack.port('stream-metrics')}/metrics")
-            stack.start_alerting(receiver_port, stack.port("control"))
+            stack.start_alerting(receiver_port, stack.port("control"),
+                                 fleet.scrape_jobs(stack) if fleet is not None else None)
             stack.llmsla("forecast", "forecast", "run",
                          ready_url=f"http://127.0.0.1:{stack.port('forecast')}/metrics", timeout_s=120)
         console.print(f"[green]✓[/] stack up in {time.monotonic() - t0:.0f} s: {where}; Prometheus "
                       f"{stack.urls['prometheus']}, Alertmanager {stack.urls['alertmanager']}, logs in {work / 'logs'}")
-        console.print(f"  windows x{stack.scale.factor:.4g} (1 h of burn-rate window = "
-                      f"{3600 * stack.scale.factor:g} s); {story.history_s:g} s of Azure conv history, then "
-                      f"{story.live_s:g} s live: {story.replica} slows down (ramp to x{story.factor:g}), then crashes")
-        sim = run_story(stack, story, console)
+        if fleet is not None:
+            console.print(f"  gateway {fleet.gateway_url} -> {', '.join(f'{r} {u}' for r, u in fleet.worker_urls.items())}"
+                          f" (reference workers); SLOs for them: TTFT {demo_cfg.slo.ttft_ms:g} ms, "
+                          f"E2E {demo_cfg.slo.e2e_ms:g} ms")
+            console.print(f"  windows x{stack.scale.factor:.4g} (1 h of burn-rate window = "
+                          f"{3600 * stack.scale.factor:g} s); the Azure conv trace as real requests, "
+                          f"{story.live_s:g} s live: {story.replica} slows down (ramp to x{story.factor:g}), then crashes")
+            sim = run_story_real(stack, story, console, fleet)
+        else:
+            console.print(f"  windows x{stack.scale.factor:.4g} (1 h of burn-rate window = "
+                          f"{3600 * stack.scale.factor:g} s); {story.history_s:g} s of Azure conv history, then "
+                          f"{story.live_s:g} s live: {story.replica} slows down (ramp to x{story.factor:g}), then crashes")
+            sim = run_story(stack, story, console)
         tl = Timeline.of(story, sim)
         with console.status("waiting for the last windows and alerts"):
             wait_for_windows(stack.dsn, tl.end_ms, timeout_s=30)
             time.sleep(stack.scale.seconds(10) * 2)  # Alertmanager's batching + the receiver's tick
-        summary, tl = summarize(stack, cfg, story, sim)
+        summary, tl = summarize(stack, demo_cfg, story, sim)
         print_summary(console, summary, tl, story)
         with console.status("A/B attribution report"):
             facts["ab"] = ab_report(stack, tl)
@@ -377,7 +427,7 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
             facts["outputs"] = write_outputs(stack, tl)
         for what, path in facts["outputs"].items():
             console.print(f"{what}: {path}")
-        facts.update(summary=asdict(summary), timeline=asdict(tl), simulation=sim)
+        facts.update({"summary": asdict(summary), "timeline": asdict(tl), "real" if real else "simulation": sim})
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: stopping every component (data kept in "
                       f"{work})")
@@ -403,4 +453,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards")
     p.add_argument("--json", metavar="FILE", help="also write the run's facts and summary as JSON")
     p.add_argument("--minutes", type=float, default=4.0, help="minutes of live traffic after the history (default 4, at least 2)")
+    p.add_argument("--real", action="store_true",
+                   help="two reference workers behind the gateway, sent the trace as real requests in real time, "
+                        "instead of the fleet simulator (docs/demo.md)")
     p.set_defaults(handler=cmd_demo)

@@ -124,13 +124,16 @@ class Stack:
 
     def check_alive(self) -> None:
         for p in self.procs:
-            if not p.alive() and p.popen.returncode not in (0, None) and p.name != "simulate":
+            if not p.alive() and p.popen.returncode not in (0, None) and p.name not in ("simulate", "replay"):
                 raise DemoError(f"{p.name} exited with {p.popen.returncode} (see {p.log}):\n{p.tail()}")
 
     # -- components --------------------------------------------------------------------------------
-    def start_alerting(self, receiver_port: int, control_port: int) -> None:
+    def start_alerting(self, receiver_port: int, control_port: int,
+                       fleet_jobs: dict[str, list[str]] | None = None) -> None:
         """Rules generated at this scale, Prometheus, Alertmanager and the receiver (with the
-        built-in policy at this scale) acting on the control API at ``control_port``."""
+        built-in policy at this scale) acting on the control API at ``control_port``.
+        ``fleet_jobs``: the scrape jobs of whatever serves the requests (default: the
+        simulator's ``/metrics`` as job ``fleet``)."""
         from llmsla import config as config_mod
         from llmsla.alerting import amconfig
         from llmsla.alerting import generate as G
@@ -155,11 +158,12 @@ class Stack:
             group_wait_s=self.scale.seconds(10)))
         self.services.append(am)
         self.urls["alertmanager"] = am.url
-        jobs = {"fleet": [f"127.0.0.1:{self.port('fleet-metrics')}"],
+        # the simulator's control API serves the same registry as its /metrics (router,
+        # distillation, requests): scraped once, as "fleet"; so does the gateway's (--real)
+        jobs = {**(fleet_jobs or {"fleet": [f"127.0.0.1:{self.port('fleet-metrics')}"]}),
                 "stream": [f"127.0.0.1:{self.port('stream-metrics')}"],
                 "forecaster": [f"127.0.0.1:{self.port('forecast')}"],
-                "receiver": [f"127.0.0.1:{receiver_port}"]}  # the simulator's control API serves the
-        # same registry as its /metrics (router, distillation, requests): scraped once, as "fleet"
+                "receiver": [f"127.0.0.1:{receiver_port}"]}
         prom = services.start_prometheus(
             rules_dir, extra_files={name: _recording_only(text) for name, text in files.items()},
             config_yaml=services.scrape_config(jobs, interval_s=self.scale.scrape_s, rule_files=sorted(files),
