@@ -84,7 +84,7 @@ class Hysteresis:
         self.generator_url = generator_url
         self.states: dict[str, TargetState] = {}
 
-    def _alert(self, st: TargetState, status: str, risk: float, now_ms: int) -> dict[str, Any]:
+    def _alert(self, st: TargetState, status: str, risk: float, now_ms: int, *, why: str = "") -> dict[str, Any]:
         replica = st.labels.get(names.L_REPLICA, "")
         target = f"{st.labels[names.L_POOL]}/{replica or '*'}"
         what = f"replica {replica}" if replica else "the pool"
@@ -92,7 +92,7 @@ class Hysteresis:
                names.ANN_HORIZON_S: str(self.horizon_s),
                names.ANN_SUMMARY: (f"{st.labels[names.L_SLO]} SLO breach forecast within {self.horizon_s} s for {what} "
                                    f"of pool {st.labels[names.L_POOL]} (risk {risk:.2f} >= {self.threshold:.2f})"
-                                   if status == "firing" else f"forecast risk for {target} back below "
+                                   if status == "firing" else why or f"forecast risk for {target} back below "
                                    f"{self.resolve_below:.2f}")}
         return {"status": status, "labels": dict(st.labels), "annotations": ann,
                 "startsAt": rfc3339(st.starts_ms), "endsAt": ZERO_TIME if status == "firing" else rfc3339(now_ms),
@@ -111,6 +111,18 @@ class Hysteresis:
             st.last_sent_ms = now_ms
             out.append(("firing", self._alert(st, "firing", risk, now_ms)))
         return out
+
+    def expire(self, key: str, now_ms: int, why: str) -> list[tuple[str, dict]]:
+        """The target has nothing left to forecast (no traffic): its alarm is forgotten and a firing
+        alert resolves, so that an alert does not hold the receiver's restore of a replica the
+        receiver itself drained; traffic brings the target back with a fresh alarm state."""
+        st = self.states.pop(key, None)
+        if st is None or not st.firing:
+            return []
+        return [("resolved", self._alert(st, "resolved", float("nan"), now_ms, why=why))]
+
+    def firing_keys(self) -> list[str]:
+        return [k for k, st in self.states.items() if st.firing]
 
 
 class WebhookPoster:

@@ -40,6 +40,7 @@ class StepResult:
     scored: int = 0
     skipped: str = ""  # why nothing was scored
     risks: dict[str, float] = field(default_factory=dict)
+    idle: list[str] = field(default_factory=list)  # targets not scored: no requests for forecast.idle_s
     notifications: list[tuple[str, dict]] = field(default_factory=list)
     seconds: float = 0.0
     score_seconds: float = 0.0
@@ -108,6 +109,12 @@ class OnlineScorer:
             self._conn = connect(self.dsn, timeout_s=self.cfg.store.connect_timeout_s)
         return self._conn
 
+    def _drop_gauge(self, t: features.Target, model: str) -> None:
+        try:
+            self.metrics.risk.remove(t.kind, model, t.pool, t.replica)
+        except KeyError:  # never exported
+            pass
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -137,7 +144,25 @@ class OnlineScorer:
         res.score_seconds = time.perf_counter() - t_score
         self.metrics.score_seconds.observe(res.score_seconds)
         rows, bodies = [], []
+        # a target that served nothing for idle_s has nothing to forecast (a drained replica):
+        # not scored, its gauge dropped, a firing alert resolved; so is one gone from the windows
+        idle_steps = min(self.window, max(1, round(self.fc.idle_s / names.REQUEST_WINDOW_S)))
+        served = ts.present[:, -idle_steps:, 0].any(axis=1)
+        now_ms = step_ms + STEP_MS
+        why = f"no requests for {idle_steps * names.REQUEST_WINDOW_S} s: nothing to forecast"
+        gone = set(self.hyst.firing_keys()) - {t.id for j, t in enumerate(targets) if served[j]}
+        for key in sorted(gone):
+            res.idle.append(key)
+            for status, alert in self.hyst.expire(key, now_ms, why):
+                res.notifications.append((status, alert))
+                bodies.append(alerts.payload(status, alert, self.external_url))
         for j, t in enumerate(targets):
+            if not served[j]:
+                if t.id not in gone:
+                    res.idle.append(t.id)
+                self.hyst.states.pop(t.id, None)
+                self._drop_gauge(t, ts.models[j])
+                continue
             r = float(risk[j])
             res.risks[t.id] = r
             self.metrics.risk.labels(t.kind, ts.models[j], t.pool, t.replica).set(r)
@@ -149,7 +174,7 @@ class OnlineScorer:
                 res.notifications.append((status, alert))
                 bodies.append(alerts.payload(status, alert, self.external_url))
         store_io.write_forecasts(conn, rows)
-        res.scored = len(targets)
+        res.scored = len(rows)
         if self.poster is not None and (bodies or self.poster.pending):
             for body, outcome in self.poster.send(bodies):
                 self.metrics.notifications.labels(body["status"], outcome).inc()

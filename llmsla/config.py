@@ -246,6 +246,7 @@ class ForecastConfig:
     receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN)", kind="secret")
     fire_steps: int = _k(2, "online: consecutive steps at or above the threshold before an alert fires", minimum=1)
     resolve_steps: int = _k(6, "online: consecutive steps below resolve_ratio x threshold before it resolves", minimum=1)
+    idle_s: float = _k(60.0, "online: a target that served no request for this long is not scored and its alert resolves (nothing to forecast: a drained replica)", minimum=5.0)
     resolve_ratio: float = _k(0.8, "online: hysteresis, resolve below this share of the threshold", minimum=0)
     repeat_s: float = _k(300.0, "online: re-send a firing alert this often", minimum=1)
     host: str = _k("127.0.0.1", "online: listen address of /metrics (llmsla_forecast_risk)", kind="host")

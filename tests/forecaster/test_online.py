@@ -213,3 +213,45 @@ def test_forecast_alert_reaches_the_receiver_which_acts_before_the_breach(pg_dsn
     assert rows[0] == ("alert_receiver", "alert", target, "act", "received", names.FORECAST_ALERTNAME), rows
     assert ("alert_receiver", "set_weight", target, "deweight", "applied", None) in rows, rows
     assert ("control_api", "set_weight", "r1", None, "applied", None) in rows, rows
+
+
+def test_a_drained_replica_is_not_scored_and_its_alert_resolves(pg_dsn) -> None:
+    """The receiver drains r1 on the forecast alert: r1 serves nothing from then on (its windows
+    after the drain are deleted here, as a drained replica writes none). The scorer must stop
+    scoring r1 after ``forecast.idle_s`` and resolve its alert, or the firing alert would hold the
+    receiver's restore of the replica forever (found by ``llmsla demo --real``)."""
+    ramp = ramp_in_store(pg_dsn)
+    cfg, art = ramp.cfg, ramp.art
+    scorer = online.OnlineScorer(art, cfg, pg_dsn)
+    now = T0 + art.window * STEP_MS
+    fired = None
+    while fired is None and now < ramp.fault_end_ms:
+        res = scorer.step(now)
+        if any(s == "firing" and a["labels"].get("replica") == "r1" for s, a in res.notifications):
+            fired = now
+        now += STEP_MS
+    assert fired is not None, "the ramp fires r1's forecast alert"
+    drained = fired + STEP_MS
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(f"DELETE FROM {names.T_REQUEST_WINDOWS} WHERE replica = 'r1' AND bucket >= to_timestamp(%s / 1000.0)",
+                     (drained - STEP_MS,))
+    idle_steps = round(cfg.forecast.idle_s / names.REQUEST_WINDOW_S)
+    steps = []
+    for _ in range(idle_steps + 3):
+        steps.append(scorer.step(now))
+        now += STEP_MS
+    scorer.close()
+    r1 = f"{names.DEFAULT_POOL}/r1"
+    resolved = [(res, a) for res in steps for s, a in res.notifications
+                if s == "resolved" and a["labels"].get("replica") == "r1"]
+    assert len(resolved) == 1, [(r.step_ms, r.notifications) for r in steps]
+    res, alert = resolved[0]
+    assert "no requests" in alert["annotations"][names.ANN_SUMMARY]
+    # scored (and stored) while r1 still had a request in the last idle_s, not after
+    assert r1 not in res.risks and r1 in res.idle
+    assert all(r1 in r.risks for r in steps if r.step_ms + STEP_MS - cfg.forecast.idle_s * 1000 < drained - STEP_MS)
+    assert all(r1 not in r.risks for r in steps[steps.index(res):])
+    assert any(r.risks for r in steps[steps.index(res):]), "the other targets are still scored"
+    with psycopg.connect(pg_dsn) as conn:
+        last = conn.execute(f"SELECT max(ts) FROM {names.T_FORECASTS} WHERE replica = 'r1'").fetchone()[0]
+    assert last.timestamp() * 1000 < res.step_ms
