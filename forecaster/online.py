@@ -13,6 +13,7 @@ skipped with that reason rather than scored on imputed data.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -110,10 +111,8 @@ class OnlineScorer:
         return self._conn
 
     def _drop_gauge(self, t: features.Target, model: str) -> None:
-        try:
+        with contextlib.suppress(KeyError):  # never exported
             self.metrics.risk.remove(t.kind, model, t.pool, t.replica)
-        except KeyError:  # never exported
-            pass
 
     def close(self) -> None:
         if self._conn is not None:
