@@ -385,8 +385,9 @@ END $$"""
 
 # -- migration 0007: incremental roll-ups (plain PostgreSQL) -------------------------------------
 # Re-aggregating every touched group from its rows made each flush of the streaming sink re-read
-# and re-sum up to 60 one-minute histograms per series for the hour (2.9 ms of trigger per 5 s
-# window at 64 series). Counts, sums and histograms add: an INSERT adds the new windows to their
+# and re-sum up to 60 one-minute histograms per series for the hour (bench/dashboards.py: twice
+# the increments' cost already 10 minutes into an hour). Counts, sums and histograms add: an
+# INSERT adds the new windows to their
 # groups (maxima by GREATEST), an UPDATE (a replayed window) adds its new values and takes its old
 # ones back, and re-aggregates only the maxima of the groups it touched (a maximum cannot be taken
 # back). Both are commutative, so the order in which PostgreSQL fires the two statement triggers
