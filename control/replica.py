@@ -41,7 +41,7 @@ class ReplicaState:
     """Mutable per-replica bookkeeping (slots: touched on every begin/end)."""
 
     __slots__ = (
-        "rep", "outstanding", "drained", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
+        "rep", "outstanding", "drained", "down", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
         "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots",
     )
@@ -49,7 +49,8 @@ class ReplicaState:
     def __init__(self, rep: Replica, now: float) -> None:
         self.rep = rep
         self.outstanding = 0
-        self.drained = False
+        self.drained = False  # by an operator (control API, alert receiver)
+        self.down = False  # by a health checker (the fleet simulator's); never shared
         self.last_seen = now  # a new replica gets one TTL of grace
         self.lat_sum = 0.0
         self.lat_n = 0

@@ -189,7 +189,7 @@ class Router:
         if st.drained:
             self._broadcast({"op": "drain", "replica": replica_id})  # others may disagree
             return
-        healthy = [s for s in self._pools[st.rep.pool] if not s.drained]
+        healthy = [s for s in self._pools[st.rep.pool] if not s.drained and not s.down]
         if healthy == [st]:
             raise LastReplicaError(
                 f"refusing to drain {replica_id!r}: it is the last healthy (non-drained) replica "
@@ -209,6 +209,25 @@ class Router:
         st.last_seen = max(st.last_seen, self._clock())  # back in service: one TTL of grace
         self._next_refresh = -math.inf
         self.metrics.drained.labels(st.rep.pool, st.rep.id).set(0)
+        self._invalidate()
+
+    def set_down(self, replica_id: str, down: bool) -> None:
+        """A health checker's verdict, kept apart from an operator's drain: a replica back up is
+        eligible again only if no operator drained it meanwhile, and an operator's undrain of a
+        dead replica does not route to it. Local to this router (each one checks health itself);
+        refuses to take down the last eligible replica of a pool, like :meth:`drain`."""
+        st = self._state(replica_id)
+        if st.down == down:
+            return
+        if down:
+            eligible = [s for s in self._pools[st.rep.pool] if not s.drained and not s.down]
+            if eligible == [st]:
+                raise LastReplicaError(
+                    f"refusing to mark {replica_id!r} down: it is the last eligible replica of pool {st.rep.pool!r}")
+        else:
+            st.last_seen = max(st.last_seen, self._clock())  # back in service: one TTL of grace
+            self._next_refresh = -math.inf
+        st.down = down
         self._invalidate()
 
     def set_params(self, **params: Any) -> None:
@@ -350,12 +369,12 @@ class Router:
         return bool(self._group(pool, role).states)
 
     def _group(self, pool: str, role: str | None) -> Group:
-        """Non-drained, weight > 0 replicas of the pool/role (cached until something changes)."""
+        """Non-drained, up, weight > 0 replicas of the pool/role (cached until something changes)."""
         g = self._cache.get((pool, role))
         if g is None:
             lst = [
                 s for s in self._pools.get(pool, ())
-                if not s.drained and s.rep.weight > 0 and (role is None or s.rep.role == role)
+                if not s.drained and not s.down and s.rep.weight > 0 and (role is None or s.rep.role == role)
             ]
             g = self._cache[(pool, role)] = Group(lst, self._rr.get((pool, role), 0))
         return g
@@ -423,6 +442,7 @@ class Router:
                 {
                     **asdict(st.rep),
                     "drained": st.drained,
+                    "down": st.down,
                     "outstanding": st.outstanding,
                     "queue": st.queue,
                     "avg_latency_ms": st.avg_eff,

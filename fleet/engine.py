@@ -554,13 +554,16 @@ class Simulator:
         self._apply(rep)
 
     def _on_health(self, rep: ReplicaSim, drain: bool) -> None:
+        """The simulated health checker takes a dead replica out of rotation and puts it back when
+        it is up; an operator's drain (the alert receiver, through the control API) is another
+        flag, so a replica back up stays drained until the operator restores it."""
         if drain and not rep.up:
             try:
-                self.router.drain(rep.id)
+                self.router.set_down(rep.id, True)
             except LastReplicaError:
                 self.drain_refused += 1
         elif not drain and rep.up:
-            self.router.undrain(rep.id)
+            self.router.set_down(rep.id, False)
 
     # -- periodic: GPU samples and queue probes --------------------------------------------------
     def _on_tick(self, next_gpu: float, next_probe: float) -> None:

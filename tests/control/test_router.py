@@ -113,6 +113,40 @@ def test_p2c_never_picks_the_unique_most_loaded():
     assert {r.pick("default").id for _ in range(50)} == {"r4"}
 
 
+@pytest.mark.parametrize("policy", ["round_robin", "least_outstanding", "p2c", "ladr"])
+def test_health_down_is_apart_from_an_operator_drain(policy):
+    """A health checker's down/up never overrides an operator's drain, nor the reverse: a replica
+    is picked only when it is neither drained nor down (the simulator's health checker once
+    undrained a replica the alert receiver had drained, the moment its crash ended)."""
+    r = Router(reps(3), policy, rng=random.Random(3))
+
+    def picked(n: int = 300) -> set[str]:
+        out = set()
+        for _ in range(n):
+            rep = r.pick(names.DEFAULT_POOL)
+            r.begin(rep.id)
+            r.end(rep.id, 10.0, ok=True)
+            out.add(rep.id)
+        return out
+
+    r.drain("r1")  # the operator
+    r.set_down("r1", True)  # the crash, seen by the health checker
+    r.set_down("r1", False)  # back up: still drained
+    assert r.is_drained("r1") and picked() == {"r0", "r2"}
+    r.set_down("r2", True)
+    r.undrain("r1")  # the operator restores r1 while r2 is dead: r2 stays out
+    assert picked() == {"r0", "r1"}
+    r.drain("r0")  # r1 is the last eligible one now: neither path may take it out
+    with pytest.raises(LastReplicaError, match="last eligible"):
+        r.set_down("r1", True)
+    with pytest.raises(LastReplicaError, match="last healthy"):
+        r.drain("r1")
+    r.undrain("r0")
+    r.set_down("r2", False)
+    assert picked() == {"r0", "r1", "r2"}
+    assert r.snapshot()["pools"][names.DEFAULT_POOL][2]["down"] is False
+
+
 def test_drain_refuses_last_healthy_replica_per_pool():
     r = Router([*reps(2, "a"), Replica("b0", "b")], "ladr")
     r.drain("r0")

@@ -118,3 +118,20 @@ def test_fault_on_unknown_replica_is_an_error() -> None:
     sim = engine.Simulator(engine.SimConfig(engine.fleet("6b:2")))
     with pytest.raises(ValueError, match="unknown replica 'r9'"):
         sim.run([workload.Arrival(0.0, 10, 10)], faults=[faults.parse("crash:r9:1:2")])
+
+
+def test_an_operator_drain_outlives_the_crash_recovery() -> None:
+    """The alert receiver drained r3 (through the control API) before it crashed: the health
+    checker takes the dead replica out and puts it back when it is up, but the operator's drain
+    stays until the operator restores it (the checker used to undrain it the moment the crash
+    ended, which put a replica the receiver had just drained back into rotation)."""
+    arrivals = workload.poisson(10.0, 120.0, workload.TokenDist(600, 0.5), workload.TokenDist(150, 0.5),
+                                random.Random(6))
+    cfg = engine.SimConfig(engine.fleet("6b:4"), policy="round_robin", seed=6, detect_s=2.0)
+    sim = engine.Simulator(cfg)
+    sim.router.drain("r3")
+    sink = ListSink()
+    res = sim.run(arrivals, faults=[faults.Fault(40.0, 60.0, "crash", "r3", 0.0)], sink=sink, start_ms=START_MS)
+    assert sim.router.is_drained("r3")
+    assert not [r for r in res.rows if r.replica == "r3"]
+    assert len({r.replica for r in res.rows}) == 3 and all(r.status == names.STATUS_OK for r in res.rows)
