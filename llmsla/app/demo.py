@@ -252,7 +252,7 @@ def print_summary(console: Any, s: Summary, tl: Timeline, story: Story) -> None:
     console.print(lat)
     if s.breaches:
         console.print("first SLO breach (trailing 60 s below objective): " + ", ".join(
-            f"{k} at +{(v - tl.fault_start_ms) / 1000:.0f} s" for k, v in sorted(s.breaches.items(), key=lambda kv: kv[1])))
+            f"{k} at {(v - tl.fault_start_ms) / 1000:+.0f} s" for k, v in sorted(s.breaches.items(), key=lambda kv: kv[1])))
     def short(target: str) -> str:
         scope, _, name = target.partition(":")
         return name.split("/", 1)[-1] if scope == names.SCOPE_REPLICA else f"pool {name}" if scope == names.SCOPE_POOL else "-"
