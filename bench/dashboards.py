@@ -177,8 +177,9 @@ def write_cost(dsn: str, end: dt.datetime, replicas: int, windows: int = 120) ->
 
 
 def forecast_write_cost(dsn: str, end: dt.datetime, replicas: int, steps: int = 120) -> dict[str, float]:
-    """The online scorer's write of one step (``store_io.write_forecasts``: an upsert per target)
-    with the forecast roll-up trigger and, as the anchor in the same run, with it disabled."""
+    """The online scorer's write of one step (``store_io.write_forecasts``: one upsert statement
+    for every target) with the forecast roll-up trigger and, as the anchor in the same run,
+    with it disabled."""
     from llmsla.forecaster.store_io import write_forecasts
 
     keys = series(replicas)

@@ -119,7 +119,8 @@ def _aggregates(*, from_rollup: bool, hist: bool = True) -> list[str]:
 
 def _upsert(target: str, source: str, width: str, *, from_rollup: bool, keys_from: str, hist: bool = True) -> str:
     """Re-aggregate the ``width`` groups named by ``keys_from`` (rows with bucket + keys) from
-    ``source`` into ``target``; one index range scan per touched group (LATERAL)."""
+    ``source`` into ``target``; one index range scan per touched group (LATERAL). The shape
+    migrations 0004 and 0005 created (replayed as they were); request roll-ups add since 0007."""
     cols = rollup_columns(hist=hist)
     aggs = ", ".join(f"{a} AS {c}" for a, c in zip(_aggregates(from_rollup=from_rollup, hist=hist), cols, strict=True))
     key_eq = " AND ".join(f"s.{k} = g.{k}" for k in KEYS)
