@@ -64,6 +64,9 @@ metrics_port = {stack.port('stream-metrics')}
 
 [forecast]
 dir = "{work / 'forecast'}"
+# a drained replica's forecast alert resolves after this long without traffic (default 60 s),
+# so the receiver can restore it within the minutes of the demo
+idle_s = 20.0
 port = {stack.port('forecast')}
 interval_s = 5.0
 lag_s = 8.0
@@ -211,7 +214,7 @@ def summarize(stack: Stack, cfg: config_mod.Config, story: Story, sim: dict[str,
                                      (tl.start_ms,)).fetchone()[0]
                      for t in (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)}
         s.breaches = first_breaches(conn, cfg, tl, story.replica)
-        s.alerts, s.actions = audited(conn, tl.live_ms)
+        s.alerts, s.actions = audited(conn, tl.live_ms, tl.end_ms)
         first_action = min((a["ts_ms"] for a in s.actions if a["target"].endswith(f"/{story.replica}")),
                            default=None)
         s.share = {
@@ -348,6 +351,18 @@ def write_outputs(stack: Stack, tl: Timeline) -> dict[str, str]:
     return out
 
 
+def forget_receiver_state(dsn: str) -> None:
+    """A rerun acts on a new fleet (a new simulator or new workers, every router fresh): the
+    receiver's per-target state from the last run (hold-downs, replicas it drained) must not
+    restore or hold anything here. Its audit rows stay in ``action_log``, with the windows."""
+    from llmsla.store import connect
+
+    with connect(dsn) as conn:
+        if conn.execute("SELECT to_regclass(%s)", (names.T_RECEIVER_STATE,)).fetchone()[0] is not None:
+            conn.execute(f"DELETE FROM {names.T_RECEIVER_STATE}")
+            conn.commit()
+
+
 def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from rich.console import Console
 
@@ -380,6 +395,7 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
              else Story(live_s=args.minutes * 60))
     t0 = time.monotonic()
     store = open_store(cfg, keep_running=args.keep)
+    forget_receiver_state(store.dsn)
     where = f"embedded PostgreSQL in {store.data_dir}" if store.embedded else redact(store.dsn)
     stack = Stack.prepare(work, store.dsn, Scale(), "")
     receiver_port = stack.port("receiver")

@@ -152,8 +152,9 @@ def first_breaches(conn: Any, cfg: Config, tl: Timeline, replica: str) -> dict[s
     return out
 
 
-def audited(conn: Any, since_ms: int) -> tuple[list[dict], list[dict]]:
-    """The receiver's alert rows and action rows since ``since_ms``, oldest first."""
+def audited(conn: Any, since_ms: int, until_ms: int | None = None) -> tuple[list[dict], list[dict]]:
+    """The receiver's alert rows since ``since_ms`` and its action rows from then until
+    ``until_ms`` (the end of the run: later, the fleet it acted on is gone), oldest first."""
     rows = conn.execute(f"""
         SELECT extract(epoch FROM ts) * 1000, action, target, alertname, alert_status, decision, outcome, params
         FROM {names.T_ACTION_LOG} WHERE source = 'alert_receiver' AND ts >= to_timestamp(%s / 1000.0)
@@ -166,7 +167,7 @@ def audited(conn: Any, since_ms: int) -> tuple[list[dict], list[dict]]:
             alerts.append({**row, "alertname": alertname, "status": status, "source": labels.get(names.L_SOURCE),
                            "severity": labels.get(names.L_SEVERITY), "slo": labels.get(names.L_SLO),
                            "scope": labels.get("scope")})
-        else:
+        elif until_ms is None or row["ts_ms"] < until_ms:
             actions.append({**row, "action": action, "params": {k: v for k, v in (params or {}).items()
                                                                 if k not in ("labels", "groupKey")}})
     return alerts, actions
