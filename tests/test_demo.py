@@ -116,9 +116,12 @@ def test_demo_closes_the_loop_and_leaves_nothing_running(pg_dsn: str, tmp_path: 
 
 def test_ctrl_c_mid_run_stops_everything_and_keeps_the_data(pg_dsn: str, tmp_path: Path) -> None:
     work = tmp_path / "work"
+    # Ctrl-C at a terminal: SIGINT at its default disposition in the demo, however the test run
+    # was started (a shell without job control starts background jobs with SIGINT ignored, and
+    # an ignored SIGINT is inherited: Python then never raises KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, "-m", "llmsla", "--dsn", pg_dsn, "demo", "--workdir", str(work),
                              "--minutes", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=_env())
+                            env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 150
         while not (stored := _windows(pg_dsn)):  # mid-run: the stream job has stored the history
