@@ -115,14 +115,22 @@ def targets_of(req: Frame, *, pools: bool = True) -> list[Target]:
 
 
 def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: int, n_steps: int,
-          slos: list[slo_mod.SloTarget], gpu_map: GpuMap = sim_gpu_map) -> TargetSeries:
-    """Features, presence masks, SLO counts and SLI signals for ``targets`` on the step grid."""
+          slos: list[slo_mod.SloTarget], gpu_map: GpuMap = sim_gpu_map,
+          gpu_cells: GpuCells | None = None) -> TargetSeries:
+    """Features, presence masks, SLO counts and SLI signals for ``targets`` on the step grid.
+
+    A pool's GPUs are those of its replicas seen in ``req``, unless ``gpu_cells`` is given (the
+    online scorer's :class:`~llmsla.forecaster.feature_window.FeatureWindow` builds a few steps at
+    a time, with the GPUs of the whole window's replicas: :func:`gpu_cells_of`). ``extra`` holds
+    per (target, step) cell ``rows_at`` (any request row) and ``model_at`` (the first named row's
+    model), from which ``models`` is taken: the model of a target's first step with a named row;
+    and ``unknown``: whether a row on the grid belongs to a replica or pool not in ``targets``.
+    """
     nt = len(targets)
-    tidx = {t: i for i, t in enumerate(targets)}
+    tidx = {(t.pool, t.replica): i for i, t in enumerate(targets)}  # tuples hash in C
     x = np.full((nt, n_steps, len(FEATURES)), np.nan)
     present = np.zeros((nt, n_steps, len(MASKS)), dtype=bool)
     counts = np.zeros((nt, n_steps, len(slo_mod.COUNTS)))
-    models = [""] * nt
 
     # -- request windows: rows -> (target, step) cells ---------------------------------------
     # Vectorised (the online scorer runs this every step for every target): each row feeds its
@@ -130,14 +138,18 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     step = (req["bucket"] - t0_ms) // STEP_MS
     ok = (step >= 0) & (step < n_steps) & ((req["bucket"] - t0_ms) % STEP_MS == 0)
     keys = _Keys.of(req)
-    ti, ri = _request_cells(keys, np.flatnonzero(ok), tidx)
+    ti, ri, unknown = _request_cells(keys, np.flatnonzero(ok), tidx)
     si = step[ri]
+    cell = ti * n_steps + si
+    rows_at = np.zeros(nt * n_steps, dtype=bool)
+    rows_at[cell] = True
+    model_at = np.full(nt * n_steps, "", dtype=object)
     if len(ri):
         named = req["model"][ri] != ""  # object compare: no copy into a unicode array
-        first_t, first = np.unique(ti[named], return_index=True)
-        for j, i in zip(first_t.tolist(), ri[named][first].tolist(), strict=True):
-            models[j] = str(req["model"][i])
-    cell = ti * n_steps + si
+        first_cell, first = np.unique(cell[named], return_index=True)
+        model_at[first_cell] = req["model"][ri[named][first]]
+    rows_at, model_at = rows_at.reshape(nt, n_steps), model_at.reshape(nt, n_steps)
+    models = first_models(model_at)
 
     def add(col: str | np.ndarray) -> np.ndarray:
         v = req[col][ri] if isinstance(col, str) else col
@@ -185,7 +197,7 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
         signals[..., k] = np.where(np.isfinite(v), v, 0.0)
 
     # -- GPU windows ----------------------------------------------------------------------------
-    gcell = _gpu_targets(keys, targets, gpu_map)
+    gcell = gpu_cells if gpu_cells is not None else gpu_cells_of(targets, gpu_map, _pool_replicas(keys))
     if len(gpu["bucket"]) and gcell:
         gstep = (gpu["bucket"] - t0_ms) // STEP_MS
         gok = np.flatnonzero((gstep >= 0) & (gstep < n_steps) & ((gpu["bucket"] - t0_ms) % STEP_MS == 0))
@@ -219,7 +231,38 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
             vals = np.array([by_zone.get((t.pool, int(m)), math.nan) for m in minute])
             x[j, :, f["temperature_jitter"]] = vals
             present[j, :, 2] = np.isfinite(vals)
-    return TargetSeries(targets, models, t0_ms, x, present, counts, signals)
+    return TargetSeries(targets, models, t0_ms, x, present, counts, signals,
+                        extra={"rows_at": rows_at, "model_at": model_at, "unknown": unknown})
+
+
+def first_models(model_at: np.ndarray) -> list[str]:
+    """Per target (row of ``model_at``), the first non-empty model along the steps, or ``""``."""
+    named = model_at != ""
+    first = named.argmax(axis=1)
+    rows = np.arange(len(model_at))
+    return [str(m) if ok else "" for m, ok in zip(model_at[rows, first].tolist(), named[rows, first].tolist(),
+                                                  strict=True)]
+
+
+#: (node, gpu) -> the indices of the targets whose GPU features it feeds
+GpuCells = dict[tuple[str, int], list[int]]
+
+
+def gpu_cells_of(targets: list[Target], gpu_map: GpuMap, pool_replicas: dict[str, set[str]] | None = None) -> GpuCells:
+    """(node, gpu) -> the targets it serves: its replica's, and its pool's (a pool's replicas:
+    ``pool_replicas``, or else the replica targets of the pool in ``targets``), in target order."""
+    if pool_replicas is None:
+        pool_replicas = {}
+        for t in targets:
+            if t.replica:
+                pool_replicas.setdefault(t.pool, set()).add(t.replica)
+    gcell: GpuCells = {}
+    for j, t in enumerate(targets):
+        for r in [t.replica] if t.replica else sorted(pool_replicas.get(t.pool, ())):
+            g = gpu_map(r)
+            if g is not None:
+                gcell.setdefault(g, []).append(j)
+    return gcell
 
 
 def transform(x: np.ndarray) -> np.ndarray:
@@ -261,34 +304,32 @@ class _Keys:
         return self.pools[code // len(self.reps)], self.reps[code % len(self.reps)]
 
 
-def _request_cells(keys: _Keys, rows: np.ndarray, tidx: dict[Target, int]) -> tuple[np.ndarray, np.ndarray]:
+def _request_cells(keys: _Keys, rows: np.ndarray, tidx: dict[tuple[str, str], int]) -> tuple[np.ndarray, np.ndarray, bool]:
     """(target, row) pairs: each of ``rows`` feeds ``Target(pool, replica)`` then
-    ``Target(pool, "")`` where those are targets, in row order."""
+    ``Target(pool, "")`` where those are targets, in row order; and whether a row's replica or
+    pool is not a target."""
     if not len(rows):
-        return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.empty(0, np.int64), np.empty(0, np.int64), False
     upair, ipair = np.unique(keys.pair_of[rows], return_inverse=True)
-    rep_t = np.array([tidx.get(Target(*keys.pair(c)), -1) for c in upair.tolist()], dtype=np.int64)[ipair]
-    pool_t = np.array([tidx.get(Target(p, ""), -1) for p in keys.pools], dtype=np.int64)[keys.pool_of[rows]]
+    pairs = [keys.pair(c) for c in upair.tolist()]
+    rep_of_pair = np.array([tidx.get((p, r), -1) for p, r in pairs], dtype=np.int64)
+    pool_of = np.array([tidx.get((p, ""), -1) for p in keys.pools], dtype=np.int64)
+    unknown = bool(np.any((rep_of_pair < 0) & np.array([r != names.NO_REPLICA for _, r in pairs]))
+                   or np.any(pool_of[np.unique(keys.pool_of[rows])] < 0))
+    rep_t, pool_t = rep_of_pair[ipair], pool_of[keys.pool_of[rows]]
     both = np.stack([rep_t, pool_t], axis=1).ravel()
     keep = both >= 0
-    return both[keep], np.repeat(rows, 2)[keep]
+    return both[keep], np.repeat(rows, 2)[keep], unknown
 
 
-def _gpu_targets(keys: _Keys, targets: list[Target], gpu_map: GpuMap) -> dict[tuple[str, int], list[int]]:
-    """(node, gpu) -> the targets it serves: its replica's, and the pool's of every replica seen
-    in the request rows (targets in order)."""
-    pool_reps: dict[str, set[str]] = {}
+def _pool_replicas(keys: _Keys) -> dict[str, set[str]]:
+    """Pool -> the replicas (not ``none``) seen in the request rows."""
+    out: dict[str, set[str]] = {}
     for c in np.unique(keys.pair_of).tolist():
         pool, rep = keys.pair(c)
         if rep != names.NO_REPLICA:
-            pool_reps.setdefault(pool, set()).add(rep)
-    gcell: dict[tuple[str, int], list[int]] = {}
-    for j, t in enumerate(targets):
-        for r in [t.replica] if t.replica else sorted(pool_reps.get(t.pool, ())):
-            g = gpu_map(r)
-            if g is not None:
-                gcell.setdefault(g, []).append(j)
-    return gcell
+            out.setdefault(pool, set()).add(rep)
+    return out
 
 
 def _gpu_cells(gpu: Frame, rows: np.ndarray, gcell: dict[tuple[str, int], list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,7 @@
 
 One process scores every target of a store (replicas and pools): it holds the last W steps of
 request, GPU and policy windows, re-reading only the newest (``window_cache.py``) in three
-queries, builds the same features as training, runs
+queries, builds the same features as training for the steps that changed (``feature_window.py``), runs
 one batched forward pass, exports ``llmsla_forecast_risk``, upserts the scores into
 ``forecasts`` and posts firing/resolved alerts (webhook v4, hysteresis) to the receiver.
 
@@ -28,6 +28,7 @@ from llmsla.forecaster import alerts, features, store_io
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.dataset import fleet_inputs
+from llmsla.forecaster.feature_window import FeatureWindow
 from llmsla.forecaster.hysteresis import AlarmPolicy
 from llmsla.forecaster.window_cache import WindowCache
 
@@ -67,8 +68,12 @@ class BatchScorer:
         self.model = art.model
         self.scaler = art.scaler
 
+    def prepare(self, x: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """Features and masks -> model inputs, step by step (so they can be rolled forward)."""
+        return fleet_inputs(features.transform(x), present, self.scaler)
+
     def inputs(self, ts: features.TargetSeries) -> np.ndarray:
-        return fleet_inputs(features.transform(ts.x), ts.present, self.scaler)
+        return ts.extra["inputs"] if "inputs" in ts.extra else self.prepare(ts.x, ts.present)
 
     def score(self, x: np.ndarray) -> np.ndarray:
         if not np.all(np.isfinite(x)):
@@ -102,6 +107,7 @@ class OnlineScorer:
                                       generator_url=external_url)
         self._conn = None
         self.cache = WindowCache(int(self.fc.reread_s * 1000))
+        self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=self.scorer.prepare)
 
     def _connection(self):
         from llmsla.store import connect
@@ -134,9 +140,8 @@ class OnlineScorer:
             res.skipped = f"no request windows at {alerts.rfc3339(step_ms)} (streaming behind or no traffic)"
             res.seconds = time.perf_counter() - t_start
             return res
-        targets = features.targets_of(req)
-        ts = features.build(req, gpu, pol, targets=targets, t0_ms=t0, n_steps=self.window,
-                            slos=self.slos, gpu_map=self.gpu_map)
+        ts = self.features.update(req, gpu, pol, t0_ms=t0, changed_from_ms=self.cache.changed_from_ms)
+        targets = ts.targets
         x = self.scorer.inputs(ts)
         t_score = time.perf_counter()
         risk = self.scorer.score(x)
