@@ -70,7 +70,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "router and report code, one replica per pool slowed 3x for the same 5 random minutes (not in `aa_quiet`), "
         "on per-minute aggregates as the store "
         "holds them. Settings: " + ", ".join(f"`{k} = {s[k]}`" for k in (
-            "alpha", "srm_alpha", "block_minutes", "min_requests", "latency_margin_pct", "ratio_margin_pct",
+            "alpha", "srm_alpha", "fixed_block_minutes", "block_minutes", "min_requests", "latency_margin_pct", "ratio_margin_pct",
             "sequential_minutes")) + f"; calibration SLO: TTFT {SLO_TTFT_MS:g} ms, E2E {SLO_E2E_MS:g} ms at "
         f"{s['latency_target']:g}.",
         "",

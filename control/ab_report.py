@@ -50,7 +50,8 @@ class Settings:
 
     alpha: float = 0.05
     srm_alpha: float = 0.001
-    block_minutes: int = 5
+    block_minutes: int = 5  # always-valid mode, breach windows
+    fixed_block_minutes: int = 10  # fixed-horizon jackknife
     min_requests: int = 5000
     latency_margin_pct: float = 5.0
     ratio_margin_pct: float = 0.5
@@ -65,6 +66,7 @@ class Settings:
     def from_config(cls, cfg: Any) -> Settings:
         a, s = cfg.ab, cfg.slo
         return cls(alpha=a.alpha, srm_alpha=a.srm_alpha, block_minutes=a.block_minutes,
+                   fixed_block_minutes=a.fixed_block_minutes,
                    min_requests=a.min_requests, latency_margin_pct=a.latency_margin_pct,
                    ratio_margin_pct=a.ratio_margin_pct, sequential_minutes=a.sequential_minutes,
                    slo_ttft_ms=s.ttft_ms, slo_e2e_ms=s.e2e_ms, latency_target=s.latency_target,
@@ -236,7 +238,10 @@ def _ratio_diff(a: float, b: float, x: float, y: float) -> float:
 def _compare_fixed(d: ArmMinutes, s: Settings, k: int, c: int, blocked: str) -> list[Comparison]:
     arm = d.arms[k]
     n_k, n_c = int(d.requests[k].sum()), int(d.requests[c].sum())
-    groups = S.time_groups(d.minutes, s.block_minutes)
+    groups = S.time_groups(d.minutes, s.fixed_block_minutes)
+    if len(groups) < s.min_blocks and not blocked:  # a t interval on 1-3 blocks is noise
+        blocked = (f"fewer than {s.min_blocks} blocks of ab.fixed_block_minutes = {s.fixed_block_minutes}: "
+                   f"a fixed-horizon range needs {s.min_blocks * s.fixed_block_minutes} minutes")
     out = []
     for metric, which, q in LATENCY:
         hk, hc = _hist(d, which)[k], _hist(d, which)[c]

@@ -123,7 +123,11 @@ def test_store_path_equals_the_requests_and_the_report_sees_the_slow_arm(pg_dsn:
         assert np.array_equal(_full(getattr(stored, field), stored.hist_lo), _full(getattr(direct, field), direct.hist_lo)), field
     assert stored.requests[stored.index("forced")].sum() > 0  # the forced unit's requests, kept apart
     settings = ab_report.Settings.from_config(cfg)
-    settings = ab_report.Settings(**{**settings.__dict__, "min_requests": 1000})
+    # 20 minutes are 2 blocks of the default 10: too few for a fixed-horizon interval, and said so
+    short = ab_report.analyze(stored, ab_report.Settings(**{**settings.__dict__, "min_requests": 1000}))
+    assert {c.verdict for c in short.comparisons} == {"inconclusive"}
+    assert all("fewer than 4 blocks" in c.reason for c in short.comparisons)
+    settings = ab_report.Settings(**{**settings.__dict__, "min_requests": 1000, "fixed_block_minutes": 5})
     a, b = ab_report.analyze(stored, settings), ab_report.analyze(direct, settings)
     assert a.to_json() == b.to_json()
     by = {(c.arm, c.metric): c for c in a.comparisons}
@@ -153,6 +157,7 @@ def test_cli_report_results_rows_errors_and_rollback(pg_dsn: str, cfg, traffic, 
         load(conn, window_rows(events, cfg.slo.ttft_ms, cfg.slo.e2e_ms))
     monkeypatch.setenv("LLMSLA_AB_EXPERIMENTS", json.dumps(SPEC))
     monkeypatch.setenv("LLMSLA_AB_MIN_REQUESTS", "1000")
+    monkeypatch.setenv("LLMSLA_AB_FIXED_BLOCK_MINUTES", "5")  # the fixture's 20 minutes: 4 blocks
     start = dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC)
     rng = ["--from", start.isoformat(), "--to", (start + dt.timedelta(minutes=MINUTES)).isoformat()]
     base = ["--dsn", pg_dsn, "ab", "report", "--experiment", "exp", *rng]
