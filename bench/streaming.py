@@ -286,20 +286,26 @@ def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, r
             print(f"  not supported yet ({'; '.join(pending)}); measuring again", flush=True)
 
 
-def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[tuple[str, tuple[str, ...], int]], *,
+#: a target of :func:`measure_targets`: name, extra ``llmsla stream`` args, parallelism, and
+#: statements run on the store before each of its runs (after the TRUNCATE)
+Target = tuple[str, tuple[str, ...], int, tuple[str, ...]]
+
+
+def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[Target], *,
                     repeats: int, max_repeats: int, log: Path) -> dict[str, dict]:
-    """Like :func:`measure`, the store sink only, for each (name, extra ``llmsla stream`` args,
-    parallelism) target: walls of N/2 and N interleaved across targets, repeated until every rate
-    is supported or ``max_repeats`` is reached."""
+    """Like :func:`measure`, for each target: walls of N/2 and N interleaved across targets,
+    repeated until every rate is supported or ``max_repeats`` is reached."""
     out: dict[str, dict] = {name: {"walls": {"half": [], "full": []}, "rate": None, "why": "", "rows": 0,
-                                   "summed": 0, "parallelism": par} for name, _, par in targets}
+                                   "summed": 0, "parallelism": par} for name, _, par, _ in targets}
     while True:
         for size, spool in (("half", backlog.half), ("full", backlog.full)):
             cfg.spool.dir = str(spool.parent)
-            for name, extra, par in targets:
+            for name, extra, par, setup in targets:
                 m = out[name]
                 with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
                     conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_DEAD_LETTERS}")
+                    for stmt in setup:
+                        conn.execute(stmt)
                 m["walls"][size].append(run_job(cfg, *extra, log=log, parallelism=par))
                 if size == "full":
                     m["rows"], m["summed"] = counts(cfg.store.dsn)
@@ -347,10 +353,11 @@ def cluster_main(args: argparse.Namespace) -> int:
             address = cluster.address
         else:
             cluster_start_s = None
-        targets = [("mini-cluster", (), 1), ("cluster", ("--jobmanager", address), args.cluster_parallelism)]
+        targets: list[Target] = [("mini-cluster", (), 1, ()),
+                                 ("cluster", ("--jobmanager", address), args.cluster_parallelism, ())]
         (work / "empty" / names.SPOOL_REQUESTS).mkdir(parents=True)
         cfg.spool.dir = str(work / "empty")
-        startup = {name: run_job(cfg, *extra, log=log, parallelism=par)["wall_s"] for name, extra, par in targets}
+        startup = {name: run_job(cfg, *extra, log=log, parallelism=par)["wall_s"] for name, extra, par, _ in targets}
         backlog = write_backlog(work / "main", args.events, start_ms, args.rate, args.writers,
                                 segment_bytes=cfg.spool.segment_max_bytes, segment_age_s=cfg.spool.segment_max_age_s)
         got = measure_targets(cfg, backlog, targets, repeats=args.repeats, max_repeats=args.max_repeats, log=log)
@@ -463,6 +470,74 @@ def freshness(cfg: config_mod.Config, seconds: float, rate: int, writers: int, l
             "max_s": float(arr.max()), "budget_s": names.REQUEST_WINDOW_S + cfg.stream.watermark_delay_s + 5}
 
 
+def attribute_main(args: argparse.Namespace) -> int:
+    """``--attribute``: where the store sink's cost goes, in one interleaved run on one backlog -
+    the blackhole (anchor), the store as shipped, the store with its roll-up triggers disabled,
+    and that with ``synchronous_commit = off`` as well. What is left between the last and the
+    blackhole is the sink's own work: PyFlink's Python operator, decoding, COPY and the insert."""
+    work = Path(tempfile.mkdtemp(prefix="llmsla-bench-attr-"))
+    cfg = config_mod.load(env={})
+    cfg.stream.checkpoint_dir = str(work / "ckpt")
+    cfg.store.data_dir = str(work / "pg")
+    handle = open_store(cfg, keep_running=False)
+    cfg.store.dsn = handle.dsn
+    log = work / "stream.log"
+    load_before = os.getloadavg()
+    start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+    with psycopg.connect(cfg.store.dsn) as conn:
+        t, db = names.T_REQUEST_WINDOWS, conn.info.dbname
+    on = (f"ALTER TABLE {t} ENABLE TRIGGER USER", f"ALTER DATABASE {db} RESET synchronous_commit")
+    off = (f"ALTER TABLE {t} DISABLE TRIGGER USER", f"ALTER DATABASE {db} RESET synchronous_commit")
+    targets: list[Target] = [
+        ("blackhole", ("--blackhole",), 1, on),
+        ("store", (), 1, on),
+        ("store, roll-up triggers off", (), 1, off),
+        ("store, triggers off, synchronous_commit off", (), 1,
+         (off[0], f"ALTER DATABASE {db} SET synchronous_commit = off")),
+    ]
+    try:
+        backlog = write_backlog(work / "main", args.events, start_ms, args.rate, args.writers,
+                                segment_bytes=cfg.spool.segment_max_bytes, segment_age_s=cfg.spool.segment_max_age_s)
+        got = measure_targets(cfg, backlog, targets, repeats=args.repeats, max_repeats=args.max_repeats, log=log)
+        with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
+            for stmt in on:
+                conn.execute(stmt)
+    finally:
+        handle.close()
+    load_after = os.getloadavg()
+    anchor = got["blackhole"]["rate"]
+    results = []
+    for name, m in got.items():
+        half, full = ([w["wall_s"] for w in m["walls"][k]] for k in ("half", "full"))
+        per_event = (statistics.fmean(full) - statistics.fmean(half)) / (backlog.events - backlog.half_events)
+        results.append({"target": name, "events": backlog.events, "segments": backlog.segments,
+                        "events_per_s": m["rate"] if m["rate"] is not None else "unsupported",
+                        "unsupported_because": m["why"] or None,
+                        "vs_blackhole": (m["rate"] / anchor) if m["rate"] and anchor else None,
+                        "us_per_event": per_event * 1e6, "wall_half_s": half, "wall_s": full,
+                        "window_rows": m["rows"]})
+    base = next(r for r in results if r["target"] == "blackhole")["us_per_event"]
+    for r in results:
+        r["extra_us_per_event"] = r["us_per_event"] - base
+        rows = next((x["window_rows"] for x in results if x["window_rows"]), 0)
+        r["extra_ms_per_window_row"] = (r["extra_us_per_event"] * backlog.events / 1e3 / rows) if rows else None
+    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because", "events",
+                                                      "segments")} for r in results]
+    print_table(shown, f"where the store sink's time goes: {backlog.events:,} events, {backlog.segments:,} segments "
+                       f"from {backlog.writers} writers; anchor: the blackhole, same run")
+    print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
+    write_result("streaming-attribution", {
+        "inputs": {"events": args.events, "writers": args.writers, "event_rate": args.rate, "repeats": args.repeats,
+                   "max_repeats": args.max_repeats,
+                   "spool": {k: (str(v) if isinstance(v, Path) else v) for k, v in backlog.__dict__.items()}},
+        "anchor": "blackhole sink, same job SQL, same backlog, same run",
+        "rate": "as streaming.json: the slope between N/2 and N events, targets interleaved",
+        "results": results, "loadavg_before": load_before, "loadavg_after": load_after,
+    })
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=5_000_000)
@@ -486,9 +561,14 @@ def main() -> int:
     ap.add_argument("--java-only", action="store_true",
                     help="only the Java path's throughput (no fallback, no freshness): a quick check of a change")
     ap.add_argument("--name", default="streaming", help="result file bench/results/<name>.json (default streaming)")
+    ap.add_argument("--attribute", action="store_true",
+                    help="instead, where the store sink's time goes (triggers, commits, the sink itself); see "
+                         "attribute_main; writes bench/results/streaming-attribution.json")
     args = ap.parse_args()
     if args.jobmanager:
         return cluster_main(args)
+    if args.attribute:
+        return attribute_main(args)
 
     work = Path(tempfile.mkdtemp(prefix="llmsla-bench-stream-"))
     cfg = config_mod.load(env={})
