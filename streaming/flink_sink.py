@@ -1,6 +1,7 @@
 """The Flink operator that writes job output into the store from inside the job.
 
-Rows are buffered in keyed ``ListState`` (key = target table), not in a Python list: the window
+Payloads (a window kind's carry all the rows of one window, ``sql.batched_query``) are buffered
+in keyed ``ListState`` (key = target table), not in a Python list: the window
 operator emits a window once, so a row buffered when a checkpoint is taken must be part of that
 checkpoint, or a crash between checkpoint and flush would lose it for good. A flush happens when
 the buffer reaches ``batch_rows``, on a processing-time timer ``flush_s`` after the first buffered
@@ -15,6 +16,7 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
+from llmsla.streaming.sql import ROW_SEPARATOR
 from llmsla.streaming.store_sink import REASONS, StoreWriter
 
 END_OF_TIME = 2**62
@@ -48,8 +50,9 @@ class StoreSinkFunction(KeyedProcessFunction):
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> tuple:
         self.buffer.add(value[1])
-        n = (self.count.value() or 0) + 1
-        if n == 1:
+        before = self.count.value() or 0
+        n = before + 1 + value[1].count(ROW_SEPARATOR)  # rows: a window kind's payload is a batch
+        if before == 0:
             now = ctx.timer_service().current_processing_time()
             ctx.timer_service().register_processing_time_timer(now + self.flush_ms)
             ctx.timer_service().register_event_time_timer(END_OF_TIME)

@@ -159,7 +159,8 @@ class StoreWriter:
 
     # -- public ----------------------------------------------------------------------------------
     def write(self, kind: str, payloads: Iterable[str]) -> int:
-        """Write JSON-array payloads of one output kind; returns rows handed to the database."""
+        """Write JSON-array payloads of one output kind (a window kind's payload may hold several
+        rows, one per line: ``sql.batched_query``); returns rows handed to the database."""
         if kind == sql.DEAD_LETTERS:
             rows = self._dead_letter_rows(payloads)
         else:
@@ -183,10 +184,11 @@ class StoreWriter:
         cols = sql.TABLE_COLUMNS[kind]
         key_idx = [cols.index(k) for k in sql.TABLE_KEYS[kind]]
         latest: dict[tuple[Any, ...], list[Any]] = {}
-        for p in payloads:
-            row = json.loads(p)
-            row[0] = _ts(int(row[0]))
-            latest[tuple(row[i] for i in key_idx)] = row  # a replayed row replaces, never adds
+        for batch in payloads:
+            for p in batch.split(sql.ROW_SEPARATOR):
+                row = json.loads(p)
+                row[0] = _ts(int(row[0]))
+                latest[tuple(row[i] for i in key_idx)] = row  # a replayed row replaces, never adds
         return list(latest.values())
 
     def _dead_letter_rows(self, payloads: Iterable[str]) -> list[Sequence[Any]]:
