@@ -8,13 +8,16 @@ then KILL) on ``stop``. A missing binary raises :class:`MissingBinary` with the 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,11 +111,43 @@ class Service:
         self.stop()
 
 
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when the process that started it dies,
+    even by SIGKILL (Linux ``PR_SET_PDEATHSIG``; ``None`` elsewhere). Children start in their own
+    session so that a terminal's Ctrl-C reaches only the parent, which stops them in order; without
+    this, a parent killed outright would leave them running (Prometheus, Alertmanager, the demo's
+    components), writing into the next run's store and holding its ports."""
+    if _PRCTL is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the prctl: nobody will signal us
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def _spawn(name: str, argv: list[str], workdir: Path) -> tuple[subprocess.Popen, Path]:
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     fh = open(log, "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
+                            preexec_fn=die_with_parent())
     fh.close()
     return proc, log
 

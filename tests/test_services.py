@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -72,3 +76,41 @@ def test_missing_binary_is_an_error_with_install_hint(monkeypatch: pytest.Monkey
 def test_service_that_dies_reports_its_log(tmp_path: Path) -> None:
     with pytest.raises(services.ServiceFailed, match="log tail"):
         services.start_prometheus(tmp_path / "bad", config_yaml="global: [this is: not valid\n")
+
+
+_PARENT = """
+import subprocess, sys, time
+from llmsla import services
+child = subprocess.Popen(["sleep", "120"], start_new_session=True,
+                         preexec_fn=services.die_with_parent() if sys.argv[1] == "on" else None)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_children_die_with_a_parent_killed_outright(mode: str) -> None:
+    """A parent SIGKILLed (no handler runs) leaves no child that was started with
+    ``die_with_parent``; without it the child, in its own session, lives on (the demo's defect)."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, mode], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        assert _alive(child)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _alive(child) == (mode == "off")
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)

@@ -110,7 +110,8 @@ class Stack:
         fh = open(log, "ab")  # noqa: SIM115 - the child's; closed here once it has it
         popen = subprocess.Popen([sys.executable, "-m", "llmsla", "--config", str(self.config_file), *args],
                                  stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=self.env,
-                                 cwd=self.workdir, start_new_session=True)
+                                 cwd=self.workdir, start_new_session=True,
+                                 preexec_fn=services.die_with_parent())
         fh.close()
         proc = Proc(name, popen, log)
         self.procs.append(proc)
