@@ -51,6 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -321,16 +322,22 @@ def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[Targ
             print(f"  not supported yet ({'; '.join(pending)}); measuring again", flush=True)
 
 
-def cluster_main(args: argparse.Namespace) -> int:
-    """``--jobmanager``: the session cluster against the local mini-cluster, same backlog, same run."""
-    from llmsla.streaming.cluster import Cluster, ClusterSpec
-
-    work = Path(tempfile.mkdtemp(prefix="llmsla-bench-cluster-"))
+def private_store(prefix: str) -> tuple[Path, config_mod.Config, Any]:
+    """A work directory, the default config pointed at it, and a private embedded PostgreSQL."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     cfg = config_mod.load(env={})
     cfg.stream.checkpoint_dir = str(work / "ckpt")
     cfg.store.data_dir = str(work / "pg")
     handle = open_store(cfg, keep_running=False)
     cfg.store.dsn = handle.dsn
+    return work, cfg, handle
+
+
+def cluster_main(args: argparse.Namespace) -> int:
+    """``--jobmanager``: the session cluster against the local mini-cluster, same backlog, same run."""
+    from llmsla.streaming.cluster import Cluster, ClusterSpec
+
+    work, cfg, handle = private_store("llmsla-bench-cluster-")
     log = work / "stream.log"
     load_before = os.getloadavg()
     start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
@@ -475,12 +482,7 @@ def attribute_main(args: argparse.Namespace) -> int:
     the blackhole (anchor), the store as shipped, the store with its roll-up triggers disabled,
     and that with ``synchronous_commit = off`` as well. What is left between the last and the
     blackhole is the sink's own work: PyFlink's Python operator, decoding, COPY and the insert."""
-    work = Path(tempfile.mkdtemp(prefix="llmsla-bench-attr-"))
-    cfg = config_mod.load(env={})
-    cfg.stream.checkpoint_dir = str(work / "ckpt")
-    cfg.store.data_dir = str(work / "pg")
-    handle = open_store(cfg, keep_running=False)
-    cfg.store.dsn = handle.dsn
+    work, cfg, handle = private_store("llmsla-bench-attr-")
     log = work / "stream.log"
     load_before = os.getloadavg()
     start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
@@ -509,18 +511,18 @@ def attribute_main(args: argparse.Namespace) -> int:
     results = []
     for name, m in got.items():
         half, full = ([w["wall_s"] for w in m["walls"][k]] for k in ("half", "full"))
-        per_event = (statistics.fmean(full) - statistics.fmean(half)) / (backlog.events - backlog.half_events)
         results.append({"target": name, "events": backlog.events, "segments": backlog.segments,
                         "events_per_s": m["rate"] if m["rate"] is not None else "unsupported",
                         "unsupported_because": m["why"] or None,
                         "vs_blackhole": (m["rate"] / anchor) if m["rate"] and anchor else None,
-                        "us_per_event": per_event * 1e6, "wall_half_s": half, "wall_s": full,
+                        "us_per_event": 1e6 / m["rate"] if m["rate"] else None, "wall_half_s": half, "wall_s": full,
                         "window_rows": m["rows"]})
-    base = next(r for r in results if r["target"] == "blackhole")["us_per_event"]
-    for r in results:
-        r["extra_us_per_event"] = r["us_per_event"] - base
-        rows = next((x["window_rows"] for x in results if x["window_rows"]), 0)
-        r["extra_ms_per_window_row"] = (r["extra_us_per_event"] * backlog.events / 1e3 / rows) if rows else None
+    base = results[0]["us_per_event"]  # the blackhole
+    rows = next((x["window_rows"] for x in results if x["window_rows"]), 0)
+    for r in results:  # only between supported rates
+        extra = r["us_per_event"] - base if r["us_per_event"] is not None and base is not None else None
+        r["extra_us_per_event"] = extra
+        r["extra_ms_per_window_row"] = extra * backlog.events / 1e3 / rows if extra is not None and rows else None
     shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because", "events",
                                                       "segments")} for r in results]
     print_table(shown, f"where the store sink's time goes: {backlog.events:,} events, {backlog.segments:,} segments "
@@ -570,12 +572,7 @@ def main() -> int:
     if args.attribute:
         return attribute_main(args)
 
-    work = Path(tempfile.mkdtemp(prefix="llmsla-bench-stream-"))
-    cfg = config_mod.load(env={})
-    cfg.stream.checkpoint_dir = str(work / "ckpt")
-    cfg.store.data_dir = str(work / "pg")
-    handle = open_store(cfg, keep_running=False)
-    cfg.store.dsn = handle.dsn
+    work, cfg, handle = private_store("llmsla-bench-stream-")
     log = work / "stream.log"
     load_before = os.getloadavg()
     start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
