@@ -7,7 +7,7 @@ scoring budget (the p99 target is 5 ms for 64 targets); this keeps the last seri
 by the steps the window moved, and builds with :func:`features.build` only the steps from the
 first one whose rows may have changed (``changed_from_ms``, from the cache), then splices them in.
 
-The result equals ``features.build`` over the whole window (``tests/forecaster/test_feature_window.py``
+The result equals ``features.build`` over the whole window (``tests/forecaster/test_window_cache.py``
 checks it step by step): a step's cells depend only on that step's rows, except a pool's GPU
 features, which depend on the replicas seen anywhere in the window. So whenever the set of
 targets changes (a row of a new replica or pool, or a target without rows left in the window),

@@ -51,6 +51,23 @@ def test_upsert_replaces_and_dead_letters_are_not_doubled(store_dsn: str) -> Non
     assert sorted(reasons) == ["late", "parse", "parse"]  # counted once per batch, replays included
 
 
+def test_a_batched_payload_is_its_rows_even_with_newlines_in_labels(store_dsn: str) -> None:
+    """A window kind's payload carries a window's rows joined by ``sql.ROW_SEPARATOR``
+    (``sql.batched_query``); a label holding that character is escaped by JSON and stays one row."""
+    w = StoreWriter(store_dsn)
+    b = 1_700_000_000_000
+    hostile = json.dumps([b, "node\nwith\r\nbreaks", 1, 2, 100, 50.0, 200, 0.5, 70.0, 300.0])
+    assert sql.ROW_SEPARATOR not in hostile
+    batch = sql.ROW_SEPARATOR.join([_gpu_payload(b, 3), hostile, _gpu_payload(b + 5000, 4)])
+    assert w.write(names.T_GPU_WINDOWS, [batch]) == 3
+    # a replayed window is the same batch again; a newer value of a row replaces it
+    assert w.write(names.T_GPU_WINDOWS, [batch, sql.ROW_SEPARATOR.join([_gpu_payload(b, 9)])]) == 3
+    w.close()
+    with psycopg.connect(store_dsn) as conn:
+        rows = conn.execute("SELECT node, samples FROM gpu_windows ORDER BY bucket, node").fetchall()
+    assert rows == [("node\nwith\r\nbreaks", 2), ("node0", 9), ("node0", 4)]
+
+
 def test_reconnects_after_the_connection_is_killed(store_dsn: str) -> None:
     w = StoreWriter(store_dsn, retry_s=10)
     w.write(names.T_GPU_WINDOWS, [_gpu_payload(1_700_000_000_000, 1)])
