@@ -100,7 +100,8 @@ def render_doc(result: dict[str, Any]) -> str:
     for m in METRICS:
         row(f"always-valid: {m} sequence ever excludes 0 (peeked every block)", alpha,
             lambda x, m=m: x["sequential"][m]["excludes_0"])
-    row("fixed: any latency metric `fail` (6 one-sided tests)", 6 * alpha / 2, lambda x: x["fixed"]["any_latency_fail"])
+    row(f"fixed: any latency metric `fail` ({len(LATENCY)} one-sided tests)", len(LATENCY) * alpha / 2,
+        lambda x: x["fixed"]["any_latency_fail"])
     row("breach intervals falsely attributed to arm b", 0.01, lambda x: x["breaches"]["attributed_to_b"])
     lines += [
         "",
@@ -189,12 +190,16 @@ def _notes(sm: dict[str, Any], alpha: float, srm_alpha: float) -> list[str]:
         p = sm.get(key)
         if p:
             f, q = p["fixed"][names.AB_METRIC_E2E_P95]["fail_gated"], p["sequential"][names.AB_METRIC_E2E_P95]["fail_gated"]
+            fi, qi = p["fixed"][names.AB_METRIC_ITL_MEAN]["fail_gated"], p["sequential"][names.AB_METRIC_ITL_MEAN]["fail_gated"]
             anyf = p["fixed"]["any_latency_fail"]
             out.append(f"- Power {title} ({p['requests_per_arm_mean'][1]:,.0f} requests per arm, 10 % slower "
-                       f"iterations): E2E P95 `fail` in {100 * f['rate']:.0f} % (fixed) / {100 * q['rate']:.0f} % "
-                       f"(always-valid) of runs, some latency metric `fail` in {100 * anyf['rate']:.0f} %"
-                       + ("" if f["rate"] >= 0.8 else "; below the 80 % target: a 10 % slowdown needs more "
-                          "requests per arm than `ab.min_requests` to be caught on E2E P95 alone") + ".")
+                       f"iterations): mean ITL `fail` in {100 * fi['rate']:.0f} % (fixed) / {100 * qi['rate']:.0f} % "
+                       f"(always-valid) of runs; E2E P95 `fail` in {100 * f['rate']:.0f} % / {100 * q['rate']:.0f} %; "
+                       f"some latency metric `fail` in {100 * anyf['rate']:.0f} % (fixed)"
+                       + ("" if f["rate"] >= 0.8 else ". E2E P95 mixes the slowdown with the spread of output "
+                          "lengths (a request's E2E is mostly its token count times the ITL): alone it needs "
+                          "more requests per arm than `ab.min_requests` to catch 10 %; the mean ITL divides "
+                          "the token count out") + ".")
     return out
 
 
@@ -222,10 +227,15 @@ def claims(sm: dict[str, Any], alpha: float, srm_alpha: float) -> tuple[list[str
         if not p:
             continue
         for mode in ("fixed", "sequential"):
-            e2e = p[mode][names.AB_METRIC_E2E_P95]["fail_gated"]
-            good = e2e["rate"] >= 0.8
+            # the slowdown is per token: the mean ITL is the test built to catch it (the claim);
+            # E2E P95, which the output-length mix makes noisy, is reported beside it
+            itl = p[mode][names.AB_METRIC_ITL_MEAN]["fail_gated"]
+            good = itl["rate"] >= 0.8
             ok &= good or key != "slow_min"
-            out.append(f"power {title} ({key}), {mode}, E2E P95 `fail`: {_pct(e2e)} ({'>=' if good else 'below'} 80 %)")
+            out.append(f"power {title} ({key}), {mode}, mean ITL `fail`: {_pct(itl)} ({'>=' if good else 'below'} 80 %)")
+            e2e = p[mode][names.AB_METRIC_E2E_P95]["fail_gated"]
+            out.append(f"power {title} ({key}), {mode}, E2E P95 `fail`: {_pct(e2e)} "
+                       f"({'>=' if e2e['rate'] >= 0.8 else 'below'} 80 %)")
         b = p["breaches"]
         out.append(f"{key}: breach intervals attributed to the slow arm {_pct(b['attributed_to_b'])}, to the other "
                    f"{_pct(b['attributed_to_a'])}")

@@ -152,14 +152,14 @@ def print_report(rep: Any, data: Any, file: Any = None) -> None:
     console.print(f"[bold]A/B report[/bold] {rep.experiment}  {rep.start} .. {rep.end}  ({rep.mode}; control: {rep.control})")
     t = Table(title="arms")
     for col in ("arm", "requests", "share", "expected", "TTFT P50/P95/P99 ms", "E2E P50/P95/P99 ms",
-                "TTFT att.", "E2E att.", "availability", "minutes meeting SLO"):
+                "mean ITL ms", "TTFT att.", "E2E att.", "availability", "minutes meeting SLO"):
         t.add_column(col, justify="right" if col != "arm" else "left")
     for a in rep.arms:
         q = a.quantiles_ms
         t.add_row(a.arm, f"{a.requests:,}", _fmt(a.share, "%"), _fmt(a.expected_share, "%"),
                   " / ".join(_fmt(q[m]) for m in (names.AB_METRIC_TTFT_P50, names.AB_METRIC_TTFT_P95, names.AB_METRIC_TTFT_P99)),
                   " / ".join(_fmt(q[m]) for m in (names.AB_METRIC_E2E_P50, names.AB_METRIC_E2E_P95, names.AB_METRIC_E2E_P99)),
-                  _fmt(a.ttft_attainment, "%"), _fmt(a.e2e_attainment, "%"), _fmt(a.availability, "%"),
+                  _fmt(a.itl_mean_ms), _fmt(a.ttft_attainment, "%"), _fmt(a.e2e_attainment, "%"), _fmt(a.availability, "%"),
                   _fmt(a.minutes_meeting_slo, "%"))
     console.print(t)
     srm = rep.srm

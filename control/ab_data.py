@@ -47,6 +47,16 @@ class ArmMinutes:
     ttft_hist: np.ndarray
     e2e_hist: np.ndarray
     hist_lo: int = 0
+    #: inter-token gaps and their sum (ms) per group and minute: the token-weighted mean ITL,
+    #: which a per-token slowdown moves whatever the mix of output lengths
+    itl_n: np.ndarray | None = None
+    itl_sum_ms: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.itl_n is None:
+            self.itl_n = np.zeros_like(self.requests)
+        if self.itl_sum_ms is None:
+            self.itl_sum_ms = np.zeros(self.requests.shape, dtype=float)
 
     @property
     def minutes(self) -> int:
@@ -100,11 +110,12 @@ def _empty(exp: Experiment, start: dt.datetime, minutes: int, width: int, lo: in
 
 def from_arrays(exp: Experiment, start: dt.datetime, end: dt.datetime, *, ts_ms: np.ndarray, labels: Sequence[str],
                 bad: np.ndarray, ttft_ms: np.ndarray, e2e_ms: np.ndarray, slo_ttft_ms: float,
-                slo_e2e_ms: float) -> ArmMinutes:
+                slo_e2e_ms: float, itl_n: np.ndarray | None = None, itl_mean_ms: np.ndarray | None = None) -> ArmMinutes:
     """Aggregates from individual requests (``ttft_ms`` NaN when there was no token), with the
     streaming job's definitions: within-SLO counts ``ttft <= slo`` (no TTFT is not within) and
     ``e2e <= slo``; the TTFT histogram holds the requests with a TTFT, the E2E one every request;
-    a request belongs to the minute of its completion time."""
+    ITL sums ``n`` and ``n * mean`` (as the job's ``itl_n``, ``itl_sum``); a request belongs to the
+    minute of its completion time."""
     start, minutes = minute_range(start, end)
     ts_ms = np.asarray(ts_ms, dtype=np.int64)
     t0 = int(start.timestamp() * 1000)
@@ -138,6 +149,10 @@ def from_arrays(exp: Experiment, start: dt.datetime, end: dt.datetime, *, ts_ms:
     np.add.at(out.e2e_within, (gi, minute), (e2e <= slo_e2e_ms).astype(np.int64))
     np.add.at(out.ttft_hist, (gi[has_ttft], minute[has_ttft], tb[has_ttft] - lo), 1)
     np.add.at(out.e2e_hist, (gi, minute, eb - lo), 1)
+    if itl_n is not None and itl_mean_ms is not None:
+        n = np.asarray(itl_n, dtype=np.int64)[keep]
+        np.add.at(out.itl_n, (gi, minute), n)
+        np.add.at(out.itl_sum_ms, (gi, minute), n * np.asarray(itl_mean_ms, dtype=float)[keep])
     return out
 
 
@@ -152,7 +167,9 @@ def from_events(exp: Experiment, events: Iterable[RequestEvent], start: dt.datet
         labels=[e.arm for e in evs], bad=np.fromiter((e.status in _BAD for e in evs), dtype=bool, count=len(evs)),
         ttft_ms=np.fromiter((np.nan if e.ttft_ms is None else e.ttft_ms for e in evs), dtype=float, count=len(evs)),
         e2e_ms=np.fromiter((e.e2e_ms for e in evs), dtype=float, count=len(evs)),
-        slo_ttft_ms=slo_ttft_ms, slo_e2e_ms=slo_e2e_ms)
+        slo_ttft_ms=slo_ttft_ms, slo_e2e_ms=slo_e2e_ms,
+        itl_n=np.fromiter((e.itl_ms.n for e in evs), dtype=np.int64, count=len(evs)),
+        itl_mean_ms=np.fromiter((e.itl_ms.mean for e in evs), dtype=float, count=len(evs)))
 
 
 def _pools(exp: Experiment) -> list[str]:
@@ -166,10 +183,11 @@ def from_store(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, en
     start, minutes = minute_range(start, end)
     stop = start + dt.timedelta(minutes=minutes)
     rows = conn.execute(
-        f"""SELECT bucket, arm, requests, bad, ttft_within, e2e_within,
+        f"""SELECT bucket, arm, requests, bad, ttft_within, e2e_within, itl_n, itl_sum_ms,
                    array_lower(th, 1), th, array_lower(eh, 1), eh
             FROM (SELECT bucket, arm, sum(requests) AS requests, sum(errors + timeouts) AS bad,
                          sum(ttft_within_slo) AS ttft_within, sum(e2e_within_slo) AS e2e_within,
+                         sum(itl_n) AS itl_n, sum(itl_sum_ms) AS itl_sum_ms,
                          llmsla_hist_sum(ttft_hist) AS th, llmsla_hist_sum(e2e_hist) AS eh
                   FROM {names.T_REQUEST_WINDOWS_1M}
                   WHERE bucket >= %s AND bucket < %s
@@ -179,24 +197,27 @@ def from_store(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, en
     ).fetchall()
     parsed = []
     lo, hi = H.SIZE, -1
-    for bucket, label, req, bad, tw, ew, tlo, th, elo, eh in rows:
+    for bucket, label, req, bad, tw, ew, itl_n, itl_sum, tlo, th, elo, eh in rows:
         grp = group_of(exp, label)
         if grp is None:
             continue
         m = int((bucket - start).total_seconds() // 60)
-        parsed.append((grp, m, req, bad, tw, ew, H.Hist.from_array(tlo, th), H.Hist.from_array(elo, eh)))
-        for h in parsed[-1][6:]:
+        parsed.append((grp, m, req, bad, tw, ew, itl_n or 0, float(itl_sum or 0.0),
+                       H.Hist.from_array(tlo, th), H.Hist.from_array(elo, eh)))
+        for h in parsed[-1][8:]:
             if h.counts:
                 lo, hi = min(lo, h.lo), max(hi, h.lo + len(h.counts) - 1)
     if hi < 0:
         lo = hi = 0
     out = _empty(exp, start, minutes, hi - lo + 1, lo)
-    for grp, m, req, bad, tw, ew, th, eh in parsed:
+    for grp, m, req, bad, tw, ew, itl_n, itl_sum, th, eh in parsed:
         g = out.index(grp)
         out.requests[g, m] += req
         out.bad[g, m] += bad
         out.ttft_within[g, m] += tw
         out.e2e_within[g, m] += ew
+        out.itl_n[g, m] += itl_n
+        out.itl_sum_ms[g, m] += itl_sum
         for h, target in ((th, out.ttft_hist), (eh, out.e2e_hist)):
             if h.counts:
                 target[g, m, h.lo - lo:h.lo - lo + len(h.counts)] += h.counts

@@ -4,10 +4,10 @@ Input: :class:`~llmsla.control.ab_data.ArmMinutes` (from the store's 1-minute ro
 requests). Output: a :class:`Report` (JSON, a rich table, rows for ``ab_results``):
 
 * per arm: requests, observed vs expected share, TTFT/E2E P50/P95/P99 from the summed histograms,
-  SLO attainment overall and per minute, availability;
+  the mean inter-token latency, SLO attainment overall and per minute, availability;
 * the sample-ratio test (:func:`~llmsla.control.ab_stats.srm_test`);
 * per arm against control, for every metric: the difference, its interval, a p-value, an effect
-  size (Cliff's delta for latency, from the histograms) and a verdict (pass / fail /
+  size (Cliff's delta for the quantiles, from the histograms) and a verdict (pass / fail /
   inconclusive; :func:`~llmsla.control.ab_stats.verdict`). Fixed horizon: paired grouped
   jackknife over time blocks; ``sequential``: always-valid confidence sequences over blocks;
 * the SLA-breach intervals of the experiment's traffic and which arm(s) account for each.
@@ -33,6 +33,10 @@ LATENCY: tuple[tuple[str, str, float], ...] = (
     (names.AB_METRIC_TTFT_P99, "ttft", 0.99), (names.AB_METRIC_E2E_P50, "e2e", 0.5),
     (names.AB_METRIC_E2E_P95, "e2e", 0.95), (names.AB_METRIC_E2E_P99, "e2e", 0.99),
 )
+#: The mean inter-token latency (sum of gaps / gaps, lower is better). A per-token slowdown moves
+#: it by its full size in every request, whatever the mix of output lengths that makes E2E
+#: quantiles noisy: the most sensitive test of a decode regression (docs/ab-calibration.md).
+MEAN_ITL = names.AB_METRIC_ITL_MEAN
 #: Ratio metrics (higher is better): name -> (numerator, kind).
 RATIOS: tuple[str, ...] = (names.AB_METRIC_TTFT_ATTAINMENT, names.AB_METRIC_E2E_ATTAINMENT, names.AB_METRIC_AVAILABILITY)
 #: A block contributes to a sequential comparison only with this many requests in both arms.
@@ -81,6 +85,7 @@ class ArmSummary:
     share: float
     expected_share: float
     quantiles_ms: dict[str, float | None]
+    itl_mean_ms: float | None
     ttft_attainment: float | None
     e2e_attainment: float | None
     availability: float | None
@@ -212,6 +217,7 @@ def summarize(d: ArmMinutes, s: Settings, expected: np.ndarray) -> list[ArmSumma
             met += att >= s.latency_target
         out.append(ArmSummary(
             arm, d.experiment.label(arm), req, float(req / total) if total else 0.0, float(expected[k]), qs,
+            _ratio(float(d.itl_sum_ms[k].sum()), float(d.itl_n[k].sum())),
             _ratio(float(d.ttft_within[k].sum()), req), _ratio(float(d.e2e_within[k].sum()), req),
             _ratio(float(req - d.bad[k].sum()), req), (met / seen) if seen else None, per_min))
     return out
@@ -257,6 +263,11 @@ def _compare_fixed(d: ArmMinutes, s: Settings, k: int, c: int, blocked: str) -> 
         v, reason = _gate(S.verdict(lo, hi, margin, lower_is_better=True), n_k, n_c, s, blocked)
         out.append(Comparison(arm, metric, n_k, _f(vk), _f(vc), _f(effect), _f(lo), _f(hi), _f(jk.p_value),
                               cliffs_delta(tk, tc), _f(effect / vc) if vc else None, v, reason))
+    # the mean ITL's fixed-horizon interval is its always-valid one at the end of the range: the
+    # block jackknife rejected a true null in 12-13 % of A/A runs where each arm has its own pool
+    # (docs/ab-calibration.md, before this); the sequence holds its level and, a per-token
+    # slowdown being so clear in this metric, loses almost no power
+    out.append(_compare_itl(d, s, k, c, blocked))
     for metric in RATIOS:
         num, den = _ratio_series(d, metric)
         parts = (num[k], den[k], num[c], den[c])
@@ -267,6 +278,31 @@ def _compare_fixed(d: ArmMinutes, s: Settings, k: int, c: int, blocked: str) -> 
         v, reason = _gate(S.verdict(jk.low, jk.high, s.ratio_margin_pct / 100.0, lower_is_better=False), n_k, n_c, s, blocked)
         out.append(Comparison(arm, metric, n_k, vk, vc, effect, _f(jk.low), _f(jk.high), _f(jk.p_value), effect, None, v, reason))
     return out
+
+
+def _compare_itl(d: ArmMinutes, s: Settings, k: int, c: int, blocked: str) -> Comparison:
+    """The mean ITL against control in both modes: an always-valid sequence over blocks of
+    ``block_minutes`` of the log ratio of the block means, shown in ms at the control's level (as
+    the quantiles); no rank effect size without a histogram."""
+    arm = d.arms[k]
+    n_k, n_c = int(d.requests[k].sum()), int(d.requests[c].sum())
+    size = s.block_minutes
+    req, sb, nb = _blocks(d.requests, size), _blocks(d.itl_sum_ms, size), _blocks(d.itl_n, size)
+    has = (req[k] >= MIN_BLOCK_REQUESTS) & (req[c] >= MIN_BLOCK_REQUESTS) & (nb[k] > 0) & (nb[c] > 0)
+    has &= (sb[k] > 0) & (sb[c] > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(has, np.log(sb[k] / np.maximum(nb[k], 1)) - np.log(sb[c] / np.maximum(nb[c], 1)), np.nan)
+    seq = S.confidence_sequence(x, s.alpha, s.sequential_minutes / size, min_t=s.min_blocks)
+    vk = _ratio(float(d.itl_sum_ms[k].sum()), float(d.itl_n[k].sum()))
+    vc = _ratio(float(d.itl_sum_ms[c].sum()), float(d.itl_n[c].sum()))
+    if seq is None or vk is None or vc is None:
+        reason = blocked or f"fewer than {s.min_blocks} blocks with inter-token gaps in both arms"
+        effect = None if vk is None or vc is None else vk - vc
+        return Comparison(arm, MEAN_ITL, n_k, vk, vc, effect, None, None, None, None, None, S.INCONCLUSIVE, reason)
+    lo, hi = vc * math.expm1(seq.low), vc * math.expm1(seq.high)
+    v, reason = _gate(S.verdict(lo, hi, s.latency_margin_pct / 100.0 * vc, lower_is_better=True), n_k, n_c, s, blocked)
+    return Comparison(arm, MEAN_ITL, n_k, vk, vc, vk - vc, lo, hi, _f(seq.p_value), None, _f(math.expm1(seq.mean)),
+                      v, reason)
 
 
 def _f(x: Any) -> float | None:
@@ -321,6 +357,7 @@ def _compare_sequential(d: ArmMinutes, s: Settings, k: int, c: int, blocked: str
         v, reason = _gate(S.verdict(lo, hi, margin, lower_is_better=True), n_k, n_c, s, blocked)
         out.append(Comparison(arm, metric, n_k, _f(vk), _f(vc), vc * math.expm1(seq.mean), lo, hi, seq.p_value,
                               cliffs_delta(tk, tc), math.expm1(seq.mean), v, reason))
+    out.append(_compare_itl(d, s, k, c, blocked))
     for metric in RATIOS:
         num, den = _ratio_series(d, metric)
         nb, db = _blocks(num, size), _blocks(den, size)

@@ -113,6 +113,8 @@ ARM_SUMMARY = _tiered(
 # -- A/B results ----------------------------------------------------------------------------------
 _AB_WHERE = "$__timeFilter(ts) AND experiment IN ($experiment) AND arm IN ($arm)"
 _LATENCY = f"'{names.AB_METRIC_TTFT_P95}', '{names.AB_METRIC_E2E_P95}'"
+#: every metric where lower is better (the quantiles, the mean ITL); the rest are ratios
+_LOWER_IS_BETTER = ", ".join(f"'{m}'" for m in names.AB_LATENCY_METRICS)
 P95_DIFF = _sql(
     "ab.p95_diff",
     f"SELECT $__time(ts), arm || ' ' || metric AS metric, effect, ci_low, ci_high\n"
@@ -126,10 +128,10 @@ VERDICTS = _sql(
     "       CASE\n"
     f"         WHEN metric = '{names.AB_METRIC_SRM}' THEN CASE WHEN p_value < 0.001 THEN 'sample ratio mismatch' ELSE 'split ok' END\n"
     "         WHEN ci_low IS NULL OR ci_high IS NULL THEN 'no interval'\n"
-    f"         WHEN metric IN ({_LATENCY}) AND ci_high < 0 THEN 'better'\n"
-    f"         WHEN metric IN ({_LATENCY}) AND ci_low > 0 THEN 'worse'\n"
-    f"         WHEN metric NOT IN ({_LATENCY}) AND ci_low > 0 THEN 'better'\n"
-    f"         WHEN metric NOT IN ({_LATENCY}) AND ci_high < 0 THEN 'worse'\n"
+    f"         WHEN metric IN ({_LOWER_IS_BETTER}) AND ci_high < 0 THEN 'better'\n"
+    f"         WHEN metric IN ({_LOWER_IS_BETTER}) AND ci_low > 0 THEN 'worse'\n"
+    f"         WHEN metric NOT IN ({_LOWER_IS_BETTER}) AND ci_low > 0 THEN 'better'\n"
+    f"         WHEN metric NOT IN ({_LOWER_IS_BETTER}) AND ci_high < 0 THEN 'worse'\n"
     "         ELSE 'no difference'\n"
     "       END AS verdict\n"
     f"FROM {T_AB} WHERE {_AB_WHERE}\nORDER BY experiment, arm, metric, ts DESC",

@@ -36,7 +36,7 @@ from llmsla.fleet import engine, faults, traces, workload
 #: Calibration SLO: TTFT as the default, E2E at 15 s (a bucket bound), tight enough that the
 #: fleet breaches it now and then and attribution is exercised.
 SLO_TTFT_MS, SLO_E2E_MS = 800.0, 15000.0
-LATENCY = [m for m, _, _ in ab_report.LATENCY]
+LATENCY = [m for m, _, _ in ab_report.LATENCY] + [ab_report.MEAN_ITL]
 METRICS = LATENCY + list(ab_report.RATIOS)
 CANARY = "canary"
 
@@ -142,7 +142,9 @@ def simulate(name: str, sc: Scenario, seed: int) -> Run:
         exp, start, start + dt.timedelta(minutes=sc.minutes),
         ts_ms=np.fromiter((round(r.end_s * 1000) for r in rows), dtype=np.int64, count=n), labels=labels,
         bad=np.fromiter((r.status in (names.STATUS_ERROR, names.STATUS_TIMEOUT) for r in rows), dtype=bool, count=n),
-        ttft_ms=ttft, e2e_ms=e2e, slo_ttft_ms=SLO_TTFT_MS, slo_e2e_ms=SLO_E2E_MS)
+        ttft_ms=ttft, e2e_ms=e2e, slo_ttft_ms=SLO_TTFT_MS, slo_e2e_ms=SLO_E2E_MS,
+        itl_n=np.fromiter((r.itl_n for r in rows), dtype=np.int64, count=n),
+        itl_mean_ms=np.fromiter((r.itl_sum_ms / r.itl_n if r.itl_n else 0.0 for r in rows), dtype=float, count=n))
     arm = np.asarray(labels)
     in_a, in_b = arm == exp.label("a"), arm == exp.label("b")
     mw = {"ttft": mann_whitney_p(ttft[in_a], ttft[in_b]), "e2e": mann_whitney_p(e2e[in_a], e2e[in_b])}

@@ -117,6 +117,8 @@ class RequestRow(NamedTuple):
     e2e_ms: float
     preempted: int
     arm: str = names.DEFAULT_ARM
+    itl_n: int = 0  # inter-token gaps
+    itl_sum_ms: float = 0.0  # their sum
 
 
 class Sink(Protocol):
@@ -473,7 +475,7 @@ class Simulator:
         rid = rep.id if rep is not None else names.NO_REPLICA
         arm = r.arm or self.cfg.arm
         self.rows.append(RequestRow(arrival, t, rid, r.pool, status, r.prompt, out_tokens,
-                                    queue_ms, ttft_ms, e2e_ms, r.preempted, arm))
+                                    queue_ms, ttft_ms, e2e_ms, r.preempted, arm, r.itl_n, r.itl_sum * 1000.0))
         if rep is not None and dispatch is not None:
             self.router.end(rep.id, (t - dispatch) * 1000.0, ok=status == names.STATUS_OK,
                             ttft_ms=None if first is None else (first - dispatch) * 1000.0)

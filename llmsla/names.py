@@ -324,11 +324,12 @@ AB_METRIC_E2E_P50 = "e2e_p50_ms"
 AB_METRIC_E2E_P99 = "e2e_p99_ms"
 AB_METRIC_E2E_ATTAINMENT = "e2e_attainment"
 AB_METRIC_AVAILABILITY = "availability"  # 1 - (errors + timeouts) / requests: higher is better
+AB_METRIC_ITL_MEAN = "itl_mean_ms"  # mean inter-token latency, token-weighted (sum of gaps / gaps)
 #: ``ab_results.metric`` values where lower is better (latencies, ms); every other metric but
 #: SRM is a ratio where higher is better.
 AB_LATENCY_METRICS: tuple[str, ...] = (
     AB_METRIC_TTFT_P50, AB_METRIC_TTFT_P95, AB_METRIC_TTFT_P99,
-    AB_METRIC_E2E_P50, AB_METRIC_E2E_P95, AB_METRIC_E2E_P99,
+    AB_METRIC_E2E_P50, AB_METRIC_E2E_P95, AB_METRIC_E2E_P99, AB_METRIC_ITL_MEAN,
 )
 #: Grafana datasource uids written by ``llmsla dashboards build`` (provisioning) and used as the
 #: default of each dashboard's datasource variable.

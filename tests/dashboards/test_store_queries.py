@@ -105,6 +105,11 @@ class Data:
                        "n": 1000, "value": 400.0, "baseline": 420.0, "effect": (ci + p) / 2, "ci_low": ci, "ci_high": p, "p_value": 0.01})
         ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_E2E_P95, "n": 1000,
                    "value": 3000.0, "baseline": 2900.0, "effect": 100.0, "ci_low": 20.0, "ci_high": 180.0, "p_value": 0.02})
+        # lower is better for every quantile and the mean ITL, not only the P95s the diff panel shows
+        ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_E2E_P50, "n": 1000,
+                   "value": 900.0, "baseline": 1000.0, "effect": -100.0, "ci_low": -150.0, "ci_high": -50.0, "p_value": 0.01})
+        ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_ITL_MEAN, "n": 1000,
+                   "value": 33.0, "baseline": 30.0, "effect": 3.0, "ci_low": 2.0, "ci_high": 4.0, "p_value": 0.001})
         ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_TTFT_ATTAINMENT, "n": 1000,
                    "value": 0.991, "baseline": 0.99, "effect": 0.001, "ci_low": -0.002, "ci_high": 0.004, "p_value": 0.5})
         ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_SRM, "n": 2000,
@@ -311,6 +316,7 @@ def test_ab_forecast_and_action_queries(store) -> None:
     rng = TimeRange(data.end - dt.timedelta(hours=1), data.end)
     verdicts = {(r[3]): r[-1] for r in run(dsn, storesql.VERDICTS, rng, 10000).rows}
     assert verdicts == {names.AB_METRIC_TTFT_P95: "better", names.AB_METRIC_E2E_P95: "worse",
+                        names.AB_METRIC_E2E_P50: "better", names.AB_METRIC_ITL_MEAN: "worse",
                         names.AB_METRIC_TTFT_ATTAINMENT: "no difference", names.AB_METRIC_SRM: "sample ratio mismatch"}
     diff = run(dsn, storesql.P95_DIFF, rng, 10000)
     assert {r[1] for r in diff.rows} == {f"treatment {names.AB_METRIC_TTFT_P95}", f"treatment {names.AB_METRIC_E2E_P95}"}
