@@ -138,6 +138,8 @@ def percentile_function(ps: tuple[float, ...]) -> str:
 
 #: SQL name of the histogram aggregate (streaming/java/.../Histogram.java on names.HIST_BOUNDS_MS).
 HISTOGRAM_FUNCTION = "LLMSLA_HIST"
+#: SQL name of the byte-exact base64 of a BYTES value (streaming/java/.../Base64Bytes.java).
+BASE64_FUNCTION = "LLMSLA_BASE64"
 
 
 def _histogram(col: str, java: bool) -> str:
@@ -308,7 +310,10 @@ def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> s
     )
     watermark = f"CASE WHEN {in_range} THEN rt - {_interval(delay_ms / 1000)} END"
     fmt = format_options(kind) if java else "'format' = 'raw'"
-    columns = ["line STRING"]
+    # BYTES on the Java path: the planner deep-copies a STRING column at every Calc that reads it,
+    # once per row (TypeCheckUtils.isMutable), and passes byte arrays on by reference; only a dead
+    # letter ever reads the line or the file (dead_letter_query)
+    columns = ["line BYTES" if java else "line STRING"]
     if java:
         columns += [f"{JSON_ERROR} STRING", *(f"{col} {typ}" for col, typ in format_columns(kind))]
     if s.source == "kafka":
@@ -321,7 +326,7 @@ def source_ddl(cfg: Config, kind: str, *, bounded: bool, java: bool = True) -> s
         )
     elif java:
         path = (cfg.spool_dir() / kind).resolve().as_uri()
-        meta = "`file` STRING NOT NULL METADATA FROM 'file.path' VIRTUAL"
+        meta = "`file` BYTES NOT NULL METADATA FROM 'file.path' VIRTUAL"
         watermark = "SOURCE_WATERMARK()"
         conn = (
             f"'connector' = '{SPOOL_CONNECTOR}', 'path' = '{path}', 'bounded' = '{str(bounded).lower()}', "
@@ -493,7 +498,10 @@ def gpu_windows_query(cfg: Config, java: bool = True) -> str:
 
 def dead_letter_query(kind: str, java: bool = True) -> str:
     problem = JSON_ERROR if java else "CAST(NULL AS STRING)"
-    cols = [f"'{kind}'", "`file`", "verdict", problem, "TO_BASE64(line)"]
+    # the Java path's line and file are BYTES (source_ddl): the line's base64 byte for byte (a CAST
+    # to STRING would replace invalid UTF-8); a path is text
+    raw, file = (f"{BASE64_FUNCTION}(line)", "CAST(`file` AS STRING)") if java else ("TO_BASE64(line)", "`file`")
+    cols = [f"'{kind}'", file, "verdict", problem, raw]
     return (
         f"SELECT '{DEAD_LETTERS}' AS kind, {_json_array(cols)} AS payload "
         f"FROM checked_{kind} WHERE verdict <> ''"

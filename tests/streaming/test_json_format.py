@@ -97,7 +97,7 @@ def test_format_agrees_with_the_contract(t_env, tmp_path, kind: str) -> None:
     columns = [col for col, _ in sql.format_columns(kind)]
     path_of = {col: path for col, path, t in sql._spec(kind) if t != "r"}
     rows = t_env.execute_sql(
-        f"SELECT line, {sql.JSON_ERROR}, CAST(rt AS TIMESTAMP(3)), {', '.join(columns)} "
+        f"SELECT CAST(line AS STRING), {sql.JSON_ERROR}, CAST(rt AS TIMESTAMP(3)), {', '.join(columns)} "
         f"FROM {sql.source_table(kind)}").collect()
     with rows:
         got = [tuple(r) for r in rows]
@@ -201,6 +201,7 @@ def test_percentiles_aggregate_matches_numpy(t_env) -> None:
     ("'llmsla-json.time-column' = 'rt=b'", "is not timestamp_column=bigint_column"),
     ("'llmsla-json.time-column' = 'rt=a', 'llmsla-json.typo' = 'x'", "Unsupported option 'llmsla-json.typo'"),
     ("'llmsla-json.paths' = 'a=x'", "column rt must be BIGINT, DOUBLE or STRING"),
+    ("'llmsla-json.raw-column' = 'a', 'llmsla-json.time-column' = 'rt=a'", "column a must be STRING or BYTES"),
 ])
 def test_format_options_are_validated(t_env, tmp_path, options: str, message: str) -> None:
     """A misconfigured source fails when the query is planned, naming the option."""

@@ -51,6 +51,9 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     private final TypeInformation<RowData> produced;
     private final int arity;
     private final int rawIndex;
+    /** The raw column is BYTES: the planner passes byte arrays on by reference, where it deep-copies
+     *  a STRING at every Calc that reads it (TypeCheckUtils.isMutable), ~15 % of the job's CPU. */
+    private final boolean rawBytes;
     private final int errorIndex;
     /** The TIMESTAMP_LTZ column and the BIGINT column it copies (-1 when none). */
     private final int timeIndex;
@@ -111,6 +114,7 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
         paths = new String[arity];
         types = new char[arity];
         int raw = -1;
+        boolean rawIsBytes = false;
         int error = -1;
         for (int i = 0; i < arity; i++) {
             String name = names.get(i);
@@ -123,11 +127,14 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                 continue;
             }
             if (name.equals(rawColumn) || name.equals(errorColumn)) {
-                if (!isString(type)) {
-                    throw new ValidationException("llmsla-json: column " + name + " must be STRING");
+                boolean bytes = name.equals(rawColumn) && isBytes(type);
+                if (!isString(type) && !bytes) {
+                    throw new ValidationException("llmsla-json: column " + name + " must be STRING"
+                            + (name.equals(rawColumn) ? " or BYTES" : ""));
                 }
                 if (name.equals(rawColumn)) {
                     raw = i;
+                    rawIsBytes = bytes;
                 } else {
                     error = i;
                 }
@@ -159,9 +166,20 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
             throw new ValidationException("llmsla-json: no error column '" + errorColumn + "' (a bad line would look good)");
         }
         rawIndex = raw;
+        rawBytes = rawIsBytes;
         errorIndex = error;
         timeIndex = time;
         timeSourceIndex = timeSource;
+    }
+
+    private static boolean isBytes(LogicalType type) {
+        switch (type.getTypeRoot()) {
+            case VARBINARY:
+            case BINARY:
+                return true;
+            default:
+                return false;
+        }
     }
 
     private static boolean isString(LogicalType type) {
@@ -253,7 +271,8 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
 
     private GenericRowData finish(GenericRowData row, byte[] line) {
         if (rawIndex >= 0) {
-            row.setField(rawIndex, StringData.fromBytes(line)); // the caller hands us a fresh copy
+            // the caller hands us a fresh copy
+            row.setField(rawIndex, rawBytes ? line : StringData.fromBytes(line));
         }
         if (timeIndex >= 0) { // never null: the watermark operator rejects a null rowtime
             Object millis = row.getField(timeSourceIndex);

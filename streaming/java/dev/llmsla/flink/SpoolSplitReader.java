@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.nio.channels.Channels;
 import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
@@ -19,7 +20,6 @@ import org.apache.flink.connector.base.source.reader.splitreader.SplitsAddition;
 import org.apache.flink.connector.base.source.reader.splitreader.SplitsChange;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.RowData;
-import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.data.utils.JoinedRowData;
 
 import org.slf4j.Logger;
@@ -46,7 +46,8 @@ final class SpoolSplitReader implements SplitReader<SpoolSplitReader.Batch, Spoo
 
     private SpoolSplit current;
     private InputStream in;
-    private StringData currentPath;
+    /** The segment's path as UTF-8 (the BYTES file.path metadata: passed on by reference, not copied per row). */
+    private byte[] currentPath;
     private long position;
     private final byte[] buffer = new byte[BUFFER];
     private int bufStart;
@@ -105,7 +106,7 @@ final class SpoolSplitReader implements SplitReader<SpoolSplitReader.Batch, Spoo
         position = split.offset();
         bufStart = bufEnd = 0;
         eof = false;
-        currentPath = StringData.fromString(split.path());
+        currentPath = split.path().getBytes(StandardCharsets.UTF_8);
         return true;
     }
 

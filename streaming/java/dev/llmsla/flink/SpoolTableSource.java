@@ -66,7 +66,8 @@ final class SpoolTableSource implements ScanTableSource, SupportsReadingMetadata
     @Override
     public Map<String, DataType> listReadableMetadata() {
         Map<String, DataType> out = new LinkedHashMap<>();
-        out.put(FILE_PATH, DataTypes.STRING().notNull());
+        // BYTES: the planner deep-copies a STRING at every Calc that reads it, once per row
+        out.put(FILE_PATH, DataTypes.BYTES().notNull());
         return out;
     }
 
