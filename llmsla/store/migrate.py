@@ -20,6 +20,7 @@ from llmsla.store import forecast_rollups, maintenance
 from llmsla.store.connection import StoreError
 from llmsla.store.rollups import (
     hist_functions_ddl,
+    rollup_cascade_ddl,
     rollup_ddl,
     rollup_hist_caggs_ddl,
     rollup_hist_tables_ddl,
@@ -60,6 +61,7 @@ _GENERATED = {
     "{{ROLLUP_HIST_TABLES}}": lambda flavor: rollup_hist_tables_ddl(),
     "{{ROLLUP_HIST_CAGGS}}": lambda flavor: rollup_hist_caggs_ddl(),
     "{{ROLLUP_INCREMENTS}}": lambda flavor: rollup_increments_ddl(),
+    "{{ROLLUP_CASCADE}}": lambda flavor: rollup_cascade_ddl(),
     "{{FORECAST_ROLLUP_TABLES}}": lambda flavor: forecast_rollups.tables_ddl(),
     "{{FORECAST_ROLLUP_CAGGS}}": lambda flavor: forecast_rollups.caggs_ddl(),
 }

@@ -418,31 +418,74 @@ def _delta_select(width: str, *, rows: str, sign: str) -> str:
     return f"SELECT {sign} AS sign, date_bin(INTERVAL '{width}', bucket, {ORIGIN}) AS b, {cols} FROM {rows}"
 
 
-def _insert_increment(target: str, width: str) -> list[str]:
-    """Add the new windows to their groups. A new group's quantiles are left NULL by the insert
-    and set by the second statement: computing them for every row would be wasted on the rows
-    that conflict (most of them: a group gets 12 or 720 windows), and a merge is the cost."""
-    keys = ", ".join(KEYS)
-    aggs = ["count(*) AS windows", *(f"sum({c}) AS {c}" for c in _SUMS),
-            *(f"max({src}) AS {col}" for col, src in _maxes()), *(f"llmsla_hist_sum({h}) AS {h}" for h in HISTS)]
-    value_cols = ["windows", *_SUMS, *(col for col, _ in _maxes()), *HISTS]
+def _increment_sets() -> list[str]:
+    """ON CONFLICT SET list adding a delta (EXCLUDED) to a roll-up row ``t``."""
     sets = ["windows = t.windows + EXCLUDED.windows"]
     sets += [f"{c} = COALESCE(t.{c} + EXCLUDED.{c}, t.{c}, EXCLUDED.{c})" for c in _SUMS]
     sets += [f"{col} = GREATEST(t.{col}, EXCLUDED.{col})" for col, _ in _maxes()]
     sets += [_hist_set(h, "t", f"EXCLUDED.{h}", "NULL") for h in HISTS]
-    insert = (
-        f"INSERT INTO {target} AS t (bucket, {keys}, {', '.join(value_cols)})\n"
-        f"SELECT date_bin(INTERVAL '{width}', bucket, {ORIGIN}), {keys}, {', '.join(aggs)}\n"
-        f"FROM llmsla_new_rows GROUP BY 1, {keys}\n"
-        f"ON CONFLICT (bucket, {keys}) DO UPDATE SET {', '.join(sets)}"
-    )
+    return sets
+
+
+def _fresh_quantiles(target: str, width: str) -> str:
+    """Set the quantiles of the groups the statement created (left NULL by the insert)."""
+    keys = ", ".join(KEYS)
     fresh = " OR ".join(f"({c} IS NULL AND {src} IS NOT NULL)" for c, src, q in QUANTILES if q == 0.5)
-    quantiles = (
+    return (
         f"UPDATE {target} t SET {', '.join(_hist_set(h, 't', 'NULL', 'NULL') for h in HISTS)}\n"
         f"WHERE ({fresh}) AND (bucket, {keys}) IN "
         f"(SELECT date_bin(INTERVAL '{width}', bucket, {ORIGIN}), {keys} FROM llmsla_new_rows)"
     )
-    return [insert, quantiles]
+
+
+_VALUE_COLUMNS = ["windows", *_SUMS, *(f"{c}_max" if c.endswith("_p99_ms") else c for c in _MAXES), *HISTS]
+
+
+def _insert_increment(target: str, width: str) -> list[str]:
+    """Add the new windows to their groups. A new group's quantiles are left NULL by the insert
+    and set by the second statement: computing them for every row would be wasted on the rows
+    that conflict (most of them: a group gets 12 or 720 windows), and a merge is the cost.
+    The shape of migration 0007 (both roll-ups from the 5 s rows); 0008: :func:`_cascaded_increment`."""
+    keys = ", ".join(KEYS)
+    aggs = ["count(*) AS windows", *(f"sum({c}) AS {c}" for c in _SUMS),
+            *(f"max({src}) AS {col}" for col, src in _maxes()), *(f"llmsla_hist_sum({h}) AS {h}" for h in HISTS)]
+    insert = (
+        f"INSERT INTO {target} AS t (bucket, {keys}, {', '.join(_VALUE_COLUMNS)})\n"
+        f"SELECT date_bin(INTERVAL '{width}', bucket, {ORIGIN}), {keys}, {', '.join(aggs)}\n"
+        f"FROM llmsla_new_rows GROUP BY 1, {keys}\n"
+        f"ON CONFLICT (bucket, {keys}) DO UPDATE SET {', '.join(_increment_sets())}"
+    )
+    return [insert, _fresh_quantiles(target, width)]
+
+
+def _cascaded_increment() -> list[str]:
+    """Migration 0008: the statement's new windows summed once into 1 m deltas, which go into
+    ``request_windows_1m`` and, summed again, into ``request_windows_1h`` (one statement: a
+    data-modifying CTE). 0007 summed the 5 s rows a second time for the hour: a histogram add in
+    PL/pgSQL per window and histogram, the largest part of the sink's database time
+    (bench/streaming.py --attribute); a 1 m delta holds up to 12 windows."""
+    m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
+    keys = ", ".join(KEYS)
+    cols = ", ".join(_VALUE_COLUMNS)
+    minute = ["count(*)", *(f"sum({c})" for c in _SUMS), *(f"max({src})" for _, src in _maxes()),
+              *(f"llmsla_hist_sum({h})" for h in HISTS)]
+    hour = ["sum(windows)", *(f"sum({c})" for c in _SUMS), *(f"max({col})" for col, _ in _maxes()),
+            *(f"llmsla_hist_sum({h})" for h in HISTS)]
+    sets = ", ".join(_increment_sets())
+    statement = (
+        f"WITH d AS MATERIALIZED (\n"
+        f"  SELECT date_bin(INTERVAL '{ROLLUPS[m1]}', bucket, {ORIGIN}) AS bucket, {keys}, "
+        + ", ".join(f"{a} AS {c}" for a, c in zip(minute, _VALUE_COLUMNS, strict=True)) + "\n"
+        f"  FROM llmsla_new_rows GROUP BY 1, {keys}),\n"
+        f"m AS (INSERT INTO {m1} AS t (bucket, {keys}, {cols})\n"
+        f"      SELECT bucket, {keys}, {cols} FROM d\n"
+        f"      ON CONFLICT (bucket, {keys}) DO UPDATE SET {sets})\n"
+        f"INSERT INTO {h1} AS t (bucket, {keys}, {cols})\n"
+        f"SELECT date_bin(INTERVAL '{ROLLUPS[h1]}', bucket, {ORIGIN}), {keys}, {', '.join(hour)}\n"
+        f"FROM d GROUP BY 1, {keys}\n"
+        f"ON CONFLICT (bucket, {keys}) DO UPDATE SET {sets}"
+    )
+    return [statement, _fresh_quantiles(m1, ROLLUPS[m1]), _fresh_quantiles(h1, ROLLUPS[h1])]
 
 
 def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup: bool) -> str:
@@ -472,14 +515,21 @@ def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup:
     )
 
 
+def _trigger_function(name: str, statements: list[str]) -> str:
+    lock = f"PERFORM pg_advisory_xact_lock({_ROLLUP_LOCK})"
+    body = ";\n    ".join([lock, *(st.replace("\n", "\n    ") for st in statements), "RETURN NULL"])
+    return f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n    {body};\nEND $$"
+
+
+def rollup_cascade_ddl() -> str:
+    """Plain flavour, migration 0008: the insert trigger adds the hour's deltas from the minute's."""
+    return _trigger_function(INCREMENT_FUNCTION, _cascaded_increment()) + ";"
+
+
 def rollup_increments_ddl() -> str:
     """Plain flavour, migration 0007: the roll-up triggers become incremental."""
     m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
-    lock = f"PERFORM pg_advisory_xact_lock({_ROLLUP_LOCK})"
-
-    def function(name: str, statements: list[str]) -> str:
-        body = ";\n    ".join([lock, *(st.replace("\n", "\n    ") for st in statements), "RETURN NULL"])
-        return f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n    {body};\nEND $$"
+    function = _trigger_function
 
     t = names.T_REQUEST_WINDOWS
     # a roll-up row carries two histograms of up to a few hundred buckets: kept in the row (up to
