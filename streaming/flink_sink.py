@@ -4,8 +4,12 @@ Payloads (a window kind's carry all the rows of one window, ``sql.batched_query`
 in keyed ``ListState`` (key = target table), not in a Python list: the window
 operator emits a window once, so a row buffered when a checkpoint is taken must be part of that
 checkpoint, or a crash between checkpoint and flush would lose it for good. A flush happens when
-the buffer reaches ``batch_rows``, on a processing-time timer ``flush_s`` after the first buffered
-row, and at end of input (an event-time timer at the end of time fires when a bounded run ends).
+the buffer reaches ``batch_rows``; when no element came for ``flush_s`` (live traffic: a window
+every few seconds, flushed ``flush_s`` after it arrives); ``max_wait_s`` after the first buffered
+element at the latest (a backlog, whose windows come back to back, flushes in batches of
+``batch_rows``: every flush costs the store's roll-up trigger a merge per touched group, so small
+flushes of a backlog cost it ~40 % more per row, bench/streaming.py --attribute); and at end of
+input (an event-time timer at the end of time fires when a bounded run ends).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyflink.common import Types
-from pyflink.datastream import KeyedProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from llmsla.streaming.sql import ROW_SEPARATOR
@@ -23,11 +27,12 @@ END_OF_TIME = 2**62
 
 
 class StoreSinkFunction(KeyedProcessFunction):
-    def __init__(self, dsn: str, *, batch_rows: int, flush_s: float, retry_s: float,
+    def __init__(self, dsn: str, *, batch_rows: int, flush_s: float, max_wait_s: float, retry_s: float,
                  max_future_s: float, max_past_s: float) -> None:
         self.dsn = dsn
         self.batch_rows = batch_rows
         self.flush_ms = max(1, int(flush_s * 1000))
+        self.max_wait_ms = max(1, int(max_wait_s * 1000))
         self.retry_s = retry_s
         self.max_future_s = max_future_s
         self.max_past_s = max_past_s
@@ -47,23 +52,32 @@ class StoreSinkFunction(KeyedProcessFunction):
                                   max_past_s=self.max_past_s, on_dead_letter=count)
         self.buffer = runtime_context.get_list_state(ListStateDescriptor("buffer", Types.STRING()))
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.first_ms = runtime_context.get_state(ValueStateDescriptor("first_ms", Types.LONG()))
+        self.deadline = runtime_context.get_state(ValueStateDescriptor("deadline", Types.LONG()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> tuple:
         self.buffer.add(value[1])
         before = self.count.value() or 0
         n = before + 1 + value[1].count(ROW_SEPARATOR)  # rows: a window kind's payload is a batch
+        now = ctx.timer_service().current_processing_time()
         if before == 0:
-            now = ctx.timer_service().current_processing_time()
-            ctx.timer_service().register_processing_time_timer(now + self.flush_ms)
+            self.first_ms.update(now)
             ctx.timer_service().register_event_time_timer(END_OF_TIME)
         if n >= self.batch_rows:
             self._flush(ctx.get_current_key())
-        else:
-            self.count.update(n)
+            return ()
+        self.count.update(n)
+        # quiet for flush_ms, or max_wait_ms after the first row; an earlier timer is superseded
+        deadline = min(now + self.flush_ms, (self.first_ms.value() or now) + self.max_wait_ms)
+        self.deadline.update(deadline)
+        ctx.timer_service().register_processing_time_timer(deadline)
         return ()  # this operator emits nothing; PyFlink iterates the result
 
-
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> tuple:
+        if ctx.time_domain() == TimeDomain.PROCESSING_TIME:
+            deadline = self.deadline.value()
+            if deadline is None or timestamp < deadline:  # flushed since, or superseded
+                return ()
         self._flush(ctx.get_current_key())
         return ()
 
@@ -74,6 +88,8 @@ class StoreSinkFunction(KeyedProcessFunction):
             self.rows_counter.inc(self.writer.write(kind, rows))
         self.buffer.clear()
         self.count.clear()
+        self.first_ms.clear()
+        self.deadline.clear()
 
     def close(self) -> None:
         if self.writer is not None:

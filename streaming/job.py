@@ -152,6 +152,7 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
     if java:
         register_percentiles(t_env)
         register_histogram(t_env)
+        t_env.create_java_temporary_system_function(sql.BASE64_FUNCTION, "dev.llmsla.flink.Base64Bytes")
     job = sql.build(cfg, opts.kinds, bounded=opts.bounded, java=java)
     for stmt in job.ddl:
         t_env.execute_sql(stmt)
@@ -169,7 +170,8 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
 
     s = cfg.stream
     sink_fn = StoreSinkFunction(
-        opts.dsn, batch_rows=s.sink_batch_rows, flush_s=s.sink_flush_s, retry_s=s.sink_retry_s,
+        opts.dsn, batch_rows=s.sink_batch_rows, flush_s=s.sink_flush_s, max_wait_s=s.sink_max_wait_s,
+        retry_s=s.sink_retry_s,
         max_future_s=s.max_future_s, max_past_s=s.max_past_s,
     )
     if java:  # planned together: the checked stream is computed once for both outputs
