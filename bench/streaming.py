@@ -450,6 +450,7 @@ def freshness(cfg: config_mod.Config, seconds: float, rate: int, writers: int, l
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
         seq, t_end = 0, time.time() + seconds
+        newest: dict[int, int] = {}  # per writer: the source's watermark is the minimum over writers
         while time.time() < t_end:
             t = time.time()
             now_ms = int(t * 1000)
@@ -460,6 +461,7 @@ def freshness(cfg: config_mod.Config, seconds: float, rate: int, writers: int, l
                 (spool / ".inprogress" / name).write_text("\n".join(synth.request_lines(cols, KEYS)) + "\n")
                 os.rename(spool / ".inprogress" / name, spool / name)
                 published.append((time.time(), {int(x) for x in np.unique(cols["ts_ms"] - cols["ts_ms"] % 5000)}))
+                newest[w] = max(newest.get(w, 0), int(cols["ts_ms"].max()))
             seq += 1
             time.sleep(max(0.0, 1.0 - (time.time() - t)))
         time.sleep(12)  # let the windows of the last full buckets close
@@ -468,9 +470,12 @@ def freshness(cfg: config_mod.Config, seconds: float, rate: int, writers: int, l
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    last_bucket = max(b for _, bs in published for b in bs)
-    lat = [seen[b] - t for t, bs in published for b in bs if b != last_bucket and b in seen]
-    missing = sorted({b for _, bs in published for b in bs if b != last_bucket and b not in seen})
+    # a window closes once the watermark (newest event - delay) passes its end: when traffic
+    # stops, the last one or two never do (which depends on where in a window it stops)
+    delay_ms = round((cfg.stream.watermark_delay_s + cfg.stream.allowed_lateness_s) * 1000)
+    closed = {b for _, bs in published for b in bs if b + 5000 - 1 <= min(newest.values()) - delay_ms}
+    lat = [seen[b] - t for t, bs in published for b in bs if b in closed and b in seen]
+    missing = sorted(b for b in closed if b not in seen)
     arr = np.array(lat)
     return {"writers": writers, "segments": len(published), "pairs": len(lat), "windows_missing": len(missing),
             "p50_s": float(np.percentile(arr, 50)), "p99_s": float(np.percentile(arr, 99)),
