@@ -7,8 +7,8 @@ checkpoint, or a crash between checkpoint and flush would lose it for good. A fl
 the buffer reaches ``batch_rows``; when no element came for ``flush_s`` (live traffic: a window
 every few seconds, flushed ``flush_s`` after it arrives); ``max_wait_s`` after the first buffered
 element at the latest (a backlog, whose windows come back to back, flushes in batches of
-``batch_rows``: every flush costs the store's roll-up trigger a merge per touched group, so small
-flushes of a backlog cost it ~40 % more per row, bench/streaming.py --attribute); and at end of
+``batch_rows``: every flush costs the store's roll-up trigger a merge per touched group, 214 µs
+per window row at 5 windows per flush against 155 µs at 20, docs/streaming.md); and at end of
 input (an event-time timer at the end of time fires when a bounded run ends).
 """
 
