@@ -438,7 +438,7 @@ def _fresh_quantiles(target: str, width: str) -> str:
     )
 
 
-_VALUE_COLUMNS = ["windows", *_SUMS, *(f"{c}_max" if c.endswith("_p99_ms") else c for c in _MAXES), *HISTS]
+_VALUE_COLUMNS = ["windows", *_SUMS, *(col for col, _ in _maxes()), *HISTS]
 
 
 def _insert_increment(target: str, width: str) -> list[str]:
@@ -529,16 +529,14 @@ def rollup_cascade_ddl() -> str:
 def rollup_increments_ddl() -> str:
     """Plain flavour, migration 0007: the roll-up triggers become incremental."""
     m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
-    function = _trigger_function
-
     t = names.T_REQUEST_WINDOWS
     # a roll-up row carries two histograms of up to a few hundred buckets: kept in the row (up to
     # a page) rather than TOASTed out of line, every incremental update rewrote them there
     stmts = [f"ALTER TABLE {table} SET (toast_tuple_target = 8160)" for table in ROLLUPS]
     stmts += [
-        function(INCREMENT_FUNCTION, [*_insert_increment(m1, ROLLUPS[m1]), *_insert_increment(h1, ROLLUPS[h1])]),
-        function(REPLAY_FUNCTION, [_update_delta(m1, ROLLUPS[m1], t, source_is_rollup=False),
-                                   _update_delta(h1, ROLLUPS[h1], m1, source_is_rollup=True)]),
+        _trigger_function(INCREMENT_FUNCTION, [*_insert_increment(m1, ROLLUPS[m1]), *_insert_increment(h1, ROLLUPS[h1])]),
+        _trigger_function(REPLAY_FUNCTION, [_update_delta(m1, ROLLUPS[m1], t, source_is_rollup=False),
+                                            _update_delta(h1, ROLLUPS[h1], m1, source_is_rollup=True)]),
         f"DROP TRIGGER IF EXISTS {t}_rollup_insert ON {t}",
         f"DROP TRIGGER IF EXISTS {t}_rollup_update ON {t}",
         f"CREATE TRIGGER {t}_rollup_insert AFTER INSERT ON {t}\n"
