@@ -81,14 +81,75 @@ def child_env(cfg: config_mod.Config, **stream: object) -> dict[str, str]:
     return env
 
 
-class PeakRss:
-    """Samples the summed RSS of a process tree (client, JVM, Python workers) every 0.25 s."""
+#: CPU classes of :class:`ProcessSampler` (CPU seconds of one run, by who spent them)
+CPU_CLASSES = ("jvm_tasks", "jvm_jit", "jvm_gc", "python_worker", "client", "postgres")
 
-    def __init__(self, pid: int) -> None:
+
+def _thread_class(comm: str) -> str:
+    """A JVM thread's class by its name (Linux shows the first 15 characters of a Java thread's)."""
+    if "CompilerThre" in comm:
+        return "jvm_jit"
+    if comm.startswith(("GC Thread", "G1 ")):
+        return "jvm_gc"
+    return "jvm_tasks"
+
+
+def _postmaster(data_dir: str) -> psutil.Process | None:
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if p.info["name"] == "postgres" and data_dir in " ".join(p.info["cmdline"] or []):
+            return p
+    return None
+
+
+def _pg_cpu(pm: psutil.Process | None) -> float:
+    """The server's CPU seconds: the postmaster, its exited children (backends, autovacuum
+    workers: reaped, so counted in its children times) and its live ones."""
+    if pm is None:
+        return 0.0
+    try:
+        t = pm.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for c in pm.children():
+            try:
+                ct = c.cpu_times()
+                total += ct.user + ct.system
+            except psutil.Error:
+                pass
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+class ProcessSampler:
+    """Samples a job's process tree (client, JVM, Python workers) every 0.25 s: the summed RSS
+    peaks, and the CPU seconds per :data:`CPU_CLASSES` (JVM threads from ``/proc``, by name: the
+    JIT compilers are a large, mostly fixed share of a short run; the store's PostgreSQL server
+    by its data directory)."""
+
+    def __init__(self, pid: int, pg_data_dir: str | None = None) -> None:
         self.pid, self.peak, self.peak_jvm, self.peak_py = pid, 0, 0, 0
+        self._threads: dict[tuple[int, str], tuple[str, float]] = {}  # (pid, tid) -> (class, cpu s)
+        self._procs: dict[int, tuple[str, float]] = {}  # pid -> (class, cpu s), non-JVM processes
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._pm = _postmaster(pg_data_dir) if pg_data_dir else None
+        self._pg0 = _pg_cpu(self._pm)
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
+
+    def _jvm_threads(self, pid: int) -> None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            self._threads[(pid, tid)] = (_thread_class(comm), (int(rest[11]) + int(rest[12])) / self._tick)
 
     def _run(self) -> None:
         while not self._stop.wait(0.25):
@@ -103,8 +164,11 @@ class PeakRss:
                     rss = p.memory_info().rss
                     if "java" in p.name():
                         jvm += rss
+                        self._jvm_threads(p.pid)
                     else:
                         py += rss
+                        t = p.cpu_times()
+                        self._procs[p.pid] = ("client" if p.pid == self.pid else "python_worker", t.user + t.system)
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, jvm + py)
@@ -114,6 +178,14 @@ class PeakRss:
         self._stop.set()
         self._t.join()
 
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds per class as last seen (a thread's last < 0.25 s before it ended is lost)."""
+        out = dict.fromkeys(CPU_CLASSES, 0.0)
+        for cls, sec in [*self._threads.values(), *self._procs.values()]:
+            out[cls] += sec
+        out["postgres"] = _pg_cpu(self._pm) - self._pg0
+        return out
+
 
 def run_job(cfg: config_mod.Config, *args: str, log: Path, **stream: object) -> dict:
     t0 = time.monotonic()
@@ -121,13 +193,14 @@ def run_job(cfg: config_mod.Config, *args: str, log: Path, **stream: object) -> 
         proc = subprocess.Popen([sys.executable, "-c", LLMSLA_MAIN, "stream", "--once", "--fresh", "--kinds", "requests", *args],
                                 env=child_env(cfg, **stream), stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT,
                                 start_new_session=True)
-        mem = PeakRss(proc.pid)
+        sampler = ProcessSampler(proc.pid, cfg.store.data_dir)
         rc = proc.wait()
-        mem.stop()
+        sampler.stop()
     if rc != 0:
         raise SystemExit(f"stream job failed (rc {rc}); see {log}")
-    return {"wall_s": time.monotonic() - t0, "peak_rss_mib": mem.peak / 2**20,
-            "peak_jvm_mib": mem.peak_jvm / 2**20, "peak_python_mib": mem.peak_py / 2**20}
+    return {"wall_s": time.monotonic() - t0, "peak_rss_mib": sampler.peak / 2**20,
+            "peak_jvm_mib": sampler.peak_jvm / 2**20, "peak_python_mib": sampler.peak_py / 2**20,
+            "cpu_s": sampler.cpu_s()}
 
 
 # -- input -------------------------------------------------------------------------------------------
@@ -320,6 +393,22 @@ def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[Targ
             if not pending or done >= max_repeats:
                 return out
             print(f"  not supported yet ({'; '.join(pending)}); measuring again", flush=True)
+
+
+def cpu_per_event(m: dict, backlog: Backlog) -> dict[str, float]:
+    """µs of CPU per event per :data:`CPU_CLASSES` (mean CPU of the N runs minus that of the N/2
+    runs, over the events between them: start-up, shutdown and most of the JIT's work cancel, as
+    in the rate), their total, and the mean cores busy in the N runs."""
+    def mean(size: str, key: str) -> float:
+        runs = m["walls"][size]
+        return statistics.fmean(w["cpu_s"][key] for w in runs)
+
+    span = backlog.events - backlog.half_events
+    out = {c: (mean("full", c) - mean("half", c)) / span * 1e6 for c in CPU_CLASSES}
+    out["total"] = sum(out.values())
+    full = m["walls"]["full"]
+    out["cores_busy"] = statistics.fmean(sum(w["cpu_s"].values()) / w["wall_s"] for w in full)
+    return out
 
 
 def private_store(prefix: str) -> tuple[Path, config_mod.Config, Any]:
@@ -532,6 +621,11 @@ def attribute_main(args: argparse.Namespace) -> int:
                                                       "segments")} for r in results]
     print_table(shown, f"where the store sink's time goes: {backlog.events:,} events, {backlog.segments:,} segments "
                        f"from {backlog.writers} writers; anchor: the blackhole, same run")
+    cpu = [{"target": name, **cpu_per_event(m, backlog)} for name, m in got.items()]
+    for r, c in zip(results, cpu, strict=True):
+        r["cpu_us_per_event"] = {k: v for k, v in c.items() if k != "target"}
+    print_table(cpu, "CPU per event by who spends it (µs; the slope of CPU seconds between N/2 and N, like the "
+                     "rate), and the cores the run kept busy (CPU / wall of the N runs)")
     print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
     write_result("streaming-attribution", {
         "inputs": {"events": args.events, "writers": args.writers, "event_rate": args.rate, "repeats": args.repeats,
