@@ -124,7 +124,9 @@ class ProcessSampler:
     """Samples a job's process tree (client, JVM, Python workers) every 0.25 s: the summed RSS
     peaks, and the CPU seconds per :data:`CPU_CLASSES` (JVM threads from ``/proc``, by name: the
     JIT compilers are a large, mostly fixed share of a short run; the store's PostgreSQL server
-    by its data directory)."""
+    by its data directory). ``client`` is the ``llmsla stream`` process, and on a local
+    mini-cluster that is where the store sink's Python code runs: PyFlink starts the job's Python
+    worker in loopback mode, inside the client (py-spy shows the Beam SDK harness there)."""
 
     def __init__(self, pid: int, pg_data_dir: str | None = None) -> None:
         self.pid, self.peak, self.peak_jvm, self.peak_py = pid, 0, 0, 0
@@ -398,7 +400,8 @@ def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[Targ
 def cpu_per_event(m: dict, backlog: Backlog) -> dict[str, float]:
     """µs of CPU per event per :data:`CPU_CLASSES` (mean CPU of the N runs minus that of the N/2
     runs, over the events between them: start-up, shutdown and most of the JIT's work cancel, as
-    in the rate), their total, and the mean cores busy in the N runs."""
+    in the rate), their total, and the mean cores busy in the N runs. As noisy as the walls: on a
+    short backlog the JIT's share does not cancel and a slope can come out negative."""
     def mean(size: str, key: str) -> float:
         runs = m["walls"][size]
         return statistics.fmean(w["cpu_s"][key] for w in runs)
@@ -479,7 +482,8 @@ def cluster_main(args: argparse.Namespace) -> int:
             "driver_peak_rss_mib": max(w["peak_rss_mib"] for w in m["walls"]["full"]),
             "window_rows": m["rows"], "requests_in_windows": int(m["summed"]),
         })
-    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because")} for r in results]
+    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because", "cpu_us_per_event")}
+             for r in results]
     print_table(shown, "spool -> 5 s request windows -> store; anchor: the local mini-cluster, same backlog, same run")
     for r in results:
         if r["unsupported_because"]:
@@ -721,6 +725,7 @@ def main() -> int:
                     "python_mib": max(w["peak_python_mib"] for w in m["walls"]["full"]),
                     "window_rows": m["rows"] if sink == "store" else None,
                     "requests_in_windows": int(m["summed"]) if sink == "store" else None,
+                    "cpu_us_per_event": cpu_per_event(m, backlog),
                 })
         shutil.rmtree(work / "main", ignore_errors=True)
         shutil.rmtree(work / "fallback", ignore_errors=True)
@@ -735,7 +740,8 @@ def main() -> int:
     for r in results:
         ok = isinstance(r["events_per_s"], float) and isinstance(sql_bh, float)
         r["vs_sql_blackhole"] = r["events_per_s"] / sql_bh if ok else None
-    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because")} for r in results]
+    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because", "cpu_us_per_event")}
+             for r in results]
     print_table(shown, "spool -> 5 s request windows; anchor: the same SQL into blackhole, same path, same run")
     for r in results:
         if r["unsupported_because"]:
