@@ -28,8 +28,9 @@ END_OF_TIME = 2**62
 
 class StoreSinkFunction(KeyedProcessFunction):
     def __init__(self, dsn: str, *, batch_rows: int, flush_s: float, max_wait_s: float, retry_s: float,
-                 max_future_s: float, max_past_s: float) -> None:
+                 max_future_s: float, max_past_s: float, job_minutes: bool = False) -> None:
         self.dsn = dsn
+        self.job_minutes = job_minutes
         self.batch_rows = batch_rows
         self.flush_ms = max(1, int(flush_s * 1000))
         self.max_wait_ms = max(1, int(max_wait_s * 1000))
@@ -49,7 +50,8 @@ class StoreSinkFunction(KeyedProcessFunction):
                 c.inc()
 
         self.writer = StoreWriter(self.dsn, retry_s=self.retry_s, max_future_s=self.max_future_s,
-                                  max_past_s=self.max_past_s, on_dead_letter=count)
+                                  max_past_s=self.max_past_s, on_dead_letter=count,
+                                  job_minutes=self.job_minutes)
         self.buffer = runtime_context.get_list_state(ListStateDescriptor("buffer", Types.STRING()))
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
         self.first_ms = runtime_context.get_state(ValueStateDescriptor("first_ms", Types.LONG()))

@@ -153,6 +153,7 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
         register_percentiles(t_env)
         register_histogram(t_env)
         t_env.create_java_temporary_system_function(sql.BASE64_FUNCTION, "dev.llmsla.flink.Base64Bytes")
+        t_env.create_java_temporary_system_function(sql.HISTOGRAM_SUM_FUNCTION, "dev.llmsla.flink.HistogramSum")
     job = sql.build(cfg, opts.kinds, bounded=opts.bounded, java=java)
     for stmt in job.ddl:
         t_env.execute_sql(stmt)
@@ -173,6 +174,7 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
         opts.dsn, batch_rows=s.sink_batch_rows, flush_s=s.sink_flush_s, max_wait_s=s.sink_max_wait_s,
         retry_s=s.sink_retry_s,
         max_future_s=s.max_future_s, max_past_s=s.max_past_s,
+        job_minutes=java and names.SPOOL_REQUESTS in opts.kinds,  # sql.build: request_minutes_query
     )
     if java:  # planned together: the checked stream is computed once for both outputs
         window_ds, dead_ds = to_data_streams(t_env, [windows, dead])

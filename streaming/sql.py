@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
+from llmsla.store import rollups
 
 #: Output kind of dead letters in the unioned output stream.
 DEAD_LETTERS = names.T_DEAD_LETTERS
@@ -54,13 +55,19 @@ GPU_COLUMNS: tuple[str, ...] = (
 #: when it is not UTF-8 or holds a NUL, so the sink asks the contract about the exact bytes.
 DEAD_COLUMNS: tuple[str, ...] = ("source", "file", "verdict", "problem", "raw_base64")
 
+#: The job's 1 m roll-up rows (Java path): the roll-up's key and its values up to the
+#: histograms; the store computes the quantile columns from those (StoreWriter).
+MINUTE_COLUMNS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS, *rollups.VALUE_COLUMNS)
+
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     names.T_REQUEST_WINDOWS: REQUEST_COLUMNS,
+    names.T_REQUEST_WINDOWS_1M: MINUTE_COLUMNS,
     names.T_POLICY_WINDOWS: POLICY_COLUMNS,
     names.T_GPU_WINDOWS: GPU_COLUMNS,
 }
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     names.T_REQUEST_WINDOWS: ("bucket", *names.REQUEST_LABELS),
+    names.T_REQUEST_WINDOWS_1M: ("bucket", *names.REQUEST_LABELS),
     names.T_POLICY_WINDOWS: ("bucket", names.L_ZONE, names.L_POLICY_ID),
     names.T_GPU_WINDOWS: ("bucket", names.L_NODE, names.L_GPU),
 }
@@ -138,6 +145,8 @@ def percentile_function(ps: tuple[float, ...]) -> str:
 
 #: SQL name of the histogram aggregate (streaming/java/.../Histogram.java on names.HIST_BOUNDS_MS).
 HISTOGRAM_FUNCTION = "LLMSLA_HIST"
+#: SQL name of the sum of histogram texts (streaming/java/.../HistogramSum.java).
+HISTOGRAM_SUM_FUNCTION = "LLMSLA_HIST_SUM"
 #: SQL name of the byte-exact base64 of a BYTES value (streaming/java/.../Base64Bytes.java).
 BASE64_FUNCTION = "LLMSLA_BASE64"
 
@@ -401,8 +410,10 @@ def _json_array(cols: list[str]) -> str:
     return "JSON_ARRAY(" + ", ".join(cols) + " NULL ON NULL)"
 
 
-def request_windows_query(cfg: Config, java: bool = True) -> str:
-    """One row per 5 s window and labels: ``window_time, payload`` (batched by :func:`build`)."""
+def request_stats_query(cfg: Config, java: bool = True) -> str:
+    """One row per 5 s window and labels: its ``window_time`` as ``stats_time`` (a window over it
+    has a ``window_time`` of its own) and the values of :data:`REQUEST_COLUMNS`, typed (the
+    payloads and the minute roll-up rows read them)."""
     w = names.REQUEST_WINDOW_S
     ttft_slo, e2e_slo = float(cfg.slo.ttft_ms), float(cfg.slo.e2e_ms)
     inner = f"""SELECT model, pool, replica, arm, window_time,
@@ -434,7 +445,7 @@ def request_windows_query(cfg: Config, java: bool = True) -> str:
     itl_jitter = (
         f"CASE WHEN itl_n > 0 THEN SQRT(GREATEST(itl_sumsq / itl_n - ({itl_mean}) * ({itl_mean}), 0.0)) END"
     )
-    cols = [
+    exprs = [
         "bucket", "model", "pool", "replica", "arm", "requests", "ok", "errors", "timeouts",
         "cancelled", "rejected", f"CAST(requests AS DOUBLE) / {w}", "ttft_p[1]", "ttft_p[2]",
         "ttft_p[3]", "e2e_p[1]", "e2e_p[2]", "e2e_p[3]", itl_mean, itl_jitter, "queue_p99",
@@ -442,8 +453,34 @@ def request_windows_query(cfg: Config, java: bool = True) -> str:
         f"{ttft_slo!r}", f"{e2e_slo!r}", "ttft_within", "e2e_within", "ttft_count", "ttft_sum",
         "e2e_sum", "itl_n", "itl_sum", "itl_sumsq", "ttft_hist", "e2e_hist",
     ]
-    assert len(cols) == len(REQUEST_COLUMNS)
-    return f"SELECT window_time, {_json_array(cols)} AS payload FROM (\n  {inner}\n)"
+    assert len(exprs) == len(REQUEST_COLUMNS)
+    cols = ", ".join(e if e == c else f"{e} AS {c}" for e, c in zip(exprs, REQUEST_COLUMNS, strict=True))
+    return f"SELECT window_time AS stats_time, {cols} FROM (\n  {inner}\n)"
+
+
+def request_windows_query(stats_view: str) -> str:
+    """One row per 5 s window and labels: ``window_time, payload`` (batched by :func:`build`)."""
+    return f"SELECT stats_time AS window_time, {_json_array(list(REQUEST_COLUMNS))} AS payload FROM {stats_view}"
+
+
+def request_minutes_query(stats_view: str) -> str:
+    """The 1 m roll-up rows of the 5 s windows (Java path): ``window_time, payload`` with
+    :data:`MINUTE_COLUMNS`. A cascaded window on the 5 s rows' ``window_time``: it closes when the
+    watermark passes the minute, after every 5 s window of it was emitted (they are final), so a
+    minute row is complete and is written as is (the store's trigger no longer sums each 5 s
+    window into its minute, docs/streaming.md). The quantile columns come from the summed
+    histograms in the store, with ``llmsla_hist_quantile``'s definition."""
+    m = 60
+    aggs = {"windows": "COUNT(*)", **{c: f"SUM({c})" for c in rollups.SUMS},
+            **{col: f"MAX({src})" for col, src in rollups.maxes()},
+            **{h: f"{HISTOGRAM_SUM_FUNCTION}({h})" for h in rollups.HISTS}}
+    assert list(aggs) == list(MINUTE_COLUMNS[1 + len(names.REQUEST_LABELS):])
+    inner = (f"SELECT window_time, MIN(bucket) - MOD(MIN(bucket), {m * 1000}) AS bucket, "
+             f"{', '.join(names.REQUEST_LABELS)},\n    "
+             + ",\n    ".join(f"{a} AS {c}" for c, a in aggs.items())
+             + f"\n  FROM TABLE(TUMBLE(TABLE {stats_view}, DESCRIPTOR(stats_time), INTERVAL '{m}' SECOND))\n"
+             f"  GROUP BY window_start, window_end, window_time, {', '.join(names.REQUEST_LABELS)}")
+    return f"SELECT window_time, {_json_array(list(MINUTE_COLUMNS))} AS payload FROM (\n  {inner}\n)"
 
 
 POLICY_TRACES_VIEW = "policy_traces"
@@ -508,8 +545,10 @@ def dead_letter_query(kind: str, java: bool = True) -> str:
     )
 
 
+#: The 5 s request windows, typed: read by their payloads and by the minute roll-up rows.
+REQUEST_STATS_VIEW = f"{names.SPOOL_REQUESTS}_window_stats"
 WINDOW_QUERIES = {
-    names.SPOOL_REQUESTS: request_windows_query,
+    names.SPOOL_REQUESTS: lambda cfg, java: request_windows_query(REQUEST_STATS_VIEW),
     names.SPOOL_POLICY: policy_windows_query,
     names.SPOOL_GPU: gpu_windows_query,
 }
@@ -553,12 +592,17 @@ def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: b
                   (f"usable_{kind}", f"SELECT * FROM checked_{kind} WHERE verdict = ''")]
         if kind == names.SPOOL_POLICY:
             views.append((POLICY_TRACES_VIEW, policy_traces_query()))
+        if kind == names.SPOOL_REQUESTS:
+            views.append((REQUEST_STATS_VIEW, request_stats_query(cfg, java)))
         query = WINDOW_QUERIES[kind](cfg, java)
         if kind in BATCHED:
             table, window_s = BATCHED[kind]
             views.append((f"{kind}_window_rows", query))
             query = batched_query(table, f"{kind}_window_rows", window_s)
         windows.append(query)
+        if kind == names.SPOOL_REQUESTS and java:  # without javac: no histograms to sum
+            views.append((f"{kind}_minute_rows", request_minutes_query(REQUEST_STATS_VIEW)))
+            windows.append(batched_query(names.T_REQUEST_WINDOWS_1M, f"{kind}_minute_rows", 60))
         dead.append(dead_letter_query(kind, java))
     def output(queries: list[str]) -> str:  # one row type for both outputs (they are unioned)
         union = "\nUNION ALL\n".join(f"({q})" for q in queries)

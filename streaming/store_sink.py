@@ -30,6 +30,7 @@ import psycopg
 from llmsla import names
 from llmsla.events import EVENT_TYPES, EventError, shown_name
 from llmsla.redaction import redact
+from llmsla.store import rollups
 from llmsla.streaming import sql
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,11 @@ class StoreWriter:
         max_future_s: float = 300.0,
         max_past_s: float = 7 * 86400.0,
         on_dead_letter: Callable[[str], None] | None = None,
+        job_minutes: bool = False,
     ) -> None:
         self.dsn = dsn
+        self.job_minutes = job_minutes  # the job sends the 1 m roll-up rows (the Java path)
+        self._writes_minutes: bool | None = None  # ... and the store takes them (decided once)
         self.retry_s = retry_s
         self.max_future_s = max_future_s
         self.max_past_s = max_past_s
@@ -165,9 +169,12 @@ class StoreWriter:
             rows = self._dead_letter_rows(payloads)
         else:
             rows = self._window_rows(kind, payloads)
+        minutes = kind in (names.T_REQUEST_WINDOWS, names.T_REQUEST_WINDOWS_1M) and self._minutes_taken()
+        if kind == names.T_REQUEST_WINDOWS_1M and not minutes:
+            return 0  # TimescaleDB: its continuous aggregate computes the minutes
         if not rows:
             return 0
-        self._with_retries(lambda conn: self._flush(conn, kind, rows))
+        self._with_retries(lambda conn: self._flush(conn, kind, rows, minutes=minutes))
         self.rows_written += len(rows)
         self.flushes += 1
         return len(rows)
@@ -244,10 +251,30 @@ class StoreWriter:
                 time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
                 delay = min(delay * 2, 5.0)
 
-    def _flush(self, conn: psycopg.Connection, kind: str, rows: list[Sequence[Any]]) -> None:
+    def _minutes_taken(self) -> bool:
+        """Whether the job's minute rows go into the store: only a plain store's 1 m table (with
+        migration 0009's triggers) takes them; TimescaleDB's roll-ups are continuous aggregates."""
+        if self._writes_minutes is None:
+            def probe(conn: psycopg.Connection) -> None:
+                row = conn.execute(
+                    "SELECT c.relkind = 'r' AND to_regproc(%s) IS NOT NULL FROM pg_class c WHERE c.oid = to_regclass(%s)",
+                    (rollups.MINUTE_INSERT_FUNCTION, names.T_REQUEST_WINDOWS_1M)).fetchone()
+                conn.rollback()
+                self._writes_minutes = bool(self.job_minutes and row and row[0])
+                log.info("1 m roll-ups: %s", "written by the job" if self._writes_minutes else "the store's")
+            self._with_retries(probe)
+        return bool(self._writes_minutes)
+
+    def _flush(self, conn: psycopg.Connection, kind: str, rows: list[Sequence[Any]], *, minutes: bool) -> None:
         with conn.transaction(), conn.cursor() as cur:
+            if minutes:
+                # this transaction's minutes come from the job: the 5 s triggers skip them
+                cur.execute("SELECT set_config(%s, 'on', true)", (rollups.WRITER_MINUTES,))
             if kind == sql.DEAD_LETTERS:
                 self._flush_dead(cur, rows)
+            elif kind == names.T_REQUEST_WINDOWS_1M:
+                stage = _stage(cur, kind, ", ".join(sql.MINUTE_COLUMNS), rows)
+                cur.execute(rollups.writer_minutes_upsert(stage))
             else:
                 self._flush_windows(cur, kind, rows)
 

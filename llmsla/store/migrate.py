@@ -26,6 +26,7 @@ from llmsla.store.rollups import (
     rollup_hist_tables_ddl,
     rollup_increments_ddl,
     rollup_tables_ddl,
+    writer_minutes_ddl,
 )
 
 PLAIN = "plain"
@@ -62,6 +63,7 @@ _GENERATED = {
     "{{ROLLUP_HIST_CAGGS}}": lambda flavor: rollup_hist_caggs_ddl(),
     "{{ROLLUP_INCREMENTS}}": lambda flavor: rollup_increments_ddl(),
     "{{ROLLUP_CASCADE}}": lambda flavor: rollup_cascade_ddl(),
+    "{{ROLLUP_WRITER_MINUTES}}": lambda flavor: writer_minutes_ddl(),
     "{{FORECAST_ROLLUP_TABLES}}": lambda flavor: forecast_rollups.tables_ddl(),
     "{{FORECAST_ROLLUP_CAGGS}}": lambda flavor: forecast_rollups.caggs_ddl(),
 }

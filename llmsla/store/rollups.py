@@ -27,7 +27,7 @@ ROLLUPS: dict[str, str] = {
     names.T_REQUEST_WINDOWS_1H: "1 hour",
 }
 
-_SUMS = (
+SUMS = (
     "requests", "ok", "errors", "timeouts", "cancelled", "rejected", "prompt_tokens",
     "output_tokens", "ttft_within_slo", "e2e_within_slo", "ttft_count", "ttft_sum_ms",
     "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2",
@@ -58,7 +58,7 @@ def rollup_select(width: str, *, timescale: bool, hist: bool = True) -> str:
         else f"date_bin(INTERVAL '{width}', bucket, {ORIGIN})"
     )
     cols = [f"{bucket} AS bucket", "model", "pool", "replica", "arm", "count(*) AS windows"]
-    cols += [f"sum({c}) AS {c}" for c in _SUMS]
+    cols += [f"sum({c}) AS {c}" for c in SUMS]
     cols += [f"max({c}) AS {c}_max" if c.endswith("_p99_ms") else f"max({c}) AS {c}" for c in _MAXES]
     if hist:
         cols += [f"{a} AS {c}" for a, c in zip(_hist_aggregates(), _hist_columns(), strict=True)]
@@ -103,14 +103,14 @@ _ROLLUP_LOCK = 0x11A5_0110  # pg_advisory_xact_lock key: one roll-up writer at a
 
 def rollup_columns(*, hist: bool = True) -> list[str]:
     """The roll-ups' columns after the key, in table order (``hist=False``: before 0005)."""
-    cols = ["windows", *_SUMS, *(f"{c}_max" if c.endswith("_p99_ms") else c for c in _MAXES)]
+    cols = ["windows", *SUMS, *(f"{c}_max" if c.endswith("_p99_ms") else c for c in _MAXES)]
     return cols + _hist_columns() if hist else cols
 
 
 def _aggregates(*, from_rollup: bool, hist: bool = True) -> list[str]:
     """Aggregate expressions for :func:`rollup_columns`, from 5 s rows or from a finer roll-up."""
     out = ["sum(windows)" if from_rollup else "count(*)"]
-    out += [f"sum({c})" for c in _SUMS]
+    out += [f"sum({c})" for c in SUMS]
     for c in _MAXES:
         src = f"{c}_max" if c.endswith("_p99_ms") and from_rollup else c
         out.append(f"max({src})")
@@ -400,7 +400,7 @@ REPLAY_FUNCTION = "llmsla_request_rollups_update"
 _QUANTILE_OUT = ("p50", "p95", "p99")
 
 
-def _maxes() -> list[tuple[str, str]]:
+def maxes() -> list[tuple[str, str]]:
     """(roll-up column, 5 s column) of the maxima."""
     return [(f"{c}_max" if c.endswith("_p99_ms") else c, c) for c in _MAXES]
 
@@ -414,15 +414,15 @@ def _hist_set(h: str, target: str, plus: str, minus: str) -> str:
 
 def _delta_select(width: str, *, rows: str, sign: str) -> str:
     """The 5 s rows of a transition table with their group bucket and a sign (+1 new, -1 old)."""
-    cols = ", ".join([*KEYS, *_SUMS, *(src for _, src in _maxes()), *HISTS])
+    cols = ", ".join([*KEYS, *SUMS, *(src for _, src in maxes()), *HISTS])
     return f"SELECT {sign} AS sign, date_bin(INTERVAL '{width}', bucket, {ORIGIN}) AS b, {cols} FROM {rows}"
 
 
 def _increment_sets() -> list[str]:
     """ON CONFLICT SET list adding a delta (EXCLUDED) to a roll-up row ``t``."""
     sets = ["windows = t.windows + EXCLUDED.windows"]
-    sets += [f"{c} = COALESCE(t.{c} + EXCLUDED.{c}, t.{c}, EXCLUDED.{c})" for c in _SUMS]
-    sets += [f"{col} = GREATEST(t.{col}, EXCLUDED.{col})" for col, _ in _maxes()]
+    sets += [f"{c} = COALESCE(t.{c} + EXCLUDED.{c}, t.{c}, EXCLUDED.{c})" for c in SUMS]
+    sets += [f"{col} = GREATEST(t.{col}, EXCLUDED.{col})" for col, _ in maxes()]
     sets += [_hist_set(h, "t", f"EXCLUDED.{h}", "NULL") for h in HISTS]
     return sets
 
@@ -438,7 +438,7 @@ def _fresh_quantiles(target: str, width: str) -> str:
     )
 
 
-_VALUE_COLUMNS = ["windows", *_SUMS, *(col for col, _ in _maxes()), *HISTS]
+VALUE_COLUMNS = ["windows", *SUMS, *(col for col, _ in maxes()), *HISTS]
 
 
 def _insert_increment(target: str, width: str) -> list[str]:
@@ -447,10 +447,10 @@ def _insert_increment(target: str, width: str) -> list[str]:
     that conflict (most of them: a group gets 12 or 720 windows), and a merge is the cost.
     The shape of migration 0007 (both roll-ups from the 5 s rows); 0008: :func:`_cascaded_increment`."""
     keys = ", ".join(KEYS)
-    aggs = ["count(*) AS windows", *(f"sum({c}) AS {c}" for c in _SUMS),
-            *(f"max({src}) AS {col}" for col, src in _maxes()), *(f"llmsla_hist_sum({h}) AS {h}" for h in HISTS)]
+    aggs = ["count(*) AS windows", *(f"sum({c}) AS {c}" for c in SUMS),
+            *(f"max({src}) AS {col}" for col, src in maxes()), *(f"llmsla_hist_sum({h}) AS {h}" for h in HISTS)]
     insert = (
-        f"INSERT INTO {target} AS t (bucket, {keys}, {', '.join(_VALUE_COLUMNS)})\n"
+        f"INSERT INTO {target} AS t (bucket, {keys}, {', '.join(VALUE_COLUMNS)})\n"
         f"SELECT date_bin(INTERVAL '{width}', bucket, {ORIGIN}), {keys}, {', '.join(aggs)}\n"
         f"FROM llmsla_new_rows GROUP BY 1, {keys}\n"
         f"ON CONFLICT (bucket, {keys}) DO UPDATE SET {', '.join(_increment_sets())}"
@@ -466,16 +466,16 @@ def _cascaded_increment() -> list[str]:
     (bench/streaming.py --attribute); a 1 m delta holds up to 12 windows."""
     m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
     keys = ", ".join(KEYS)
-    cols = ", ".join(_VALUE_COLUMNS)
-    minute = ["count(*)", *(f"sum({c})" for c in _SUMS), *(f"max({src})" for _, src in _maxes()),
+    cols = ", ".join(VALUE_COLUMNS)
+    minute = ["count(*)", *(f"sum({c})" for c in SUMS), *(f"max({src})" for _, src in maxes()),
               *(f"llmsla_hist_sum({h})" for h in HISTS)]
-    hour = ["sum(windows)", *(f"sum({c})" for c in _SUMS), *(f"max({col})" for col, _ in _maxes()),
+    hour = ["sum(windows)", *(f"sum({c})" for c in SUMS), *(f"max({col})" for col, _ in maxes()),
             *(f"llmsla_hist_sum({h})" for h in HISTS)]
     sets = ", ".join(_increment_sets())
     statement = (
         f"WITH d AS MATERIALIZED (\n"
         f"  SELECT date_bin(INTERVAL '{ROLLUPS[m1]}', bucket, {ORIGIN}) AS bucket, {keys}, "
-        + ", ".join(f"{a} AS {c}" for a, c in zip(minute, _VALUE_COLUMNS, strict=True)) + "\n"
+        + ", ".join(f"{a} AS {c}" for a, c in zip(minute, VALUE_COLUMNS, strict=True)) + "\n"
         f"  FROM llmsla_new_rows GROUP BY 1, {keys}),\n"
         f"m AS (INSERT INTO {m1} AS t (bucket, {keys}, {cols})\n"
         f"      SELECT bucket, {keys}, {cols} FROM d\n"
@@ -491,14 +491,14 @@ def _cascaded_increment() -> list[str]:
 def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup: bool) -> str:
     """A replay: sums and histograms += new - old; maxima re-aggregated from ``max_source``."""
     keys = ", ".join(KEYS)
-    d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in _SUMS),
+    d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in SUMS),
               *(f"llmsla_hist_sum({h}) FILTER (WHERE sign > 0) AS {h}_plus" for h in HISTS),
               *(f"llmsla_hist_sum({h}) FILTER (WHERE sign < 0) AS {h}_minus" for h in HISTS)]
-    max_src = [(col, col if source_is_rollup else src) for col, src in _maxes()]
+    max_src = [(col, col if source_is_rollup else src) for col, src in maxes()]
     x_aggs = ", ".join(f"max(s.{src}) AS {col}" for col, src in max_src)
     key_eq = " AND ".join(f"s.{k} = g.{k}" for k in KEYS)
-    sets = [f"{c} = COALESCE(t.{c} + d.{c}, t.{c}, d.{c})" for c in _SUMS]
-    sets += [f"{col} = x.{col}" for col, _ in _maxes()]
+    sets = [f"{c} = COALESCE(t.{c} + d.{c}, t.{c}, d.{c})" for c in SUMS]
+    sets += [f"{col} = x.{col}" for col, _ in maxes()]
     sets += [_hist_set(h, "t", f"d.{h}_plus", f"d.{h}_minus") for h in HISTS]
     return (
         f"WITH d AS (SELECT b, {keys}, {', '.join(d_aggs)}\n"
@@ -515,9 +515,11 @@ def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup:
     )
 
 
-def _trigger_function(name: str, statements: list[str]) -> str:
+def _trigger_function(name: str, statements: list[str], *, skip_if: str | None = None) -> str:
+    """A statement trigger's function: ``statements`` under the roll-up lock; none when ``skip_if``."""
     lock = f"PERFORM pg_advisory_xact_lock({_ROLLUP_LOCK})"
-    body = ";\n    ".join([lock, *(st.replace("\n", "\n    ") for st in statements), "RETURN NULL"])
+    skip = [f"IF {skip_if} THEN\n        RETURN NULL;\n    END IF"] if skip_if else []
+    body = ";\n    ".join([*skip, lock, *(st.replace("\n", "\n    ") for st in statements), "RETURN NULL"])
     return f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n    {body};\nEND $$"
 
 
@@ -547,3 +549,113 @@ def rollup_increments_ddl() -> str:
         f"DROP FUNCTION IF EXISTS {ROLLUP_FUNCTION}()",
     ]
     return ";\n\n".join(stmts) + ";"
+
+
+# -- migration 0009: the stream job writes the minutes (plain PostgreSQL) -------------------------
+# Adding every 5 s window's two histograms to its minute in PL/pgSQL (~26 µs an add) was most of
+# the stream sink's database time: ~0.4 s of a 0.5 s flush of 5,120 window rows (docs/streaming.md).
+# The job now sums a minute's windows on the JVM (streaming/sql.py: request_minutes_query) and
+# writes the complete minute itself, with WRITER_MINUTES = 'on' set in its transactions: the 5 s
+# table's triggers then leave the roll-ups alone, and the 1 m table's triggers carry the minute
+# rows into the hour (new - old, so a replayed minute adds nothing). Any other writer keeps the
+# 5 s triggers (which also add the hour), and for it the 1 m triggers do nothing. The invariant
+# stays: every 5 s window is counted once in its 1 m and 1 h groups.
+
+#: Transaction setting of a writer that writes complete minute rows itself (the stream job's sink).
+WRITER_MINUTES = "llmsla.writer_minutes"
+MINUTE_INSERT_FUNCTION = "llmsla_minute_rollups_insert"
+MINUTE_REPLAY_FUNCTION = "llmsla_minute_rollups_update"
+_WRITER_MINUTES_ON = f"current_setting('{WRITER_MINUTES}', true) = 'on'"
+
+
+def _hour_from_minutes() -> list[str]:
+    """Add new minute rows to their hour (the hour half of :func:`_cascaded_increment`, from rows
+    of the 1 m table instead of the statement's 1 m deltas)."""
+    h1 = names.T_REQUEST_WINDOWS_1H
+    keys = ", ".join(KEYS)
+    hour = ["sum(windows)", *(f"sum({c})" for c in SUMS), *(f"max({col})" for col, _ in maxes()),
+            *(f"llmsla_hist_sum({h})" for h in HISTS)]
+    insert = (
+        f"INSERT INTO {h1} AS t (bucket, {keys}, {', '.join(VALUE_COLUMNS)})\n"
+        f"SELECT date_bin(INTERVAL '{ROLLUPS[h1]}', bucket, {ORIGIN}), {keys}, {', '.join(hour)}\n"
+        f"FROM llmsla_new_rows GROUP BY 1, {keys}\n"
+        f"ON CONFLICT (bucket, {keys}) DO UPDATE SET {', '.join(_increment_sets())}"
+    )
+    return [insert, _fresh_quantiles(h1, ROLLUPS[h1])]
+
+
+def _hour_from_replayed_minutes() -> str:
+    """A rewritten minute row: its hour's counts, sums and histograms += new - old; the hour's
+    maxima re-aggregated from its minute rows (a maximum cannot be taken back)."""
+    m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
+    width = ROLLUPS[h1]
+    keys = ", ".join(KEYS)
+    counted = ["windows", *SUMS]
+    d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in counted),
+              *(f"llmsla_hist_sum({h}) FILTER (WHERE sign > 0) AS {h}_plus" for h in HISTS),
+              *(f"llmsla_hist_sum({h}) FILTER (WHERE sign < 0) AS {h}_minus" for h in HISTS)]
+
+    def rows(table: str, sign: str) -> str:
+        return (f"SELECT {sign} AS sign, date_bin(INTERVAL '{width}', bucket, {ORIGIN}) AS b, "
+                f"{', '.join([*KEYS, *counted, *HISTS])} FROM {table}")
+
+    key_eq = " AND ".join(f"s.{k} = g.{k}" for k in KEYS)
+    x_aggs = ", ".join(f"max(s.{col}) AS {col}" for col, _ in maxes())
+    sets = [f"{c} = COALESCE(t.{c} + d.{c}, t.{c}, d.{c})" for c in counted]
+    sets += [f"{col} = x.{col}" for col, _ in maxes()]
+    sets += [_hist_set(h, "t", f"d.{h}_plus", f"d.{h}_minus") for h in HISTS]
+    return (
+        f"WITH d AS (SELECT b, {keys}, {', '.join(d_aggs)}\n"
+        f"           FROM ({rows('llmsla_new_rows', '1')}\n"
+        f"                 UNION ALL {rows('llmsla_old_rows', '-1')}) r\n"
+        f"           GROUP BY b, {keys}),\n"
+        f"x AS (SELECT g.b, {', '.join('g.' + k for k in KEYS)}, {x_aggs}\n"
+        f"      FROM {m1} s JOIN d g ON g.b = date_bin(INTERVAL '{width}', s.bucket, {ORIGIN}) AND {key_eq}\n"
+        f"      WHERE s.bucket >= (SELECT min(b) FROM d) AND s.bucket < (SELECT max(b) FROM d) + INTERVAL '{width}'\n"
+        f"      GROUP BY g.b, {', '.join('g.' + k for k in KEYS)})\n"
+        f"UPDATE {h1} t SET {', '.join(sets)}\n"
+        f"FROM d JOIN x USING (b, {keys})\n"
+        f"WHERE t.bucket = d.b AND " + " AND ".join(f"t.{k} = d.{k}" for k in KEYS)
+    )
+
+
+def writer_minutes_ddl() -> str:
+    """Plain flavour, migration 0009: the 5 s triggers skip a writer's own minutes; the 1 m
+    table's triggers add such a writer's minute rows to the hour."""
+    m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
+    t = names.T_REQUEST_WINDOWS
+    not_writer = f"current_setting('{WRITER_MINUTES}', true) IS DISTINCT FROM 'on'"
+    stmts = [
+        _trigger_function(INCREMENT_FUNCTION, _cascaded_increment(), skip_if=_WRITER_MINUTES_ON),
+        _trigger_function(REPLAY_FUNCTION, [_update_delta(m1, ROLLUPS[m1], t, source_is_rollup=False),
+                                            _update_delta(h1, ROLLUPS[h1], m1, source_is_rollup=True)],
+                          skip_if=_WRITER_MINUTES_ON),
+        _trigger_function(MINUTE_INSERT_FUNCTION, _hour_from_minutes(), skip_if=not_writer),
+        _trigger_function(MINUTE_REPLAY_FUNCTION, [_hour_from_replayed_minutes()], skip_if=not_writer),
+        f"CREATE TRIGGER {m1}_hour_insert AFTER INSERT ON {m1}\n"
+        f"REFERENCING NEW TABLE AS llmsla_new_rows FOR EACH STATEMENT EXECUTE FUNCTION {MINUTE_INSERT_FUNCTION}()",
+        f"CREATE TRIGGER {m1}_hour_update AFTER UPDATE ON {m1}\n"
+        f"REFERENCING OLD TABLE AS llmsla_old_rows NEW TABLE AS llmsla_new_rows FOR EACH STATEMENT "
+        f"EXECUTE FUNCTION {MINUTE_REPLAY_FUNCTION}()",
+    ]
+    return ";\n\n".join(stmts) + ";"
+
+
+def writer_minutes_upsert(stage: str) -> str:
+    """A writer's complete minute rows (``stage``: the 1 m table's key and VALUE_COLUMNS) into the
+    1 m roll-up as they are, with the quantiles of their histograms; a replay rewrites the same
+    row. Run with WRITER_MINUTES on, so the 1 m triggers add them to the hour."""
+    m1 = names.T_REQUEST_WINDOWS_1M
+    cols = ["bucket", *KEYS, *VALUE_COLUMNS]
+    quantiles = [c for c, _, _ in QUANTILES]
+    merged = {h: f"q{i}" for i, h in enumerate(HISTS)}
+    q_exprs = [f"{merged[h]}.{o}" for h in HISTS for o in _QUANTILE_OUT]
+    assert [c for h in HISTS for c, src, _ in QUANTILES if src == h] == quantiles
+    lateral = "".join(f",\n  LATERAL llmsla_hist_merge(s.{h}, NULL, NULL) {a}" for h, a in merged.items())
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*VALUE_COLUMNS, *quantiles])
+    return (
+        f"INSERT INTO {m1} ({', '.join([*cols, *quantiles])})\n"
+        f"SELECT {', '.join('s.' + c for c in cols)}, {', '.join(q_exprs)}\n"
+        f"FROM {stage} s{lateral}\n"
+        f"ON CONFLICT (bucket, {', '.join(KEYS)}) DO UPDATE SET {sets}"
+    )

@@ -1,0 +1,110 @@
+package dev.llmsla.flink;
+
+import org.apache.flink.table.annotation.DataTypeHint;
+import org.apache.flink.table.annotation.FunctionHint;
+import org.apache.flink.table.functions.AggregateFunction;
+
+/**
+ * The sum of histograms in the store's array text ({@link Histogram}'s output,
+ * {@code [312:315]={4,0,1,7}}), in the same text: the job's 1-minute roll-up rows sum their 5 s
+ * windows' histograms with it on the JVM, so the store does not add them one by one in PL/pgSQL
+ * (docs/streaming.md). Counts are longs (a roll-up column is {@code bigint[]}); a null or empty
+ * input adds nothing; the sum of none is null. A text without subscripts ({@code {1,2}}) starts
+ * at 1, as PostgreSQL reads it.
+ */
+@FunctionHint(output = @DataTypeHint("STRING"))
+public class HistogramSum extends AggregateFunction<String, HistogramSum.Acc> {
+    private static final long serialVersionUID = 1L;
+
+    /** Counts of buckets {@code lo .. hi}, stored from {@code counts[0]} = bucket {@code lo}. */
+    public static class Acc {
+        public long[] counts = new long[0];
+        public int lo = 0;
+        public int hi = -1;
+    }
+
+    @Override
+    public Acc createAccumulator() {
+        return new Acc();
+    }
+
+    private static void add(Acc acc, int bucket, long count) {
+        if (acc.hi < acc.lo) {
+            acc.counts = new long[16];
+            acc.lo = bucket;
+            acc.hi = bucket;
+        } else if (bucket < acc.lo || bucket > acc.hi) {
+            int lo = Math.min(acc.lo, bucket);
+            int hi = Math.max(acc.hi, bucket);
+            if (acc.lo != lo || hi - lo + 1 > acc.counts.length) {
+                long[] grown = new long[Math.max(hi - lo + 1, 2 * acc.counts.length)];
+                System.arraycopy(acc.counts, 0, grown, acc.lo - lo, acc.hi - acc.lo + 1);
+                acc.counts = grown;
+            }
+            acc.lo = lo;
+            acc.hi = hi;
+        }
+        acc.counts[bucket - acc.lo] += count;
+    }
+
+    public void accumulate(Acc acc, String text) {
+        if (text == null) {
+            return;
+        }
+        int n = text.length();
+        int i = 0;
+        int bucket = 1;
+        if (n > 0 && text.charAt(0) == '[') {
+            int colon = text.indexOf(':');
+            if (colon < 0) {
+                throw new IllegalArgumentException("HistogramSum: no ':' in " + text);
+            }
+            bucket = Integer.parseInt(text, 1, colon, 10);
+            i = text.indexOf('{', colon);
+        } else {
+            i = text.indexOf('{');
+        }
+        if (i < 0 || text.charAt(n - 1) != '}') {
+            throw new IllegalArgumentException("HistogramSum: not an array text: " + text);
+        }
+        i++;
+        while (i < n - 1) {
+            int end = text.indexOf(',', i);
+            if (end < 0) {
+                end = n - 1;
+            }
+            long count = Long.parseLong(text, i, end, 10);
+            if (count != 0) {
+                add(acc, bucket, count);
+            }
+            bucket++;
+            i = end + 1;
+        }
+    }
+
+    public void merge(Acc acc, Iterable<Acc> others) {
+        for (Acc o : others) {
+            for (int b = o.lo; b <= o.hi; b++) {
+                if (o.counts[b - o.lo] != 0) {
+                    add(acc, b, o.counts[b - o.lo]);
+                }
+            }
+        }
+    }
+
+    @Override
+    public String getValue(Acc acc) {
+        if (acc.hi < acc.lo) {
+            return null;
+        }
+        StringBuilder sb = new StringBuilder(16 + 4 * (acc.hi - acc.lo + 1));
+        sb.append('[').append(acc.lo).append(':').append(acc.hi).append("]={");
+        for (int b = acc.lo; b <= acc.hi; b++) {
+            if (b > acc.lo) {
+                sb.append(',');
+            }
+            sb.append(acc.counts[b - acc.lo]);
+        }
+        return sb.append('}').toString();
+    }
+}
