@@ -189,6 +189,12 @@ class ProcessSampler:
         return out
 
 
+#: before each store run: every run writes the same backlog into an empty store (roll-ups too:
+#: rows left by the previous run would turn its inserts into updates of existing groups)
+EMPTY_STORE = (f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_REQUEST_WINDOWS_1M}, {names.T_REQUEST_WINDOWS_1H}, "
+               f"{names.T_DEAD_LETTERS}")
+
+
 def run_job(cfg: config_mod.Config, *args: str, log: Path, **stream: object) -> dict:
     t0 = time.monotonic()
     with open(log, "ab") as fh:
@@ -345,7 +351,7 @@ def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, r
             for sink, m in out.items():
                 if sink == "store":
                     with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
-                        conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_DEAD_LETTERS}")
+                        conn.execute(EMPTY_STORE)
                 flag = ("--blackhole",) if sink == "blackhole" else ()
                 m["walls"][size].append(run_job(cfg, *flag, log=log, java_parser=java, parallelism=par))
                 if sink == "store" and size == "full":
@@ -379,7 +385,7 @@ def measure_targets(cfg: config_mod.Config, backlog: Backlog, targets: list[Targ
             for name, extra, par, setup in targets:
                 m = out[name]
                 with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
-                    conn.execute(f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_DEAD_LETTERS}")
+                    conn.execute(EMPTY_STORE)
                     for stmt in setup:
                         conn.execute(stmt)
                 m["walls"][size].append(run_job(cfg, *extra, log=log, parallelism=par))
