@@ -412,9 +412,12 @@ def _hist_set(h: str, target: str, plus: str, minus: str) -> str:
             f"FROM llmsla_hist_merge({target}.{h}, {plus}, {minus}) m)")
 
 
-def _delta_select(width: str, *, rows: str, sign: str) -> str:
-    """The 5 s rows of a transition table with their group bucket and a sign (+1 new, -1 old)."""
-    cols = ", ".join([*KEYS, *SUMS, *(src for _, src in maxes()), *HISTS])
+def _delta_select(width: str, *, rows: str, sign: str, values: list[str] | None = None) -> str:
+    """The rows of a transition table (their ``values``; default: a 5 s row's sums, maxima and
+    histograms) with their group bucket and a sign (+1 new, -1 old)."""
+    if values is None:
+        values = [*SUMS, *(src for _, src in maxes()), *HISTS]
+    cols = ", ".join([*KEYS, *values])
     return f"SELECT {sign} AS sign, date_bin(INTERVAL '{width}', bucket, {ORIGIN}) AS b, {cols} FROM {rows}"
 
 
@@ -488,22 +491,24 @@ def _cascaded_increment() -> list[str]:
     return [statement, _fresh_quantiles(m1, ROLLUPS[m1]), _fresh_quantiles(h1, ROLLUPS[h1])]
 
 
-def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup: bool) -> str:
-    """A replay: sums and histograms += new - old; maxima re-aggregated from ``max_source``."""
+def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup: bool,
+                  counted: tuple[str, ...] = SUMS, values: list[str] | None = None) -> str:
+    """A replay: ``counted`` and histograms += new - old; maxima re-aggregated from ``max_source``
+    (``values``: what the replayed rows give, :func:`_delta_select`)."""
     keys = ", ".join(KEYS)
-    d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in SUMS),
+    d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in counted),
               *(f"llmsla_hist_sum({h}) FILTER (WHERE sign > 0) AS {h}_plus" for h in HISTS),
               *(f"llmsla_hist_sum({h}) FILTER (WHERE sign < 0) AS {h}_minus" for h in HISTS)]
     max_src = [(col, col if source_is_rollup else src) for col, src in maxes()]
     x_aggs = ", ".join(f"max(s.{src}) AS {col}" for col, src in max_src)
     key_eq = " AND ".join(f"s.{k} = g.{k}" for k in KEYS)
-    sets = [f"{c} = COALESCE(t.{c} + d.{c}, t.{c}, d.{c})" for c in SUMS]
+    sets = [f"{c} = COALESCE(t.{c} + d.{c}, t.{c}, d.{c})" for c in counted]
     sets += [f"{col} = x.{col}" for col, _ in maxes()]
     sets += [_hist_set(h, "t", f"d.{h}_plus", f"d.{h}_minus") for h in HISTS]
     return (
         f"WITH d AS (SELECT b, {keys}, {', '.join(d_aggs)}\n"
-        f"           FROM ({_delta_select(width, rows='llmsla_new_rows', sign='1')}\n"
-        f"                 UNION ALL {_delta_select(width, rows='llmsla_old_rows', sign='-1')}) r\n"
+        f"           FROM ({_delta_select(width, rows='llmsla_new_rows', sign='1', values=values)}\n"
+        f"                 UNION ALL {_delta_select(width, rows='llmsla_old_rows', sign='-1', values=values)}) r\n"
         f"           GROUP BY b, {keys}),\n"
         f"x AS (SELECT g.b, {', '.join('g.' + k for k in KEYS)}, {x_aggs}\n"
         f"      FROM {max_source} s JOIN d g ON g.b = date_bin(INTERVAL '{width}', s.bucket, {ORIGIN}) AND {key_eq}\n"
@@ -585,38 +590,11 @@ def _hour_from_minutes() -> list[str]:
 
 
 def _hour_from_replayed_minutes() -> str:
-    """A rewritten minute row: its hour's counts, sums and histograms += new - old; the hour's
-    maxima re-aggregated from its minute rows (a maximum cannot be taken back)."""
+    """A rewritten minute row: its hour's window count, sums and histograms += new - old; the
+    hour's maxima re-aggregated from its minute rows (a maximum cannot be taken back)."""
     m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
-    width = ROLLUPS[h1]
-    keys = ", ".join(KEYS)
-    counted = ["windows", *SUMS]
-    d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in counted),
-              *(f"llmsla_hist_sum({h}) FILTER (WHERE sign > 0) AS {h}_plus" for h in HISTS),
-              *(f"llmsla_hist_sum({h}) FILTER (WHERE sign < 0) AS {h}_minus" for h in HISTS)]
-
-    def rows(table: str, sign: str) -> str:
-        return (f"SELECT {sign} AS sign, date_bin(INTERVAL '{width}', bucket, {ORIGIN}) AS b, "
-                f"{', '.join([*KEYS, *counted, *HISTS])} FROM {table}")
-
-    key_eq = " AND ".join(f"s.{k} = g.{k}" for k in KEYS)
-    x_aggs = ", ".join(f"max(s.{col}) AS {col}" for col, _ in maxes())
-    sets = [f"{c} = COALESCE(t.{c} + d.{c}, t.{c}, d.{c})" for c in counted]
-    sets += [f"{col} = x.{col}" for col, _ in maxes()]
-    sets += [_hist_set(h, "t", f"d.{h}_plus", f"d.{h}_minus") for h in HISTS]
-    return (
-        f"WITH d AS (SELECT b, {keys}, {', '.join(d_aggs)}\n"
-        f"           FROM ({rows('llmsla_new_rows', '1')}\n"
-        f"                 UNION ALL {rows('llmsla_old_rows', '-1')}) r\n"
-        f"           GROUP BY b, {keys}),\n"
-        f"x AS (SELECT g.b, {', '.join('g.' + k for k in KEYS)}, {x_aggs}\n"
-        f"      FROM {m1} s JOIN d g ON g.b = date_bin(INTERVAL '{width}', s.bucket, {ORIGIN}) AND {key_eq}\n"
-        f"      WHERE s.bucket >= (SELECT min(b) FROM d) AND s.bucket < (SELECT max(b) FROM d) + INTERVAL '{width}'\n"
-        f"      GROUP BY g.b, {', '.join('g.' + k for k in KEYS)})\n"
-        f"UPDATE {h1} t SET {', '.join(sets)}\n"
-        f"FROM d JOIN x USING (b, {keys})\n"
-        f"WHERE t.bucket = d.b AND " + " AND ".join(f"t.{k} = d.{k}" for k in KEYS)
-    )
+    counted = ("windows", *SUMS)
+    return _update_delta(h1, ROLLUPS[h1], m1, source_is_rollup=True, counted=counted, values=[*counted, *HISTS])
 
 
 def writer_minutes_ddl() -> str:
