@@ -1,5 +1,7 @@
 package dev.llmsla.flink;
 
+import java.util.function.IntToLongFunction;
+
 import org.apache.flink.table.annotation.DataTypeHint;
 import org.apache.flink.table.annotation.FunctionHint;
 import org.apache.flink.table.functions.AggregateFunction;
@@ -93,16 +95,18 @@ public class Histogram extends AggregateFunction<String, Histogram.Acc> {
 
     @Override
     public String getValue(Acc acc) {
-        if (acc.hi < acc.lo) {
-            return null;
-        }
-        StringBuilder sb = new StringBuilder(16 + 4 * (acc.hi - acc.lo + 1));
-        sb.append('[').append(acc.lo).append(':').append(acc.hi).append("]={");
-        for (int b = acc.lo; b <= acc.hi; b++) {
-            if (b > acc.lo) {
+        return acc.hi < acc.lo ? null : arrayText(acc.lo, acc.hi, b -> acc.counts[b]);
+    }
+
+    /** The PostgreSQL array text of buckets {@code lo .. hi} (subscripts = bucket indices). */
+    static String arrayText(int lo, int hi, IntToLongFunction count) {
+        StringBuilder sb = new StringBuilder(16 + 4 * (hi - lo + 1));
+        sb.append('[').append(lo).append(':').append(hi).append("]={");
+        for (int b = lo; b <= hi; b++) {
+            if (b > lo) {
                 sb.append(',');
             }
-            sb.append(acc.counts[b]);
+            sb.append(count.applyAsLong(b));
         }
         return sb.append('}').toString();
     }

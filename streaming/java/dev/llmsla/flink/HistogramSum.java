@@ -94,17 +94,6 @@ public class HistogramSum extends AggregateFunction<String, HistogramSum.Acc> {
 
     @Override
     public String getValue(Acc acc) {
-        if (acc.hi < acc.lo) {
-            return null;
-        }
-        StringBuilder sb = new StringBuilder(16 + 4 * (acc.hi - acc.lo + 1));
-        sb.append('[').append(acc.lo).append(':').append(acc.hi).append("]={");
-        for (int b = acc.lo; b <= acc.hi; b++) {
-            if (b > acc.lo) {
-                sb.append(',');
-            }
-            sb.append(acc.counts[b - acc.lo]);
-        }
-        return sb.append('}').toString();
+        return acc.hi < acc.lo ? null : Histogram.arrayText(acc.lo, acc.hi, b -> acc.counts[b - acc.lo]);
     }
 }
