@@ -254,13 +254,15 @@ class StoreWriter:
     def _minutes_taken(self) -> bool:
         """Whether the job's minute rows go into the store: only a plain store's 1 m table (with
         migration 0009's triggers) takes them; TimescaleDB's roll-ups are continuous aggregates."""
+        if not self.job_minutes:
+            return False
         if self._writes_minutes is None:
             def probe(conn: psycopg.Connection) -> None:
                 row = conn.execute(
                     "SELECT c.relkind = 'r' AND to_regproc(%s) IS NOT NULL FROM pg_class c WHERE c.oid = to_regclass(%s)",
                     (rollups.MINUTE_INSERT_FUNCTION, names.T_REQUEST_WINDOWS_1M)).fetchone()
                 conn.rollback()
-                self._writes_minutes = bool(self.job_minutes and row and row[0])
+                self._writes_minutes = bool(row and row[0])
                 log.info("1 m roll-ups: %s", "written by the job" if self._writes_minutes else "the store's")
             self._with_retries(probe)
         return bool(self._writes_minutes)
