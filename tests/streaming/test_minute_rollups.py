@@ -93,7 +93,7 @@ def test_job_minutes_equal_the_rollup_of_its_windows(cfg, spool_dirs, tmp_path: 
 def test_minutes_from_the_job_skip_the_5s_triggers(cfg, pg_dsn: str) -> None:
     """Under llmsla.writer_minutes the 5 s rows add nothing to the roll-ups, and a minute row
     written as is reaches its hour once, however often it is rewritten."""
-    from test_store import window_row
+    from test_store import insert_windows, window_row
 
     from llmsla.store.rollups import WRITER_MINUTES, writer_minutes_upsert
 
@@ -104,11 +104,9 @@ def test_minutes_from_the_job_skip_the_5s_triggers(cfg, pg_dsn: str) -> None:
             return
         five = [dict(window_row(minute + dt.timedelta(seconds=5 * i)), ttft_hist=H.Hist.of([90.0 + i, 400.0]).literal(),
                      e2e_hist=H.Hist.of([900.0 * (i + 1)]).literal()) for i in range(3)]
-        cols = list(five[0])
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SELECT set_config(%s, 'on', true)", (WRITER_MINUTES,))
-            cur.executemany(f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)})",
-                            [tuple(r[c] for c in cols) for r in five])
+        with conn.transaction():
+            conn.execute("SELECT set_config(%s, 'on', true)", (WRITER_MINUTES,))
+            insert_windows(conn, five)
         assert conn.execute(f"SELECT count(*) FROM {M1}").fetchone()[0] == 0
         assert conn.execute(f"SELECT count(*) FROM {H1}").fetchone()[0] == 0
         # the job's minute row for them, written twice (a replay)
