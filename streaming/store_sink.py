@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import hashlib
 import json
 import logging
@@ -41,10 +40,6 @@ REASONS: tuple[str, ...] = ("parse", "schema", "future", "past", "late")
 
 class StoreUnavailable(RuntimeError):
     """The store stayed unreachable for the whole retry budget; the job must stop, not drop rows."""
-
-
-def _ts(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
 def fingerprint(source: str, file: str | None, verdict: str, raw: bytes) -> str:
@@ -187,15 +182,14 @@ class StoreWriter:
                 self._conn = None
 
     # -- encoding --------------------------------------------------------------------------------
-    def _window_rows(self, kind: str, payloads: Iterable[str]) -> list[Sequence[Any]]:
-        cols = sql.TABLE_COLUMNS[kind]
-        key_idx = [cols.index(k) for k in sql.TABLE_KEYS[kind]]
-        latest: dict[tuple[Any, ...], list[Any]] = {}
+    def _window_rows(self, kind: str, payloads: Iterable[str]) -> list[str]:
+        """The payloads' COPY text lines, the last one of each key (the table's leading
+        columns): a replayed row replaces, never adds, and one INSERT never meets a key twice."""
+        n = len(sql.TABLE_KEYS[kind])
+        latest: dict[tuple[str, ...], str] = {}
         for batch in payloads:
-            for p in batch.split(sql.ROW_SEPARATOR):
-                row = json.loads(p)
-                row[0] = _ts(int(row[0]))
-                latest[tuple(row[i] for i in key_idx)] = row  # a replayed row replaces, never adds
+            for line in batch.split(sql.ROW_SEPARATOR):
+                latest[tuple(line.split("\t", n)[:n])] = line
         return list(latest.values())
 
     def _dead_letter_rows(self, payloads: Iterable[str]) -> list[Sequence[Any]]:
@@ -306,14 +300,18 @@ class StoreWriter:
         )
 
 
-def _stage(cur: psycopg.Cursor, table: str, col_list: str, rows: list[Sequence[Any]]) -> str:
-    """COPY ``rows`` into this transaction's temp staging copy of ``table``; returns its name."""
+def _stage(cur: psycopg.Cursor, table: str, col_list: str, rows: Sequence[Sequence[Any] | str]) -> str:
+    """COPY ``rows`` (values, or lines of COPY text as the job encodes window rows) into this
+    transaction's temp staging copy of ``table``; returns its name."""
     stage = f"llmsla_stage_{table}"
     cur.execute(
         f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
         f"SELECT {col_list} FROM {table} WITH NO DATA"
     )
     with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
+        if rows and isinstance(rows[0], str):
+            copy.write("\n".join(rows) + "\n")  # type: ignore[arg-type]
+        else:
+            for row in rows:
+                copy.write_row(row)
     return stage

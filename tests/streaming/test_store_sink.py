@@ -4,6 +4,7 @@ fingerprints, reconnect after a dropped connection, and a clear failure when the
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import time
 
@@ -16,8 +17,10 @@ from llmsla.streaming import sql
 from llmsla.streaming.store_sink import StoreUnavailable, StoreWriter
 
 
-def _gpu_payload(bucket_ms: int, samples: int) -> str:
-    return json.dumps([bucket_ms, "node0", 0, samples, 100, 50.0, 200, 0.5, 70.0, 300.0])
+def _gpu_payload(bucket_ms: int, samples: int, node: str = "node0") -> str:
+    """A gpu window row as the job encodes it: a line of COPY text (sql.GPU_COLUMNS)."""
+    bucket = dt.datetime.fromtimestamp(bucket_ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "+00"
+    return "\t".join([bucket, node, "0", str(samples), "100", "50.0", "200", "0.5", "1.0E-4", "300.0"])
 
 
 def _dead(verdict: str, raw: bytes, *, file: str = "/spool/requests/x.jsonl", problem: str | None = None) -> str:
@@ -53,10 +56,11 @@ def test_upsert_replaces_and_dead_letters_are_not_doubled(store_dsn: str) -> Non
 
 def test_a_batched_payload_is_its_rows_even_with_newlines_in_labels(store_dsn: str) -> None:
     """A window kind's payload carries a window's rows joined by ``sql.ROW_SEPARATOR``
-    (``sql.batched_query``); a label holding that character is escaped by JSON and stays one row."""
+    (``sql.batched_query``); a label holding that character (or a tab or backslash) is escaped
+    in its COPY line and stays one row (the whole path: tests/streaming/test_strings_property.py)."""
     w = StoreWriter(store_dsn)
     b = 1_700_000_000_000
-    hostile = json.dumps([b, "node\nwith\r\nbreaks", 1, 2, 100, 50.0, 200, 0.5, 70.0, 300.0])
+    hostile = _gpu_payload(b, 2, node="node\\nwith\\r\\nbreaks\\tand \\\\N")
     assert sql.ROW_SEPARATOR not in hostile
     batch = sql.ROW_SEPARATOR.join([_gpu_payload(b, 3), hostile, _gpu_payload(b + 5000, 4)])
     assert w.write(names.T_GPU_WINDOWS, [batch]) == 3
@@ -64,8 +68,12 @@ def test_a_batched_payload_is_its_rows_even_with_newlines_in_labels(store_dsn: s
     assert w.write(names.T_GPU_WINDOWS, [batch, sql.ROW_SEPARATOR.join([_gpu_payload(b, 9)])]) == 3
     w.close()
     with psycopg.connect(store_dsn) as conn:
-        rows = conn.execute("SELECT node, samples FROM gpu_windows ORDER BY bucket, node").fetchall()
-    assert rows == [("node\nwith\r\nbreaks", 2), ("node0", 9), ("node0", 4)]
+        rows = conn.execute("SELECT node, samples, temp_max_c, power_mean_w FROM gpu_windows "
+                            "ORDER BY bucket, node").fetchall()
+        bucket = conn.execute("SELECT DISTINCT bucket FROM gpu_windows WHERE samples = 9").fetchone()[0]
+    assert rows == [("node\nwith\r\nbreaks\tand \\N", 2, 1e-4, 300.0), ("node0", 9, 1e-4, 300.0),
+                    ("node0", 4, 1e-4, 300.0)]
+    assert bucket == dt.datetime.fromtimestamp(b / 1000, dt.UTC)
 
 
 def test_reconnects_after_the_connection_is_killed(store_dsn: str) -> None:
