@@ -158,8 +158,9 @@ class StoreWriter:
 
     # -- public ----------------------------------------------------------------------------------
     def write(self, kind: str, payloads: Iterable[str]) -> int:
-        """Write JSON-array payloads of one output kind (a window kind's payload may hold several
-        rows, one per line: ``sql.batched_query``); returns rows handed to the database."""
+        """Write payloads of one output kind: a window kind's are lines of COPY text (one per
+        row; a payload may hold a window's rows, ``sql.batched_query``), a dead letter's a JSON
+        array (``sql.DEAD_COLUMNS``); returns rows handed to the database."""
         if kind == sql.DEAD_LETTERS:
             rows = self._dead_letter_rows(payloads)
         else:
