@@ -114,8 +114,8 @@ def _str_ok(col: str, java: bool) -> str:
     Fallback: the same rules with Java regular expressions (they see a surrogate pair as one code
     point, so the class matches lone surrogates only); the code-point count is taken only for
     strings long enough to need it."""
-    if java:
-        return f"({col} IS NOT NULL AND {col} <> '')"
+    if java:  # a BYTES column (_SQL_TYPE)
+        return f"({col} IS NOT NULL AND {col} <> X'')"
     n = MAX_STRING_CHARS
     return (f"({col} IS NOT NULL AND {col} <> '' AND CHAR_LENGTH({col}) <= {2 * n} "
             f"AND NOT REGEXP({col}, '[\\x{{0}}\\x{{D800}}-\\x{{DFFF}}]') AND (CHAR_LENGTH({col}) <= {n} OR "
@@ -171,9 +171,15 @@ def _percentiles(col: str, ps: tuple[float, ...], java: bool) -> str:
     return f"PERCENTILE({col}, {arg})"
 
 
-def _in(col: str, values: tuple[str, ...]) -> str:
-    quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
-    return f"{col} IN ({quoted})"
+def _text(value: str, java: bool) -> str:
+    """A literal to compare a string column with: its UTF-8 bytes on the Java path (BYTES)."""
+    return f"X'{value.encode().hex()}'" if java else "'" + value.replace("'", "''") + "'"
+
+
+def _in(col: str, values: tuple[str, ...], java: bool) -> str:
+    # as text: Flink pads the binary literals of a list to one length (X'6f6b' to X'6f6b000000')
+    col = f"CAST({col} AS STRING)" if java else col
+    return f"{col} IN ({', '.join(_text(v, False) for v in values)})"
 
 
 # The parse spec of a kind, derived from its contract (llmsla.events FIELDS): (column, JSON path,
@@ -216,7 +222,10 @@ def fallback_columns(kind: str) -> list[tuple[str, str]]:
 #: The Java table format (streaming/java, built by streaming/jar.py) and its two extra columns.
 JAVA_FORMAT = "llmsla-json"
 JSON_ERROR = "json_error"
-_SQL_TYPE = {"s": "STRING", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE"}
+# Strings as BYTES (their UTF-8): the planner deep-copies a STRING column at every Calc that reads
+# it, once per row, and passes byte arrays on by reference (SpoolJsonDeserializer.stringValue).
+# They are compared with _text literals and become text where a row is written (_copy_field).
+_SQL_TYPE = {"s": "BYTES", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE"}
 
 
 def format_columns(kind: str) -> list[tuple[str, str]]:
@@ -241,7 +250,7 @@ def format_options(kind: str) -> str:
 _RELATIONS: dict[str, tuple[str, ...]] = {
     names.SPOOL_REQUESTS: (
         "(itl_n = 0 OR itl_max >= itl_mean)", "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
-        f"NOT (status = '{names.STATUS_OK}' AND ttft_ms IS NULL AND output_tokens > 0)",
+        "NOT (status = {ok} AND ttft_ms IS NULL AND output_tokens > 0)",
     ),
     names.SPOOL_POLICY: (),
     names.SPOOL_GPU: ("mem_used <= mem_total",),
@@ -255,7 +264,7 @@ def _field_checks(f: Field, java: bool) -> list[str]:
         return [_int_ok(f"itl_{m.name}", _bound(m.minimum)) if m.type == "int"
                 else _num_ok(f"itl_{m.name}", m.minimum, m.maximum) for m in ITL_FIELDS]
     if f.type == "string":
-        return [_str_ok(col, java), *([_in(col, f.enum)] if f.enum else [])]
+        return [_str_ok(col, java), *([_in(col, f.enum, java)] if f.enum else [])]
     if f.type == "int":
         return [_int_ok(col, _bound(f.minimum), _bound(f.maximum))]
     check = _num_ok(col, f.minimum, f.maximum)
@@ -271,7 +280,7 @@ def _valid(kind: str, java: bool) -> str:
     checks = ["{v_ok}"]
     for f in EVENT_TYPES[kind].FIELDS:
         checks += _field_checks(f, java)
-    return " AND ".join([*checks, *_RELATIONS[kind]])
+    return " AND ".join([*checks, *(r.format(ok=_text(names.STATUS_OK, java)) for r in _RELATIONS[kind])])
 
 
 def source_table(kind: str) -> str:
@@ -422,11 +431,12 @@ _TAB, _LF, _CR = (f"U&'\\{ord(c):04X}'" for c in "\t\n\r")
 def _copy_field(expr: str, column: str) -> str:
     """One field of a COPY text line: the time as a UTC ``timestamptz`` literal, a label with
     backslash, tab, newline and carriage return escaped, a number as Flink casts it (``1.0E-4``,
-    ``NaN``, ``Infinity``: all read by PostgreSQL), NULL as ``\\N``."""
+    ``NaN``, ``Infinity``: all read by PostgreSQL), NULL as ``\\N``. A label is BYTES on the Java
+    path (_SQL_TYPE): the CAST reads its UTF-8 (valid: the format checked it)."""
     if column == "bucket":  # epoch ms; table.local-time-zone is UTC (job.flink_settings)
         text = f"CONCAT(DATE_FORMAT(TO_TIMESTAMP_LTZ({expr}, 3), 'yyyy-MM-dd HH:mm:ss.SSS'), '+00')"
     elif column in TEXT_COLUMNS:
-        text = f"REPLACE({expr}, '\\', '\\\\')"
+        text = f"REPLACE(CAST({expr} AS STRING), '\\', '\\\\')"
         for char, escape in ((_TAB, "\\t"), (_LF, "\\n"), (_CR, "\\r")):
             text = f"REPLACE({text}, {char}, '{escape}')"
     else:
@@ -453,11 +463,11 @@ def request_stats_query(cfg: Config, java: bool = True) -> str:
     inner = f"""SELECT model, pool, replica, arm, window_time,
     MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
     COUNT(*) AS requests,
-    COUNT(*) FILTER (WHERE status = '{names.STATUS_OK}') AS ok,
-    COUNT(*) FILTER (WHERE status = '{names.STATUS_ERROR}') AS errors,
-    COUNT(*) FILTER (WHERE status = '{names.STATUS_TIMEOUT}') AS timeouts,
-    COUNT(*) FILTER (WHERE status = '{names.STATUS_CANCELLED}') AS cancelled,
-    COUNT(*) FILTER (WHERE status = '{names.STATUS_REJECTED}') AS rejected,
+    COUNT(*) FILTER (WHERE status = {_text(names.STATUS_OK, java)}) AS ok,
+    COUNT(*) FILTER (WHERE status = {_text(names.STATUS_ERROR, java)}) AS errors,
+    COUNT(*) FILTER (WHERE status = {_text(names.STATUS_TIMEOUT, java)}) AS timeouts,
+    COUNT(*) FILTER (WHERE status = {_text(names.STATUS_CANCELLED, java)}) AS cancelled,
+    COUNT(*) FILTER (WHERE status = {_text(names.STATUS_REJECTED, java)}) AS rejected,
     {_percentiles('ttft_ms', (0.5, 0.95, 0.99), java)} AS ttft_p,
     {_percentiles('e2e_ms', (0.5, 0.95, 0.99), java)} AS e2e_p,
     {_percentiles('queue_ms', (0.99,), java)} AS queue_p99,

@@ -1,6 +1,7 @@
 package dev.llmsla.flink;
 
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
@@ -28,7 +29,8 @@ import org.apache.flink.table.types.logical.RowType;
  *
  * <p>Type strictness mirrors llmsla/events.py: a BIGINT field rejects strings, booleans and
  * non-integral or out-of-range numbers (an integral float such as 5.0 is accepted as 5); a DOUBLE
- * field rejects strings and booleans; a STRING field rejects everything but a string. An unknown
+ * field rejects strings and booleans; a STRING field rejects everything but a string, and so does a
+ * BYTES field, which holds the string's UTF-8 bytes (see {@link #stringValue}). An unknown
  * field (top level or nested) and a repeated name are problems too (Python would keep the last
  * value: refuse to guess). Absent fields and JSON nulls are null columns: the job's SQL predicates
  * decide about them, and the contract names the reason. On any problem every field column is null,
@@ -59,7 +61,8 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     /** The TIMESTAMP_LTZ column and the BIGINT column it copies (-1 when none). */
     private final int timeIndex;
     private final int timeSourceIndex;
-    /** Per column: its JSON path (null for the raw and error columns) and type s, i, n or v. */
+    /** Per column: its JSON path (null for the raw and error columns) and type s (STRING), b (a
+     *  string as BYTES), i, n or v. */
     private final String[] paths;
     private final char[] types;
     /** Longest storable string in code points (0: no limit). */
@@ -157,8 +160,12 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                     types[i] = 'n';
                     break;
                 default:
+                    if (isBytes(type)) {
+                        types[i] = 'b';
+                        break;
+                    }
                     if (!isString(type)) {
-                        throw new ValidationException("llmsla-json: column " + name + " must be BIGINT, DOUBLE or STRING");
+                        throw new ValidationException("llmsla-json: column " + name + " must be BIGINT, DOUBLE, STRING or BYTES");
                     }
                     types[i] = 's';
             }
@@ -314,8 +321,9 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                     return "duplicate:" + prefix + name;
                 }
                 seen |= 1L << slot;
-                if (types[slot] == 's' && value == JsonToken.VALUE_STRING) {
-                    StringData text = stringValue(p, line);
+                boolean bytes = types[slot] == 'b';
+                if ((bytes || types[slot] == 's') && value == JsonToken.VALUE_STRING) {
+                    Object text = stringValue(p, line, bytes);
                     if (text == null) {
                         return "string:" + prefix + name;
                     }
@@ -359,6 +367,7 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
         }
         switch (type) {
             case 's':
+            case 'b':
                 return false; // strings are read by stringValue
 
             case 'n':
@@ -393,8 +402,14 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
      * re-encode when Flink copies or hashes it; Jackson skips the token). Anything else is decoded by
      * Jackson, after the whole line was checked once to be strict UTF-8 (Jackson accepts overlong
      * forms and encoded surrogates; Python does not).
+     *
+     * <p>{@code bytes}: the value's UTF-8 bytes (a BYTES column) instead of a StringData. The job
+     * reads its labels as BYTES because the planner deep-copies a STRING column at every Calc that
+     * reads it, once per row (TypeCheckUtils.isMutable), and passes byte arrays on by reference:
+     * with eight string fields per request that copy was ~12 % of the JVM's samples, and the
+     * job's blackhole walls fell 9 % without it (docs/streaming.md).
      */
-    private StringData stringValue(JsonParser p, byte[] line) throws IOException {
+    private Object stringValue(JsonParser p, byte[] line, boolean bytes) throws IOException {
         long quote = p.getTokenLocation().getByteOffset();
         if (quote >= 0 && quote < line.length && line[(int) quote] == '"') {
             int start = (int) quote + 1;
@@ -402,7 +417,10 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                 byte b = line[i];
                 if (b == '"') {
                     int length = i - start;
-                    return maxStringChars > 0 && length > maxStringChars ? null : StringData.fromBytes(line, start, length);
+                    if (maxStringChars > 0 && length > maxStringChars) {
+                        return null;
+                    }
+                    return bytes ? Arrays.copyOfRange(line, start, i) : StringData.fromBytes(line, start, length);
                 }
                 if (b == '\\' || b < 0x20) { // an escape, a control character or non-ASCII (< 0)
                     break;
@@ -416,7 +434,10 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
             utf8Checked = true;
         }
         String text = p.getText();
-        return storable(text) ? StringData.fromString(text) : null;
+        if (!storable(text)) {
+            return null;
+        }
+        return bytes ? text.getBytes(StandardCharsets.UTF_8) : StringData.fromString(text);
     }
 
     /** No NUL, no lone surrogate, at most maxStringChars code points. */
