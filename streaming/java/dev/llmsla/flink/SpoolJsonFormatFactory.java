@@ -34,11 +34,11 @@ import org.apache.flink.table.types.logical.RowType;
  * ({@code parse}, {@code type:<path>}, {@code unknown:<path>}, {@code duplicate:<path>}); every
  * other column is a field read from the JSON path {@code paths} maps it to (default: its own name;
  * {@code a.b} is member b of object a), typed by the column: BIGINT, DOUBLE, STRING, or BYTES for
- * a string's UTF-8. Columns listed in {@code not-null} reject an explicit JSON null (the schema version). The {@code time-column}
- * option ({@code rt=ts_ms}) adds a TIMESTAMP_LTZ(3) copy of an epoch-millisecond column, 1970 when
- * it is null: the event-time attribute, without a computed column (whose Calc would copy every
- * string of every row once more). String values must be storable ({@code max-string-chars} code
- * points, no NUL, no lone surrogate). Blank lines (space, tab, CR only) are skipped. See
+ * a string's UTF-8. Columns listed in {@code not-null} reject an explicit JSON null (the schema
+ * version). The {@code time-column} option ({@code rt=ts_ms}) adds a TIMESTAMP_LTZ(3) copy of an
+ * epoch-millisecond column, 1970 when it is null: the event-time attribute, without a computed
+ * column (whose Calc would copy every string of every row once more). String values must be
+ * storable ({@code max-string-chars} code points, no NUL, no lone surrogate). Blank lines (space, tab, CR only) are skipped. See
  * {@link SpoolJsonDeserializer} for the type and wire rules.
  */
 public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
