@@ -244,17 +244,18 @@ def format_options(kind: str) -> str:
             f"'{JAVA_FORMAT}.time-column' = 'rt=ts_ms', '{JAVA_FORMAT}.max-string-chars' = '{MAX_STRING_CHARS}'")
 
 
-#: Cross-field rules, mirroring each event's ``_check_relations`` (and ItlSummary's max >= mean);
-#: the only checks not derived from FIELDS, since they are code there. Tests feed the same bad
-#: lines to the contract and to both parse paths.
-_RELATIONS: dict[str, tuple[str, ...]] = {
-    names.SPOOL_REQUESTS: (
-        "(itl_n = 0 OR itl_max >= itl_mean)", "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
-        "NOT (status = {ok} AND ttft_ms IS NULL AND output_tokens > 0)",
-    ),
-    names.SPOOL_POLICY: (),
-    names.SPOOL_GPU: ("mem_used <= mem_total",),
-}
+def _relations(kind: str, java: bool) -> tuple[str, ...]:
+    """Cross-field rules, mirroring each event's ``_check_relations`` (and ItlSummary's max >=
+    mean); the only checks not derived from FIELDS, since they are code there. Tests feed the same
+    bad lines to the contract and to both parse paths."""
+    return {
+        names.SPOOL_REQUESTS: (
+            "(itl_n = 0 OR itl_max >= itl_mean)", "(ttft_ms IS NULL OR ttft_ms <= e2e_ms)", "queue_ms <= e2e_ms",
+            f"NOT (status = {_text(names.STATUS_OK, java)} AND ttft_ms IS NULL AND output_tokens > 0)",
+        ),
+        names.SPOOL_POLICY: (),
+        names.SPOOL_GPU: ("mem_used <= mem_total",),
+    }[kind]
 
 
 def _field_checks(f: Field, java: bool) -> list[str]:
@@ -280,7 +281,7 @@ def _valid(kind: str, java: bool) -> str:
     checks = ["{v_ok}"]
     for f in EVENT_TYPES[kind].FIELDS:
         checks += _field_checks(f, java)
-    return " AND ".join([*checks, *(r.format(ok=_text(names.STATUS_OK, java)) for r in _RELATIONS[kind])])
+    return " AND ".join([*checks, *_relations(kind, java)])
 
 
 def source_table(kind: str) -> str:

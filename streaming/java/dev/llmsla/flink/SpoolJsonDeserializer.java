@@ -404,8 +404,9 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
      * forms and encoded surrogates; Python does not).
      *
      * <p>{@code bytes}: the value's UTF-8 bytes (a BYTES column) instead of a StringData. The job
-     * reads every string field as BYTES because the planner deep-copies a STRING column at every Calc that
-     * reads it, once per row (TypeCheckUtils.isMutable), and passes byte arrays on by reference:
+     * reads every string field as BYTES because the planner deep-copies a STRING column at every
+     * Calc that reads it, once per row (TypeCheckUtils.isMutable), and passes byte arrays on by
+     * reference:
      * with eight string fields per request that copy was ~12 % of the JVM's samples, and the
      * job's blackhole walls fell 9 % without it (docs/streaming.md).
      */

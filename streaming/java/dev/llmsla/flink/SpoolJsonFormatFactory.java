@@ -38,8 +38,8 @@ import org.apache.flink.table.types.logical.RowType;
  * version). The {@code time-column} option ({@code rt=ts_ms}) adds a TIMESTAMP_LTZ(3) copy of an
  * epoch-millisecond column, 1970 when it is null: the event-time attribute, without a computed
  * column (whose Calc would copy every string of every row once more). String values must be
- * storable ({@code max-string-chars} code points, no NUL, no lone surrogate). Blank lines (space, tab, CR only) are skipped. See
- * {@link SpoolJsonDeserializer} for the type and wire rules.
+ * storable ({@code max-string-chars} code points, no NUL, no lone surrogate). Blank lines (space,
+ * tab, CR only) are skipped. See {@link SpoolJsonDeserializer} for the type and wire rules.
  */
 public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
     public static final String IDENTIFIER = "llmsla-json";
