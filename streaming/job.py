@@ -242,8 +242,9 @@ def register_percentiles(t_env) -> None:
 
 
 def register_histogram(t_env) -> None:
-    """Histogram.java with the store's bucket bounds (names.HIST_BOUNDS_MS: the layout is defined
-    once, in Python, and handed to the JVM as its constructor argument)."""
+    """Histogram.java with the store's bucket bounds and HistogramQuantile.java with its bucket
+    values (names.HIST_BOUNDS_MS, names.HIST_VALUES_MS: the layout is defined once, in Python,
+    and handed to the JVM as constructor arguments)."""
     from pyflink.java_gateway import get_gateway
 
     gateway = get_gateway()
@@ -251,6 +252,11 @@ def register_histogram(t_env) -> None:
     for i, b in enumerate(names.HIST_BOUNDS_MS):
         bounds[i] = b
     t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_FUNCTION, gateway.jvm.dev.llmsla.flink.Histogram(bounds))
+    values = gateway.new_array(gateway.jvm.double, len(names.HIST_VALUES_MS))
+    for i, v in enumerate(names.HIST_VALUES_MS):
+        values[i] = v
+    t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_QUANTILE_FUNCTION,
+                                                gateway.jvm.dev.llmsla.flink.HistogramQuantile(values))
 
 
 def key_by_first_field(ds):  # -> KeyedStream

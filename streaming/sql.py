@@ -56,9 +56,10 @@ GPU_COLUMNS: tuple[str, ...] = (
 #: when it is not UTF-8 or holds a NUL, so the sink asks the contract about the exact bytes.
 DEAD_COLUMNS: tuple[str, ...] = ("source", "file", "verdict", "problem", "raw_base64")
 
-#: The job's 1 m roll-up rows (Java path): the roll-up's key and its values up to the
-#: histograms; the store computes the quantile columns from those (StoreWriter).
-MINUTE_COLUMNS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS, *rollups.VALUE_COLUMNS)
+#: The job's 1 m roll-up rows (Java path): the roll-up's key, its values up to the histograms,
+#: and the quantiles of the summed histograms (computed on the JVM, HistogramQuantile.java).
+MINUTE_COLUMNS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS, *rollups.VALUE_COLUMNS,
+                                   *(c for c, _, _ in rollups.QUANTILES))
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     names.T_REQUEST_WINDOWS: REQUEST_COLUMNS,
@@ -150,6 +151,9 @@ def percentile_function(ps: tuple[float, ...]) -> str:
 HISTOGRAM_FUNCTION = "LLMSLA_HIST"
 #: SQL name of the sum of histogram texts (streaming/java/.../HistogramSum.java).
 HISTOGRAM_SUM_FUNCTION = "LLMSLA_HIST_SUM"
+#: SQL name of a histogram text's quantile (streaming/java/.../HistogramQuantile.java on
+#: names.HIST_VALUES_MS): ``LLMSLA_HIST_QUANTILE(hist, q)``.
+HISTOGRAM_QUANTILE_FUNCTION = "LLMSLA_HIST_QUANTILE"
 #: SQL name of the byte-exact base64 of a BYTES value (streaming/java/.../Base64Bytes.java).
 BASE64_FUNCTION = "LLMSLA_BASE64"
 
@@ -514,18 +518,21 @@ def request_minutes_query(stats_view: str) -> str:
     watermark passes the minute, after every 5 s window of it was emitted (they are final), so a
     minute row is complete and is written as is (the store's trigger no longer sums each 5 s
     window into its minute, docs/streaming.md). The quantile columns come from the summed
-    histograms in the store, with ``llmsla_hist_quantile``'s definition."""
+    histograms, with ``llmsla_hist_quantile``'s definition (HistogramQuantile.java), so the store
+    computes none of them for the job's minutes."""
     m = 60
     aggs = {"windows": "COUNT(*)", **{c: f"SUM({c})" for c in rollups.SUMS},
             **{col: f"MAX({src})" for col, src in rollups.maxes()},
             **{h: f"{HISTOGRAM_SUM_FUNCTION}({h})" for h in rollups.HISTS}}
-    assert list(aggs) == list(MINUTE_COLUMNS[1 + len(names.REQUEST_LABELS):])
+    quantiles = {c: f"{HISTOGRAM_QUANTILE_FUNCTION}({h}, {q!r}E0)" for c, h, q in rollups.QUANTILES}
+    assert [*aggs, *quantiles] == list(MINUTE_COLUMNS[1 + len(names.REQUEST_LABELS):])
     inner = (f"SELECT window_time, MIN(bucket) - MOD(MIN(bucket), {m * 1000}) AS bucket, "
              f"{', '.join(names.REQUEST_LABELS)},\n    "
              + ",\n    ".join(f"{a} AS {c}" for c, a in aggs.items())
              + f"\n  FROM TABLE(TUMBLE(TABLE {stats_view}, DESCRIPTOR(stats_time), INTERVAL '{m}' SECOND))\n"
              f"  GROUP BY window_start, window_end, window_time, {', '.join(names.REQUEST_LABELS)}")
-    return f"SELECT window_time, {_copy_line(MINUTE_COLUMNS)} AS payload FROM (\n  {inner}\n)"
+    exprs = [quantiles.get(c, c) for c in MINUTE_COLUMNS]
+    return f"SELECT window_time, {_copy_line(MINUTE_COLUMNS, exprs)} AS payload FROM (\n  {inner}\n)"
 
 
 POLICY_TRACES_VIEW = "policy_traces"

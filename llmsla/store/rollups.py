@@ -620,20 +620,17 @@ def writer_minutes_ddl() -> str:
 
 
 def writer_minutes_upsert(stage: str) -> str:
-    """A writer's complete minute rows (``stage``: the 1 m table's key and VALUE_COLUMNS) into the
-    1 m roll-up as they are, with the quantiles of their histograms; a replay rewrites the same
-    row. Run with WRITER_MINUTES on, so the 1 m triggers add them to the hour."""
+    """A writer's complete minute rows (``stage``: the 1 m table's key, VALUE_COLUMNS and the
+    quantile columns of their histograms, :data:`QUANTILES`) into the 1 m roll-up as they are; a
+    replay rewrites the same row. Run with WRITER_MINUTES on, so the 1 m triggers add them to the
+    hour. The writer computes the quantiles (the stream job on the JVM, with
+    ``llmsla_hist_quantile``'s definition): computing them here in PL/pgSQL was ~40 % of the
+    database's time per minute row (docs/streaming.md)."""
     m1 = names.T_REQUEST_WINDOWS_1M
-    cols = ["bucket", *KEYS, *VALUE_COLUMNS]
-    quantiles = [c for c, _, _ in QUANTILES]
-    merged = {h: f"q{i}" for i, h in enumerate(HISTS)}
-    q_exprs = [f"{merged[h]}.{o}" for h in HISTS for o in _QUANTILE_OUT]
-    assert [c for h in HISTS for c, src, _ in QUANTILES if src == h] == quantiles
-    lateral = "".join(f",\n  LATERAL llmsla_hist_merge(s.{h}, NULL, NULL) {a}" for h, a in merged.items())
-    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*VALUE_COLUMNS, *quantiles])
+    cols = ["bucket", *KEYS, *VALUE_COLUMNS, *(c for c, _, _ in QUANTILES)]
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols[1 + len(KEYS):])
     return (
-        f"INSERT INTO {m1} ({', '.join([*cols, *quantiles])})\n"
-        f"SELECT {', '.join('s.' + c for c in cols)}, {', '.join(q_exprs)}\n"
-        f"FROM {stage} s{lateral}\n"
+        f"INSERT INTO {m1} ({', '.join(cols)})\n"
+        f"SELECT {', '.join(cols)} FROM {stage}\n"
         f"ON CONFLICT (bucket, {', '.join(KEYS)}) DO UPDATE SET {sets}"
     )

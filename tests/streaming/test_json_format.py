@@ -6,6 +6,7 @@
   gets a json_error and no field values (range/enum/relation rules stay with the SQL predicates:
   test_windows/test_parity);
 * the Percentiles aggregate against numpy;
+* the histogram sum and quantile functions against llmsla.histogram;
 * the jar build (cached, with the format's services entry; no javac → the fallback).
 """
 
@@ -194,6 +195,47 @@ def test_percentiles_aggregate_matches_numpy(t_env) -> None:
                 continue
             want = np.percentile(finite, [p * 100 for p in ps])
             assert np.allclose(arr, want, rtol=1e-12, atol=0), (g, ps, arr, want)
+
+
+def test_histogram_sum_and_quantiles_match_python(t_env) -> None:
+    """HistogramSum.java and HistogramQuantile.java (the job's minute rows) against
+    ``llmsla.histogram``'s merge and quantile on the same texts: ranks that fall exactly on a
+    bucket's last count, one value, zero runs inside, the layout's first and last bucket, text
+    without subscripts, and a null (ignored by the sum; a null quantile)."""
+    import numpy as np
+
+    from llmsla import histogram as H
+    from llmsla.streaming.job import register_histogram
+
+    t_env.create_java_temporary_system_function(sql.HISTOGRAM_SUM_FUNCTION, "dev.llmsla.flink.HistogramSum")
+    register_histogram(t_env)
+    rng = np.random.default_rng(11)
+    groups: dict[int, list[str | None]] = {
+        0: [H.Hist.of(rng.lognormal(5.5, 0.6, 97)).literal() for _ in range(12)],
+        1: [H.Hist.of([250.0]).literal()],
+        2: ["[10:13]={5,0,0,5}", "[12:15]={0,20,0,75}", None],
+        3: [H.Hist(0, (3,)).literal(), H.Hist(H.SIZE - 1, (1,)).literal()],
+        4: ["{1,0,2}", "[3:4]={7,1}"],
+        5: [None],
+    }
+    rows = [(g, t) for g, ts in groups.items() for t in ts]
+    from pyflink.table import DataTypes
+
+    table = t_env.from_elements(rows, DataTypes.ROW([DataTypes.FIELD("g", DataTypes.INT()),
+                                                     DataTypes.FIELD("h", DataTypes.STRING())]))
+    t_env.create_temporary_view("hist_input", table)
+    qs = (0.0, 0.01, 0.5, 0.95, 0.99, 1.0)
+    q_cols = ", ".join(f"{sql.HISTOGRAM_QUANTILE_FUNCTION}(s, {q!r}E0)" for q in qs)
+    result = t_env.execute_sql(
+        f"SELECT g, s, {q_cols} FROM (SELECT g, {sql.HISTOGRAM_SUM_FUNCTION}(h) AS s FROM hist_input GROUP BY g)").collect()
+    with result:
+        got = {r[0]: list(r[1:]) for r in result}
+    assert set(got) == set(groups)
+    for g, texts in groups.items():
+        want = H.merge(H.Hist.parse(t) for t in texts if t is not None)
+        assert got[g][0] == want.literal(), g
+        for q, value in zip(qs, got[g][1:], strict=True):
+            assert value == want.quantile(q), (g, q, value)  # the same bucket value, exactly
 
 
 @pytest.mark.parametrize(("options", "message"), [

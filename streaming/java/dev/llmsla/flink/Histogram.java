@@ -98,6 +98,52 @@ public class Histogram extends AggregateFunction<String, Histogram.Acc> {
         return acc.hi < acc.lo ? null : arrayText(acc.lo, acc.hi, b -> acc.counts[b]);
     }
 
+    /** Receives one bucket's count from {@link #forEachCount}. */
+    @FunctionalInterface
+    interface BucketCount {
+        void accept(int bucket, long count);
+    }
+
+    /**
+     * Each non-zero count of a histogram in the store's array text ({@code [312:315]={4,0,1,7}}),
+     * with its bucket index; nothing for null. A text without subscripts ({@code {1,2}}) starts at
+     * 1, as PostgreSQL reads it.
+     */
+    static void forEachCount(String text, BucketCount out) {
+        if (text == null) {
+            return;
+        }
+        int n = text.length();
+        int i;
+        int bucket = 1;
+        if (n > 0 && text.charAt(0) == '[') {
+            int colon = text.indexOf(':');
+            if (colon < 0) {
+                throw new IllegalArgumentException("histogram: no ':' in " + text);
+            }
+            bucket = Integer.parseInt(text, 1, colon, 10);
+            i = text.indexOf('{', colon);
+        } else {
+            i = text.indexOf('{');
+        }
+        if (i < 0 || text.charAt(n - 1) != '}') {
+            throw new IllegalArgumentException("histogram: not an array text: " + text);
+        }
+        i++;
+        while (i < n - 1) {
+            int end = text.indexOf(',', i);
+            if (end < 0) {
+                end = n - 1;
+            }
+            long count = Long.parseLong(text, i, end, 10);
+            if (count != 0) {
+                out.accept(bucket, count);
+            }
+            bucket++;
+            i = end + 1;
+        }
+    }
+
     /** The PostgreSQL array text of buckets {@code lo .. hi} (subscripts = bucket indices). */
     static String arrayText(int lo, int hi, IntToLongFunction count) {
         StringBuilder sb = new StringBuilder(16 + 4 * (hi - lo + 1));

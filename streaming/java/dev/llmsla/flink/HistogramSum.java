@@ -48,38 +48,7 @@ public class HistogramSum extends AggregateFunction<String, HistogramSum.Acc> {
     }
 
     public void accumulate(Acc acc, String text) {
-        if (text == null) {
-            return;
-        }
-        int n = text.length();
-        int i = 0;
-        int bucket = 1;
-        if (n > 0 && text.charAt(0) == '[') {
-            int colon = text.indexOf(':');
-            if (colon < 0) {
-                throw new IllegalArgumentException("HistogramSum: no ':' in " + text);
-            }
-            bucket = Integer.parseInt(text, 1, colon, 10);
-            i = text.indexOf('{', colon);
-        } else {
-            i = text.indexOf('{');
-        }
-        if (i < 0 || text.charAt(n - 1) != '}') {
-            throw new IllegalArgumentException("HistogramSum: not an array text: " + text);
-        }
-        i++;
-        while (i < n - 1) {
-            int end = text.indexOf(',', i);
-            if (end < 0) {
-                end = n - 1;
-            }
-            long count = Long.parseLong(text, i, end, 10);
-            if (count != 0) {
-                add(acc, bucket, count);
-            }
-            bucket++;
-            i = end + 1;
-        }
+        Histogram.forEachCount(text, (bucket, count) -> add(acc, bucket, count));
     }
 
     public void merge(Acc acc, Iterable<Acc> others) {
