@@ -38,7 +38,9 @@ def test_upsert_replaces_and_dead_letters_are_not_doubled(store_dsn: str) -> Non
     w = StoreWriter(store_dsn, on_dead_letter=reasons.append)
     b = 1_700_000_000_000
     w.write(names.T_GPU_WINDOWS, [_gpu_payload(b, 3), _gpu_payload(b + 5000, 4)])
-    w.write(names.T_GPU_WINDOWS, [_gpu_payload(b, 3), _gpu_payload(b, 9)])  # replay, then a newer value
+    # a replay, then a newer value, beside a new window: the straight COPY meets the old key and
+    # rolls back; the whole batch takes the staging upsert (replace the old row, add the new one)
+    w.write(names.T_GPU_WINDOWS, [_gpu_payload(b, 3), _gpu_payload(b, 9), _gpu_payload(b + 10_000, 5)])
     dead = _dead("invalid", b"not json", problem="parse")
     late = _dead("late", b'{"v":1}')
     w.write(sql.DEAD_LETTERS, [dead, late, dead])
@@ -47,7 +49,7 @@ def test_upsert_replaces_and_dead_letters_are_not_doubled(store_dsn: str) -> Non
     with psycopg.connect(store_dsn) as conn:
         rows = conn.execute("SELECT samples FROM gpu_windows ORDER BY bucket").fetchall()
         dl = conn.execute("SELECT reason, file, raw FROM dead_letters ORDER BY reason").fetchall()
-    assert rows == [(9,), (4,)]
+    assert rows == [(9,), (4,), (5,)]
     assert [r[0].split(":")[0] for r in dl] == ["late", "parse"]
     assert dl[1][0].startswith("parse: RequestEvent.<record>: not valid JSON")
     assert dl[1][1] == "/spool/requests/x.jsonl"
