@@ -18,6 +18,9 @@ backlog's events.
 
     python bench/sink_writes.py                       # 1M events, 5 rounds
     python bench/sink_writes.py --events 200000 --rounds 2
+
+To compare two versions of the sink, check the other version's ``streaming/`` and
+``llmsla/store/`` out over this tree, run with ``--name``, and check them back.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5, help="writes of the same rows; the median is reported")
+    ap.add_argument("--name", default="sink-writes", help="result file bench/results/<name>.json")
     ap.add_argument("--minutes-per-flush", type=int, default=3, help="minute batches per flush (a backlog's)")
     args = ap.parse_args()
 
@@ -108,7 +112,7 @@ def main() -> int:
     per_event_us = (med["windows"] + med["minutes"]) / backlog.events * 1e6
     print_table(table, f"PostgreSQL backend CPU of the sink's writes ({backlog.events:,} events, {args.rounds} rounds)")
     print(f"\nper event (windows + minutes): {per_event_us:.3f} us")
-    write_result("sink-writes", {
+    write_result(args.name, {
         "inputs": {"events": backlog.events, "writers": args.writers, "segments": backlog.segments,
                    "rounds": args.rounds, "batch_rows": batch, "minute_rows_per_flush": minute_batch},
         "anchor": "bare COPY of the same 5 s lines into a temporary table, same run",
