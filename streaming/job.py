@@ -227,18 +227,25 @@ def running_jobs(jobmanager: str, timeout_s: float = 5.0) -> list[dict]:
     return [j for j in jobs if j.get("name") == JOB_NAME and j.get("state") not in terminal]
 
 
+def _java_doubles(values: tuple[float, ...]):  # -> a py4j double[]
+    """A Java ``double[]`` of ``values`` (the same doubles: py4j passes them bit for bit)."""
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    arr = gateway.new_array(gateway.jvm.double, len(values))
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
 def register_percentiles(t_env) -> None:
     """One Percentiles.java instance per set in sql.PERCENTILE_SETS (the set is its constructor
     argument, not a per-row argument)."""
     from pyflink.java_gateway import get_gateway
 
-    gateway = get_gateway()
-    cls = gateway.jvm.dev.llmsla.flink.Percentiles
+    cls = get_gateway().jvm.dev.llmsla.flink.Percentiles
     for ps in sql.PERCENTILE_SETS:
-        arr = gateway.new_array(gateway.jvm.double, len(ps))
-        for i, p in enumerate(ps):
-            arr[i] = p
-        t_env._j_tenv.createTemporarySystemFunction(sql.percentile_function(ps), cls(arr))
+        t_env._j_tenv.createTemporarySystemFunction(sql.percentile_function(ps), cls(_java_doubles(ps)))
 
 
 def register_histogram(t_env) -> None:
@@ -247,16 +254,10 @@ def register_histogram(t_env) -> None:
     and handed to the JVM as constructor arguments)."""
     from pyflink.java_gateway import get_gateway
 
-    gateway = get_gateway()
-    bounds = gateway.new_array(gateway.jvm.double, len(names.HIST_BOUNDS_MS))
-    for i, b in enumerate(names.HIST_BOUNDS_MS):
-        bounds[i] = b
-    t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_FUNCTION, gateway.jvm.dev.llmsla.flink.Histogram(bounds))
-    values = gateway.new_array(gateway.jvm.double, len(names.HIST_VALUES_MS))
-    for i, v in enumerate(names.HIST_VALUES_MS):
-        values[i] = v
+    flink = get_gateway().jvm.dev.llmsla.flink
+    t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_FUNCTION, flink.Histogram(_java_doubles(names.HIST_BOUNDS_MS)))
     t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_QUANTILE_FUNCTION,
-                                                gateway.jvm.dev.llmsla.flink.HistogramQuantile(values))
+                                                flink.HistogramQuantile(_java_doubles(names.HIST_VALUES_MS)))
 
 
 def key_by_first_field(ds):  # -> KeyedStream
