@@ -199,3 +199,21 @@ def test_unreachable_store_error_hides_password() -> None:
         connect("postgresql://alice:s3cret@127.0.0.1:1/llmsla", timeout_s=0.5)
     assert "s3cret" not in str(err.value)
     assert "***" in str(err.value)
+
+
+def test_connect_waits_between_attempts(monkeypatch) -> None:
+    """A store that refuses connections (restarting) is retried every 0.2 s until the deadline,
+    not in a loop that burns a core: a refused Unix socket fails in microseconds."""
+    from llmsla.store import connection
+    from llmsla.store.connection import StoreError
+
+    attempts: list[float] = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(0.0)
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(connection.psycopg, "connect", refuse)
+    with pytest.raises(StoreError, match="connection refused"):
+        connect("postgresql://alice@/llmsla?host=/nonexistent", timeout_s=1.0)
+    assert 3 <= len(attempts) <= 7, len(attempts)

@@ -87,10 +87,10 @@ def connect(dsn: str, *, timeout_s: float = 10.0, autocommit: bool = False, **kw
             if time.monotonic() >= deadline:
                 reason = scrub(" ".join(str(exc).split()), secrets_of(dsn))
                 raise StoreError(f"cannot connect to {redact(dsn)}: {reason}") from None
+            time.sleep(0.2)
         except psycopg.ProgrammingError:
             check_dsn(dsn, "DSN")
             raise
-            time.sleep(0.2)
 
 
 def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, keep_running: bool = True) -> StoreHandle:
