@@ -26,6 +26,7 @@ To compare two versions of the sink, check the other version's ``streaming/`` an
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -48,7 +49,7 @@ def _lines(conn: psycopg.Connection, table: str, cols: tuple[str, ...]) -> list[
     with conn.cursor().copy(f"COPY (SELECT {', '.join(cols)} FROM {table} ORDER BY bucket) TO STDOUT") as cp:
         data = b"".join(bytes(b) for b in cp)
     conn.commit()
-    return data.decode().rstrip("\n").split("\n")
+    return data.decode().splitlines()
 
 
 def main() -> int:
@@ -103,6 +104,7 @@ def main() -> int:
             phases[phase].append(cpu() - c0)
     writer.close()
     handle.close()
+    shutil.rmtree(work, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in phases.items()}
     n_rows = {"anchor_copy": len(windows), "windows": len(windows), "minutes": len(minutes), "replay": len(windows)}
