@@ -17,6 +17,17 @@ wall(N/2)`` exceeds zero and 3 standard errors of that difference; otherwise all
 again, up to ``--max-repeats`` times, and then the figure is ``unsupported`` with the reason,
 never a number (a busy machine once made wall(N/2) > wall(N) and the rate 5e14).
 
+Beside the slope, each N run's **late rate**: events/s between the first samples (every 0.25 s)
+at which the JVM has read 50 % and 90 % of the spool's bytes (``/proc/<pid>/io`` ``rchar``, so
+for both sinks), and, into the store, at which 50 % and 90 % of the requests have landed in
+committed window rows. The JIT's warm-up (the first ~20 s of every run) is over by then; the
+slope's N/2 runs end inside it. Reported as the median of the N runs, never instead of the slope.
+
+``--pin``: the JVM on half of the CPUs and everything else (the client, where a local
+mini-cluster runs the store sink's Python, and the store's PostgreSQL) on the other half, both
+sinks alike: what the sink path costs the pipeline once it does not share the JVM's cores, as with
+the store on its own host. Writes ``bench/results/streaming-pinned.json``.
+
 The pure-SQL fallback (no javac) cannot order a backlog of several writers (docs/streaming.md);
 it is measured on one writer's segments, which it can. Freshness runs the continuous job against
 live traffic from ``--fresh-writers`` writers: for every published segment and every 5 s window it
@@ -25,6 +36,7 @@ visible in the store.
 
     python bench/streaming.py                 # 5M events (about 20 minutes on 2 busy cores)
     python bench/streaming.py --events 500000 --fallback-events 200000 --fresh-s 20   # quick look
+    python bench/streaming.py --pin           # the JVM on CPU 0, the sink's Python and PostgreSQL on CPU 1
 
 ``--jobmanager [HOST:PORT]``: instead, the cluster path against the local mini-cluster in the same
 run, both into the store on the same backlog: ``llmsla stream --jobmanager`` on a Flink session
@@ -40,6 +52,7 @@ default, and the fastest on 2 cores); the same slope, repeats and interleaving a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -128,9 +141,11 @@ class ProcessSampler:
     mini-cluster that is where the store sink's Python code runs: PyFlink starts the job's Python
     worker in loopback mode, inside the client (py-spy shows the Beam SDK harness there)."""
 
-    def __init__(self, pid: int, pg_data_dir: str | None = None) -> None:
+    def __init__(self, pid: int, pg_data_dir: str | None = None, jvm_cpus: set[int] | None = None) -> None:
         self.pid, self.peak, self.peak_jvm, self.peak_py = pid, 0, 0, 0
+        self.jvm_cpus = jvm_cpus  # --pin: every JVM thread is moved onto these CPUs when first seen
         self._threads: dict[tuple[int, str], tuple[str, float]] = {}  # (pid, tid) -> (class, cpu s)
+        self.reads: list[tuple[float, int]] = []  # (monotonic s, bytes the JVMs have read so far)
         self._procs: dict[int, tuple[str, float]] = {}  # pid -> (class, cpu s), non-JVM processes
         self._tick = os.sysconf("SC_CLK_TCK")
         self._pm = _postmaster(pg_data_dir) if pg_data_dir else None
@@ -151,6 +166,9 @@ class ProcessSampler:
             except OSError:
                 continue
             comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if self.jvm_cpus is not None and (pid, tid) not in self._threads:
+                with contextlib.suppress(OSError):  # a thread started later inherits its creator's
+                    os.sched_setaffinity(int(tid), self.jvm_cpus)
             self._threads[(pid, tid)] = (_thread_class(comm), (int(rest[11]) + int(rest[12])) / self._tick)
 
     def _run(self) -> None:
@@ -160,12 +178,13 @@ class ProcessSampler:
                 procs = [root, *root.children(recursive=True)]
             except psutil.Error:
                 continue
-            jvm = py = 0
+            jvm = py = read = 0
             for p in procs:
                 try:
                     rss = p.memory_info().rss
                     if "java" in p.name():
                         jvm += rss
+                        read += p.io_counters().read_chars
                         self._jvm_threads(p.pid)
                     else:
                         py += rss
@@ -173,6 +192,8 @@ class ProcessSampler:
                         self._procs[p.pid] = ("client" if p.pid == self.pid else "python_worker", t.user + t.system)
                 except psutil.Error:
                     pass
+            if read:
+                self.reads.append((time.monotonic(), read))
             self.peak = max(self.peak, jvm + py)
             self.peak_jvm, self.peak_py = max(self.peak_jvm, jvm), max(self.peak_py, py)
 
@@ -189,26 +210,122 @@ class ProcessSampler:
         return out
 
 
+class LandedSampler:
+    """Requests in the window rows that have landed in the store, every 0.25 s: the rows of a
+    flush commit together and windows land in event-time order, so each poll asks only for the
+    rows after the newest bucket seen (an index range scan, ~0.2 ms of the server's CPU)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.series: list[tuple[float, int]] = []
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        newest, landed = None, 0
+        query = (f"SELECT max(bucket), coalesce(sum(requests), 0) FROM {names.T_REQUEST_WINDOWS} "
+                 "WHERE bucket > coalesce(%s, '-infinity'::timestamptz)")
+        while not self._stop.wait(0.25):
+            try:
+                top, got = self._conn.execute(query, (newest,)).fetchone()
+            except psycopg.Error:
+                continue
+            if top is not None:
+                newest, landed = top, landed + int(got)
+            self.series.append((time.monotonic(), landed))
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        self._t.join()
+        self._conn.close()
+        return self.series
+
+
+def late_rate(series: list[tuple[float, int]], total: int, *, lo: float = 0.5, hi: float = 0.9) -> float | None:
+    """Units per second between the first samples of ``series`` (time, cumulative units, of
+    ``total``) at ``lo`` and at ``hi`` of the total: the run's rate after its first half, where
+    the JIT's warm-up (the first ~20 s of every run, docs/streaming.md) is over. None when the
+    samples cannot say (too few, or both thresholds met by one sample)."""
+    at = [next(((t, v) for t, v in series if v >= f * total), None) for f in (lo, hi)]
+    if at[0] is None or at[1] is None or at[1][0] - at[0][0] < 1.0:
+        return None
+    return (at[1][1] - at[0][1]) / (at[1][0] - at[0][0])
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median of the values a run could give (None: none could)."""
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def late_rates(run: dict, events: int, spool_bytes: int) -> dict[str, float | None]:
+    """One run's events/s after its first half: by the JVM's read progress through the spool
+    (both sinks; bytes past the last half of what it read, so the jars and classes it read at
+    start-up do not count) and, into the store, by the requests landing there."""
+    reads = run.get("reads") or []
+    out: dict[str, float | None] = {"read": None, "landed": None}
+    if reads:
+        offset = reads[-1][1] - spool_bytes  # what the JVM read that is not the spool (start-up)
+        rate = late_rate([(t, v - offset) for t, v in reads], spool_bytes)
+        out["read"] = rate * events / spool_bytes if rate is not None else None
+    if run.get("landed"):
+        out["landed"] = late_rate(run["landed"], events)
+    return out
+
+
+@dataclass(frozen=True)
+class Pin:
+    """``--pin``: CPUs for the job's JVM, and for everything else (the client process, where a
+    local mini-cluster runs the store sink's Python, and the store's PostgreSQL)."""
+
+    jvm: set[int]
+    others: set[int]
+
+    @classmethod
+    def split(cls) -> Pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs at least 2 CPUs")
+        half = max(1, len(cpus) // 2)
+        return cls(set(cpus[:half]), set(cpus[half:]))
+
+    def store(self, data_dir: str) -> None:
+        """Moves the store's server processes onto ``others`` (backends it forks later inherit it)."""
+        pm = _postmaster(data_dir)
+        if pm is None:
+            raise SystemExit(f"--pin: no PostgreSQL server found for {data_dir}")
+        for proc in (pm, *pm.children()):
+            os.sched_setaffinity(proc.pid, self.others)
+
+
 #: before each store run: every run writes the same backlog into an empty store (roll-ups too:
 #: rows left by the previous run would turn its inserts into updates of existing groups)
 EMPTY_STORE = (f"TRUNCATE {names.T_REQUEST_WINDOWS}, {names.T_REQUEST_WINDOWS_1M}, {names.T_REQUEST_WINDOWS_1H}, "
                f"{names.T_DEAD_LETTERS}")
 
 
-def run_job(cfg: config_mod.Config, *args: str, log: Path, **stream: object) -> dict:
+def run_job(cfg: config_mod.Config, *args: str, log: Path, landed: bool = False, pin: Pin | None = None,
+            **stream: object) -> dict:
+    """One ``llmsla stream --once`` run: its wall, memory, CPU, read progress and, with
+    ``landed``, the requests landing in the store over time (:class:`LandedSampler`); with
+    ``pin``, the JVM on its CPUs and the client (where the sink's Python runs) on the others."""
     t0 = time.monotonic()
+    lander = LandedSampler(cfg.store.dsn) if landed else None
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-c", LLMSLA_MAIN, "stream", "--once", "--fresh", "--kinds", "requests", *args],
                                 env=child_env(cfg, **stream), stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT,
-                                start_new_session=True)
-        sampler = ProcessSampler(proc.pid, cfg.store.data_dir)
+                                start_new_session=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, pin.others)) if pin else None)
+        sampler = ProcessSampler(proc.pid, cfg.store.data_dir, pin.jvm if pin else None)
         rc = proc.wait()
         sampler.stop()
+    landed_series = lander.stop() if lander is not None else []
     if rc != 0:
         raise SystemExit(f"stream job failed (rc {rc}); see {log}")
     return {"wall_s": time.monotonic() - t0, "peak_rss_mib": sampler.peak / 2**20,
             "peak_jvm_mib": sampler.peak_jvm / 2**20, "peak_python_mib": sampler.peak_py / 2**20,
-            "cpu_s": sampler.cpu_s()}
+            "cpu_s": sampler.cpu_s(), "reads": sampler.reads, "landed": landed_series}
 
 
 # -- input -------------------------------------------------------------------------------------------
@@ -339,7 +456,7 @@ def slope(n_half: int, n_full: int, half: list[float], full: list[float]) -> tup
 
 
 def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, repeats: int, max_repeats: int,
-            log: Path) -> dict[str, dict]:
+            log: Path, pin: Pin | None = None) -> dict[str, dict]:
     """Walls of N/2 and N for both sinks, interleaved (blackhole N/2, store N/2, blackhole N, store
     N, again), so a machine getting busier slows both alike; repeated until both rates are
     supported or ``max_repeats`` is reached."""
@@ -353,7 +470,8 @@ def measure(cfg: config_mod.Config, backlog: Backlog, *, java: bool, par: int, r
                     with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
                         conn.execute(EMPTY_STORE)
                 flag = ("--blackhole",) if sink == "blackhole" else ()
-                m["walls"][size].append(run_job(cfg, *flag, log=log, java_parser=java, parallelism=par))
+                m["walls"][size].append(run_job(cfg, *flag, log=log, landed=sink == "store", pin=pin,
+                                                java_parser=java, parallelism=par))
                 if sink == "store" and size == "full":
                     m["rows"], m["summed"] = counts(cfg.store.dsn)
         done = len(out["store"]["walls"]["full"])
@@ -672,6 +790,10 @@ def main() -> int:
     ap.add_argument("--java-only", action="store_true",
                     help="only the Java path's throughput (no fallback, no freshness): a quick check of a change")
     ap.add_argument("--name", default="streaming", help="result file bench/results/<name>.json (default streaming)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the JVM on half of the CPUs, the client (the store sink's Python) and PostgreSQL on the "
+                         "other half: what the sink path costs the pipeline when it does not share the JVM's cores "
+                         "(as with the store on its own host); Java path only; default --name streaming-pinned")
     ap.add_argument("--attribute", action="store_true",
                     help="instead, where the store sink's time goes (triggers, commits, the sink itself); see "
                          "attribute_main; writes bench/results/streaming-attribution.json")
@@ -681,7 +803,13 @@ def main() -> int:
     if args.attribute:
         return attribute_main(args)
 
+    pin = Pin.split() if args.pin else None
+    if pin is not None:
+        args.java_only = True
+        args.name = "streaming-pinned" if args.name == "streaming" else args.name
     work, cfg, handle = private_store("llmsla-bench-stream-")
+    if pin is not None:
+        pin.store(cfg.store.data_dir)
     log = work / "stream.log"
     load_before = os.getloadavg()
     start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
@@ -695,7 +823,7 @@ def main() -> int:
         for java in (True,) if args.java_only else (True, False):
             for sink in ("blackhole", "store"):
                 flag = ("--blackhole",) if sink == "blackhole" else ()
-                startup[(java, sink)] = run_job(cfg, *flag, log=log, java_parser=java)["wall_s"]
+                startup[(java, sink)] = run_job(cfg, *flag, log=log, pin=pin, java_parser=java)["wall_s"]
         main_backlog = write_backlog(work / "main", args.events, start_ms, args.rate, args.writers,
                                      segment_bytes=seg_bytes, segment_age_s=seg_age)
         runs = [("java", True, 1, main_backlog)]
@@ -706,13 +834,17 @@ def main() -> int:
             runs.append(("java", True, args.parallel, main_backlog))
         for label, java, par, backlog in runs:
             inputs[f"{label}-p{par}"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in backlog.__dict__.items()}
-            got = measure(cfg, backlog, java=java, par=par, repeats=args.repeats, max_repeats=args.max_repeats, log=log)
+            got = measure(cfg, backlog, java=java, par=par, repeats=args.repeats, max_repeats=args.max_repeats, log=log,
+                          pin=pin)
             anchor = got["blackhole"]["rate"]
             if anchor is not None and got["store"]["rate"] is not None and got["store"]["rate"] > 1.1 * anchor:
                 # the store path does all the blackhole path does and more: faster means noise
                 got["store"]["why"] = (f"{got['store']['rate']:.0f} events/s into the store would be faster than "
                                        f"{anchor:.0f} into blackhole in the same run: the machine was too noisy")
                 got["store"]["rate"] = None
+            late = {sink: [late_rates(w, backlog.events, backlog.bytes) for w in m["walls"]["full"]]
+                    for sink, m in got.items()}
+            late_read = {sink: _median([r["read"] for r in rs]) for sink, rs in late.items()}
             for sink, m in got.items():
                 full = [w["wall_s"] for w in m["walls"]["full"]]
                 half = [w["wall_s"] for w in m["walls"]["half"]]
@@ -725,6 +857,14 @@ def main() -> int:
                     # whole-run average without start-up; unsupported when start-up swallowed the run
                     "avg_events_per_s": backlog.events / busy if busy > 0.1 * statistics.fmean(full) else "unsupported",
                     "vs_own_blackhole": (m["rate"] / anchor) if m["rate"] is not None and anchor else None,
+                    # after the first half of each N run (read progress; into the store also
+                    # the requests landing there): beside the slope, not instead of it
+                    "late_events_per_s": late_read[sink],
+                    "late_vs_own_blackhole": (late_read[sink] / late_read["blackhole"]
+                                              if late_read[sink] and late_read["blackhole"] else None),
+                    "late_landed_events_per_s": (_median([r["landed"] for r in late[sink]])
+                                                 if sink == "store" else None),
+                    "late_runs": late[sink],
                     "wall_half_s": half, "wall_s": full, "startup_s": startup[(java, sink)],
                     "peak_rss_mib": max(w["peak_rss_mib"] for w in m["walls"]["full"]),
                     "jvm_mib": max(w["peak_jvm_mib"] for w in m["walls"]["full"]),
@@ -746,7 +886,8 @@ def main() -> int:
     for r in results:
         ok = isinstance(r["events_per_s"], float) and isinstance(sql_bh, float)
         r["vs_sql_blackhole"] = r["events_per_s"] / sql_bh if ok else None
-    shown = [{k: v for k, v in r.items() if k not in ("wall_half_s", "wall_s", "unsupported_because", "cpu_us_per_event")}
+    shown = [{k: v for k, v in r.items()
+              if k not in ("wall_half_s", "wall_s", "unsupported_because", "cpu_us_per_event", "late_runs")}
              for r in results]
     print_table(shown, "spool -> 5 s request windows; anchor: the same SQL into blackhole, same path, same run")
     for r in results:
@@ -760,11 +901,14 @@ def main() -> int:
                    "label_combinations": len(KEYS.combos()), "spools": inputs, "parallel": args.parallel,
                    "repeats": args.repeats, "max_repeats": args.max_repeats,
                    "freshness_s": args.fresh_s, "freshness_rate": args.fresh_rate, "freshness_writers": args.fresh_writers,
-                   "java_only": args.java_only},
+                   "java_only": args.java_only,
+                   "pin": {"jvm_cpus": sorted(pin.jvm), "other_cpus": sorted(pin.others)} if pin else None},
         "anchor": "blackhole sink, same path and parallelism, same run",
         "rate": ("events_per_s = (events - events/2) / (mean wall(events) - mean wall(events/2)), reported only "
                  "when that difference exceeds 0 and 3 standard errors of the repeated walls; sinks interleaved; "
-                 "avg_events_per_s = events / (mean wall - startup on an empty spool)"),
+                 "avg_events_per_s = events / (mean wall - startup on an empty spool); late_events_per_s = median over "
+                 "the N runs of the events/s between the first 0.25 s samples at 50 % and at 90 % of the spool's "
+                 "bytes read by the JVM (late_landed_events_per_s: of the requests landed in the store)"),
         "results": results, "freshness": fresh,
         "loadavg_before": load_before, "loadavg_after": load_after,
         "targets": {"events_per_s": 200_000, "vs_blackhole": 0.9, "freshness_p99_s": fresh["budget_s"]},
