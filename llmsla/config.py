@@ -183,7 +183,7 @@ class StreamConfig:
     idle_timeout_s: float = _k(5.0, "a spool writer (Kafka: a partition) without new data for this long stops holding the watermark back", minimum=0.1)
     max_future_s: float = _k(300.0, "dead-letter events stamped further than this in the future", minimum=0)
     max_past_s: float = _k(7 * 86400.0, "dead-letter events older than this", minimum=1)
-    sink_batch_rows: int = _k(5000, "flush the store sink after this many rows", minimum=1)
+    sink_batch_rows: int = _k(5000, "flush the store sink's buffer (dead letters, policy rows; the fallback's windows) after this many rows", minimum=1)
     sink_flush_s: float = _k(1.0, "flush the store sink when no output came for this long", minimum=0.01)
     sink_max_wait_s: float = _k(5.0, "flush the store sink at the latest this long after its first buffered row, even while output keeps coming (a backlog)", minimum=0.01)
     source: str = _k("spool", "spool or kafka", choices=("spool", "kafka"))

@@ -181,6 +181,7 @@ def build(cfg: Config, opts: JobOptions):  # -> (StreamExecutionEnvironment, Str
         retry_s=s.sink_retry_s,
         max_future_s=s.max_future_s, max_past_s=s.max_past_s,
         job_minutes=java and names.SPOOL_REQUESTS in opts.kinds,  # sql.build: request_minutes_query
+        windows_at_once=java,  # the fallback's 5 s flushes feed the roll-up trigger: batched (flink_sink)
     )
     if java:  # planned together: the checked stream is computed once for both outputs
         window_ds, dead_ds = to_data_streams(t_env, [windows, dead])

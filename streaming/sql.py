@@ -611,6 +611,9 @@ BATCHED: dict[str, tuple[str, int]] = {
     names.SPOOL_REQUESTS: (names.T_REQUEST_WINDOWS, names.REQUEST_WINDOW_S),
     names.SPOOL_GPU: (names.T_GPU_WINDOWS, names.GPU_WINDOW_S),
 }
+#: Tables whose output elements each carry a whole window's rows (:func:`batched_query`; the 1 m
+#: roll-up's too): the sink writes such an element at once, in its own transaction.
+WINDOW_BATCH_TABLES: frozenset[str] = frozenset({t for t, _ in BATCHED.values()} | {names.T_REQUEST_WINDOWS_1M})
 #: between the rows of a batched payload: a COPY text line never holds a raw newline (a label's
 #: is escaped, :func:`_copy_field`)
 ROW_SEPARATOR = "\n"

@@ -1,6 +1,7 @@
 """The store sink operator's flush policy, driven with a fake Flink runtime (timers fire in time
 order, state is per key); the database is replaced by a recorder. The real operator runs in every
-job test; this checks when it flushes, which those cannot see."""
+job test; this checks when it flushes, which those cannot see: a whole window's element at once,
+other elements (policy rows, dead letters) buffered."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any
 import pytest
 from pyflink.datastream import TimeDomain
 
+from llmsla import names
 from llmsla.streaming import flink_sink
 from llmsla.streaming.sql import ROW_SEPARATOR
 
 FLUSH_MS, MAX_WAIT_MS, BATCH_ROWS = 1000, 5000, 10
+BUFFERED = names.T_POLICY_WINDOWS  # one row per element: buffered
 
 
 class _Value:
@@ -84,8 +87,10 @@ class _Clock:
     def timer_service(self) -> _Clock:
         return self
 
+    key = BUFFERED
+
     def get_current_key(self) -> str:
-        return "request_windows"
+        return self.key
 
     def time_domain(self) -> TimeDomain:
         return self._domain
@@ -97,9 +102,11 @@ class _Recorder:
     def __init__(self, clock: _Clock) -> None:
         self.clock = clock
         self.flushes: list[tuple[int, int]] = []  # (time, payloads)
+        self.kinds: list[str] = []
 
     def write(self, kind: str, payloads: list[str]) -> int:
         self.flushes.append((self.clock.now, len(payloads)))
+        self.kinds.append(kind)
         return sum(1 + p.count(ROW_SEPARATOR) for p in payloads)
 
     def close(self) -> None:
@@ -107,12 +114,13 @@ class _Recorder:
 
 
 @pytest.fixture
-def sink(monkeypatch) -> tuple[flink_sink.StoreSinkFunction, _Clock, _Recorder]:
+def sink(monkeypatch, request) -> tuple[flink_sink.StoreSinkFunction, _Clock, _Recorder]:
     clock = _Clock()
     recorder = _Recorder(clock)
     monkeypatch.setattr(flink_sink, "StoreWriter", lambda *a, **k: recorder)
     fn = flink_sink.StoreSinkFunction("postgresql://unused", batch_rows=BATCH_ROWS, flush_s=FLUSH_MS / 1000,
-                                      max_wait_s=MAX_WAIT_MS / 1000, retry_s=1, max_future_s=300, max_past_s=86400)
+                                      max_wait_s=MAX_WAIT_MS / 1000, retry_s=1, max_future_s=300, max_past_s=86400,
+                                      windows_at_once=getattr(request, "param", True))
     fn.open(_Runtime())
     return fn, clock, recorder
 
@@ -133,7 +141,7 @@ def _run(fn: flink_sink.StoreSinkFunction, clock: _Clock, arrivals: list[tuple[i
         elif next_el is not None:
             t, rows = events.pop(0)
             clock.now = t
-            fn.process_element(("request_windows", ROW_SEPARATOR.join(["[1]"] * rows)), clock)
+            fn.process_element((BUFFERED, ROW_SEPARATOR.join(["[1]"] * rows)), clock)
         else:
             clock.now = max(clock.now, until)  # time goes on to the end of the span
             return
@@ -171,3 +179,28 @@ def test_superseded_and_stale_timers_do_not_flush_and_end_of_input_does(sink) ->
     assert rec.flushes == [(1300, 3)]
     _end_of_input(fn, clock)
     assert rec.flushes == [(1300, 3), (2399, 1)]
+
+
+def test_a_whole_window_is_written_when_it_arrives_and_keeps_no_state(sink) -> None:
+    fn, clock, rec = sink
+    _run(fn, clock, [(0, 1)], until=100)  # a policy row waits in the buffer
+    assert rec.flushes == []
+    for t, table in ((200, names.T_REQUEST_WINDOWS), (300, names.T_REQUEST_WINDOWS_1M), (400, names.T_GPU_WINDOWS)):
+        clock.now, clock.key = t, table
+        timers = len(clock.timers)
+        fn.process_element((table, ROW_SEPARATOR.join(["[1]"] * 256)), clock)
+        assert rec.flushes[-1] == (t, 1) and rec.kinds[-1] == table  # one element, one write, now
+        assert len(clock.timers) == timers  # no timer: nothing of it is left to flush
+    clock.key = BUFFERED
+    _run(fn, clock, [], until=1000)  # the policy row's own flush_s timer still fires
+    assert rec.flushes[3:] == [(1000, 1)] and rec.kinds[3:] == [BUFFERED]
+
+
+@pytest.mark.parametrize("sink", [False], indirect=True)
+def test_without_windows_at_once_a_window_is_buffered_like_any_element(sink) -> None:
+    fn, clock, rec = sink  # the fallback path: its 5 s flushes feed the store's roll-up trigger
+    clock.key = names.T_REQUEST_WINDOWS
+    fn.process_element((names.T_REQUEST_WINDOWS, ROW_SEPARATOR.join(["[1]"] * 3)), clock)
+    assert rec.flushes == []
+    _run(fn, clock, [], until=FLUSH_MS)
+    assert rec.flushes == [(FLUSH_MS, 1)] and rec.kinds == [names.T_REQUEST_WINDOWS]
