@@ -2,9 +2,10 @@
 
 On the Java path (``windows_at_once``) an element of a batched window table
 (``sql.WINDOW_BATCH_TABLES``: all the rows of one 5 s or 1 m window, ``sql.batched_query``) is
-written when it arrives, in its own transaction, and keeps no state: PyFlink finishes the Python operator's bundle before a checkpoint barrier passes it
-(``prepareSnapshotPreBarrier``), so every window that reached the sink before a checkpoint is in
-the store when the checkpoint is taken, and a restart replays only later ones. Buffering these
+written when it arrives, in its own transaction, and keeps no state: Flink's Python operators
+finish their bundle before a checkpoint barrier passes them (``prepareSnapshotPreBarrier``), so
+every window that reached the sink before a checkpoint is in the store when the checkpoint is
+taken, and a restart replays only later ones. Buffering these
 in ``ListState`` as well sent each window's text from the JVM to Python, back to the JVM's state
 and out again: 8 % of the store path's late rate on a 5M backlog (docs/streaming.md). The
 pure-SQL fallback buffers them too: its job writes no minute rows, so the store's roll-up trigger
@@ -67,7 +68,7 @@ class StoreSinkFunction(KeyedProcessFunction):
         self.deadline = runtime_context.get_state(ValueStateDescriptor("deadline", Types.LONG()))
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> tuple:
-        if self.windows_at_once and value[0] in WINDOW_BATCH_TABLES:  # a whole window: now (module docstring)
+        if self.windows_at_once and value[0] in WINDOW_BATCH_TABLES:  # a whole window (docstring)
             assert self.writer is not None
             self.rows_counter.inc(self.writer.write(value[0], [value[1]]))
             return ()
