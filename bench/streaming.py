@@ -86,6 +86,7 @@ from _common import print_table, write_result  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
 from llmsla import names  # noqa: E402
+from llmsla.control.ab_stats import t_ppf  # noqa: E402
 from llmsla.store import open_store  # noqa: E402
 from llmsla.streaming import synth  # noqa: E402
 
@@ -788,8 +789,9 @@ def paired_main(args: argparse.Namespace) -> int:
     runs back to back (which goes first alternates), and per round the store's late rate (the
     requests landed in the store) over the blackhole's (the spool read). Alternating the order
     and pairing cancel the machine's drift between rounds; the rounds give the geometric mean of
-    the ratios and its 95 % interval (Student t on the log ratios). The verdict against :data:`PAIRED_TARGET` is ``met`` only when the whole
-    interval lies above it, ``not met`` when it lies below, else ``unresolved``."""
+    the ratios and its 95 % interval (Student t on the log ratios). The verdict against
+    :data:`PAIRED_TARGET` is ``met`` only when the whole interval lies above it, ``not met`` when
+    it lies below, else ``unresolved``."""
     work, cfg, handle = private_store("llmsla-bench-paired-")
     log = work / "stream.log"
     load_before = os.getloadavg()
@@ -816,11 +818,9 @@ def paired_main(args: argparse.Namespace) -> int:
                         raise SystemExit(f"round {r + 1}: {summed} of {backlog.events} requests in {rows} window "
                                          f"rows; see {log}")
                     row["store_landed"] = late["landed"]
-            row["ratio"] = (row["store_landed"] / row["blackhole_read"]
-                            if row["store_landed"] and row["blackhole_read"] else None)
-            row["ratio_read"] = (row["store_read"] / row["blackhole_read"]
-                                 if row["store_read"] and row["blackhole_read"] else None)
-            row["ratio_wall"] = row["blackhole_wall_s"] / row["store_wall_s"]  # start-up and warm-up included
+            for key, num, den in (("ratio", "store_landed", "blackhole_read"), ("ratio_read", "store_read", "blackhole_read"),
+                                  ("ratio_wall", "blackhole_wall_s", "store_wall_s")):  # walls: start-up included
+                row[key] = row[num] / row[den] if row[num] and row[den] else None
             rounds.append(row)
             print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
                                                     if isinstance(v, float)), flush=True)
@@ -854,8 +854,6 @@ def paired_main(args: argparse.Namespace) -> int:
 def paired_interval(ratios: list[float | None], target: float = PAIRED_TARGET) -> dict[str, Any]:
     """Geometric mean of ``ratios`` and its 95 % Student t interval (on the logs), and the verdict
     against ``target``: ``met`` / ``not met`` only when the interval lies wholly above / below."""
-    from llmsla.control.ab_stats import t_ppf
-
     logs = [math.log(x) for x in ratios if x]
     if len(logs) < 2:
         return {"rounds": len(logs), "verdict": "unresolved: fewer than 2 rounds with both rates"}
