@@ -1,16 +1,24 @@
 """Versioned, idempotent migrations with TimescaleDB detection.
 
 Each ``migrations/NNNN_name.sql`` holds the common DDL; ``NNNN_name.plain.sql`` or
-``NNNN_name.timescale.sql`` the flavour's part. The flavour is decided once, on the first
-migration, and recorded in ``llmsla_migrations`` so a later run never mixes the two. An advisory
-lock serialises concurrent ``migrate`` calls (several services starting at once).
+``NNNN_name.timescale.sql`` the flavour's part, with markers where SQL generated from Python
+stands. A migration is rendered once, when it is written, into
+``migrations/frozen/<flavour>/NNNN_name.sql``, and ``migrate`` applies exactly those bytes: editing
+the Python that renders an old migration cannot change what it creates on a new database (a test
+fails when the renderer and the frozen files disagree; ``python -m llmsla.store.migrate --write``
+freezes a new migration). The flavour is decided once, on the first migration, and recorded in
+``llmsla_migrations`` so a later run never mixes the two. An advisory lock serialises concurrent
+``migrate`` calls (several services starting at once).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 
 import psycopg
 
@@ -20,6 +28,7 @@ from llmsla.store import forecast_rollups, maintenance
 from llmsla.store.connection import StoreError
 from llmsla.store.rollups import (
     hist_functions_ddl,
+    pin_search_path_ddl,
     rollup_cascade_ddl,
     rollup_ddl,
     rollup_hist_caggs_ddl,
@@ -31,6 +40,8 @@ from llmsla.store.rollups import (
 
 PLAIN = "plain"
 TIMESCALE = "timescale"
+FLAVORS = (PLAIN, TIMESCALE)
+FROZEN_DIR = "frozen"
 _LOCK_ID = 0x11A5_1A  # pg_advisory_lock key for migrations
 _PARTITION = re.compile(r"\{\{PARTITION_BY (\w+)\}\}")
 
@@ -43,7 +54,20 @@ class Migration:
     plain: str
     timescale: str
 
+    @property
+    def file_name(self) -> str:
+        return f"{self.version:04d}_{self.name}.sql"
+
     def sql(self, flavor: str) -> str:
+        """The frozen SQL this migration applies on ``flavor``."""
+        path = _migrations_root() / FROZEN_DIR / flavor / self.file_name
+        if not path.is_file():
+            raise StoreError(f"migration {self.file_name}: no frozen SQL for {flavor} "
+                             f"(run `python -m llmsla.store.migrate --write`)")
+        return path.read_text(encoding="utf-8")
+
+    def render(self, flavor: str) -> str:
+        """The SQL the templates and today's Python give (what :meth:`sql` was frozen from)."""
         if flavor == PLAIN:
             common = _PARTITION.sub(r"PARTITION BY RANGE (\1)", self.common)
             extra = self.plain
@@ -66,6 +90,7 @@ _GENERATED = {
     "{{ROLLUP_WRITER_MINUTES}}": lambda flavor: writer_minutes_ddl(),
     "{{FORECAST_ROLLUP_TABLES}}": lambda flavor: forecast_rollups.tables_ddl(),
     "{{FORECAST_ROLLUP_CAGGS}}": lambda flavor: forecast_rollups.caggs_ddl(),
+    "{{PIN_SEARCH_PATH}}": lambda flavor: pin_search_path_ddl(),
 }
 
 
@@ -85,9 +110,13 @@ class MigrateResult:
     partitions_created: int = 0
 
 
+def _migrations_root():  # a Traversable: a directory in a checkout or an installed wheel
+    return resources.files("llmsla.store") / "migrations"
+
+
 def load_migrations() -> list[Migration]:
-    root = resources.files("llmsla.store") / "migrations"
-    files = {p.name: p.read_text() for p in root.iterdir() if p.name.endswith(".sql")}
+    root = _migrations_root()
+    files = {p.name: p.read_text(encoding="utf-8") for p in root.iterdir() if p.name.endswith(".sql")}
     out = []
     for fname in sorted(files):
         m = re.fullmatch(r"(\d{4})_(\w+)\.sql", fname)
@@ -138,8 +167,9 @@ def recorded_flavor(conn: psycopg.Connection) -> str | None:
     return row[0] if row else None
 
 
-def migrate(conn: psycopg.Connection, cfg: Config) -> MigrateResult:
-    """Apply pending migrations, then partition/policy maintenance. Safe to run repeatedly."""
+def migrate(conn: psycopg.Connection, cfg: Config, *, upto: int | None = None) -> MigrateResult:
+    """Apply pending migrations (those up to version ``upto`` when given: a store as an older
+    release left it), then partition/policy maintenance. Safe to run repeatedly."""
     if not conn.autocommit:
         conn.commit()
     conn.autocommit = True
@@ -156,7 +186,7 @@ def migrate(conn: psycopg.Connection, cfg: Config) -> MigrateResult:
         done = {r[0] for r in conn.execute(f"SELECT version FROM {names.T_MIGRATIONS}")}
         result = MigrateResult(flavor, timescale_version(conn), conn.execute("SHOW server_version").fetchone()[0])
         for m in load_migrations():
-            if m.version in done:
+            if m.version in done or (upto is not None and m.version > upto):
                 continue
             try:
                 if flavor == TIMESCALE:
@@ -207,3 +237,56 @@ def _split_sql(sql: str) -> list[str]:
     if stmt:
         out.append(stmt)
     return out
+
+
+def render_frozen() -> dict[str, str]:
+    """Every migration rendered for every flavour, by path relative to ``migrations/``."""
+    return {f"{FROZEN_DIR}/{flavor}/{m.file_name}": m.render(flavor)
+            for m in load_migrations() for flavor in FLAVORS}
+
+
+def frozen_differences() -> list[str]:
+    """Frozen files that are missing or differ from what the renderer gives, and frozen files of
+    no migration."""
+    root = Path(str(_migrations_root()))
+    rendered = render_frozen()
+    out = [rel for rel, text in rendered.items()
+           if not (root / rel).is_file() or (root / rel).read_text(encoding="utf-8") != text]
+    out += [str(p.relative_to(root)) for p in sorted((root / FROZEN_DIR).glob("*/*.sql"))
+            if str(p.relative_to(root)) not in rendered]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Freeze new migrations (``--write``, never rewriting a frozen one unless ``--force``), or
+    check that the renderer still gives every frozen file (``--check``, exit 1 when not)."""
+    ap = argparse.ArgumentParser(prog="python -m llmsla.store.migrate")
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 if a frozen migration differs")
+    mode.add_argument("--write", action="store_true", help="freeze migrations that have no frozen SQL yet")
+    ap.add_argument("--force", action="store_true", help="with --write: also rewrite frozen migrations that differ")
+    args = ap.parse_args(argv)
+    root = Path(str(_migrations_root()))
+    diff = frozen_differences()
+    if args.check:
+        for rel in diff:
+            print(f"frozen migration differs from its renderer: {rel}", file=sys.stderr)
+        return 1 if diff else 0
+    rendered = render_frozen()
+    for rel in diff:
+        path = root / rel
+        if rel not in rendered:
+            print(f"no migration for {rel}; remove it by hand", file=sys.stderr)
+            continue
+        if path.exists() and not args.force:
+            print(f"{rel} is frozen and the renderer now differs: add a new migration instead "
+                  f"(or --force before it was ever released)", file=sys.stderr)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rendered[rel], encoding="utf-8")
+        print(f"wrote {rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

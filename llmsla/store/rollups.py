@@ -233,12 +233,34 @@ def rollup_hist_caggs_ddl() -> str:
     return ";\n\n".join(stmts) + ";"
 
 
+#: The clause that gives a function the store's ``search_path`` (the one its migration ran with)
+#: whatever its caller's; ``llmsla_hist_value`` has none so that it stays inlinable.
+PINNED_SEARCH_PATH = "SET search_path FROM CURRENT"
+#: (name, argument types) of the functions that carry :data:`PINNED_SEARCH_PATH`.
+PINNED_FUNCTIONS: tuple[tuple[str, str], ...] = (
+    ("llmsla_hist_quantile", "bigint[], double precision"),
+    ("llmsla_hist_merge", "bigint[], bigint[], bigint[]"),
+    *((f"llmsla_hist_final_p{p}", "bigint[]") for p in (50, 95, 99)),
+)
+
+
+def pin_search_path_ddl() -> str:
+    """Migration 0010: pin the ``search_path`` of the functions a store created before it
+    (0005 created them without; a continuous aggregate's refresh then failed to find
+    ``llmsla_hist_quantile``)."""
+    return "\n".join(f"ALTER FUNCTION {n}({a}) {PINNED_SEARCH_PATH};" for n, a in PINNED_FUNCTIONS)
+
+
 def hist_functions_ddl() -> str:
     """The histogram SQL functions: ``llmsla_hist_add`` (the sum of two), the aggregate
     ``llmsla_hist_sum``, ``llmsla_hist_quantile(h, q)`` (:func:`llmsla.histogram.quantile`'s
     definition, with the same bucket values rendered in) and the per-quantile aggregates
     ``llmsla_hist_p50/p95/p99`` the roll-ups use (plain aggregates, valid in a continuous
-    aggregate; one state shared with the sum)."""
+    aggregate; one state shared with the sum).
+
+    A function that calls another llmsla function resolves it when it runs, with the caller's
+    ``search_path``; TimescaleDB materialises continuous aggregates with ``pg_catalog,
+    pg_temp``, so those functions carry the store's own (:data:`PINNED_SEARCH_PATH`)."""
     values = ",".join(repr(v) for v in names.HIST_VALUES_MS)
     stmts = []
     for in_type in ("integer[]", "bigint[]"):
@@ -275,7 +297,7 @@ END $$""")
                  "LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT ('{@VALUES@}'::double precision[])[i + 1] $$"
                  .replace("@VALUES@", values))
     stmts.append("""CREATE OR REPLACE FUNCTION llmsla_hist_quantile(h bigint[], q double precision) RETURNS double precision
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE @PINNED@ AS $$
 DECLARE
     n bigint := 0;
     c bigint := 0;
@@ -305,11 +327,11 @@ BEGIN
         END IF;
     END LOOP;
     RETURN NULL;
-END $$""".replace("@LAST@", str(len(names.HIST_VALUES_MS) - 1)))
-    stmts.append(_HIST_MERGE)
+END $$""".replace("@LAST@", str(len(names.HIST_VALUES_MS) - 1)).replace("@PINNED@", PINNED_SEARCH_PATH))
+    stmts.append(_HIST_MERGE.replace("@PINNED@", PINNED_SEARCH_PATH))
     for q in (0.5, 0.95, 0.99):
         stmts.append(f"CREATE OR REPLACE FUNCTION llmsla_hist_final_p{round(q * 100)}(s bigint[]) RETURNS double precision\n"
-                     f"LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT llmsla_hist_quantile(s, {q!r}) $$")
+                     f"LANGUAGE sql IMMUTABLE PARALLEL SAFE {PINNED_SEARCH_PATH} AS $$ SELECT llmsla_hist_quantile(s, {q!r}) $$")
     for in_type in ("integer[]", "bigint[]"):
         common = "SFUNC = llmsla_hist_add, STYPE = bigint[], COMBINEFUNC = llmsla_hist_add, PARALLEL = SAFE"
         stmts.append(f"CREATE OR REPLACE AGGREGATE llmsla_hist_sum({in_type}) ({common})")
@@ -326,7 +348,7 @@ END $$""".replace("@LAST@", str(len(names.HIST_VALUES_MS) - 1)))
 #: (the subscripts keep the layout's bucket indices) and an all-zero histogram is NULL.
 _HIST_MERGE = """CREATE OR REPLACE FUNCTION llmsla_hist_merge(a bigint[], plus bigint[], minus bigint[],
     OUT h bigint[], OUT p50 double precision, OUT p95 double precision, OUT p99 double precision)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE @PINNED@ AS $$
 DECLARE
     lo integer;
     hi integer;
