@@ -286,6 +286,7 @@ T_POLICY_WINDOWS = "policy_windows"  # 60 s tumbling, per (zone, policy_id)
 T_GPU_WINDOWS = "gpu_windows"  # 5 s tumbling, per (node, gpu)
 T_DEAD_LETTERS = "dead_letters"
 T_DEAD_LETTER_COUNTS = "dead_letter_counts"  # view: dead letters per (source, reason category)
+T_DEAD_LETTER_TOTALS = "dead_letter_totals"  # running totals per (source, reason category), outlive retention
 T_FORECASTS = "forecasts"
 T_FORECASTS_1M = "forecasts_1m"  # roll-up table (trigger) / continuous aggregate
 T_FORECASTS_1H = "forecasts_1h"  # roll-up table (trigger) / continuous aggregate

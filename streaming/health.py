@@ -1,8 +1,9 @@
 """What the stream job has done, as Prometheus metrics read from the store it writes.
 
 Dead letters and windows land in the store, from whichever Flink task wrote them, so the store
-is the one place that knows the totals: a counter derived from the ``dead_letters`` table
-survives job restarts and rescaling, and the newest window end per table says how far behind
+is the one place that knows the totals: a counter read from the running totals of
+``dead_letter_totals`` (kept by a trigger on ``dead_letters``) survives job restarts, rescaling
+and the retention that drops old dead letters, and the newest window end per table says how far behind
 the job is (``time() - llmsla_stream_newest_window_end_timestamp_seconds``) even when it is
 down. ``llmsla stream`` serves these on ``stream.metrics_port``; the static rule
 ``LlmslaDeadLetters`` and the stream-lag panel read them.
@@ -52,7 +53,7 @@ class StreamHealth(Collector):
         try:
             with self._store.connect(autocommit=True) as conn:
                 letters = conn.execute(
-                    f"SELECT source, count(*) FROM {names.T_DEAD_LETTERS} GROUP BY source").fetchall()
+                    f"SELECT source, sum(records) FROM {names.T_DEAD_LETTER_TOTALS} GROUP BY source").fetchall()
                 newest = {t: conn.execute(f"SELECT extract(epoch FROM max({names.TIME_TABLES[t]})) FROM {t}").fetchone()[0]
                           for t in WINDOW_SECONDS}
         except (StoreError, psycopg.Error, OSError):
