@@ -66,6 +66,17 @@ def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: 
     return dropped
 
 
+def refresh_start_offset(cfg: Config) -> dt.timedelta:
+    """How far back a continuous aggregate's refresh policy looks: as far as the 5 s rows are
+    kept, less a day. A backlog replay or a late upsert hours old invalidates buckets far behind
+    the newest ones, and real-time aggregation only covers what is newer than the newest
+    materialised bucket, so a shorter window left those buckets stale for good. The refresh
+    re-materialises only invalidated buckets, so the long window costs nothing when nothing is
+    late; it stays inside the 5 s retention because refreshing a bucket whose rows were dropped
+    would empty it."""
+    return max(dt.timedelta(days=cfg.store.retention_days) - dt.timedelta(days=1), dt.timedelta(hours=2))
+
+
 def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
     retention = dt.timedelta(days=cfg.store.retention_days)
     compress_after = dt.timedelta(days=cfg.store.compress_after_days)
@@ -76,11 +87,13 @@ def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
         conn.execute("CALL remove_columnstore_policy(%s, if_exists => true)", (table,))
         conn.execute("CALL add_columnstore_policy(%s, after => %s)", (table, compress_after))
     for view, width in ALL_ROLLUPS.items():
+        if conn.execute("SELECT to_regclass(%s)", (view,)).fetchone()[0] is None:
+            continue  # a store migrated only part of the way (migrate(upto=...)) has not got it yet
         step = dt.timedelta(minutes=1) if "minute" in width else dt.timedelta(hours=1)
         conn.execute("SELECT remove_continuous_aggregate_policy(%s, if_exists => true)", (view,))
         conn.execute(
             "SELECT add_continuous_aggregate_policy(%s, start_offset => %s, end_offset => %s, schedule_interval => %s)",
-            (view, dt.timedelta(hours=2) if step < dt.timedelta(hours=1) else dt.timedelta(days=3), step, step),
+            (view, refresh_start_offset(cfg), step, step),
         )
         # roll-ups are small: keep them four times as long as the 5 s windows
         conn.execute("SELECT remove_retention_policy(%s, if_exists => true)", (view,))
