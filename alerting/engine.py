@@ -39,8 +39,12 @@ from llmsla.alerting.webhook import FIRING, Alert, Notification
 
 NORMAL, DEWEIGHTED, DRAINED, RESTORING, SHIFTED = "normal", "deweighted", "drained", "restoring", "shifted"
 #: Decisions (the ``decision`` column of the alert's audit row).
-ACT, JOINED, DUPLICATE, STALE, RESOLVED, RESOLVED_PARTIAL, NO_RULE, UNROUTABLE, DEFERRED = (
-    "act", "joined", "duplicate", "stale", "resolved", "resolved_partial", "no_rule", "unroutable", "deferred")
+ACT, JOINED, DUPLICATE, STALE, RESOLVED, RESOLVED_PARTIAL, NO_RULE, UNROUTABLE, DEFERRED, INVALID = (
+    "act", "joined", "duplicate", "stale", "resolved", "resolved_partial", "no_rule", "unroutable", "deferred",
+    "invalid")
+#: audit target of the alerts a notification carried but the receiver could not use, and of the
+#: notification-level rows (``truncated``: Alertmanager's ``max_alerts`` left alerts out)
+INVALID_TARGET = "alert:invalid"
 MAX_ENDED = 200
 MAX_RETRY_S = 60.0
 
@@ -112,7 +116,35 @@ class Engine:
     async def handle(self, note: Notification, t0: float | None = None) -> list[Outcome]:
         """Process every alert of a notification in order; each under its target's lock."""
         t0 = time.perf_counter() if t0 is None else t0
-        return [await self._one(note, a, t0) for a in note.alerts]
+        out = [await self._one(note, a, t0) for a in note.alerts]
+        if note.skipped or note.truncated:
+            out += await self._unusable(note, t0)
+        return out
+
+    async def _unusable(self, note: Notification, t0: float) -> list[Outcome]:
+        """Audit what the notification carried but cannot be acted on, in one transaction: each
+        skipped alert with its reason, and the count Alertmanager truncated (``max_alerts``)."""
+        outs = [Outcome(s.fingerprint, s.alertname, s.status, INVALID, s.reason, INVALID_TARGET) for s in note.skipped]
+        async with self.journal.lock(INVALID_TARGET) as tx:
+            for s in note.skipped:
+                # the dedupe key says which post and position; an invalid alert claims no idempotency key
+                tx.audit(action="alert", target=INVALID_TARGET, alertname=s.alertname, fingerprint=s.fingerprint,
+                         alert_status=s.status, decision=INVALID, reason=s.reason, outcome="skipped",
+                         dedupe_key=f"invalid:{note.group_key[:200]}:{s.index}",
+                         latency_ms=(time.perf_counter() - t0) * 1000.0,
+                         params={"labels": s.labels, "index": s.index, "groupKey": note.group_key})
+            if note.truncated:
+                tx.audit(action="truncated", target=INVALID_TARGET, decision="truncated", outcome="lost",
+                         reason=(f"Alertmanager left {note.truncated} alerts of this group out (max_alerts of the "
+                                 "webhook config); they reach the receiver only once the group is smaller"),
+                         params={"truncatedAlerts": note.truncated, "received": len(note.alerts) + len(note.skipped),
+                                 "groupKey": note.group_key})
+        if self.metrics is not None:
+            for s in note.skipped:
+                self.metrics.alert(s.status or "unknown", INVALID)
+            if note.truncated:
+                self.metrics.truncated.inc(note.truncated)
+        return outs
 
     async def _one(self, note: Notification, alert: Alert, t0: float) -> Outcome:
         received = dt.datetime.now(dt.UTC)  # the alert row sorts before the actions it causes

@@ -13,7 +13,8 @@ from llmsla.alerting import webhook
 from llmsla.openapi import ERROR_RESPONSE, common_paths, error_schema
 
 COMMITTED = Path("deploy/openapi/receiver.json")
-_LABEL_NAME = {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"}
+#: UTF-8 label names, as Alertmanager's default mode and Prometheus 3 send them
+_LABEL_NAME = {"type": "string", "minLength": 1, "maxLength": webhook.MAX_LABEL_VALUE}
 _DATE = "(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
 _ZONE = "(\\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-3]):[0-5][0-9])$"
 #: RFC 3339 as Alertmanager writes it (a pattern rather than format: date-time, so generated
@@ -40,20 +41,21 @@ def document() -> dict[str, Any]:
             "labels": {**_STR_MAP, "required": ["alertname"],
                        "properties": {"alertname": {"type": "string", "minLength": 1, "maxLength": webhook.MAX_LABEL_VALUE}},
                        "description": "alertname, severity, slo, model, pool, replica, scope, source (docs/alerting.md)"},
-            "annotations": _map(webhook.MAX_ANNOTATION_VALUE),
+            "annotations": {**_map(webhook.MAX_ANNOTATION_VALUE), "description": "informational; cut, never refused"},
             "startsAt": _START,
             "endsAt": _TIME,
-            "generatorURL": {"type": "string", "maxLength": 4096},
+            "generatorURL": {"type": "string", "description": f"informational; cut to {webhook.MAX_URL} characters"},
             "fingerprint": {"type": "string", "pattern": "^[0-9a-zA-Z_-]{1,64}$"},
         },
     }
     notification = {
         "type": "object",
         "required": ["version", "groupKey", "status", "alerts"],
-        "description": "Alertmanager webhook v4; fields not listed are ignored",
+        "description": "Alertmanager webhook v4; fields not listed are ignored. An alert the receiver cannot "
+                       "use is audited as `invalid` and skipped; the others are acted on (200).",
         "properties": {
             "version": {"type": "string", "enum": [webhook.VERSION]},
-            "groupKey": {"type": "string", "maxLength": 4096},
+            "groupKey": {"type": "string"},
             "truncatedAlerts": {"type": "integer", "minimum": 0},
             "status": {"type": "string", "enum": list(webhook.STATUSES)},
             "receiver": {"type": "string", "maxLength": 4096},
@@ -61,14 +63,14 @@ def document() -> dict[str, Any]:
             "commonLabels": _STR_MAP,
             "commonAnnotations": _map(webhook.MAX_ANNOTATION_VALUE),
             "externalURL": {"type": "string", "maxLength": 4096},
-            "alerts": {"type": "array", "minItems": 1, "maxItems": webhook.MAX_ALERTS,
+            "alerts": {"type": "array", "minItems": 1, "description": "any number within receiver.max_body_bytes",
                        "items": {"$ref": "#/components/schemas/Alert"}},
         },
     }
     outcome = {"type": "object", "properties": {
         "fingerprint": {"type": "string"}, "alertname": {"type": "string"}, "status": {"type": "string"},
         "decision": {"type": "string", "enum": ["act", "joined", "duplicate", "stale", "resolved",
-                                                "resolved_partial", "no_rule", "unroutable", "deferred"]},
+                                                "resolved_partial", "no_rule", "unroutable", "deferred", "invalid"]},
         "reason": {"type": "string"}, "target": {"type": "string"},
         "actions": {"type": "array", "items": {"type": "object"}}}}
     return {
@@ -86,6 +88,8 @@ def document() -> dict[str, Any]:
                     "200": {"description": "recorded; one outcome per alert", "content": {"application/json": {
                         "schema": {"type": "object", "required": ["alerts", "results"], "properties": {
                             "alerts": {"type": "integer"},
+                            "skipped": {"type": "integer", "description": "alerts audited as invalid"},
+                            "truncated": {"type": "integer", "description": "truncatedAlerts of the notification"},
                             "results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}}}}}},
                     "400": _ERROR, "401": _ERROR, "413": _ERROR,
                     "503": {**_ERROR, "description": "no token configured, or the store is down (Alertmanager retries)"},

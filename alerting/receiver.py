@@ -1,7 +1,9 @@
 """``llmsla receiver``'s HTTP app: webhook v4 in, the engine decides, the reconciler follows up.
 
 ``POST /v1/alerts`` answers 200 once every alert of the notification is recorded, decided and its
-immediate actions attempted (the body lists the outcome per alert). Control API failures are
+immediate actions attempted (the body lists the outcome per alert). An alert it cannot use is
+audited as ``invalid`` and skipped; the rest of the notification is acted on and the answer is
+still 200 (Alertmanager never retries a 4xx: one odd alert must not lose its group). Control API failures are
 *not* an HTTP error: the receiver owns the retry (the reconciler retries with backoff and each
 attempt is audited), so Alertmanager re-sending the whole group would add nothing. The one case
 that answers 503 is a store that cannot record the alert: then the idempotency key is not claimed
@@ -52,6 +54,9 @@ class ReceiverMetrics:
         self.latency = Histogram(names.RECEIVER_ACTION_SECONDS, "Control API call time of receiver actions.",
                                  (names.L_ACTION,), registry=self.registry,
                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.truncated = Counter(names.RECEIVER_TRUNCATED,
+                                 "Alerts Alertmanager left out of notifications (truncatedAlerts, max_alerts).",
+                                 registry=self.registry)
         self.rejected = Counter("llmsla_receiver_rejected", "Webhook posts refused before any alert was read.",
                                 (names.L_STATUS,), registry=self.registry)
 
@@ -81,13 +86,20 @@ async def _alerts(request: web.Request) -> web.Response:
     except ApiError as exc:
         engine.metrics.rejected.labels(str(exc.status)).inc()
         return exc.response()
+    if note.truncated:
+        log.warning("receiver: group %s: Alertmanager truncated %d alerts (max_alerts); raise max_alerts or "
+                    "receiver.max_body_bytes", note.group_key, note.truncated)
+    if note.skipped:
+        log.warning("receiver: group %s: %d of %d alerts skipped as unusable, e.g. %s", note.group_key,
+                    len(note.skipped), len(note.skipped) + len(note.alerts), note.skipped[0].reason)
     try:
         outcomes = await engine.handle(note, t0)
     except JournalUnavailable as exc:
         log.warning("receiver: %s; answering 503 so the sender retries", exc)
         return error_response(503, f"{exc}; nothing was recorded, retry later", code="store_unavailable",
                               type_="server_error", headers={"Retry-After": "5"})
-    return web.json_response({"alerts": len(outcomes), "results": [asdict(o) for o in outcomes]}, dumps=_dumps)
+    return web.json_response({"alerts": len(outcomes), "skipped": len(note.skipped), "truncated": note.truncated,
+                              "results": [asdict(o) for o in outcomes]}, dumps=_dumps)
 
 
 async def _state(request: web.Request) -> web.Response:
@@ -119,7 +131,7 @@ async def _openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi.document())
 
 
-def make_app(engine: Engine, *, token: str, max_body: int = 1 << 20, tick_s: float | None = 1.0,
+def make_app(engine: Engine, *, token: str, max_body: int = 16 << 20, tick_s: float | None = 1.0,
              prune_after_s: float = 30 * 86400.0, limits: Limits = DEFAULT_LIMITS) -> web.Application:
     """The receiver app; with ``tick_s`` it also runs the reconciler while it is up."""
     if engine.metrics is None:

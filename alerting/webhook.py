@@ -1,10 +1,15 @@
 """Alertmanager webhook v4: parse and validate one notification, whoever sent it.
 
-Alertmanager and the forecaster post the same shape. Validation is strict on what the receiver
-relies on (types, required fields, label names, RFC 3339 times, sizes) and lenient on fields it
-does not use: an Alertmanager upgrade that adds a field must not turn every notification into a
-400. Every problem is a :class:`WebhookError` whose reason names the field (``alerts[3].startsAt``),
-so the sender's log says what to fix.
+Alertmanager and the forecaster post the same shape. Two levels, because Alertmanager never
+retries a 4xx: a body that is not a webhook v4 envelope (not JSON, wrong version, no alert list)
+is a :class:`WebhookError` (400); a bad *alert* is a :class:`Skipped` entry (audited by the
+engine, the other alerts of the notification are acted on, the answer is 200). Validation is strict
+on what the receiver relies on (types, alertname, RFC 3339 times, storable strings) and lenient on
+what it does not use (annotations, ``generatorURL``, group and common labels: truncated or
+ignored, never a rejection). Label names are any non-empty UTF-8 string, as Alertmanager's default
+mode and Prometheus 3 send them (``k8s.cluster.name`` from ``external_labels``). There is no
+alert-count limit: the body bound (``receiver.max_body_bytes``) is the bound. Every reason names
+the field (``alerts[3].startsAt``), so the sender's log says what to fix.
 
 Idempotency key of an alert: ``(fingerprint, status, startsAt)``. Alertmanager keeps ``startsAt``
 for the alert's whole life and re-sends it every ``repeat_interval`` and from every HA peer, so
@@ -27,11 +32,12 @@ VERSION = "4"
 FIRING = "firing"
 RESOLVED = "resolved"
 STATUSES = (FIRING, RESOLVED)
-MAX_ALERTS = 1000
-MAX_LABELS = 64
-MAX_LABEL_VALUE = 1024
+#: an alert with more labels, or a longer label name or value, is skipped (its identity would not
+#: fit an audit row); annotations and generatorURL are only informational and are truncated
+MAX_LABELS = 256
+MAX_LABEL_VALUE = 4096
 MAX_ANNOTATION_VALUE = 16384
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+MAX_URL = 4096
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
 _FINGERPRINT = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
 ZERO_TIME = dt.datetime(1, 1, 1, tzinfo=dt.UTC)
@@ -70,6 +76,18 @@ class Alert:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """An alert the receiver cannot act on: audited with its reason, never a rejected group."""
+
+    index: int
+    reason: str
+    alertname: str = ""
+    fingerprint: str = ""
+    status: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Notification:
     version: str
     group_key: str
@@ -77,6 +95,7 @@ class Notification:
     receiver: str
     alerts: list[Alert] = field(default_factory=list)
     truncated: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def iso(t: dt.datetime) -> str:
@@ -118,6 +137,19 @@ def storable(v: str) -> bool:
     return True
 
 
+def printable(v: Any, max_len: int = 256) -> str:
+    """Any value as storable text of at most ``max_len`` characters (NUL and lone surrogates
+    replaced): what an audit row may quote of an alert it could not use."""
+    s = v if isinstance(v, str) else _show(v)
+    s = s.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+    return s if len(s) <= max_len else s[: max_len - 3] + "..."
+
+
+def _clip(v: Any, max_len: int) -> str:
+    """Informational text: kept if it is a string, cut to ``max_len``, made storable."""
+    return printable(v, max_len) if isinstance(v, str) else ""
+
+
 def _text(v: Any, where: str, *, max_len: int = 4096, default: str = "") -> str:
     if v is None:
         return default
@@ -128,21 +160,31 @@ def _text(v: Any, where: str, *, max_len: int = 4096, default: str = "") -> str:
     return v
 
 
-def _str_map(v: Any, where: str, *, max_value: int, required: bool = False) -> dict[str, str]:
-    if v is None and not required:
-        return {}
+def _labels(v: Any, where: str) -> dict[str, str]:
+    """An alert's labels: its identity and what the policy matches, so every entry must be usable."""
     if not isinstance(v, dict):
         raise WebhookError(f"{where}: expected an object of strings, got {type(v).__name__}")
     if len(v) > MAX_LABELS:
         raise WebhookError(f"{where}: {len(v)} entries, at most {MAX_LABELS}")
     for k, val in v.items():
-        if not _LABEL_NAME.match(k):
-            raise WebhookError(f"{where}: {_show(k)} is not a valid label name")
+        # UTF-8 names (Alertmanager's default mode): any non-empty string PostgreSQL can store
+        if not k or len(k) > MAX_LABEL_VALUE or not storable(k):
+            raise WebhookError(f"{where}: {_show(k)} is not a usable label name (empty, longer than "
+                               f"{MAX_LABEL_VALUE} characters, or contains NUL or a lone surrogate)")
         if not isinstance(val, str):
             raise WebhookError(f"{where}.{k}: expected a string, got {_show(val)}")
-        if len(val) > max_value or not storable(val):
-            raise WebhookError(f"{where}.{k}: longer than {max_value} characters, or contains NUL or a lone surrogate")
+        if len(val) > MAX_LABEL_VALUE or not storable(val):
+            raise WebhookError(f"{where}.{k}: longer than {MAX_LABEL_VALUE} characters, or contains NUL or "
+                               "a lone surrogate")
     return v
+
+
+def _annotations(v: Any) -> dict[str, str]:
+    """Informational: string entries kept (cut to ``MAX_ANNOTATION_VALUE``), anything else dropped."""
+    if not isinstance(v, dict):
+        return {}
+    return {printable(k, MAX_LABEL_VALUE): _clip(val, MAX_ANNOTATION_VALUE)
+            for k, val in v.items() if isinstance(val, str)}
 
 
 def fingerprint_of(labels: dict[str, str]) -> str:
@@ -158,10 +200,10 @@ def _alert(v: Any, where: str) -> Alert:
         raise WebhookError(f"{where}.status: expected 'firing' or 'resolved', got {_show(status)}")
     if "labels" not in v:
         raise WebhookError(f"{where}.labels: missing")
-    labels = _str_map(v["labels"], f"{where}.labels", max_value=MAX_LABEL_VALUE, required=True)
+    labels = _labels(v["labels"], f"{where}.labels")
     if not labels.get(names.L_ALERTNAME):
         raise WebhookError(f"{where}.labels.alertname: missing or empty")
-    annotations = _str_map(v.get("annotations"), f"{where}.annotations", max_value=MAX_ANNOTATION_VALUE)
+    annotations = _annotations(v.get("annotations"))
     starts = _time(v.get("startsAt"), f"{where}.startsAt", required=True)
     if starts == ZERO_TIME or starts.astimezone(dt.UTC).year < 2000:
         raise WebhookError(f"{where}.startsAt: {_show(v.get('startsAt'))} is not a real start time")
@@ -173,7 +215,7 @@ def _alert(v: Any, where: str) -> Alert:
         fp = fingerprint_of(labels)
     elif not isinstance(fp, str) or not _FINGERPRINT.match(fp):
         raise WebhookError(f"{where}.fingerprint: expected 1-64 letters/digits, got {_show(fp)}")
-    gen = _text(v.get("generatorURL"), f"{where}.generatorURL")
+    gen = _clip(v.get("generatorURL"), MAX_URL)
     return Alert(status, dict(labels), dict(annotations), starts, ends, fp, gen)
 
 
@@ -199,27 +241,40 @@ def parse_obj(body: Any) -> Notification:
     gk = body.get("groupKey")
     if not isinstance(gk, str):
         raise WebhookError(f"groupKey: expected a string, got {_show(gk)}")
-    gk = _text(gk, "groupKey")
+    gk = printable(gk, 4096)
     status = body.get("status")
     if status not in STATUSES:
         raise WebhookError(f"status: expected 'firing' or 'resolved', got {_show(status)}")
-    receiver = _text(body.get("receiver"), "receiver")
-    for k in ("groupLabels", "commonLabels"):
-        _str_map(body.get(k), k, max_value=MAX_LABEL_VALUE)
-    _str_map(body.get("commonAnnotations"), "commonAnnotations", max_value=MAX_ANNOTATION_VALUE)
+    receiver = _clip(body.get("receiver"), 4096)
+    # groupLabels, commonLabels, commonAnnotations, externalURL: not used, never a reason to refuse
     trunc = body.get("truncatedAlerts", 0)
     if isinstance(trunc, float) and trunc.is_integer():
         trunc = int(trunc)  # JSON has one number type: 3.0 is the integer 3
     if isinstance(trunc, bool) or not isinstance(trunc, int) or trunc < 0:
         raise WebhookError(f"truncatedAlerts: expected an integer >= 0, got {_show(trunc)}")
-    _text(body.get("externalURL"), "externalURL")
     alerts = body.get("alerts")
     if not isinstance(alerts, list):
         raise WebhookError(f"alerts: expected a list, got {_show(alerts)}")
     if not alerts:
         raise WebhookError("alerts: empty; a notification carries at least one alert")
-    if len(alerts) > MAX_ALERTS:
-        raise WebhookError(f"alerts: {len(alerts)} alerts, at most {MAX_ALERTS} per notification "
-                           "(set max_alerts in the webhook config)", 413)
-    parsed = [_alert(a, f"alerts[{i}]") for i, a in enumerate(alerts)]
-    return Notification(VERSION, gk, status, receiver, parsed, trunc)
+    parsed: list[Alert] = []
+    skipped: list[Skipped] = []
+    for i, a in enumerate(alerts):
+        try:
+            parsed.append(_alert(a, f"alerts[{i}]"))
+        except WebhookError as exc:
+            skipped.append(_skipped(i, a, exc.reason))
+    return Notification(VERSION, gk, status, receiver, parsed, trunc, skipped)
+
+
+def _skipped(i: int, a: Any, reason: str) -> Skipped:
+    """What can be quoted of an unusable alert, every string storable and short."""
+    if not isinstance(a, dict):
+        return Skipped(i, printable(reason, 1024))
+    raw = a.get("labels")
+    labels = ({printable(k, 128): printable(v) for k, v in list(raw.items())[:64]}
+              if isinstance(raw, dict) else {})
+    fp = a.get("fingerprint")
+    return Skipped(i, printable(reason, 1024), labels.get(names.L_ALERTNAME, ""),
+                   printable(fp, 64) if isinstance(fp, str) else "",
+                   a.get("status") if a.get("status") in STATUSES else "", labels)

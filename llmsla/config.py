@@ -270,7 +270,7 @@ class ReceiverConfig:
     control_timeout_s: float = _k(2.0, "timeout of one control API call", minimum=0.01)
     control_retries: int = _k(3, "attempts per control API action before it is audited as failed (the reconciler retries later)", minimum=1)
     control_backoff_s: float = _k(0.1, "first retry delay; doubles per attempt", minimum=0)
-    max_body_bytes: int = _k(1 << 20, "reject webhook bodies larger than this (413)", minimum=1024)
+    max_body_bytes: int = _k(16 << 20, "reject webhook bodies larger than this (413); the shipped alertmanager.yml's max_alerts (5000) fits it at 3 KB an alert", minimum=1024)
     tick_s: float = _k(1.0, "reconciler cadence: escalation, hold-down expiry, restore steps", minimum=0.01)
 
 

@@ -228,6 +228,7 @@ DEAD_LETTERS = "llmsla_dead_letters"  # counter, label source; llmsla_dead_lette
 STREAM_NEWEST_WINDOW = "llmsla_stream_newest_window_end_timestamp_seconds"  # gauge, label table
 RECEIVER_ALERTS = "llmsla_receiver_alerts"  # counter, labels status, decision
 RECEIVER_ACTION_SECONDS = "llmsla_receiver_action_seconds"  # histogram, label action
+RECEIVER_TRUNCATED = "llmsla_receiver_truncated_alerts"  # counter: alerts Alertmanager's max_alerts left out
 #: Store tables of the receiver: one row per idempotency key, one state document per target.
 T_ALERT_RECEIPTS = "alert_receipts"
 T_RECEIVER_STATE = "receiver_state"
