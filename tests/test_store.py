@@ -16,7 +16,7 @@ import pytest
 from llmsla import names
 from llmsla.redaction import redact
 from llmsla.store import connect
-from llmsla.store.maintenance import maintain
+from llmsla.store.maintenance import maintain, materialize_rollups
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
 
 UTC = dt.UTC
@@ -156,9 +156,7 @@ def test_rollups_sum_exactly(pg_dsn: str, cfg) -> None:
         migrate(conn, cfg)
         insert_windows(conn, rows)
         conn.commit()
-        if recorded_flavor(conn) == "timescale":
-            conn.autocommit = True
-            conn.execute(f"CALL refresh_continuous_aggregate('{names.T_REQUEST_WINDOWS_1M}', NULL, NULL)")
+        materialize_rollups(conn)
         got = conn.execute(
             f"SELECT bucket, requests, ttft_within_slo, ttft_p99_ms_max, windows FROM {names.T_REQUEST_WINDOWS_1M} ORDER BY bucket"
         ).fetchall()

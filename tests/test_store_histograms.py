@@ -20,20 +20,12 @@ from test_store_rollups import _floor
 from llmsla import histogram as H
 from llmsla import names
 from llmsla.store import connect
-from llmsla.store.migrate import migrate, recorded_flavor
-from llmsla.store.rollups import QUANTILES, ROLLUPS
+from llmsla.store.maintenance import materialize_rollups
+from llmsla.store.migrate import migrate
+from llmsla.store.rollups import QUANTILES
 
 UTC = dt.UTC
 QS = (0.0, 0.01, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
-
-
-def _refresh(conn: psycopg.Connection) -> None:
-    if recorded_flavor(conn) == "timescale":
-        conn.commit()
-        conn.autocommit = True
-        for view in ROLLUPS:
-            conn.execute(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
-        conn.autocommit = False
 
 
 def test_sql_quantile_and_sum_equal_python(pg_dsn: str, cfg) -> None:
@@ -107,7 +99,7 @@ def test_rollup_quantiles_are_the_ranges_within_one_percent(pg_dsn: str, cfg) ->
             for r in rows:  # COPY, as the stream's sink writes them
                 cp.write_row([r[c] for c in cols])
         conn.commit()
-        _refresh(conn)
+        materialize_rollups(conn)
         # single 5 s windows
         got = conn.execute(
             f"SELECT bucket, replica, {', '.join(f'llmsla_hist_quantile({h}, {q})' for h in ('ttft_hist', 'e2e_hist') for q in QS)} "

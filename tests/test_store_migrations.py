@@ -22,6 +22,7 @@ from llmsla import names
 from llmsla.forecaster.store_io import write_forecasts
 from llmsla.store import connect
 from llmsla.store import migrate as migrate_mod
+from llmsla.store.maintenance import materialize_rollups
 from llmsla.store.migrate import FLAVORS, load_migrations, migrate, recorded_flavor
 from llmsla.store.rollups import HISTS, PRE_HIST_SUFFIX
 
@@ -121,15 +122,6 @@ def _write(conn: psycopg.Connection, rows: list[dict], forecasts: list[tuple]) -
     conn.commit()
 
 
-def _refresh(conn: psycopg.Connection) -> None:
-    if recorded_flavor(conn) == "timescale":
-        conn.commit()
-        conn.autocommit = True
-        for view in ROLLUP_TABLES:
-            conn.execute(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
-        conn.autocommit = False
-
-
 def _catalog(conn: psycopg.Connection) -> dict[str, list[tuple]]:
     """What users and the code can see of the schema (TimescaleDB's internal objects and the
     renamed pre-0005 aggregates an upgrade keeps aside)."""
@@ -151,7 +143,7 @@ def _catalog(conn: psycopg.Connection) -> dict[str, list[tuple]]:
 
 
 def _rows(conn: psycopg.Connection) -> dict[str, list[tuple]]:
-    _refresh(conn)
+    materialize_rollups(conn)
     out = {}
     for table in (names.T_REQUEST_WINDOWS, *ROLLUP_TABLES):
         cols = [r[0] for r in conn.execute(

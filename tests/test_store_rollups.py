@@ -19,7 +19,7 @@ from test_store import insert_windows, window_row
 from llmsla import histogram as H
 from llmsla import names
 from llmsla.store import connect
-from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention
+from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention, materialize_rollups
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
 from llmsla.store.rollups import HISTS, QUANTILES, ROLLUPS, rollup_columns
 
@@ -59,11 +59,7 @@ def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
 
 
 def stored(conn: psycopg.Connection, table: str) -> dict[tuple, dict]:
-    if recorded_flavor(conn) == "timescale":
-        conn.commit()
-        conn.autocommit = True
-        conn.execute(f"CALL refresh_continuous_aggregate('{table}', NULL, NULL)")
-        conn.autocommit = False
+    materialize_rollups(conn, (table,))
     cols = rollup_columns()
     exprs = [f"array_lower({c}, 1), {c}" if c in HISTS else c for c in cols]
     rows = conn.execute(f"SELECT bucket, model, pool, replica, arm, {', '.join(exprs)} FROM {table}").fetchall()

@@ -66,6 +66,30 @@ def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: 
     return dropped
 
 
+def materialize_rollups(conn: psycopg.Connection, views: tuple[str, ...] | None = None) -> list[str]:
+    """Materialise TimescaleDB's continuous aggregates now, over their whole range; returns the
+    views refreshed (none on plain PostgreSQL, whose roll-ups are tables its triggers keep
+    current). Queries never need it (real-time aggregation answers past the newest materialised
+    bucket and the refresh policy catches up late rows); a backfill, an import and a test that
+    reads the materialised rows do. Commits the open transaction: a refresh runs outside one."""
+    from llmsla.store.migrate import recorded_flavor  # migrate imports this module
+
+    if recorded_flavor(conn) != "timescale":
+        return []
+    if not conn.autocommit:
+        conn.commit()
+    was, conn.autocommit = conn.autocommit, True
+    done = []
+    try:
+        for view in views or tuple(ALL_ROLLUPS):
+            if conn.execute("SELECT to_regclass(%s)", (view,)).fetchone()[0] is not None:
+                conn.execute("CALL refresh_continuous_aggregate(%s, NULL, NULL)", (view,))
+                done.append(view)
+    finally:
+        conn.autocommit = was
+    return done
+
+
 def refresh_start_offset(cfg: Config) -> dt.timedelta:
     """How far back a continuous aggregate's refresh policy looks: as far as the 5 s rows are
     kept, less a day. A backlog replay or a late upsert hours old invalidates buckets far behind

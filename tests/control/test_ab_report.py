@@ -29,7 +29,8 @@ from llmsla.control.router import Replica, Router
 from llmsla.events import RequestEvent
 from llmsla.fleet import engine, faults, traces, workload
 from llmsla.store import connect
-from llmsla.store.migrate import migrate, recorded_flavor
+from llmsla.store.maintenance import materialize_rollups
+from llmsla.store.migrate import migrate
 
 SPEC = {"exp": {"seed": 11, "coverage": 0.9, "arms": {"control": {}, "treat": {"pool": "canary"}},
                 "forced": {"s3": "treat"}}}
@@ -117,11 +118,7 @@ def load(conn: psycopg.Connection, rows: list[dict]) -> None:
         for r in rows:
             cp.write_row([r[c] for c in cols])
     conn.commit()
-    if recorded_flavor(conn) == "timescale":
-        conn.autocommit = True
-        for view in (names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H):
-            conn.execute(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
-        conn.autocommit = False
+    materialize_rollups(conn)
 
 
 def test_store_path_equals_the_requests_and_the_report_sees_the_slow_arm(pg_dsn: str, cfg, traffic) -> None:

@@ -25,6 +25,7 @@ from llmsla.dashboards import runner, storesql
 from llmsla.dashboards.macros import TimeRange, Variable
 from llmsla.dashboards.query import REGISTRY, SqlQuery
 from llmsla.store import connect
+from llmsla.store.maintenance import materialize_rollups
 from llmsla.store.migrate import migrate, recorded_flavor
 
 UTC = dt.UTC
@@ -127,11 +128,7 @@ class Data:
                 cur.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)})",
                                 [tuple(json.dumps(r[c]) if c == "params" else r[c] for c in cols) for r in rows])
         conn.commit()
-        if recorded_flavor(conn) == "timescale":
-            conn.autocommit = True
-            for view in (names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H, names.T_FORECASTS_1M, names.T_FORECASTS_1H):
-                conn.execute(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
-            conn.autocommit = False
+        materialize_rollups(conn)
 
 
 # -- reference: the tier a range reads, computed in Python -----------------------------------------
