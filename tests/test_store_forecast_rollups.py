@@ -14,12 +14,13 @@ import math
 import random
 
 import psycopg
+from test_store_rollups import assert_realtime_caggs
 
 from llmsla import names
 from llmsla.forecaster.store_io import write_forecasts
 from llmsla.store import connect
 from llmsla.store.forecast_rollups import COLUMNS, FORECAST_ROLLUPS, KEYS
-from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention
+from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention, materialize_rollups
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
 
 UTC = dt.UTC
@@ -57,11 +58,7 @@ def reference(rows: list[tuple], seconds: int) -> dict[tuple, dict]:
 
 
 def stored(conn: psycopg.Connection, table: str) -> dict[tuple, dict]:
-    if recorded_flavor(conn) == "timescale":
-        conn.commit()
-        conn.autocommit = True
-        conn.execute(f"CALL refresh_continuous_aggregate('{table}', NULL, NULL)")
-        conn.autocommit = False
+    materialize_rollups(conn, (table,))
     rows = conn.execute(f"SELECT bucket, {', '.join(KEYS)}, {', '.join(COLUMNS)} FROM {table}").fetchall()
     return {tuple(r[:1 + len(KEYS)]): dict(zip(COLUMNS, (float(v) for v in r[1 + len(KEYS):]), strict=True))
             for r in rows}
@@ -91,8 +88,6 @@ def test_forecast_rollups_equal_reference_through_replays(pg_dsn: str, cfg) -> N
                 [[r[i] for r in rows[60:]] for i in (0, 1, 2, 3, 4, 5, 7, 8)])
         conn.commit()
         assert_rollup(conn, rows)
-        if recorded_flavor(conn) == "timescale":
-            return  # continuous aggregates: invalidation + refresh is TimescaleDB's job
         # the scorer re-scores some steps lower (a restart replaying a step): the maxima fall again
         replay = [(*r[:8], r[8] / 10) for r in rows[::2]]
         write_forecasts(conn, replay)
@@ -104,7 +99,8 @@ def test_forecasts_stored_before_0006_are_backfilled(pg_dsn: str, cfg) -> None:
     rows = scores(random.Random(5), _floor(dt.datetime.now(UTC) - dt.timedelta(hours=2), 60), 30)
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
-        if recorded_flavor(conn) == "timescale":
+        if recorded_flavor(conn) == "timescale":  # plain only: TimescaleDB's are caggs from 0006 on
+            assert_realtime_caggs(conn, FORECAST_ROLLUPS)
             return
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute("DROP SCHEMA public CASCADE")
@@ -134,7 +130,17 @@ def test_forecast_rollups_outlive_the_5s_partitions(pg_dsn: str, cfg) -> None:
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
         if recorded_flavor(conn) == "timescale":
-            return  # retention policies per continuous aggregate: tests/test_store.py
+            # materialised buckets survive drop_chunks of their 5 s rows; the roll-ups' own
+            # retention is a policy per continuous aggregate (tests/test_store.py)
+            write_forecasts(conn, [(int(old.timestamp() * 1000), "lstm", "replica", "p0", "r0", 25, None, 0.5, 0.9)])
+            conn.commit()
+            materialize_rollups(conn)
+            apply_retention(conn, cfg, flavor="timescale", now=now)
+            conn.commit()
+            assert conn.execute(f"SELECT count(*) FROM {names.T_FORECASTS}").fetchone()[0] == 0
+            for table in FORECAST_ROLLUPS:
+                assert [r[0] for r in conn.execute(f"SELECT bucket FROM {table}")] == [_floor(old, WIDTH_S[table])]
+            return
         conn.execute(f"SELECT llmsla_ensure_partitions('{names.T_FORECASTS}', 'ts', %s, %s)",
                      (ancient.date(), old.date()))
         write_forecasts(conn, [(int(t.timestamp() * 1000), "lstm", "replica", "p0", "r0", 25, None, 0.5, 0.9)

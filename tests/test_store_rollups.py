@@ -58,6 +58,13 @@ def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
     return out
 
 
+def assert_realtime_caggs(conn: psycopg.Connection, views) -> None:
+    """TimescaleDB: each roll-up is a continuous aggregate with real-time aggregation on."""
+    got = dict(conn.execute("SELECT view_name, materialized_only FROM timescaledb_information.continuous_aggregates"
+                            ).fetchall())
+    assert {v: got.get(v) for v in views} == dict.fromkeys(views, False)
+
+
 def stored(conn: psycopg.Connection, table: str) -> dict[tuple, dict]:
     materialize_rollups(conn, (table,))
     cols = rollup_columns()
@@ -137,9 +144,9 @@ def test_rollup_tables_equal_reference_through_replays(pg_dsn: str, cfg) -> None
         assert_rollup(stored(conn, M1), rows, 60)
         assert_rollup(stored(conn, H1), rows, 3600)
         # a replay rewrites some windows with lower P99s and other counts: the maxima fall again
+        # (plain: the trigger re-aggregates; TimescaleDB: the upsert invalidates the buckets and
+        # the refresh that stored() runs, as the refresh policy would, re-materialises them)
         replay = [dict(r, ttft_p99_ms=1.0, requests=1, e2e_hist=H.Hist.of([1.0]).literal()) for r in rows[::4]]
-        if recorded_flavor(conn) == "timescale":
-            return  # continuous aggregates: invalidation + refresh is TimescaleDB's job
         cols = list(rows[0])
         updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in ("bucket", "model", "pool", "replica", "arm"))
         with conn.cursor() as cur:
@@ -154,13 +161,17 @@ def test_rollup_tables_equal_reference_through_replays(pg_dsn: str, cfg) -> None
 
 
 def test_concurrent_writers_of_one_minute_both_count(pg_dsn: str, cfg) -> None:
-    """The trigger's advisory lock: B waits for A, then re-aggregates with A's committed row."""
+    """Plain: the trigger's advisory lock, B waits for A, then re-aggregates with A's committed
+    row. TimescaleDB: no trigger, so B never waits; the continuous aggregate counts both. (A row
+    committed first creates the chunk: TimescaleDB serialises the first writers of a new chunk.)"""
     minute = _floor(dt.datetime.now(UTC) - dt.timedelta(hours=1), 60)
+    seed = [window_row(minute + dt.timedelta(seconds=10))]
     a_rows, b_rows = [window_row(minute)], [window_row(minute + dt.timedelta(seconds=5))]
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
-        if recorded_flavor(conn) == "timescale":
-            return  # no trigger there (continuous aggregates)
+        timescale = recorded_flavor(conn) == "timescale"
+        insert_windows(conn, seed)
+        conn.commit()
     a, b = connect(pg_dsn), connect(pg_dsn)
     try:
         insert_windows(a, a_rows)  # A holds the roll-up lock until it commits
@@ -173,23 +184,29 @@ def test_concurrent_writers_of_one_minute_both_count(pg_dsn: str, cfg) -> None:
 
         t = threading.Thread(target=writer_b)
         t.start()
-        assert not done.wait(1.0), "B must wait for A's roll-up lock"
+        if timescale:
+            assert done.wait(10), "no roll-up lock on TimescaleDB: B commits while A is open"
+        else:
+            assert not done.wait(1.0), "B must wait for A's roll-up lock"
         a.commit()
         t.join(10)
         assert done.is_set()
         with connect(pg_dsn) as conn:
-            assert_rollup(stored(conn, M1), a_rows + b_rows, 60)
+            assert_rollup(stored(conn, M1), seed + a_rows + b_rows, 60)
     finally:
         a.close()
         b.close()
 
 
 def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
+    """Plain only: its roll-ups were views before 0004 and became trigger-kept tables. TimescaleDB's
+    were continuous aggregates from 0001 on (asserted here; its upgrade: test_store_migrations)."""
     rows = random_rows(random.Random(5), _floor(dt.datetime.now(UTC) - dt.timedelta(hours=2), 60), 20)
     rows = [{k: v for k, v in r.items() if k not in HISTS} for r in rows]  # no such columns before 0005
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
         if recorded_flavor(conn) == "timescale":
+            assert_realtime_caggs(conn, ROLLUPS)
             return
     # a fresh database at schema version 2 (views), with rows, then the upgrade
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -221,7 +238,18 @@ def test_rollups_outlive_the_5s_partitions(pg_dsn: str, cfg) -> None:
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
         if recorded_flavor(conn) == "timescale":
-            return  # retention policies per continuous aggregate: tests/test_store.py
+            # the materialised minutes and hours survive drop_chunks of their 5 s rows; the
+            # roll-ups' own retention is a policy per continuous aggregate (tests/test_store.py)
+            insert_windows(conn, [window_row(old)])
+            conn.commit()
+            materialize_rollups(conn)
+            apply_retention(conn, cfg, flavor="timescale", now=now)
+            conn.commit()
+            assert conn.execute(f"SELECT count(*) FROM {names.T_REQUEST_WINDOWS}").fetchone()[0] == 0
+            for table in ROLLUPS:
+                assert [r[0] for r in conn.execute(f"SELECT bucket FROM {table}")] == [
+                    _floor(old, 60 if table == M1 else 3600)]
+            return
         insert_windows(conn, [window_row(old), window_row(ancient)])
         conn.commit()
         conn.execute(f"SELECT llmsla_ensure_partitions('{names.T_REQUEST_WINDOWS}', 'bucket', %s, %s)",
