@@ -46,6 +46,8 @@ def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
                          window_scale=args.window_scale, scrape_interval_s=args.scrape_interval_s)
     except (SourceError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    for name, reason in sorted(out.skipped.items()):
+        print(f"rule tests for SLO {name} skipped: {reason}")
     dirs = [args.rules_out] + ([args.tests_out] if args.window_scale == 1 else [])
     if args.check:
         problems = G.stale(out, dirs)
