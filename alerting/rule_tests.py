@@ -206,6 +206,21 @@ def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bo
     return True
 
 
+def regex_examples(pattern: str) -> list[str]:
+    """Strings that fully match ``pattern`` (Prometheus anchors regexes): each top-level
+    alternative with ``.``/``\\d`` as ``0``; those that do not match are dropped."""
+    body = pattern[1:-1] if pattern.startswith("(") and pattern.endswith(")") else pattern
+    out = []
+    for alt in body.split("|"):
+        cand = re.sub(r"\\d|\.", "0", alt.strip("()^$"))
+        try:
+            if re.fullmatch(pattern, cand):
+                out.append(cand)
+        except re.error:
+            break
+    return out
+
+
 def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, dict[str, str]]]:
     """For a ratio SLI: per event kind (good/bad), the label set per metric family it increments."""
     pos_sel = spec.bad or spec.good
@@ -217,7 +232,7 @@ def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, di
         vals: list[str] = []
         for kk, op, v in pos_m + tot_m:
             if kk == k:
-                vals += v.split("|") if op in ("=~", "!~") and re.fullmatch(r"[\w|-]+", v) else [v]
+                vals += regex_examples(v) if op in ("=~", "!~") else [v]
         cands[k] = sorted(set(vals)) + ["x_other"]
 
     def find(pred: Callable[[dict[str, str]], bool]) -> dict[str, str]:

@@ -295,3 +295,31 @@ def test_any_period_gets_sloth_factors_and_one_rule_per_series(days: int, factor
         assert res.returncode == 0, res.stdout + res.stderr
     else:
         assert "not whole minutes" in rule_tests.untestable(spec)
+
+
+_REGEX = (Path(ROOT / "deploy/slo/availability.yaml").read_text()
+          .replace('llmsla_requests_total{status=~"error|timeout"}', 'llmsla_requests_total{code=~"(5..|429)"}')
+          .replace('llmsla_requests_total{status!="cancelled"}', "llmsla_requests_total"))
+
+
+def test_regex_sli_gets_rules_and_tests_from_a_matching_series(promtool: str, tmp_path: Path, capsys) -> None:
+    (tmp_path / "slo").mkdir()
+    (tmp_path / "slo" / "a.yaml").write_text(_REGEX)
+    rules, tests = tmp_path / "rules", tmp_path / "tests"
+    assert main(["slo", "generate", "--specs", str(tmp_path / "slo"), "--rules-out", str(rules),
+                 "--tests-out", str(tests)]) == 0
+    text = (tests / "slo-availability.test.yml").read_text()
+    assert 'code="429"' in text  # an example of the regex, not the regex itself
+    res = subprocess.run([promtool, "test", "rules", str(tests / "slo-availability.test.yml")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_sli_without_a_buildable_series_skips_only_its_tests(tmp_path: Path, capsys) -> None:
+    (tmp_path / "slo").mkdir()
+    (tmp_path / "slo" / "a.yaml").write_text(_REGEX.replace("(5..|429)", "[5-9]+"))
+    rules, tests = tmp_path / "rules", tmp_path / "tests"
+    assert main(["slo", "generate", "--specs", str(tmp_path / "slo"), "--rules-out", str(rules),
+                 "--tests-out", str(tests)]) == 0
+    assert (rules / "slo-availability.yml").exists() and not (tests / "slo-availability.test.yml").exists()
+    assert "rule tests for SLO availability skipped: " in capsys.readouterr().out
