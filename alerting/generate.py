@@ -51,11 +51,11 @@ def _header(source: str, prof: R.Profile) -> str:
 
 def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULES_DIR,
              tests_dir: Path | None = TESTS_DIR, window_scale: float = 1.0,
-             scrape_interval_s: float | None = None) -> Output:
+             scrape_interval_s: float | None = None, period_days: int = 30) -> Output:
     """Every generated file's path and text (nothing written)."""
     prof = R.Profile(window_scale)
     R.check_windows(prof, scrape_interval_s)
-    out = Output(specs=load_specs(spec_files(specs_dir), cfg))
+    out = Output(specs=load_specs(spec_files(specs_dir), cfg, period_days))
     for spec in out.specs:
         rf = rules_dir / rule_file_name(spec)
         out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(spec.file, prof))

@@ -120,6 +120,9 @@ def _minutes(seconds: int) -> int:
 
 def untestable(spec: SloSpec) -> str:
     """Why the minute-sampled scenarios cannot test this SLO's windows ('' when they can)."""
+    if spec.kind == "query":
+        return ("a Sloth query SLI (sli.events/sli.raw) is arbitrary PromQL; the generator builds "
+                "test series only for selector and histogram SLIs")
     page, ticket = R.spec_pairs(spec)
     odd = sorted({w for p in (*page, *ticket) for s, w in ((p.short_s, p.short), (p.long_s, p.long))
                   if s % 60 or s < 120}, key=len)

@@ -160,6 +160,11 @@ def sli_error_expr(spec: SloSpec, rng: str, by: tuple[str, ...], extra: str = ""
     rather than 0/0 = NaN, which would poison every ``sum_over_time``/``avg_over_time`` of it -
     the 30-day period SLI and the budget remaining would read NaN for a month after one quiet
     night."""
+    if spec.kind == "query":  # Sloth's own shape, the window filled in
+        if spec.error_ratio_query:
+            return f"({spec.error_ratio_query.replace('{{.window}}', rng)}\n)"
+        return (f"({spec.error_query.replace('{{.window}}', rng)})\n/\n"
+                f"({spec.total_query.replace('{{.window}}', rng)})")
     grp = f"sum by ({', '.join(by)})"
     filt = ", ".join(f'{k}="{v}"' for k, v in sorted(spec.filters.items()))
     matchers = ", ".join(x for x in (filt, extra) if x)
@@ -208,8 +213,10 @@ def sli_group(spec: SloSpec, prof: Profile) -> dict:
     return {"name": f"sloth-slo-sli-recordings-{spec.sloth_id}", "rules": rules}
 
 
-def replica_group(spec: SloSpec, prof: Profile) -> dict:
+def replica_group(spec: SloSpec, prof: Profile) -> dict | None:
     by = (names.L_MODEL, names.L_POOL, names.L_REPLICA)
+    if spec.kind == "query":
+        return None  # an arbitrary PromQL SLI has no replica label to split on
     not_none = f'{names.L_REPLICA}!="{names.NO_REPLICA}"'  # requests that never reached a replica
     return {"name": f"llmsla-slo-replica-recordings-{spec.sloth_id}", "rules": [{
         "record": names.slo_replica_sli_error(w),
@@ -231,8 +238,9 @@ def meta_group(spec: SloSpec) -> dict:
     def burn(window: str) -> Literal:
         return Literal(f"{names.slo_sli_error(window)}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
 
-    info = {**labels, "sloth_mode": "cli-gen-openslo", "sloth_objective": num(spec.target * 100),
-            "sloth_spec": "openslo/v1", "sloth_version": "llmsla"}
+    mode = "cli-gen-prom" if spec.kind == "query" else "cli-gen-openslo"
+    info = {**labels, "sloth_mode": mode, "sloth_objective": num(spec.target * 100),
+            "sloth_spec": spec.api_version, "sloth_version": "llmsla"}
     return {"name": f"sloth-slo-meta-recordings-{spec.sloth_id}", "rules": [
         {"record": names.SLO_OBJECTIVE, "expr": f"vector({num(spec.target)})", "labels": labels},
         {"record": names.SLO_ERROR_BUDGET, "expr": f"vector(1-{num(spec.target)})", "labels": labels},
@@ -285,10 +293,13 @@ def alert_annotations(spec: SloSpec, severity: str, replica: bool) -> dict[str, 
     return {
         "title": f"({severity}) {where} {what}.",
         "summary": f"{spec.display_name}: {objective_text(spec)}; {severity} at {_describe(pairs)}.",
+        **spec.alerting.get("annotations", {}), **spec.alerting.get(severity, {}).get("annotations", {}),
     }
 
 
 def alert_name(spec: SloSpec, replica: bool = False) -> str:
+    if spec.alerting.get("name") and not replica:
+        return spec.alerting["name"]
     return f"{spec.camel}{'Replica' if replica else ''}ErrorBudgetBurn"
 
 
@@ -299,25 +310,29 @@ def alert_labels(spec: SloSpec, severity: str, replica: bool) -> dict[str, str]:
         names.L_SLO: spec.name,
         names.L_SCOPE: names.SCOPE_REPLICA if replica else names.SCOPE_POOL,
         names.L_SOURCE: names.SOURCE_BURN_RATE,
+        **spec.alerting.get("labels", {}), **spec.alerting.get(severity, {}).get("labels", {}),
     }
 
 
-def alert_group(spec: SloSpec) -> dict:
+def alert_group(spec: SloSpec) -> dict | None:
     rules = []
     page, ticket = spec_pairs(spec)
     for severity, pairs, replica in ((names.SEVERITY_PAGE, page, False), (names.SEVERITY_TICKET, ticket, False),
                                      (names.SEVERITY_PAGE, page, True)):
+        if spec.alerting.get(severity, {}).get("disable") or (replica and spec.kind == "query"):
+            continue
         rules.append({
             "alert": alert_name(spec, replica),
             "expr": Literal(mwmb_expr(spec, pairs, replica=replica)),
             "labels": alert_labels(spec, severity, replica),
             "annotations": alert_annotations(spec, severity, replica),
         })
-    return {"name": f"sloth-slo-alerts-{spec.sloth_id}", "rules": rules}
+    return {"name": f"sloth-slo-alerts-{spec.sloth_id}", "rules": rules} if rules else None
 
 
 def slo_rule_file(spec: SloSpec, prof: Profile) -> dict:
-    return {"groups": [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec)]}
+    groups = [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec)]
+    return {"groups": [g for g in groups if g is not None]}
 
 
 # -- static rules ---------------------------------------------------------------------------------

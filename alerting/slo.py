@@ -71,6 +71,14 @@ class SloSpec:
     total: str = ""
     filters: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    # query (Sloth prometheus/v1): PromQL with {{.window}}; events (error + total) or raw ratio
+    error_query: str = ""
+    total_query: str = ""
+    error_ratio_query: str = ""
+    #: Sloth's alerting block: "name", "labels", "annotations", and per severity (page/ticket)
+    #: {"labels", "annotations", "disable"}
+    alerting: dict = field(default_factory=dict)
+    api_version: str = API_VERSION
 
     @property
     def error_budget(self) -> float:
@@ -218,17 +226,86 @@ def parse(doc: Doc, cfg: Config) -> SloSpec:
     return SloSpec(kind="latency", histogram=hist, threshold_s=bound, **common)
 
 
-def load_specs(paths: list[Path], cfg: Config) -> list[SloSpec]:
+SLOTH_VERSION = "prometheus/v1"
+_WINDOW_TMPL = "{{.window}}"
+
+
+def _str_map(r: Reader, key: str) -> dict[str, str]:
+    if not r.has(key):
+        return {}
+    m = r.sub(key)
+    for k, v in m.value.items():
+        if not _LABEL.match(k) or not isinstance(v, str):
+            raise m.error(k, "expected a label name with a string value")
+    return dict(m.value)
+
+
+def parse_sloth(doc: Doc, cfg: Config, period_days: int = 30) -> list[SloSpec]:
+    """A Sloth ``prometheus/v1`` document: one SloSpec per ``slos[]`` (Sloth's period comes from
+    the command line, ``--default-slo-period``, 30d by default)."""
+    r = Reader(doc)
+    r.keys({"version", "service", "labels", "slos"}, {"version", "service", "slos"})
+    service = r.get("service", str)
+    if not _NAME.match(service):
+        raise r.error("service", f"must be lowercase letters, digits and '-', got {service!r}")
+    glob = _str_map(r, "labels")
+    out = []
+    for path, value in r.items("slos"):
+        s = Reader(doc, path, value)
+        s.keys({"name", "objective", "description", "labels", "sli", "alerting"}, {"name", "objective", "sli"})
+        name = s.get("name", str)
+        if not _NAME.match(name):
+            raise s.error("name", f"must be lowercase letters, digits and '-', got {name!r}")
+        obj = float(s.get("objective", (int, float)))
+        if not 0 < obj < 100:
+            raise s.error("objective", f"must be a percentage in (0, 100), got {obj!r}")
+        sli = s.sub("sli")
+        sli.keys({"events", "raw"})
+        q: dict[str, str] = {}
+        if sli.has("events") == sli.has("raw"):
+            raise sli.error(None, "expected exactly one of events or raw")
+        if sli.has("events"):
+            ev = sli.sub("events")
+            ev.keys({"error_query", "total_query"}, {"error_query", "total_query"})
+            q = {"error_query": ev.get("error_query", str).strip(), "total_query": ev.get("total_query", str).strip()}
+        else:
+            raw = sli.sub("raw")
+            raw.keys({"error_ratio_query"}, {"error_ratio_query"})
+            q = {"error_ratio_query": raw.get("error_ratio_query", str).strip()}
+        for v in q.values():
+            if _WINDOW_TMPL not in v:
+                raise sli.error(None, f"a query must contain {_WINDOW_TMPL} (the generator fills in each window)")
+        alerting: dict = {}
+        if s.has("alerting"):
+            a = s.sub("alerting")
+            a.keys({"name", "labels", "annotations", "page_alert", "ticket_alert"})
+            alerting = {"name": a.get("name", str, ""), "labels": _str_map(a, "labels"),
+                        "annotations": _str_map(a, "annotations")}
+            for sev, key in ((names.SEVERITY_PAGE, "page_alert"), (names.SEVERITY_TICKET, "ticket_alert")):
+                if a.has(key):
+                    sa = a.sub(key)
+                    sa.keys({"labels", "annotations", "disable"})
+                    alerting[sev] = {"labels": _str_map(sa, "labels"), "annotations": _str_map(sa, "annotations"),
+                                     "disable": bool(sa.get("disable", bool, False))}
+        out.append(SloSpec(name=name, service=service, description=s.get("description", str, ""),
+                           display_name=name, file=doc.file, kind="query", target=obj / 100,
+                           window_days=period_days, labels={**glob, **_str_map(s, "labels")},
+                           alerting=alerting, api_version=SLOTH_VERSION, **q))
+    return out
+
+
+def load_specs(paths: list[Path], cfg: Config, period_days: int = 30) -> list[SloSpec]:
     """Every SLO of every file, sorted by name; names must be unique."""
     specs: list[SloSpec] = []
     seen: dict[str, str] = {}
     for p in sorted(paths):
         for doc in load_file(p):
-            s = parse(doc, cfg)
-            if s.name in seen:
-                raise doc.error(("metadata", "name"), f"SLO {s.name!r} is already defined in {seen[s.name]}")
-            seen[s.name] = f"{doc.file}:{doc.line(('metadata', 'name'))}"
-            specs.append(s)
+            sloth = isinstance(doc.value, dict) and doc.value.get("version") == SLOTH_VERSION
+            for s in (parse_sloth(doc, cfg, period_days) if sloth else [parse(doc, cfg)]):
+                if s.name in seen:
+                    raise doc.error(("metadata", "name"), f"SLO {s.name!r} is already defined in {seen[s.name]}")
+                seen[s.name] = f"{doc.file}:{doc.line(('metadata', 'name'))}"
+                specs.append(s)
     return sorted(specs, key=lambda s: s.name)
 
 
