@@ -238,7 +238,7 @@ def meta_group(spec: SloSpec) -> dict:
     def burn(window: str) -> Literal:
         return Literal(f"{names.slo_sli_error(window)}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
 
-    mode = "cli-gen-prom" if spec.kind == "query" else "cli-gen-openslo"
+    mode = "cli-gen-prom" if spec.api_version == "prometheus/v1" else "cli-gen-openslo"
     info = {**labels, "sloth_mode": mode, "sloth_objective": num(spec.target * 100),
             "sloth_spec": spec.api_version, "sloth_version": "llmsla"}
     return {"name": f"sloth-slo-meta-recordings-{spec.sloth_id}", "rules": [

@@ -294,6 +294,50 @@ def parse_sloth(doc: Doc, cfg: Config, period_days: int = 30) -> list[SloSpec]:
     return out
 
 
+V1ALPHA = "openslo/v1alpha"
+
+
+def parse_v1alpha(doc: Doc) -> list[SloSpec]:
+    """``openslo/v1alpha`` as Sloth reads it: one SLO per objective, named ``<name>-<index>``,
+    ratioMetrics good/total PromQL with ``{{.window}}``; the period from ``timeWindows`` in days."""
+    r = Reader(doc)
+    r.keys({"apiVersion", "kind", "metadata", "spec"}, {"apiVersion", "kind", "metadata", "spec"})
+    meta = r.sub("metadata")
+    meta.keys({"name", "displayName", "labels", "annotations"}, {"name"})
+    spec = r.sub("spec")
+    spec.keys({"service", "description", "budgetingMethod", "objectives", "timeWindows"},
+              {"service", "objectives", "timeWindows"})
+    tws = spec.items("timeWindows")
+    if len(tws) != 1:
+        raise spec.error("timeWindows", f"expected exactly one window, got {len(tws)}")
+    tw = Reader(doc, *tws[0])
+    tw.keys({"count", "unit", "isRolling", "calendar"}, {"count", "unit"})
+    if tw.get("unit", str) != "Day" or tw.get("count", int) < 1:
+        raise tw.error("unit", "expected a count of unit Day")
+    out = []
+    for i, (path, value) in enumerate(spec.items("objectives")):
+        o = Reader(doc, path, value)
+        o.keys({"ratioMetrics", "target", "displayName", "value", "op"}, {"ratioMetrics", "target"})
+        rm = o.sub("ratioMetrics")
+        rm.keys({"good", "total", "incremental"}, {"good", "total"})
+        q = {}
+        for k in ("good", "total"):
+            m = rm.sub(k)
+            m.keys({"source", "queryType", "query", "metadata"}, {"query"})
+            q[k] = m.get("query", str).strip()
+            if _WINDOW_TMPL not in q[k]:
+                raise m.error("query", f"a query must contain {_WINDOW_TMPL}")
+        target = float(o.get("target", (int, float)))
+        if not 0 < target < 1:
+            raise o.error("target", f"must be a ratio in (0, 1), got {target!r}")
+        out.append(SloSpec(name=f"{meta.get('name', str)}-{i}", service=spec.get("service", str),
+                           description=spec.get("description", str, ""), display_name=meta.get("displayName", str, ""),
+                           file=doc.file, kind="query", target=target, window_days=tw.get("count", int),
+                           error_ratio_query=f"1 - (\n  ({q['good']})\n  /\n  ({q['total']})\n)",
+                           api_version=V1ALPHA))
+    return out
+
+
 def load_specs(paths: list[Path], cfg: Config, period_days: int = 30) -> list[SloSpec]:
     """Every SLO of every file, sorted by name; names must be unique."""
     specs: list[SloSpec] = []
@@ -301,7 +345,9 @@ def load_specs(paths: list[Path], cfg: Config, period_days: int = 30) -> list[Sl
     for p in sorted(paths):
         for doc in load_file(p):
             sloth = isinstance(doc.value, dict) and doc.value.get("version") == SLOTH_VERSION
-            for s in (parse_sloth(doc, cfg, period_days) if sloth else [parse(doc, cfg)]):
+            alpha = isinstance(doc.value, dict) and doc.value.get("apiVersion") == V1ALPHA
+            parsed = parse_sloth(doc, cfg, period_days) if sloth else parse_v1alpha(doc) if alpha else [parse(doc, cfg)]
+            for s in parsed:
                 if s.name in seen:
                     raise doc.error(("metadata", "name"), f"SLO {s.name!r} is already defined in {seen[s.name]}")
                 seen[s.name] = f"{doc.file}:{doc.line(('metadata', 'name'))}"

@@ -116,3 +116,29 @@ def test_cli_reads_sloth_specs_with_a_period_and_skips_their_tests(tmp_path: Pat
     assert "record: slo:sli_error:ratio_rate4w" in text and "vector(28)" in text
     assert "sloth_severity: ticket" in text and "sloth_severity: page" not in text  # page disabled only
     assert "rule tests for SLO slo1 skipped: a Sloth query SLI" in capsys.readouterr().out
+
+
+def test_openslo_v1alpha_as_sloth_reads_it(tmp_path: Path) -> None:
+    """Sloth's OpenSLO fixture: every series it records, llmsla records with the same values."""
+    golden, recorded, _ = _golden((FIX / "out-openslo.yaml.tpl").read_text())
+    assert {"slo:sli_error:ratio_rate30d", "slo:sli_error:ratio_rate5m", "sloth_slo_info"} <= recorded
+    specs = load_specs([FIX / "in-openslo.yaml"], config_mod.load(env={}))
+    ours = {"groups": [g for s in specs for g in R.slo_rule_file(s, R.Profile())["groups"] if "alerts" not in g["name"]]}
+    for g in ours["groups"]:
+        for r in g["rules"]:
+            r["expr"] = str(r["expr"])
+    (tmp_path / "ours.yml").write_text(yaml.safe_dump(ours, sort_keys=False))
+    (tmp_path / "golden.yml").write_text(yaml.safe_dump(golden, sort_keys=False))
+    series = 'http_request_duration_seconds_count{job="myservice", code="%s"}'
+    inputs = [{"series": series % "200", "values": "0+600x300"},
+              {"series": series % "500", "values": "0+1x100 100+150x200"}]
+    checks = [c for name in sorted(recorded) for c in _same(name, f"golden:{name}")]
+    test = tmp_path / "t.yml"
+    test.write_text(yaml.safe_dump({"rule_files": ["ours.yml", "golden.yml"], "evaluation_interval": "1m",
+                                    "group_eval_order": [g["name"] for g in ours["groups"] + golden["groups"]],
+                                    "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": [
+                                        {**c, "eval_time": f"{t}m"} for t in EVAL_MIN for c in checks]}]},
+                                   sort_keys=False))
+    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(test)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
