@@ -1,4 +1,6 @@
-"""SLO specs: the OpenSLO v1 subset llmsla reads from ``deploy/slo/*.yaml``.
+"""SLO specs: the OpenSLO v1 subset llmsla reads from ``deploy/slo/*.yaml``, plus Sloth's
+``prometheus/v1`` (:func:`parse_sloth`) and ``openslo/v1alpha`` (:func:`parse_v1alpha`) as
+Sloth reads them, all into the one :class:`SloSpec`.
 
 One ``kind: SLO`` document per objective. Supported (everything else is an error naming the
 file, line and field, so a typo never silently means a default):
