@@ -13,9 +13,11 @@ def register(subparsers: Any) -> None:
     slo = subparsers.add_parser("slo", help="SLO specs -> Prometheus burn-rate rules and rule tests")
     ss = slo.add_subparsers(dest="slo_command", metavar="ACTION")
     g = ss.add_parser("generate", help="write deploy/prometheus/rules and tests from deploy/slo/*.yaml")
-    g.add_argument("--specs", type=Path, default=Path("deploy/slo"), help="directory of OpenSLO specs")
+    g.add_argument("--specs", type=Path, default=Path("deploy/slo"), help="directory of SLO specs (openslo/v1, Sloth prometheus/v1)")
     g.add_argument("--rules-out", type=Path, default=Path("deploy/prometheus/rules"))
     g.add_argument("--tests-out", type=Path, default=Path("deploy/prometheus/tests"))
+    g.add_argument("--default-slo-period", default="30d",
+                   help="period of Sloth prometheus/v1 specs (they carry none; Sloth's flag of the same name)")
     g.add_argument("--window-scale", type=float, default=1.0,
                    help="test profile: multiply every window and `for` (e.g. 0.004 makes 1h 14.4 s); "
                         "rule tests are only written at 1")
@@ -40,12 +42,17 @@ def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.alerting.yamlsrc import SourceError
     from llmsla.errors import CliError
 
+    period = args.default_slo_period
+    if not (period.endswith("d") and period[:-1].isdigit() and int(period[:-1]) > 0):
+        raise CliError(f"--default-slo-period: expected whole days like 30d, got {period!r}")
     try:
-        out = G.generate(cfg, specs_dir=args.specs, rules_dir=args.rules_out,
+        out = G.generate(cfg, specs_dir=args.specs, period_days=int(period[:-1]), rules_dir=args.rules_out,
                          tests_dir=args.tests_out if args.window_scale == 1 else None,
                          window_scale=args.window_scale, scrape_interval_s=args.scrape_interval_s)
     except (SourceError, ValueError) as exc:
         raise CliError(str(exc)) from None
+    for name, reason in sorted(out.skipped.items()):
+        print(f"rule tests for SLO {name} skipped: {reason}")
     dirs = [args.rules_out] + ([args.tests_out] if args.window_scale == 1 else [])
     if args.check:
         problems = G.stale(out, dirs)

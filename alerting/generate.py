@@ -37,6 +37,8 @@ class Output:
     #: per SLO and scenario, the first firing minute of each alert (model), for reports and docs
     first_firing: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     specs: list[SloSpec] = field(default_factory=list)
+    #: SLO name -> why its rule tests were not written (its rules always are)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def _header(source: str, prof: R.Profile) -> str:
@@ -49,17 +51,24 @@ def _header(source: str, prof: R.Profile) -> str:
 
 def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULES_DIR,
              tests_dir: Path | None = TESTS_DIR, window_scale: float = 1.0,
-             scrape_interval_s: float | None = None) -> Output:
+             scrape_interval_s: float | None = None, period_days: int = 30) -> Output:
     """Every generated file's path and text (nothing written)."""
     prof = R.Profile(window_scale)
     R.check_windows(prof, scrape_interval_s)
-    out = Output(specs=load_specs(spec_files(specs_dir), cfg))
+    out = Output(specs=load_specs(spec_files(specs_dir), cfg, period_days))
     for spec in out.specs:
         rf = rules_dir / rule_file_name(spec)
         out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(spec.file, prof))
-        if tests_dir is not None and window_scale == 1:
+        reason = rule_tests.untestable(spec)
+        if reason and tests_dir is not None and window_scale == 1:
+            out.skipped[spec.name] = reason
+        elif tests_dir is not None and window_scale == 1:
             rel = Path("..") / rules_dir.name / rf.name if tests_dir.parent == rules_dir.parent else rf.resolve()
-            data, first = rule_tests.test_file(spec, str(rel))
+            try:
+                data, first = rule_tests.test_file(spec, str(rel))
+            except ValueError as exc:  # no series the generator can build: skip the tests, keep the rules
+                out.skipped[spec.name] = str(exc)
+                continue
             out.files[tests_dir / test_file_name(spec)] = dump(data, _header(spec.file, prof) +
                                                                "Run: promtool test rules <this file>\n")
             out.first_firing[spec.name] = first

@@ -114,8 +114,22 @@ class Model:
         return Fraction(sum(self.bad[r][t] - self.bad[r][lo] for r in reps), d_req)
 
 
-def _minutes(window: str) -> int:
-    return R.SECONDS[window] // 60
+def _minutes(seconds: int) -> int:
+    return seconds // 60
+
+
+def untestable(spec: SloSpec) -> str:
+    """Why the minute-sampled scenarios cannot test this SLO's windows ('' when they can)."""
+    if spec.kind == "query":
+        return ("a Sloth query SLI (sli.events/sli.raw) is arbitrary PromQL; the generator builds "
+                "test series only for selector and histogram SLIs")
+    page, ticket = R.spec_pairs(spec)
+    odd = sorted({w for p in (*page, *ticket) for s, w in ((p.short_s, p.short), (p.long_s, p.long))
+                  if s % 60 or s < 120}, key=len)
+    if odd:
+        return (f"the {spec.window_days}d period's burn windows {', '.join(odd)} are not whole minutes of at least 2m; "
+                "the rule-test scenarios sample once a minute")
+    return ""
 
 
 def _gt(x: Fraction | None, thr: Fraction, ties: list[str], what: str) -> bool:
@@ -131,22 +145,23 @@ def firing(model: Model, spec: SloSpec, t: int, ties: list[str]) -> dict[tuple[s
     budget = Fraction(spec.error_budget).limit_denominator(10**6)
     out: dict[tuple[str, str, str], bool] = {}
     pool = REPLICAS
-    for sev, pairs in ((names.SEVERITY_PAGE, R.PAGE), (names.SEVERITY_TICKET, R.TICKET)):
+    page, ticket = R.spec_pairs(spec)
+    for sev, pairs in ((names.SEVERITY_PAGE, page), (names.SEVERITY_TICKET, ticket)):
         out[(R.alert_name(spec), sev, "")] = any(
-            _gt(model.ratio(pool, _minutes(p.short), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
+            _gt(model.ratio(pool, _minutes(p.short_s), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
                 f"pool {p.short} at {t}")
-            and _gt(model.ratio(pool, _minutes(p.long), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
+            and _gt(model.ratio(pool, _minutes(p.long_s), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
                     f"pool {p.long} at {t}")
             for p in pairs)
     factor = Fraction(R.OUTLIER_FACTOR).limit_denominator(100)
     for rep in REPLICAS:
         hit = False
-        for p in R.PAGE:
+        for p in page:
             thr = Fraction(p.factor).limit_denominator(100) * budget
-            short = model.ratio((rep,), _minutes(p.short), t)
-            pool_short = model.ratio(pool, _minutes(p.short), t)
+            short = model.ratio((rep,), _minutes(p.short_s), t)
+            pool_short = model.ratio(pool, _minutes(p.short_s), t)
             if (_gt(short, thr, ties, f"{rep} {p.short} at {t}")
-                    and _gt(model.ratio((rep,), _minutes(p.long), t), thr, ties, f"{rep} {p.long} at {t}")
+                    and _gt(model.ratio((rep,), _minutes(p.long_s), t), thr, ties, f"{rep} {p.long} at {t}")
                     and pool_short is not None and _gt(short, factor * pool_short, ties, f"{rep} outlier at {t}")):
                 hit = True
         out[(R.alert_name(spec, replica=True), names.SEVERITY_PAGE, rep)] = hit
@@ -194,6 +209,21 @@ def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bo
     return True
 
 
+def regex_examples(pattern: str) -> list[str]:
+    """Strings that fully match ``pattern`` (Prometheus anchors regexes): each top-level
+    alternative with ``.``/``\\d`` as ``0``; those that do not match are dropped."""
+    body = pattern[1:-1] if pattern.startswith("(") and pattern.endswith(")") else pattern
+    out = []
+    for alt in body.split("|"):
+        cand = re.sub(r"\\d|\.", "0", alt.strip("()^$"))
+        try:
+            if re.fullmatch(pattern, cand):
+                out.append(cand)
+        except re.error:
+            break
+    return out
+
+
 def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, dict[str, str]]]:
     """For a ratio SLI: per event kind (good/bad), the label set per metric family it increments."""
     pos_sel = spec.bad or spec.good
@@ -205,7 +235,7 @@ def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, di
         vals: list[str] = []
         for kk, op, v in pos_m + tot_m:
             if kk == k:
-                vals += v.split("|") if op in ("=~", "!~") and re.fullmatch(r"[\w|-]+", v) else [v]
+                vals += regex_examples(v) if op in ("=~", "!~") else [v]
         cands[k] = sorted(set(vals)) + ["x_other"]
 
     def find(pred: Callable[[dict[str, str]], bool]) -> dict[str, str]:

@@ -28,6 +28,7 @@ windows), so a real Prometheus can run the same rules in a test: at 1/240 the 1h
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
@@ -50,13 +51,59 @@ class BurnPair:
     factor: float
     long: str
     short: str
+    long_s: int = 0
+    short_s: int = 0
 
 
-#: Google SRE workbook, table 5-8 (30-day budget): 2 % of the budget in 1 h, 5 % in 6 h page;
-#: 10 % in 1 d, 10 % in 3 d ticket.
-PAGE: tuple[BurnPair, ...] = (BurnPair(14.4, "1h", "5m"), BurnPair(6, "6h", "30m"))
-TICKET: tuple[BurnPair, ...] = (BurnPair(3, "1d", "2h"), BurnPair(1, "3d", "6h"))
-REPLICA_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h")
+#: Google SRE workbook, table 5-8: (budget %, long s, short s). Page: 2 % of the budget in 1 h,
+#: 5 % in 6 h; ticket: 10 % in 1 d, 10 % in 3 d. Sloth's window catalog uses these windows
+#: unscaled for the periods in :data:`CATALOG_DAYS`.
+GOOGLE_PAGE = ((2, 3600, 300), (5, 21600, 1800))
+GOOGLE_TICKET = ((10, 86400, 7200), (10, 259200, 21600))
+#: Periods Sloth ships windows for (internal/alert/windows/google-{30,28}d.yaml).
+CATALOG_DAYS = (30, 28)
+
+
+def window_name(seconds: int) -> str:
+    """Sloth's window name: the largest single unit that divides exactly (28d is 4w, 30d is 30d)."""
+    for unit, n in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds % n == 0:
+            return f"{seconds // n}{unit}"
+    raise ValueError(f"window {seconds} s is not a whole number of seconds")
+
+
+def burn_pairs(period_days: int) -> tuple[tuple[BurnPair, ...], tuple[BurnPair, ...]]:
+    """(page, ticket) pairs for a period; factor = budget fraction * period / long window.
+
+    30d and 28d use the Google windows as Sloth does (28d: 13.44/5.6/2.8/0.933). Any other
+    period scales every window by period/30d (whole seconds), keeping the budget fractions, so
+    the factors stay 14.4/6/3/1 (Sloth itself refuses such a period without a windows file)."""
+    period_s = period_days * 86400
+    scale = 1.0 if period_days in CATALOG_DAYS else period_days / 30
+
+    def pairs(table: tuple[tuple[int, int, int], ...]) -> tuple[BurnPair, ...]:
+        out = []
+        for pct, long_s, short_s in table:
+            lo, sh = max(1, round(long_s * scale)), max(1, round(short_s * scale))
+            out.append(BurnPair(pct / 100 * period_s / lo, window_name(lo), window_name(sh), lo, sh))
+        return tuple(out)
+
+    return pairs(GOOGLE_PAGE), pairs(GOOGLE_TICKET)
+
+
+def sli_windows(period_days: int) -> tuple[tuple[int, str], ...]:
+    """The SLI windows a period needs (seconds, name), shortest first, each once, never the period."""
+    page, ticket = burn_pairs(period_days)
+    found = {s: n for p in (*page, *ticket) for s, n in ((p.short_s, p.short), (p.long_s, p.long))}
+    found.pop(period_days * 86400, None)
+    return tuple(sorted(found.items()))
+
+
+#: The 30-day defaults (kept for the docs and dashboards).
+PAGE, TICKET = burn_pairs(30)
+WINDOWS: tuple[tuple[int, str], ...] = sli_windows(30)
+#: A replica pages only if its short-window error ratio is >= this times its pool's.
+OUTLIER_FACTOR = 1.5
 SECONDS = dict((n, s) for s, n in WINDOWS)
 
 
@@ -113,6 +160,11 @@ def sli_error_expr(spec: SloSpec, rng: str, by: tuple[str, ...], extra: str = ""
     rather than 0/0 = NaN, which would poison every ``sum_over_time``/``avg_over_time`` of it -
     the 30-day period SLI and the budget remaining would read NaN for a month after one quiet
     night."""
+    if spec.kind == "query":  # Sloth's own shape, the window filled in
+        if spec.error_ratio_query:
+            return f"({spec.error_ratio_query.replace('{{.window}}', rng)}\n)"
+        return (f"({spec.error_query.replace('{{.window}}', rng)})\n/\n"
+                f"({spec.total_query.replace('{{.window}}', rng)})")
     grp = f"sum by ({', '.join(by)})"
     filt = ", ".join(f'{k}="{v}"' for k, v in sorted(spec.filters.items()))
     matchers = ", ".join(x for x in (filt, extra) if x)
@@ -134,21 +186,26 @@ def _labels(spec: SloSpec, **extra: str) -> dict[str, str]:
 
 
 def _period(spec: SloSpec) -> str:
-    return f"{spec.window_days}d"
+    return window_name(spec.window_days * 86400)
+
+
+def spec_pairs(spec: SloSpec) -> tuple[tuple[BurnPair, ...], tuple[BurnPair, ...]]:
+    """(page, ticket) burn pairs of this SLO's period."""
+    return burn_pairs(spec.window_days)
 
 
 def sli_group(spec: SloSpec, prof: Profile) -> dict:
     pool_by = (names.L_MODEL, names.L_POOL)
     rules = [{
-        "record": names.SLO_SLI_ERROR[w],
+        "record": names.slo_sli_error(w),
         "expr": Literal(sli_error_expr(spec, prof.range(s), pool_by)),
         "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
-    } for s, w in WINDOWS]
+    } for s, w in sli_windows(spec.window_days)]
     period = _period(spec)
     src = f"{names.SLO_SLI_ERROR['5m']}{id_filter(spec)}"
     rng = prof.range(spec.window_days * 86400)
     rules.append({
-        "record": names.SLO_SLI_ERROR[period],
+        "record": names.slo_sli_error(period),
         "expr": Literal(f"sum_over_time({src}[{rng}])\n/ ignoring ({names.L_SLOTH_WINDOW})\n"
                         f"count_over_time({src}[{rng}])"),
         "labels": {names.L_SLOTH_WINDOW: period},
@@ -156,14 +213,21 @@ def sli_group(spec: SloSpec, prof: Profile) -> dict:
     return {"name": f"sloth-slo-sli-recordings-{spec.sloth_id}", "rules": rules}
 
 
-def replica_group(spec: SloSpec, prof: Profile) -> dict:
+def replica_group(spec: SloSpec, prof: Profile) -> dict | None:
     by = (names.L_MODEL, names.L_POOL, names.L_REPLICA)
+    if spec.kind == "query":
+        return None  # an arbitrary PromQL SLI has no replica label to split on
     not_none = f'{names.L_REPLICA}!="{names.NO_REPLICA}"'  # requests that never reached a replica
     return {"name": f"llmsla-slo-replica-recordings-{spec.sloth_id}", "rules": [{
-        "record": names.SLO_REPLICA_SLI_ERROR[w],
-        "expr": Literal(sli_error_expr(spec, prof.range(SECONDS[w]), by, not_none)),
+        "record": names.slo_replica_sli_error(w),
+        "expr": Literal(sli_error_expr(spec, prof.range(s), by, not_none)),
         "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
-    } for w in REPLICA_WINDOWS]}
+    } for s, w in replica_windows(spec)]}
+
+
+def replica_windows(spec: SloSpec) -> list[tuple[int, str]]:
+    """The page pairs' windows (seconds, name), shortest first: all the replica page reads."""
+    return sorted({(s, n) for p in spec_pairs(spec)[0] for s, n in ((p.short_s, p.short), (p.long_s, p.long))})
 
 
 def meta_group(spec: SloSpec) -> dict:
@@ -172,10 +236,11 @@ def meta_group(spec: SloSpec) -> dict:
     on = f"on({names.L_SLOTH_ID}, {names.L_SLOTH_SLO}, {names.L_SLOTH_SERVICE}) group_left"
 
     def burn(window: str) -> Literal:
-        return Literal(f"{names.SLO_SLI_ERROR[window]}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
+        return Literal(f"{names.slo_sli_error(window)}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
 
-    info = {**labels, "sloth_mode": "cli-gen-openslo", "sloth_objective": num(spec.target * 100),
-            "sloth_spec": "openslo/v1", "sloth_version": "llmsla"}
+    mode = "cli-gen-prom" if spec.api_version == "prometheus/v1" else "cli-gen-openslo"
+    info = {**labels, "sloth_mode": mode, "sloth_objective": num(spec.target * 100),
+            "sloth_spec": spec.api_version, "sloth_version": "llmsla"}
     return {"name": f"sloth-slo-meta-recordings-{spec.sloth_id}", "rules": [
         {"record": names.SLO_OBJECTIVE, "expr": f"vector({num(spec.target)})", "labels": labels},
         {"record": names.SLO_ERROR_BUDGET, "expr": f"vector(1-{num(spec.target)})", "labels": labels},
@@ -188,20 +253,20 @@ def meta_group(spec: SloSpec) -> dict:
     ]}
 
 
-def _pair(metric: dict[str, str], f: str, p: BurnPair, budget: float, outlier: str = "") -> str:
+def _pair(metric: Callable[[str], str], f: str, p: BurnPair, budget: float, outlier: str = "") -> str:
     thr = f"({num(p.factor)} * {num(budget)})"
-    cond = (f"    ({metric[p.short]}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
-            f"    ({metric[p.long]}{f} > {thr})")
+    cond = (f"    ({metric(p.short)}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
+            f"    ({metric(p.long)}{f} > {thr})")
     if outlier:
-        pool = f"{names.SLO_SLI_ERROR[p.short]}{f}"
-        cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric[p.short]}{f}\n"
+        pool = f"{names.slo_sli_error(p.short)}{f}"
+        cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric(p.short)}{f}\n"
                  f"      > on({names.L_SLOTH_ID}, {names.L_MODEL}, {names.L_POOL}) group_left()\n"
                  f"    ({outlier} * {pool}))")
     return cond
 
 
 def mwmb_expr(spec: SloSpec, pairs: tuple[BurnPair, ...], *, replica: bool = False) -> str:
-    metric = names.SLO_REPLICA_SLI_ERROR if replica else names.SLO_SLI_ERROR
+    metric = names.slo_replica_sli_error if replica else names.slo_sli_error
     f = id_filter(spec)
     outlier = num(OUTLIER_FACTOR) if replica else ""
     parts = [f"  (\n{_pair(metric, f, p, spec.error_budget, outlier)}\n  )" for p in pairs]
@@ -220,17 +285,21 @@ def objective_text(spec: SloSpec) -> str:
 
 
 def alert_annotations(spec: SloSpec, severity: str, replica: bool) -> dict[str, str]:
-    pairs = PAGE if severity == names.SEVERITY_PAGE else TICKET
+    page, ticket = spec_pairs(spec)
+    pairs = page if severity == names.SEVERITY_PAGE else ticket
     where = "{{ $labels.model }}/{{ $labels.pool }}" + ("/{{ $labels.replica }}" if replica else "")
     what = (f"replica burns the {spec.name} error budget at page rate, with >= {num(OUTLIER_FACTOR)}x its pool's error ratio"
             if replica else f"{spec.name} SLO error budget burn rate is too fast")
     return {
         "title": f"({severity}) {where} {what}.",
         "summary": f"{spec.display_name}: {objective_text(spec)}; {severity} at {_describe(pairs)}.",
+        **spec.alerting.get("annotations", {}), **spec.alerting.get(severity, {}).get("annotations", {}),
     }
 
 
 def alert_name(spec: SloSpec, replica: bool = False) -> str:
+    if spec.alerting.get("name") and not replica:
+        return spec.alerting["name"]
     return f"{spec.camel}{'Replica' if replica else ''}ErrorBudgetBurn"
 
 
@@ -241,24 +310,29 @@ def alert_labels(spec: SloSpec, severity: str, replica: bool) -> dict[str, str]:
         names.L_SLO: spec.name,
         names.L_SCOPE: names.SCOPE_REPLICA if replica else names.SCOPE_POOL,
         names.L_SOURCE: names.SOURCE_BURN_RATE,
+        **spec.alerting.get("labels", {}), **spec.alerting.get(severity, {}).get("labels", {}),
     }
 
 
-def alert_group(spec: SloSpec) -> dict:
+def alert_group(spec: SloSpec) -> dict | None:
     rules = []
-    for severity, pairs, replica in ((names.SEVERITY_PAGE, PAGE, False), (names.SEVERITY_TICKET, TICKET, False),
-                                     (names.SEVERITY_PAGE, PAGE, True)):
+    page, ticket = spec_pairs(spec)
+    for severity, pairs, replica in ((names.SEVERITY_PAGE, page, False), (names.SEVERITY_TICKET, ticket, False),
+                                     (names.SEVERITY_PAGE, page, True)):
+        if spec.alerting.get(severity, {}).get("disable") or (replica and spec.kind == "query"):
+            continue
         rules.append({
             "alert": alert_name(spec, replica),
             "expr": Literal(mwmb_expr(spec, pairs, replica=replica)),
             "labels": alert_labels(spec, severity, replica),
             "annotations": alert_annotations(spec, severity, replica),
         })
-    return {"name": f"sloth-slo-alerts-{spec.sloth_id}", "rules": rules}
+    return {"name": f"sloth-slo-alerts-{spec.sloth_id}", "rules": rules} if rules else None
 
 
 def slo_rule_file(spec: SloSpec, prof: Profile) -> dict:
-    return {"groups": [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec)]}
+    groups = [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec)]
+    return {"groups": [g for g in groups if g is not None]}
 
 
 # -- static rules ---------------------------------------------------------------------------------

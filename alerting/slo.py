@@ -1,4 +1,6 @@
-"""SLO specs: the OpenSLO v1 subset llmsla reads from ``deploy/slo/*.yaml``.
+"""SLO specs: the OpenSLO v1 subset llmsla reads from ``deploy/slo/*.yaml``, plus Sloth's
+``prometheus/v1`` (:func:`parse_sloth`) and ``openslo/v1alpha`` (:func:`parse_v1alpha`) as
+Sloth reads them, all into the one :class:`SloSpec`.
 
 One ``kind: SLO`` document per objective. Supported (everything else is an error naming the
 file, line and field, so a typo never silently means a default):
@@ -71,6 +73,14 @@ class SloSpec:
     total: str = ""
     filters: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    # query (Sloth prometheus/v1): PromQL with {{.window}}; events (error + total) or raw ratio
+    error_query: str = ""
+    total_query: str = ""
+    error_ratio_query: str = ""
+    #: Sloth's alerting block: "name", "labels", "annotations", and per severity (page/ticket)
+    #: {"labels", "annotations", "disable"}
+    alerting: dict = field(default_factory=dict)
+    api_version: str = API_VERSION
 
     @property
     def error_budget(self) -> float:
@@ -218,17 +228,132 @@ def parse(doc: Doc, cfg: Config) -> SloSpec:
     return SloSpec(kind="latency", histogram=hist, threshold_s=bound, **common)
 
 
-def load_specs(paths: list[Path], cfg: Config) -> list[SloSpec]:
+SLOTH_VERSION = "prometheus/v1"
+_WINDOW_TMPL = "{{.window}}"
+
+
+def _str_map(r: Reader, key: str) -> dict[str, str]:
+    if not r.has(key):
+        return {}
+    m = r.sub(key)
+    for k, v in m.value.items():
+        if not _LABEL.match(k) or not isinstance(v, str):
+            raise m.error(k, "expected a label name with a string value")
+    return dict(m.value)
+
+
+def parse_sloth(doc: Doc, cfg: Config, period_days: int = 30) -> list[SloSpec]:
+    """A Sloth ``prometheus/v1`` document: one SloSpec per ``slos[]`` (Sloth's period comes from
+    the command line, ``--default-slo-period``, 30d by default)."""
+    r = Reader(doc)
+    r.keys({"version", "service", "labels", "slos"}, {"version", "service", "slos"})
+    service = r.get("service", str)
+    if not _NAME.match(service):
+        raise r.error("service", f"must be lowercase letters, digits and '-', got {service!r}")
+    glob = _str_map(r, "labels")
+    out = []
+    for path, value in r.items("slos"):
+        s = Reader(doc, path, value)
+        s.keys({"name", "objective", "description", "labels", "sli", "alerting"}, {"name", "objective", "sli"})
+        name = s.get("name", str)
+        if not _NAME.match(name):
+            raise s.error("name", f"must be lowercase letters, digits and '-', got {name!r}")
+        obj = float(s.get("objective", (int, float)))
+        if not 0 < obj < 100:
+            raise s.error("objective", f"must be a percentage in (0, 100), got {obj!r}")
+        sli = s.sub("sli")
+        sli.keys({"events", "raw"})
+        q: dict[str, str] = {}
+        if sli.has("events") == sli.has("raw"):
+            raise sli.error(None, "expected exactly one of events or raw")
+        if sli.has("events"):
+            ev = sli.sub("events")
+            ev.keys({"error_query", "total_query"}, {"error_query", "total_query"})
+            q = {"error_query": ev.get("error_query", str).strip(), "total_query": ev.get("total_query", str).strip()}
+        else:
+            raw = sli.sub("raw")
+            raw.keys({"error_ratio_query"}, {"error_ratio_query"})
+            q = {"error_ratio_query": raw.get("error_ratio_query", str).strip()}
+        for v in q.values():
+            if _WINDOW_TMPL not in v:
+                raise sli.error(None, f"a query must contain {_WINDOW_TMPL} (the generator fills in each window)")
+        alerting: dict = {}
+        if s.has("alerting"):
+            a = s.sub("alerting")
+            a.keys({"name", "labels", "annotations", "page_alert", "ticket_alert"})
+            alerting = {"name": a.get("name", str, ""), "labels": _str_map(a, "labels"),
+                        "annotations": _str_map(a, "annotations")}
+            for sev, key in ((names.SEVERITY_PAGE, "page_alert"), (names.SEVERITY_TICKET, "ticket_alert")):
+                if a.has(key):
+                    sa = a.sub(key)
+                    sa.keys({"labels", "annotations", "disable"})
+                    alerting[sev] = {"labels": _str_map(sa, "labels"), "annotations": _str_map(sa, "annotations"),
+                                     "disable": bool(sa.get("disable", bool, False))}
+        out.append(SloSpec(name=name, service=service, description=s.get("description", str, ""),
+                           display_name=name, file=doc.file, kind="query", target=obj / 100,
+                           window_days=period_days, labels={**glob, **_str_map(s, "labels")},
+                           alerting=alerting, api_version=SLOTH_VERSION, **q))
+    return out
+
+
+V1ALPHA = "openslo/v1alpha"
+
+
+def parse_v1alpha(doc: Doc) -> list[SloSpec]:
+    """``openslo/v1alpha`` as Sloth reads it: one SLO per objective, named ``<name>-<index>``,
+    ratioMetrics good/total PromQL with ``{{.window}}``; the period from ``timeWindows`` in days."""
+    r = Reader(doc)
+    r.keys({"apiVersion", "kind", "metadata", "spec"}, {"apiVersion", "kind", "metadata", "spec"})
+    meta = r.sub("metadata")
+    meta.keys({"name", "displayName", "labels", "annotations"}, {"name"})
+    spec = r.sub("spec")
+    spec.keys({"service", "description", "budgetingMethod", "objectives", "timeWindows"},
+              {"service", "objectives", "timeWindows"})
+    tws = spec.items("timeWindows")
+    if len(tws) != 1:
+        raise spec.error("timeWindows", f"expected exactly one window, got {len(tws)}")
+    tw = Reader(doc, *tws[0])
+    tw.keys({"count", "unit", "isRolling", "calendar"}, {"count", "unit"})
+    if tw.get("unit", str) != "Day" or tw.get("count", int) < 1:
+        raise tw.error("unit", "expected a count of unit Day")
+    out = []
+    for i, (path, value) in enumerate(spec.items("objectives")):
+        o = Reader(doc, path, value)
+        o.keys({"ratioMetrics", "target", "displayName", "value", "op"}, {"ratioMetrics", "target"})
+        rm = o.sub("ratioMetrics")
+        rm.keys({"good", "total", "incremental"}, {"good", "total"})
+        q = {}
+        for k in ("good", "total"):
+            m = rm.sub(k)
+            m.keys({"source", "queryType", "query", "metadata"}, {"query"})
+            q[k] = m.get("query", str).strip()
+            if _WINDOW_TMPL not in q[k]:
+                raise m.error("query", f"a query must contain {_WINDOW_TMPL}")
+        target = float(o.get("target", (int, float)))
+        if not 0 < target < 1:
+            raise o.error("target", f"must be a ratio in (0, 1), got {target!r}")
+        out.append(SloSpec(name=f"{meta.get('name', str)}-{i}", service=spec.get("service", str),
+                           description=spec.get("description", str, ""), display_name=meta.get("displayName", str, ""),
+                           file=doc.file, kind="query", target=target, window_days=tw.get("count", int),
+                           error_ratio_query=f"1 - (\n  ({q['good']})\n  /\n  ({q['total']})\n)",
+                           api_version=V1ALPHA))
+    return out
+
+
+def load_specs(paths: list[Path], cfg: Config, period_days: int = 30) -> list[SloSpec]:
     """Every SLO of every file, sorted by name; names must be unique."""
     specs: list[SloSpec] = []
     seen: dict[str, str] = {}
     for p in sorted(paths):
         for doc in load_file(p):
-            s = parse(doc, cfg)
-            if s.name in seen:
-                raise doc.error(("metadata", "name"), f"SLO {s.name!r} is already defined in {seen[s.name]}")
-            seen[s.name] = f"{doc.file}:{doc.line(('metadata', 'name'))}"
-            specs.append(s)
+            sloth = isinstance(doc.value, dict) and doc.value.get("version") == SLOTH_VERSION
+            alpha = isinstance(doc.value, dict) and doc.value.get("apiVersion") == V1ALPHA
+            parsed = parse_sloth(doc, cfg, period_days) if sloth else parse_v1alpha(doc) if alpha else [parse(doc, cfg)]
+            for s in parsed:
+                if s.name in seen:
+                    raise doc.error(("metadata", "name"), f"SLO {s.name!r} is already defined in {seen[s.name]}")
+                seen[s.name] = f"{doc.file}:{doc.line(('metadata', 'name'))}"
+                specs.append(s)
     return sorted(specs, key=lambda s: s.name)
 
 

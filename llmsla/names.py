@@ -190,7 +190,14 @@ SLO_AVAILABILITY = "availability"
 # and pool; the meta series (objective, error budget) one per SLO, without model/pool.
 SLO_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "2h", "6h", "1d", "3d", "30d")
 #: ``slo:sli_error:ratio_rate<window>`` for each of :data:`SLO_WINDOWS`.
-SLO_SLI_ERROR: dict[str, str] = {w: f"slo:sli_error:ratio_rate{w}" for w in SLO_WINDOWS}
+
+
+def slo_sli_error(window: str) -> str:
+    """``slo:sli_error:ratio_rate<window>`` for any window (periods other than 30d add their own)."""
+    return f"slo:sli_error:ratio_rate{window}"
+
+
+SLO_SLI_ERROR: dict[str, str] = {w: slo_sli_error(w) for w in SLO_WINDOWS}
 SLO_OBJECTIVE = "slo:objective:ratio"
 SLO_ERROR_BUDGET = "slo:error_budget:ratio"
 SLO_TIME_PERIOD_DAYS = "slo:time_period:days"
@@ -199,7 +206,13 @@ SLO_PERIOD_BURN_RATE = "slo:period_burn_rate:ratio"
 SLO_PERIOD_ERROR_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
 SLO_INFO = "sloth_slo_info"
 #: Per-replica SLI error ratio (an llmsla addition: Sloth has no per-instance SLI), per window.
-SLO_REPLICA_SLI_ERROR: dict[str, str] = {w: f"llmsla_slo:replica_sli_error:ratio_rate{w}" for w in SLO_WINDOWS}
+
+
+def slo_replica_sli_error(window: str) -> str:
+    return f"llmsla_slo:replica_sli_error:ratio_rate{window}"
+
+
+SLO_REPLICA_SLI_ERROR: dict[str, str] = {w: slo_replica_sli_error(w) for w in SLO_WINDOWS}
 L_SLOTH_ID = "sloth_id"
 L_SLOTH_SERVICE = "sloth_service"
 L_SLOTH_SLO = "sloth_slo"

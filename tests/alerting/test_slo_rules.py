@@ -10,6 +10,7 @@ import pytest
 
 from llmsla import config as config_mod
 from llmsla import names, services
+from llmsla.alerting import emit, rule_tests
 from llmsla.alerting import generate as G
 from llmsla.alerting import rules as R
 from llmsla.alerting.slo import load_specs, parse, spec_files
@@ -261,3 +262,64 @@ tests:
 """)
     out = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("days, factors, windows", [
+    (30, (14.4, 6, 3, 1), ("5m", "30m", "1h", "2h", "6h", "1d", "3d")),
+    (28, (13.44, 5.6, 2.8, 0.933333333333), ("5m", "30m", "1h", "2h", "6h", "1d", "3d")),
+    (7, (14.4, 6, 3, 1), ("70s", "7m", "14m", "28m", "84m", "336m", "1008m")),
+    (1, (14.4, 6, 3, 1), ("10s", "1m", "2m", "4m", "12m", "48m", "144m")),
+])
+def test_any_period_gets_sloth_factors_and_one_rule_per_series(days: int, factors, windows,
+                                                               promtool: str, tmp_path: Path) -> None:
+    """Sloth's catalog (30d, 28d) scales the factors; other periods scale the windows, and the
+    period's own SLI rule never collides with a window's (1d and 3d used to record one series twice)."""
+    spec = _parse(_GOOD.replace("duration: 30d", f"duration: {days}d"))
+    page, ticket = R.spec_pairs(spec)
+    assert [round(p.factor, 9) for p in (*page, *ticket)] == [round(f, 9) for f in factors]
+    assert [w for _, w in R.sli_windows(days)] == list(windows)
+    text = emit.dump(R.slo_rule_file(spec, R.Profile()), "")
+    records = [line.split(": ", 1)[1] for line in text.splitlines() if line.strip().startswith("- record:")]
+    sli = [r for r in records if r.startswith("slo:sli_error")]
+    assert len(sli) == len(set(sli)) == len(windows) + 1
+    assert f"slo:sli_error:ratio_rate{R.window_name(days * 86400)}" in sli
+    f = tmp_path / "r.yml"
+    f.write_text(text)
+    res = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    if days in (30, 28):
+        data, _ = rule_tests.test_file(spec, str(f))
+        t = tmp_path / "t.yml"
+        t.write_text(emit.dump(data, ""))
+        res = subprocess.run([promtool, "test", "rules", str(t)], capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+    else:
+        assert "not whole minutes" in rule_tests.untestable(spec)
+
+
+_REGEX = (Path(ROOT / "deploy/slo/availability.yaml").read_text()
+          .replace('llmsla_requests_total{status=~"error|timeout"}', 'llmsla_requests_total{code=~"(5..|429)"}')
+          .replace('llmsla_requests_total{status!="cancelled"}', "llmsla_requests_total"))
+
+
+def test_regex_sli_gets_rules_and_tests_from_a_matching_series(promtool: str, tmp_path: Path, capsys) -> None:
+    (tmp_path / "slo").mkdir()
+    (tmp_path / "slo" / "a.yaml").write_text(_REGEX)
+    rules, tests = tmp_path / "rules", tmp_path / "tests"
+    assert main(["slo", "generate", "--specs", str(tmp_path / "slo"), "--rules-out", str(rules),
+                 "--tests-out", str(tests)]) == 0
+    text = (tests / "slo-availability.test.yml").read_text()
+    assert 'code="429"' in text  # an example of the regex, not the regex itself
+    res = subprocess.run([promtool, "test", "rules", str(tests / "slo-availability.test.yml")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_sli_without_a_buildable_series_skips_only_its_tests(tmp_path: Path, capsys) -> None:
+    (tmp_path / "slo").mkdir()
+    (tmp_path / "slo" / "a.yaml").write_text(_REGEX.replace("(5..|429)", "[5-9]+"))
+    rules, tests = tmp_path / "rules", tmp_path / "tests"
+    assert main(["slo", "generate", "--specs", str(tmp_path / "slo"), "--rules-out", str(rules),
+                 "--tests-out", str(tests)]) == 0
+    assert (rules / "slo-availability.yml").exists() and not (tests / "slo-availability.test.yml").exists()
+    assert "rule tests for SLO availability skipped: " in capsys.readouterr().out
