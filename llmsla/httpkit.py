@@ -20,6 +20,7 @@ import hmac
 import json
 import logging
 import random
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmsla.events import string_problem
 from llmsla.exposition import exposition
 
 log = logging.getLogger(__name__)
@@ -145,16 +147,63 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a finite JSON number")
 
 
+#: A ``\\uD800``-``\\uDFFF`` escape: the only way a lone surrogate gets into decoded JSON (raw
+#: UTF-8 cannot carry one), so bodies without it skip the walk over their strings.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def text_problem(value: Any, what: str = "body") -> str | None:
+    """Why some string in decoded JSON ``value`` (a key or a value) is not Unicode text, else None.
+
+    A lone surrogate passes ``json.loads`` but crashes whatever later encodes it as UTF-8 (the
+    worker's tokenizer, the spool, the store), so every input path refuses it up front."""
+    stack: list[tuple[str, Any]] = [(what, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"{where}: {string_problem(v)}"
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if not k.isascii() and (p := text_problem(k, f"{where} key")) is not None:
+                    return p
+                stack.append((f"{where}.{k}", item))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+    return None
+
+
+def loads_json(raw: bytes, *, what: str = "body", text: bool = True) -> Any:
+    """The one JSON decode for every HTTP input path: ``ValueError`` with the reason for bytes
+    that are not JSON, integers beyond 64 bits, ``NaN``/``Infinity``, nesting beyond what the
+    decoder can hold, or (``text``) a string that is not Unicode text (a lone surrogate escape).
+    A caller that audits bad strings item by item (the receiver's alerts) passes ``text=False``."""
+    try:
+        value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is not valid JSON: nested too deeply") from None
+    if text and _SURROGATE_ESCAPE.search(raw) and (problem := text_problem(value, what)) is not None:
+        raise ValueError(problem)
+    return value
+
+
 def parse_json_object(raw: bytes, *, what: str = "body") -> dict[str, Any]:
-    """A JSON object, or :class:`ApiError` 400 saying why. Integers beyond 64 bits and the
-    non-standard ``NaN``/``Infinity`` are refused here, so no handler meets an int that
-    overflows a float or a number that is not finite."""
+    """A JSON object, or :class:`ApiError` 400 saying why (see :func:`loads_json`), so no
+    handler meets an int that overflows a float, a number that is not finite or a string
+    that cannot be encoded."""
     if not raw.strip():
         raise ApiError(400, f"empty {what}: expected a JSON object", code="invalid_json")
     try:
-        value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ApiError(400, f"{what} is not valid JSON: {exc}", code="invalid_json") from None
+        value = loads_json(raw, what=what)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), code="invalid_json") from None
     if not isinstance(value, dict):
         raise ApiError(400, f"{what} must be a JSON object, got {type(value).__name__}", code="invalid_json")
     return value
