@@ -98,7 +98,9 @@ def check_bearer(request: web.Request, token: str, *, setting: str) -> None:
     if scheme.lower() != "bearer" or not given:
         raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", code="unauthorized",
                        headers=challenge)
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    # the header's bytes as sent (aiohttp keeps a non-UTF-8 byte as a surrogate escape): such a
+    # value is a wrong token, not a codec error
+    if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode()):
         raise ApiError(401, "invalid bearer token", code="unauthorized", headers=challenge)
 
 

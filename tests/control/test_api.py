@@ -69,6 +69,29 @@ def test_writes_need_the_bearer_token():
     _run(main())
 
 
+def test_a_bearer_value_that_is_not_utf8_is_a_401():
+    """A token byte that is not UTF-8 is a wrong token (401), not a codec error (it was a 400)."""
+    async def main():
+        router, distill, app = _setup()
+        served, _ = await _serve(app)
+        try:
+            body = b'{"weight": 0.5}'
+            r, w = await asyncio.open_connection(served.host, served.port)
+            w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Content-Type: application/json\r\nAuthorization: Bearer s3cret-\xfftoken\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            answer = await asyncio.wait_for(r.read(), 10)
+            w.close()
+            head, _, payload = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == b"401", answer[:300]
+            assert json.loads(payload)["error"]["message"] == "invalid bearer token"
+            assert router.replicas()[0].weight == 1.0
+        finally:
+            await served.stop()
+
+    _run(main())
+
+
 def test_empty_token_refuses_every_write():
     async def main():
         router, distill, app = _setup(token="")
