@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -121,8 +121,9 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
-    """The whole body, or :class:`ApiError` 413 (too large) / 408 (not sent within
-    ``timeout_s``): a client that trickles its body must not hold a slot forever."""
+    """The whole body, decoded per its ``Content-Encoding``, or :class:`ApiError` 413 (too large)
+    / 408 (not sent within ``timeout_s``: a client that trickles its body must not hold a slot
+    forever) / 400 (a body that does not decode: one answer for every server, never a 500)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise ApiError(413, f"request body of {request.content_length} bytes exceeds the limit of {max_bytes}",
                        code="body_too_large")
@@ -133,6 +134,10 @@ async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -
         raise ApiError(413, f"request body exceeds the limit of {max_bytes} bytes", code="body_too_large") from None
     except TimeoutError:
         raise ApiError(408, f"request body not received within {timeout_s:g} s", code="body_timeout") from None
+    except RequestPayloadError:  # e.g. "Content-Encoding: gzip" on a body that is not gzip
+        encoding = request.headers.get("Content-Encoding", "")[:40]
+        raise ApiError(400, f"request body does not decode as its Content-Encoding {encoding!r}",
+                       code="invalid_encoding") from None
 
 
 _INT_LIMIT = 2**63

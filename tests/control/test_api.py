@@ -92,6 +92,39 @@ def test_a_bearer_value_that_is_not_utf8_is_a_401():
     _run(main())
 
 
+def test_a_body_that_does_not_decode_as_its_content_encoding_is_a_400():
+    """gzip/deflate bodies decode; one that does not is a 400 with a reason (it was a 500)."""
+    import gzip
+    import zlib
+
+    async def main():
+        router, distill, app = _setup()
+        served, _ = await _serve(app)
+        answers = []
+        try:
+            body = b'{"weight": 0.5}'
+            for enc, data in (("gzip", body), ("deflate", body), ("gzip", gzip.compress(body)),
+                              ("deflate", zlib.compress(body))):
+                r, w = await asyncio.open_connection(served.host, served.port)
+                w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        b"Content-Type: application/json\r\nAuthorization: Bearer " + TOKEN.encode() +
+                        b"\r\nContent-Encoding: " + enc.encode() +
+                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+                answer = await asyncio.wait_for(r.read(), 10)
+                w.close()
+                head, _, payload = answer.partition(b"\r\n\r\n")
+                answers.append((int(head.split(b" ", 2)[1]), json.loads(payload)))
+        finally:
+            await served.stop()
+        return answers
+
+    answers = _run(main())
+    assert [a[0] for a in answers] == [400, 400, 200, 200], answers
+    for _status, payload in answers[:2]:
+        assert payload["error"]["code"] == "invalid_encoding"
+        assert "does not decode as its Content-Encoding" in payload["error"]["message"]
+
+
 def test_empty_token_refuses_every_write():
     async def main():
         router, distill, app = _setup(token="")
