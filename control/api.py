@@ -9,7 +9,7 @@ Bad requests get a 4xx with the OpenAI error shape ``{"error": {"message", "type
 
 Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
 
-* ``POST /v1/replicas/{id}/weight``        ``{"weight": 0.5}``
+* ``POST /v1/replicas/{id}/weight``        ``{"weight": 0.5}`` (409 for 0 on the last serving one)
 * ``POST /v1/replicas/{id}/drain`` / ``/undrain``      409 if it would drain the last healthy one
 * ``POST /v1/router/params``               ``{"alpha": 2, "beta": 0.05, "policy": "ladr", ...}``
 * ``POST /v1/pools/{pool}/student_share``  ``{"pct": 30, "clamp": true}``   (409 if too large and

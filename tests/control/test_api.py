@@ -125,6 +125,29 @@ def test_a_body_that_does_not_decode_as_its_content_encoding_is_a_400():
         assert "does not decode as its Content-Encoding" in payload["error"]["message"]
 
 
+def test_weight_zero_on_the_last_serving_replica_is_a_409():
+    """Weight 0 takes a replica out like a drain, so the last-replica guard covers it too."""
+    async def main():
+        router, distill, app = _setup()
+        served, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s:
+                async def weight(rid, w):
+                    async with s.post(f"{base}/v1/replicas/{rid}/weight", json={"weight": w}, headers=AUTH) as r:
+                        return r.status, await r.json()
+
+                assert (await weight("b0", 0))[0] == 409  # solo's only replica
+                assert (await weight("r0", 0))[0] == 200  # r1 still serves "default"
+                status, body = await weight("r1", 0)
+                assert status == 409 and "last serving" in body["error"]["message"], body
+                assert (await weight("r1", 0.5))[0] == 200  # a non-zero weight is always fine
+        finally:
+            await served.stop()
+        return {r.id: r.weight for r in router.replicas()}
+
+    assert _run(main()) == {"r0": 0.0, "r1": 0.5, "b0": 1.0}
+
+
 def test_empty_token_refuses_every_write():
     async def main():
         router, distill, app = _setup(token="")
