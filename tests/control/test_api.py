@@ -148,6 +148,35 @@ def test_weight_zero_on_the_last_serving_replica_is_a_409():
     assert _run(main()) == {"r0": 0.0, "r1": 0.5, "b0": 1.0}
 
 
+def test_a_change_whose_audit_row_cannot_be_written_is_refused():
+    """A NUL in ``reason`` or an ``actor`` that is not text used to be applied (200) and never
+    reach ``action_log``; now it is a 400 and nothing changes."""
+    async def main():
+        router, distill, app = _setup()
+        served, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s:
+                url = f"{base}/v1/replicas/r0/weight"
+                for body in ({"weight": 0.5, "reason": "a\x00b"}, {"weight": 0.5, "actor": "x\ud800"}):
+                    async with s.post(url, data=json.dumps(body).encode(), headers=AUTH) as resp:
+                        assert resp.status == 400, body
+                        assert (await resp.json())["error"]["message"], body
+            r, w = await asyncio.open_connection(served.host, served.port)
+            data = b'{"weight": 0.5}'
+            w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Authorization: Bearer " + TOKEN.encode() + b"\r\nX-Actor: ops-\xff\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+            answer = await asyncio.wait_for(r.read(), 10)
+            w.close()
+            assert answer.split(b" ", 2)[1] == b"400", answer[:300]
+            assert b"X-Actor: contains a lone surrogate" in answer
+        finally:
+            await served.stop()
+        return router.replicas()[0].weight
+
+    assert _run(main()) == 1.0  # nothing applied
+
+
 def test_empty_token_refuses_every_write():
     async def main():
         router, distill, app = _setup(token="")
