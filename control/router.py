@@ -67,6 +67,7 @@ from llmsla.control.replica import (
     check_weight,
 )
 from llmsla.control.sampler import LoadLevels
+from llmsla.redaction import redact
 
 __all__ = ["DEFAULT_PARAMS", "POLICIES", "ROLES", "LastReplicaError", "NoReplicaAvailable", "Replica", "Router",
            "UnknownReplica", "from_config", "params_from_config"]
@@ -449,6 +450,7 @@ class Router:
             pools[pool] = [
                 {
                     **asdict(st.rep),
+                    "url": redact(st.rep.url),  # GET /v1/state needs no token: no password in it
                     "drained": st.drained,
                     "down": st.down,
                     "outstanding": st.outstanding,

@@ -177,6 +177,24 @@ def test_a_change_whose_audit_row_cannot_be_written_is_refused():
     assert _run(main()) == 1.0  # nothing applied
 
 
+def test_state_never_shows_an_upstream_password():
+    """GET /v1/state needs no token, so a replica URL's password is masked in it."""
+    async def main():
+        router = Router([Replica("r0", "default", url="http://ops:hunter2-secret@10.0.0.7:8000")], "ladr")
+        app = api.make_app(router, DistillControls(router.pools(), max_share_step_pct=20, audit=AuditLog("")),
+                           token=TOKEN)
+        served, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s, s.get(f"{base}/v1/state") as resp:
+                return resp.status, await resp.text()
+        finally:
+            await served.stop()
+
+    status, text = _run(main())
+    assert status == 200 and "hunter2-secret" not in text
+    assert "http://ops:***@10.0.0.7:8000" in text
+
+
 def test_empty_token_refuses_every_write():
     async def main():
         router, distill, app = _setup(token="")

@@ -355,3 +355,23 @@ def test_lone_surrogates_are_refused_before_they_reach_a_replica(tmp_path: Path)
         assert status == 400, (status, payload)
         assert "lone surrogate" in payload["error"]["message"], payload
     assert f'status="{names.STATUS_ERROR}"' not in metrics
+
+
+def test_start_up_line_masks_upstream_passwords(tmp_path: Path) -> None:
+    """The gateway's start-up line names its upstreams without their passwords."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool")}
+    proc = subprocess.Popen([sys.executable, "-m", "llmsla", "gateway", "--port", "0",
+                             "--upstream", "http://ops:hunter2-secret@127.0.0.1:9"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert "listening on" in line, line
+    assert "hunter2-secret" not in line and "http://ops:***@127.0.0.1:9" in line, line
