@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsla import names
+from llmsla.httpkit import loads_json
 
 VERSION = "4"
 FIRING = "firing"
@@ -224,11 +225,9 @@ def parse(raw: bytes) -> Notification:
     if not raw:
         raise WebhookError("empty body: expected an Alertmanager webhook v4 JSON object")
     try:
-        body = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise WebhookError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+        body = loads_json(raw, text=False)  # bad strings are audited alert by alert
     except ValueError as exc:
-        raise WebhookError(f"body is not valid JSON: {exc}") from None
+        raise WebhookError(str(exc)) from None
     return parse_obj(body)
 
 

@@ -9,7 +9,7 @@ Bad requests get a 4xx with the OpenAI error shape ``{"error": {"message", "type
 
 Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
 
-* ``POST /v1/replicas/{id}/weight``        ``{"weight": 0.5}``
+* ``POST /v1/replicas/{id}/weight``        ``{"weight": 0.5}`` (409 for 0 on the last serving one)
 * ``POST /v1/replicas/{id}/drain`` / ``/undrain``      409 if it would drain the last healthy one
 * ``POST /v1/router/params``               ``{"alpha": 2, "beta": 0.05, "policy": "ladr", ...}``
 * ``POST /v1/pools/{pool}/student_share``  ``{"pct": 30, "clamp": true}``   (409 if too large and
@@ -36,7 +36,7 @@ from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
 from llmsla.control.rollout import Rollout, UnknownExperiment, WeightTooLarge
 from llmsla.control.router import LastReplicaError, Router, UnknownReplica
-from llmsla.events import shown_name
+from llmsla.events import shown_name, string_problem
 from llmsla.httpkit import (
     DEFAULT_LIMITS,
     ApiError,
@@ -78,6 +78,11 @@ async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
     for k in ("actor", "reason"):
         if k in body and not isinstance(body[k], str):
             raise _bad(f"{k}: expected a string, got {type(body[k]).__name__}")
+    # checked before the change is applied: the audit row must be writable, or nothing happens
+    for k, v in (("actor", body.get("actor")), ("reason", body.get("reason")),
+                 ("X-Actor", request.headers.get("X-Actor"))):
+        if v and (problem := string_problem(v)) is not None:
+            raise _bad(f"{k}: {problem}")
     return body
 
 

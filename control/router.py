@@ -67,6 +67,7 @@ from llmsla.control.replica import (
     check_weight,
 )
 from llmsla.control.sampler import LoadLevels
+from llmsla.redaction import redact
 
 __all__ = ["DEFAULT_PARAMS", "POLICIES", "ROLES", "LastReplicaError", "NoReplicaAvailable", "Replica", "Router",
            "UnknownReplica", "from_config", "params_from_config"]
@@ -176,9 +177,17 @@ class Router:
 
     # -- operator controls -----------------------------------------------------------------------
     def set_weight(self, replica_id: str, weight: float) -> None:
-        """Weight multiplies the LADR score and divides outstanding for LO/P2C; 0 = never picked."""
+        """Weight multiplies the LADR score and divides outstanding for LO/P2C; 0 = never picked,
+        so 0 on the last replica that serves its pool is refused like draining it (the pool would
+        answer 503)."""
         check_weight(weight)
         st = self._state(replica_id)
+        if weight == 0:
+            serving = [s for s in self._pools[st.rep.pool] if not s.drained and not s.down and s.rep.weight > 0]
+            if serving == [st]:
+                raise LastReplicaError(
+                    f"refusing weight 0 for {replica_id!r}: it is the last serving (non-drained, weight > 0) "
+                    f"replica of pool {st.rep.pool!r}; give another replica weight first")
         st.rep.weight = float(weight)
         self.metrics.weight.labels(st.rep.pool, st.rep.id).set(weight)
         self._invalidate()
@@ -441,6 +450,7 @@ class Router:
             pools[pool] = [
                 {
                     **asdict(st.rep),
+                    "url": redact(st.rep.url),  # GET /v1/state needs no token: no password in it
                     "drained": st.drained,
                     "down": st.down,
                     "outstanding": st.outstanding,

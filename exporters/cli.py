@@ -95,6 +95,7 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
     import asyncio
 
     from llmsla.exporters import gateway
+    from llmsla.redaction import redact
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -103,7 +104,7 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
             loop.add_signal_handler(sig, stop.set)
         gw = await gateway.start(cfg, reuse_port=reuse_port)
         _tune_gc()
-        print(f"llmsla gateway pid {os.getpid()} listening on {gw.url} -> {', '.join(cfg.gateway.upstreams)}"
+        print(f"llmsla gateway pid {os.getpid()} listening on {gw.url} -> {', '.join(map(redact, cfg.gateway.upstreams))}"
               f" ({type(loop).__module__.split('.')[0]} loop)", flush=True)
         control = None
         if control_port is not None:

@@ -381,7 +381,8 @@ def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key}: expected a string, got {value!r}")
+            # the type only: a string key may be a secret (a DSN given as a list, a token as a number)
+            raise ConfigError(f"{where}: {key}: expected a string, got {type(value).__name__}")
         return value
     raise AssertionError(tp)  # pragma: no cover
 

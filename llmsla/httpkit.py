@@ -20,6 +20,7 @@ import hmac
 import json
 import logging
 import random
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,11 +28,12 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmsla.events import string_problem
 from llmsla.exposition import exposition
 
 log = logging.getLogger(__name__)
@@ -96,7 +98,9 @@ def check_bearer(request: web.Request, token: str, *, setting: str) -> None:
     if scheme.lower() != "bearer" or not given:
         raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", code="unauthorized",
                        headers=challenge)
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    # the header's bytes as sent (aiohttp keeps a non-UTF-8 byte as a surrogate escape): such a
+    # value is a wrong token, not a codec error
+    if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode()):
         raise ApiError(401, "invalid bearer token", code="unauthorized", headers=challenge)
 
 
@@ -117,8 +121,9 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
-    """The whole body, or :class:`ApiError` 413 (too large) / 408 (not sent within
-    ``timeout_s``): a client that trickles its body must not hold a slot forever."""
+    """The whole body, decoded per its ``Content-Encoding``, or :class:`ApiError` 413 (too large)
+    / 408 (not sent within ``timeout_s``: a client that trickles its body must not hold a slot
+    forever) / 400 (a body that does not decode: one answer for every server, never a 500)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise ApiError(413, f"request body of {request.content_length} bytes exceeds the limit of {max_bytes}",
                        code="body_too_large")
@@ -129,6 +134,10 @@ async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -
         raise ApiError(413, f"request body exceeds the limit of {max_bytes} bytes", code="body_too_large") from None
     except TimeoutError:
         raise ApiError(408, f"request body not received within {timeout_s:g} s", code="body_timeout") from None
+    except RequestPayloadError:  # e.g. "Content-Encoding: gzip" on a body that is not gzip
+        encoding = request.headers.get("Content-Encoding", "")[:40]
+        raise ApiError(400, f"request body does not decode as its Content-Encoding {encoding!r}",
+                       code="invalid_encoding") from None
 
 
 _INT_LIMIT = 2**63
@@ -145,16 +154,63 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a finite JSON number")
 
 
+#: A ``\\uD800``-``\\uDFFF`` escape: the only way a lone surrogate gets into decoded JSON (raw
+#: UTF-8 cannot carry one), so bodies without it skip the walk over their strings.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def text_problem(value: Any, what: str = "body") -> str | None:
+    """Why some string in decoded JSON ``value`` (a key or a value) is not Unicode text, else None.
+
+    A lone surrogate passes ``json.loads`` but crashes whatever later encodes it as UTF-8 (the
+    worker's tokenizer, the spool, the store), so every input path refuses it up front."""
+    stack: list[tuple[str, Any]] = [(what, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"{where}: {string_problem(v)}"
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if not k.isascii() and (p := text_problem(k, f"{where} key")) is not None:
+                    return p
+                stack.append((f"{where}.{k}", item))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+    return None
+
+
+def loads_json(raw: bytes, *, what: str = "body", text: bool = True) -> Any:
+    """The one JSON decode for every HTTP input path: ``ValueError`` with the reason for bytes
+    that are not JSON, integers beyond 64 bits, ``NaN``/``Infinity``, nesting beyond what the
+    decoder can hold, or (``text``) a string that is not Unicode text (a lone surrogate escape).
+    A caller that audits bad strings item by item (the receiver's alerts) passes ``text=False``."""
+    try:
+        value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is not valid JSON: nested too deeply") from None
+    if text and _SURROGATE_ESCAPE.search(raw) and (problem := text_problem(value, what)) is not None:
+        raise ValueError(problem)
+    return value
+
+
 def parse_json_object(raw: bytes, *, what: str = "body") -> dict[str, Any]:
-    """A JSON object, or :class:`ApiError` 400 saying why. Integers beyond 64 bits and the
-    non-standard ``NaN``/``Infinity`` are refused here, so no handler meets an int that
-    overflows a float or a number that is not finite."""
+    """A JSON object, or :class:`ApiError` 400 saying why (see :func:`loads_json`), so no
+    handler meets an int that overflows a float, a number that is not finite or a string
+    that cannot be encoded."""
     if not raw.strip():
         raise ApiError(400, f"empty {what}: expected a JSON object", code="invalid_json")
     try:
-        value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ApiError(400, f"{what} is not valid JSON: {exc}", code="invalid_json") from None
+        value = loads_json(raw, what=what)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), code="invalid_json") from None
     if not isinstance(value, dict):
         raise ApiError(400, f"{what} must be a JSON object, got {type(value).__name__}", code="invalid_json")
     return value

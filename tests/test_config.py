@@ -108,3 +108,14 @@ schedule = { name = "cosine", params = { t_min = 0.3 } }
                           '[ab.experiments.checkout.arms.b]\nroute_policy = "fastest"\n')
     with pytest.raises(ConfigError, match=rf"^{bad}: ab\.experiments\.checkout\.arms\.b\.route_policy: must be one of"):
         config_mod.load(bad, env={})
+
+
+def test_type_errors_do_not_echo_a_secret(tmp_path: Path) -> None:
+    """A DSN given as a list or a token given as a number: the error names the type, never the value."""
+    for text, secret in (('[store]\ndsn = ["postgresql://u:hunter2-secret@db/x"]\n', "hunter2-secret"),
+                         ("[control]\ntoken = 918273645546372819\n", "918273645546372819")):
+        p = tmp_path / "llmsla.toml"
+        p.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            config_mod.load(p, env={})
+        assert secret not in str(err.value) and "expected a string" in str(err.value), err.value

@@ -25,6 +25,7 @@ def _bad_envelopes() -> list[tuple[str, object, int, str]]:
         ("not json", b"{'version': 4}", 400, "body is not valid JSON"),
         ("empty", b"", 400, "empty body"),
         ("not utf-8", b'{"version": "4", "x": "\xff"}', 400, "body is not UTF-8"),
+        ("nested too deeply", b"[" * 100_000, 400, "body is not valid JSON: nested too deeply"),
         ("array", [good], 400, "body must be a JSON object, got list"),
         ("wrong version", with_(version="3"), 400, 'version: expected "4" (Alertmanager webhook v4), got "3"'),
         ("version as number", with_(version=4), 400, "version: expected \"4\""),

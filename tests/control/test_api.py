@@ -69,6 +69,132 @@ def test_writes_need_the_bearer_token():
     _run(main())
 
 
+def test_a_bearer_value_that_is_not_utf8_is_a_401():
+    """A token byte that is not UTF-8 is a wrong token (401), not a codec error (it was a 400)."""
+    async def main():
+        router, distill, app = _setup()
+        served, _ = await _serve(app)
+        try:
+            body = b'{"weight": 0.5}'
+            r, w = await asyncio.open_connection(served.host, served.port)
+            w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Content-Type: application/json\r\nAuthorization: Bearer s3cret-\xfftoken\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            answer = await asyncio.wait_for(r.read(), 10)
+            w.close()
+            head, _, payload = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == b"401", answer[:300]
+            assert json.loads(payload)["error"]["message"] == "invalid bearer token"
+            assert router.replicas()[0].weight == 1.0
+        finally:
+            await served.stop()
+
+    _run(main())
+
+
+def test_a_body_that_does_not_decode_as_its_content_encoding_is_a_400():
+    """gzip/deflate bodies decode; one that does not is a 400 with a reason (it was a 500)."""
+    import gzip
+    import zlib
+
+    async def main():
+        router, distill, app = _setup()
+        served, _ = await _serve(app)
+        answers = []
+        try:
+            body = b'{"weight": 0.5}'
+            for enc, data in (("gzip", body), ("deflate", body), ("gzip", gzip.compress(body)),
+                              ("deflate", zlib.compress(body))):
+                r, w = await asyncio.open_connection(served.host, served.port)
+                w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        b"Content-Type: application/json\r\nAuthorization: Bearer " + TOKEN.encode() +
+                        b"\r\nContent-Encoding: " + enc.encode() +
+                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+                answer = await asyncio.wait_for(r.read(), 10)
+                w.close()
+                head, _, payload = answer.partition(b"\r\n\r\n")
+                answers.append((int(head.split(b" ", 2)[1]), json.loads(payload)))
+        finally:
+            await served.stop()
+        return answers
+
+    answers = _run(main())
+    assert [a[0] for a in answers] == [400, 400, 200, 200], answers
+    for _status, payload in answers[:2]:
+        assert payload["error"]["code"] == "invalid_encoding"
+        assert "does not decode as its Content-Encoding" in payload["error"]["message"]
+
+
+def test_weight_zero_on_the_last_serving_replica_is_a_409():
+    """Weight 0 takes a replica out like a drain, so the last-replica guard covers it too."""
+    async def main():
+        router, distill, app = _setup()
+        served, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s:
+                async def weight(rid, w):
+                    async with s.post(f"{base}/v1/replicas/{rid}/weight", json={"weight": w}, headers=AUTH) as r:
+                        return r.status, await r.json()
+
+                assert (await weight("b0", 0))[0] == 409  # solo's only replica
+                assert (await weight("r0", 0))[0] == 200  # r1 still serves "default"
+                status, body = await weight("r1", 0)
+                assert status == 409 and "last serving" in body["error"]["message"], body
+                assert (await weight("r1", 0.5))[0] == 200  # a non-zero weight is always fine
+        finally:
+            await served.stop()
+        return {r.id: r.weight for r in router.replicas()}
+
+    assert _run(main()) == {"r0": 0.0, "r1": 0.5, "b0": 1.0}
+
+
+def test_a_change_whose_audit_row_cannot_be_written_is_refused():
+    """A NUL in ``reason`` or an ``actor`` that is not text used to be applied (200) and never
+    reach ``action_log``; now it is a 400 and nothing changes."""
+    async def main():
+        router, distill, app = _setup()
+        served, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s:
+                url = f"{base}/v1/replicas/r0/weight"
+                for body in ({"weight": 0.5, "reason": "a\x00b"}, {"weight": 0.5, "actor": "x\ud800"}):
+                    async with s.post(url, data=json.dumps(body).encode(), headers=AUTH) as resp:
+                        assert resp.status == 400, body
+                        assert (await resp.json())["error"]["message"], body
+            r, w = await asyncio.open_connection(served.host, served.port)
+            data = b'{"weight": 0.5}'
+            w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Authorization: Bearer " + TOKEN.encode() + b"\r\nX-Actor: ops-\xff\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+            answer = await asyncio.wait_for(r.read(), 10)
+            w.close()
+            assert answer.split(b" ", 2)[1] == b"400", answer[:300]
+            assert b"X-Actor: contains a lone surrogate" in answer
+        finally:
+            await served.stop()
+        return router.replicas()[0].weight
+
+    assert _run(main()) == 1.0  # nothing applied
+
+
+def test_state_never_shows_an_upstream_password():
+    """GET /v1/state needs no token, so a replica URL's password is masked in it."""
+    async def main():
+        router = Router([Replica("r0", "default", url="http://ops:hunter2-secret@10.0.0.7:8000")], "ladr")
+        app = api.make_app(router, DistillControls(router.pools(), max_share_step_pct=20, audit=AuditLog("")),
+                           token=TOKEN)
+        served, base = await _serve(app)
+        try:
+            async with aiohttp.ClientSession() as s, s.get(f"{base}/v1/state") as resp:
+                return resp.status, await resp.text()
+        finally:
+            await served.stop()
+
+    status, text = _run(main())
+    assert status == 200 and "hunter2-secret" not in text
+    assert "http://ops:***@10.0.0.7:8000" in text
+
+
 def test_empty_token_refuses_every_write():
     async def main():
         router, distill, app = _setup(token="")

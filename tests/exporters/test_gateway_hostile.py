@@ -324,3 +324,54 @@ def test_malformed_http_is_answered_without_flooding_the_log(tmp_path: Path, cap
         answers = asyncio.run(main())
     assert all(a.split(b" ", 2)[1] == b"400" for a in answers), {a[:40] for a in answers}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records[:3]
+
+
+def test_lone_surrogates_are_refused_before_they_reach_a_replica(tmp_path: Path) -> None:
+    """An escaped lone surrogate in a prompt or a chat message is a client error at every hop:
+    the gateway answers 400 with a reason and records no ``error`` against the replica, and the
+    worker, asked directly, answers 400 too (it used to crash encoding the prompt)."""
+    cfg = _cfg(tmp_path)
+    bodies = {"/v1/completions": {"model": MODEL, "prompt": "hi \ud800", "max_tokens": 2},
+              "/v1/chat/completions": {"model": MODEL, "max_tokens": 2,
+                                       "messages": [{"role": "user", "content": "x\udfff"}]}}
+
+    async def main() -> tuple[list[tuple[int, dict]], str]:
+        answers = []
+        async with worker_mod.serve(worker_cfg(tmp_path / "w"), "127.0.0.1", 0) as worker:
+            cfg.gateway.upstreams = [worker.url]
+            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+                    aiohttp.ClientSession() as s:
+                for base in (gw.url, worker.url):
+                    for path, body in bodies.items():
+                        async with s.post(base + path, data=json.dumps(body).encode(),
+                                          headers={"Content-Type": "application/json"}) as r:
+                            answers.append((r.status, json.loads(await r.read())))
+                async with s.get(gw.url + "/metrics") as r:
+                    metrics = await r.text()
+        return answers, metrics
+
+    answers, metrics = asyncio.run(main())
+    for status, payload in answers:
+        assert status == 400, (status, payload)
+        assert "lone surrogate" in payload["error"]["message"], payload
+    assert f'status="{names.STATUS_ERROR}"' not in metrics
+
+
+def test_start_up_line_masks_upstream_passwords(tmp_path: Path) -> None:
+    """The gateway's start-up line names its upstreams without their passwords."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool")}
+    proc = subprocess.Popen([sys.executable, "-m", "llmsla", "gateway", "--port", "0",
+                             "--upstream", "http://ops:hunter2-secret@127.0.0.1:9"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert "listening on" in line, line
+    assert "hunter2-secret" not in line and "http://ops:***@127.0.0.1:9" in line, line
