@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.extras import require
+
+    require("dashboards", "llmsla dashboards build")  # one line, not a ModuleNotFoundError
     from llmsla.dashboards import build
     from llmsla.errors import CliError
 
@@ -71,6 +74,9 @@ def parse_time(option: str, text: str, *, now: dt.datetime) -> dt.datetime:
 
 
 def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.extras import require
+
+    require("dashboards", "llmsla report")
     from llmsla.dashboards.macros import TimeRange
     from llmsla.errors import CliError
 
