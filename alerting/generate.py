@@ -15,6 +15,7 @@ from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
 from llmsla.alerting.slo import SloSpec, load_specs, spec_files
 from llmsla.config import Config
+from llmsla.resources import shown
 
 SPECS_DIR = Path("deploy/slo")
 RULES_DIR = Path("deploy/prometheus/rules")
@@ -56,11 +57,11 @@ def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULE
     out = Output(specs=load_specs(spec_files(specs_dir), cfg))
     for spec in out.specs:
         rf = rules_dir / rule_file_name(spec)
-        out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(spec.file, prof))
+        out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(shown(spec.file), prof))
         if tests_dir is not None and window_scale == 1:
             rel = Path("..") / rules_dir.name / rf.name if tests_dir.parent == rules_dir.parent else rf.resolve()
             data, first = rule_tests.test_file(spec, str(rel))
-            out.files[tests_dir / test_file_name(spec)] = dump(data, _header(spec.file, prof) +
+            out.files[tests_dir / test_file_name(spec)] = dump(data, _header(shown(spec.file), prof) +
                                                                "Run: promtool test rules <this file>\n")
             out.first_firing[spec.name] = first
     out.files[rules_dir / STATIC_FILE] = dump(R.static_rule_file(prof), _header("alerting/rules.py (static rules)", prof))

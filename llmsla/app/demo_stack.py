@@ -24,9 +24,7 @@ import yaml
 
 from llmsla import services
 from llmsla.errors import UserError
-
-#: The checkout the demo runs from: SLO specs, the Alertmanager config and rule generation.
-ROOT = Path(__file__).resolve().parents[2]
+from llmsla.resources import deploy
 
 
 class DemoError(UserError):
@@ -141,7 +139,7 @@ class Stack:
 
         cfg = config_mod.load(path=self.config_file, env={})
         rules_dir = self.workdir / "prometheus"
-        out = G.generate(cfg, specs_dir=ROOT / G.SPECS_DIR, rules_dir=Path("rules"), tests_dir=None,
+        out = G.generate(cfg, specs_dir=deploy("slo"), rules_dir=Path("rules"), tests_dir=None,
                          window_scale=self.scale.factor, scrape_interval_s=self.scale.scrape_s)
         files = {path.name: text for path, text in out.files.items()}
         self._rule_files = files
@@ -155,7 +153,7 @@ class Stack:
         token_file.touch(mode=0o600)
         token_file.write_text(self.env["LLMSLA_RECEIVER_TOKEN"])
         am = services.start_alertmanager(self.workdir / "alertmanager", config_yaml=amconfig.pointed_at(
-            (ROOT / "deploy/alertmanager/alertmanager.yml").read_text(), self.urls["receiver"], token_file,
+            deploy("alertmanager/alertmanager.yml").read_text(), self.urls["receiver"], token_file,
             group_wait_s=self.scale.seconds(10)))
         self.services.append(am)
         self.urls["alertmanager"] = am.url
