@@ -72,3 +72,13 @@ def test_doctor_advice_works_from_a_wheel() -> None:
     from llmsla.app import doctor
 
     assert "pip install -e" not in Path(doctor.__file__).read_text()
+
+
+def test_demo_without_an_extra_names_it_before_starting(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['pyflink'] = None\n"
+            "from llmsla.app.cli import main\n"
+            f"sys.exit(main(['demo', '--workdir', {str(tmp_path / 'w')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and "pip install 'llmsla[stream]'" in out.stderr, out.stderr
+    assert not (tmp_path / "w").exists()  # nothing started
