@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from llmsla import services
+from llmsla import data, services
 from llmsla.errors import UserError
 from llmsla.resources import deploy
 
@@ -94,7 +94,9 @@ class Stack:
         tokens = {"LLMSLA_CONTROL_TOKEN": secrets.token_urlsafe(24), "LLMSLA_RECEIVER_TOKEN": secrets.token_urlsafe(24)}
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
         env.update(tokens, LLMSLA_FORECAST_RECEIVER_TOKEN=tokens["LLMSLA_RECEIVER_TOKEN"],
-                   PYTHONWARNINGS="ignore", LLMSLA_DSN=dsn)
+                   PYTHONWARNINGS="ignore", LLMSLA_DSN=dsn,
+                   # where the trace lives is not config: a wheel user's LLMSLA_DATA_DIR reaches the components
+                   **{data.ENV_DATA_DIR: str(data.data_dir())})
         return cls(workdir=workdir, config_file=config_file, dsn=dsn, scale=scale, env=env)
 
     def port(self, name: str) -> int:
