@@ -13,7 +13,9 @@ def register(subparsers: Any) -> None:
     slo = subparsers.add_parser("slo", help="SLO specs -> Prometheus burn-rate rules and rule tests")
     ss = slo.add_subparsers(dest="slo_command", metavar="ACTION")
     g = ss.add_parser("generate", help="write deploy/prometheus/rules and tests from deploy/slo/*.yaml")
-    g.add_argument("--specs", type=Path, default=Path("deploy/slo"), help="directory of SLO specs (openslo/v1, Sloth prometheus/v1)")
+    g.add_argument("--specs", type=Path, default=None,
+                   help="directory of SLO specs: openslo/v1, openslo/v1alpha, Sloth prometheus/v1 "
+                        "(default deploy/slo, else the installed defaults)")
     g.add_argument("--rules-out", type=Path, default=Path("deploy/prometheus/rules"))
     g.add_argument("--tests-out", type=Path, default=Path("deploy/prometheus/tests"))
     g.add_argument("--default-slo-period", default="30d",
@@ -41,12 +43,17 @@ def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.alerting import generate as G
     from llmsla.alerting.yamlsrc import SourceError
     from llmsla.errors import CliError
+    from llmsla.resources import deploy
 
     period = args.default_slo_period
     if not (period.endswith("d") and period[:-1].isdigit() and int(period[:-1]) > 0):
         raise CliError(f"--default-slo-period: expected whole days like 30d, got {period!r}")
+    specs = args.specs or deploy("slo")
+    if args.check:  # compare with the committed (or installed) files when none are here
+        args.rules_out = args.rules_out if args.rules_out.exists() else deploy("prometheus/rules")
+        args.tests_out = args.tests_out if args.tests_out.exists() else deploy("prometheus/tests")
     try:
-        out = G.generate(cfg, specs_dir=args.specs, period_days=int(period[:-1]), rules_dir=args.rules_out,
+        out = G.generate(cfg, specs_dir=specs, period_days=int(period[:-1]), rules_dir=args.rules_out,
                          tests_dir=args.tests_out if args.window_scale == 1 else None,
                          window_scale=args.window_scale, scrape_interval_s=args.scrape_interval_s)
     except (SourceError, ValueError) as exc:

@@ -15,6 +15,7 @@ from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
 from llmsla.alerting.slo import SloSpec, load_specs, spec_files
 from llmsla.config import Config
+from llmsla.resources import shown
 
 SPECS_DIR = Path("deploy/slo")
 RULES_DIR = Path("deploy/prometheus/rules")
@@ -58,7 +59,7 @@ def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULE
     out = Output(specs=load_specs(spec_files(specs_dir), cfg, period_days))
     for spec in out.specs:
         rf = rules_dir / rule_file_name(spec)
-        out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(spec.file, prof))
+        out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(shown(spec.file), prof))
         reason = rule_tests.untestable(spec)
         if reason and tests_dir is not None and window_scale == 1:
             out.skipped[spec.name] = reason
@@ -69,7 +70,7 @@ def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULE
             except ValueError as exc:  # no series the generator can build: skip the tests, keep the rules
                 out.skipped[spec.name] = str(exc)
                 continue
-            out.files[tests_dir / test_file_name(spec)] = dump(data, _header(spec.file, prof) +
+            out.files[tests_dir / test_file_name(spec)] = dump(data, _header(shown(spec.file), prof) +
                                                                "Run: promtool test rules <this file>\n")
             out.first_firing[spec.name] = first
     out.files[rules_dir / STATIC_FILE] = dump(R.static_rule_file(prof), _header("alerting/rules.py (static rules)", prof))

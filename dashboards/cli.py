@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("dashboards", help="Grafana dashboards as code")
     ds = d.add_subparsers(dest="dashboards_cmd", required=True, metavar="ACTION")
     b = ds.add_parser("build", help="write deploy/grafana: dashboard JSON, datasource and dashboard provisioning")
-    b.add_argument("--out", default="deploy/grafana", help="output folder (default deploy/grafana)")
+    b.add_argument("--out", default=None, help="output folder (default deploy/grafana)")
     b.add_argument("--check", action="store_true", help="exit 2 naming the stale files instead of writing")
     b.set_defaults(handler=cmd_build)
 
@@ -35,10 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.extras import require
+
+    require("dashboards", "llmsla dashboards build")  # one line, not a ModuleNotFoundError
     from llmsla.dashboards import build
     from llmsla.errors import CliError
+    from llmsla.resources import LOCAL, deploy
 
-    out = Path(args.out)
+    # --check compares with the installed dashboards when there is no deploy/grafana here
+    out = Path(args.out) if args.out else (deploy("grafana") if args.check else LOCAL / "grafana")
     if args.check:
         stale = build.stale(cfg, out)
         if stale:
@@ -71,6 +76,9 @@ def parse_time(option: str, text: str, *, now: dt.datetime) -> dt.datetime:
 
 
 def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla.extras import require
+
+    require("dashboards", "llmsla report")
     from llmsla.dashboards.macros import TimeRange
     from llmsla.errors import CliError
 

@@ -20,7 +20,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "forecast": ("torch", "sklearn"),
     "redis": ("redis",),
     "gpu": ("pynvml",),
-    "dashboards": ("grafana_foundation_sdk",),
+    "dashboards": ("grafana_foundation_sdk", "matplotlib"),
     "deploy": ("kubernetes_validate", "jsonschema"),
 }
 

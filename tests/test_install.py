@@ -55,3 +55,30 @@ def test_fresh_venv_core_install(tmp_path: Path) -> None:
                              cwd=tmp_path)
         assert out.returncode == 2, (argv, out.stdout, out.stderr)
         assert f"needs the '{extra}' extra" in out.stderr and f"pip install 'llmsla[{extra}]'" in out.stderr
+
+
+def test_dashboards_build_without_its_extra_names_it(tmp_path: Path) -> None:
+    # sys.modules[name] = None makes both find_spec and import see the module as absent
+    code = ("import sys; sys.modules['grafana_foundation_sdk'] = None\n"
+            "from llmsla.app.cli import main\n"
+            f"sys.exit(main(['dashboards', 'build', '--out', {str(tmp_path / 'out')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "needs the 'dashboards' extra" in out.stderr and "pip install 'llmsla[dashboards]'" in out.stderr
+
+
+def test_doctor_advice_works_from_a_wheel() -> None:
+    from llmsla.app import doctor
+
+    assert "pip install -e" not in Path(doctor.__file__).read_text()
+
+
+def test_demo_without_an_extra_names_it_before_starting(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['pyflink'] = None\n"
+            "from llmsla.app.cli import main\n"
+            f"sys.exit(main(['demo', '--workdir', {str(tmp_path / 'w')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and "pip install 'llmsla[stream]'" in out.stderr, out.stderr
+    assert not (tmp_path / "w").exists()  # nothing started

@@ -374,6 +374,12 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
         raise CliError(f"--minutes: at least 2 (the fault starts at 20 % of the live part, after the alerting "
                        f"rules load {Story(live_s=120).arm_alerts_s:g} s in), got {args.minutes:g}")
+    from llmsla import extras
+
+    # the whole loop runs: name a missing extra now, not minutes in as a component's traceback
+    for extra in ("stream", "forecast", "dashboards", *(() if cfg.store.dsn else ("embedded",)),
+                  *(("worker",) if args.real else ())):
+        extras.require(extra, "llmsla demo")
     console = Console(width=None if sys.stdout.isatty() else 120)
     work = Path(args.workdir).resolve() if args.workdir else config_mod.default_data_dir() / "demo"
     work.mkdir(parents=True, exist_ok=True)

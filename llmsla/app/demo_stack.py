@@ -22,11 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from llmsla import services
+from llmsla import data, services
 from llmsla.errors import UserError
-
-#: The checkout the demo runs from: SLO specs, the Alertmanager config and rule generation.
-ROOT = Path(__file__).resolve().parents[2]
+from llmsla.resources import deploy
 
 
 class DemoError(UserError):
@@ -96,7 +94,9 @@ class Stack:
         tokens = {"LLMSLA_CONTROL_TOKEN": secrets.token_urlsafe(24), "LLMSLA_RECEIVER_TOKEN": secrets.token_urlsafe(24)}
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
         env.update(tokens, LLMSLA_FORECAST_RECEIVER_TOKEN=tokens["LLMSLA_RECEIVER_TOKEN"],
-                   PYTHONWARNINGS="ignore", LLMSLA_DSN=dsn)
+                   PYTHONWARNINGS="ignore", LLMSLA_DSN=dsn,
+                   # where the trace lives is not config: a wheel user's LLMSLA_DATA_DIR reaches the components
+                   **{data.ENV_DATA_DIR: str(data.data_dir())})
         return cls(workdir=workdir, config_file=config_file, dsn=dsn, scale=scale, env=env)
 
     def port(self, name: str) -> int:
@@ -141,7 +141,7 @@ class Stack:
 
         cfg = config_mod.load(path=self.config_file, env={})
         rules_dir = self.workdir / "prometheus"
-        out = G.generate(cfg, specs_dir=ROOT / G.SPECS_DIR, rules_dir=Path("rules"), tests_dir=None,
+        out = G.generate(cfg, specs_dir=deploy("slo"), rules_dir=Path("rules"), tests_dir=None,
                          window_scale=self.scale.factor, scrape_interval_s=self.scale.scrape_s)
         files = {path.name: text for path, text in out.files.items()}
         self._rule_files = files
@@ -155,7 +155,7 @@ class Stack:
         token_file.touch(mode=0o600)
         token_file.write_text(self.env["LLMSLA_RECEIVER_TOKEN"])
         am = services.start_alertmanager(self.workdir / "alertmanager", config_yaml=amconfig.pointed_at(
-            (ROOT / "deploy/alertmanager/alertmanager.yml").read_text(), self.urls["receiver"], token_file,
+            deploy("alertmanager/alertmanager.yml").read_text(), self.urls["receiver"], token_file,
             group_wait_s=self.scale.seconds(10)))
         self.services.append(am)
         self.urls["alertmanager"] = am.url

@@ -46,7 +46,7 @@ def check_python_deps() -> list[Check]:
         try:
             out.append(Check(f"python: {dist}", OK, importlib.metadata.version(dist)))
         except importlib.metadata.PackageNotFoundError:
-            out.append(Check(f"python: {dist}", FAIL, f"not installed ({why})", f"pip install -e '.[dev]'  (or pip install {dist})"))
+            out.append(Check(f"python: {dist}", FAIL, f"not installed ({why})", f"pip install 'llmsla[all]'  (or pip install {dist})"))
     return out
 
 

@@ -31,6 +31,7 @@ from llmsla.alerting.generate import SPECS_DIR
 from llmsla.alerting.slo import load_specs, spec_files
 from llmsla.app.k8s import crd_schemas
 from llmsla.config import Config
+from llmsla.resources import deploy
 
 K8S_DIR = Path("deploy/k8s")
 ALERTMANAGER_YML = Path("deploy/alertmanager/alertmanager.yml")
@@ -134,9 +135,9 @@ def _yaml(obj: dict[str, Any], source: str, note: str = "") -> str:
 def files(cfg: Config, root: Path = K8S_DIR) -> dict[Path, str]:
     """Every generated file's path and text (nothing written)."""
     out = {
-        root / "base" / "prometheus-rule.yaml": _yaml(prometheus_rule(cfg), f"{SPECS_DIR}/*.yaml (the rules of `llmsla slo generate`)"),
+        root / "base" / "prometheus-rule.yaml": _yaml(prometheus_rule(cfg, deploy("slo")), f"{SPECS_DIR}/*.yaml (the rules of `llmsla slo generate`)"),
         root / "base" / "alertmanager-config.yaml": _yaml(
-            alertmanager_config(), str(ALERTMANAGER_YML),
+            alertmanager_config(deploy("alertmanager/alertmanager.yml")), str(ALERTMANAGER_YML),
             "The SLO alerts aggregate the namespace label away: set the Alertmanager resource's\n"
             "alertmanagerConfigMatcherStrategy.type to None (docs/deploy.md), or these routes, which\n"
             "the operator scopes to namespace=\"llmsla\", match none of them."),
