@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
+import copy
 import os
 import shutil
 import signal
@@ -82,11 +82,10 @@ import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_table, write_result  # noqa: E402
+from _common import paired_interval, print_table, write_result  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
 from llmsla import names  # noqa: E402
-from llmsla.control.ab_stats import t_ppf  # noqa: E402
 from llmsla.store import open_store  # noqa: E402
 from llmsla.streaming import synth  # noqa: E402
 
@@ -785,41 +784,56 @@ PAIRED_TARGET = 0.9 * 0.94
 
 
 def paired_main(args: argparse.Namespace) -> int:
-    """``--paired R``: R rounds of the blackhole and the store on one backlog, each round the two
-    runs back to back (which goes first alternates), and per round the store's late rate (the
-    requests landed in the store) over the blackhole's (the spool read). Alternating the order
-    and pairing cancel the machine's drift between rounds; the rounds give the geometric mean of
-    the ratios and its 95 % interval (Student t on the log ratios). The verdict against
+    """``--paired R``: R rounds of the blackhole and the store on one backlog, each round the
+    runs back to back (the order rotates), and per round the store's late rate (the requests
+    landed in the store) over the blackhole's (the spool read). Rotating the order and pairing
+    cancel the machine's drift between rounds; the rounds give the geometric mean of the ratios
+    and its 95 % interval (Student t on the log ratios). The verdict against
     :data:`PAIRED_TARGET` is ``met`` only when the whole interval lies above it, ``not met`` when
-    it lies below, else ``unresolved``."""
+    it lies below, else ``unresolved``. With ``--timescale-dsn`` each round also runs the store
+    path into that TimescaleDB database (``timescale``), beside plain PostgreSQL's."""
     work, cfg, handle = private_store("llmsla-bench-paired-")
     log = work / "stream.log"
     load_before = os.getloadavg()
     start_ms = int(time.time() * 1000) - 2 * 3600 * 1000
     rounds: list[dict[str, Any]] = []
+    stores = {"store": cfg}
+    if args.timescale_dsn:
+        stores["timescale"] = copy.deepcopy(cfg)
+        stores["timescale"].store.dsn = args.timescale_dsn
+        stores["timescale"].store.data_dir = args.timescale_data_dir or ""
+    sinks = ["blackhole", *stores]
     try:
         backlog = write_backlog(work / "main", args.events, start_ms, args.rate, args.writers,
                                 segment_bytes=cfg.spool.segment_max_bytes, segment_age_s=cfg.spool.segment_max_age_s)
-        cfg.spool.dir = str(backlog.full.parent)
+        for c in stores.values():
+            c.spool.dir = str(backlog.full.parent)
         for r in range(args.paired):
-            row: dict[str, Any] = {"round": r + 1, "first": "store" if r % 2 else "blackhole"}
-            for sink in ("store", "blackhole") if r % 2 else ("blackhole", "store"):
-                store = sink == "store"
-                if store:
-                    with psycopg.connect(cfg.store.dsn, autocommit=True) as conn:
-                        conn.execute(EMPTY_STORE)
-                run = run_job(cfg, *(() if store else ("--blackhole",)), log=log, landed=store)
+            order = sinks[r % len(sinks):] + sinks[:r % len(sinks)]
+            row: dict[str, Any] = {"round": r + 1, "first": order[0]}
+            for sink in order:
+                run_cfg = stores.get(sink, cfg)
+                if sink in stores:
+                    with psycopg.connect(run_cfg.store.dsn, autocommit=True) as conn:
+                        if conn.execute(f"SELECT to_regclass('{names.T_REQUEST_WINDOWS}')").fetchone()[0]:
+                            conn.execute(EMPTY_STORE)
+                run = run_job(run_cfg, *(() if sink in stores else ("--blackhole",)), log=log, landed=sink in stores)
                 late = late_rates(run, backlog.events, backlog.bytes)
                 row[f"{sink}_wall_s"] = run["wall_s"]
                 row[f"{sink}_read"] = late["read"]
-                if store:
-                    rows, summed = counts(cfg.store.dsn)
+                if sink in stores:
+                    rows, summed = counts(run_cfg.store.dsn)
                     if summed != backlog.events:  # a run that lost requests measures nothing
-                        raise SystemExit(f"round {r + 1}: {summed} of {backlog.events} requests in {rows} window "
-                                         f"rows; see {log}")
-                    row["store_landed"] = late["landed"]
-            for key, num, den in (("ratio", "store_landed", "blackhole_read"), ("ratio_read", "store_read", "blackhole_read"),
-                                  ("ratio_wall", "blackhole_wall_s", "store_wall_s")):  # walls: start-up included
+                        raise SystemExit(f"round {r + 1}: {sink}: {summed} of {backlog.events} requests in {rows} "
+                                         f"window rows; see {log}")
+                    row[f"{sink}_landed"] = late["landed"]
+            pairs = [("ratio", "store_landed", "blackhole_read"), ("ratio_read", "store_read", "blackhole_read"),
+                     ("ratio_wall", "blackhole_wall_s", "store_wall_s")]  # walls: start-up included
+            if "timescale" in stores:
+                pairs += [("timescale_ratio", "timescale_landed", "blackhole_read"),
+                          ("timescale_ratio_wall", "blackhole_wall_s", "timescale_wall_s"),
+                          ("timescale_vs_store", "timescale_landed", "store_landed")]
+            for key, num, den in pairs:
                 row[key] = row[num] / row[den] if row[num] and row[den] else None
             rounds.append(row)
             print(f"  round {r + 1}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
@@ -827,42 +841,34 @@ def paired_main(args: argparse.Namespace) -> int:
     finally:
         handle.close()
     load_after = os.getloadavg()
-    summary = {key: paired_interval([x[key] for x in rounds]) for key in ("ratio", "ratio_read", "ratio_wall")}
+    keys = [k for k in ("ratio", "ratio_read", "ratio_wall", "timescale_ratio", "timescale_ratio_wall",
+                        "timescale_vs_store") if k in rounds[0]]
+    summary = {key: paired_interval([x[key] for x in rounds], PAIRED_TARGET if key in ("ratio", "timescale_ratio")
+                                    else None) for key in keys}
     verdict = summary["ratio"].get("verdict")
     print_table(rounds, f"paired rounds: {backlog.events:,} events from {backlog.writers} writers "
                         f"({backlog.segments:,} segments); ratio = store landed / blackhole read, late rates")
     print_table([{"measure": k, **v} for k, v in summary.items()],
                 f"geometric mean of the rounds' ratios, 95 % interval; target {PAIRED_TARGET:.3f}")
-    print(f"\nverdict: {verdict}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
-          f"on {os.cpu_count()} CPUs")
+    print(f"\nverdict: {verdict}" + (f"; TimescaleDB: {summary['timescale_ratio'].get('verdict')}"
+                                     if "timescale_ratio" in summary else "")
+          + f"; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs")
     write_result(args.name if args.name != "streaming" else "streaming-paired", {
         "inputs": {"events": args.events, "writers": args.writers, "event_rate": args.rate, "rounds": args.paired,
+                   "stores": {k: "timescale" if k == "timescale" else "plain" for k in stores},
                    "spool": {k: (str(v) if isinstance(v, Path) else v) for k, v in backlog.__dict__.items()}},
-        "anchor": "blackhole sink, same job SQL, same backlog, the other run of the same round",
+        "anchor": "blackhole sink, same job SQL, same backlog, the other runs of the same round",
         "rate": ("late rate: events/s between the first 0.25 s samples at 50 % and at 90 % of the spool's bytes "
-                 "read by the JVM (blackhole; store_read) and of the requests landed in the store (store_landed); "
-                 "ratio = store_landed / blackhole_read; ratio_wall = the walls' inverse ratio, start-up (the store "
-                 "path's Python worker too), JIT warm-up and the last flush included"),
+                 "read by the JVM (blackhole; store_read) and of the requests landed in the store (store_landed; "
+                 "timescale_landed); ratio = store_landed / blackhole_read, timescale_ratio the same for "
+                 "TimescaleDB; ratio_wall = the walls' inverse ratio, start-up (the store path's Python worker "
+                 "too), JIT warm-up and the last flush included"),
         "target": {"ratio": PAIRED_TARGET, "why": "within 10 % of the 0.94x measured before the histograms"},
         "rounds": rounds, "summary": summary, "verdict": verdict,
         "loadavg_before": load_before, "loadavg_after": load_after,
     })
     shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-def paired_interval(ratios: list[float | None], target: float = PAIRED_TARGET) -> dict[str, Any]:
-    """Geometric mean of ``ratios`` and its 95 % Student t interval (on the logs), and the verdict
-    against ``target``: ``met`` / ``not met`` only when the interval lies wholly above / below."""
-    logs = [math.log(x) for x in ratios if x]
-    if len(logs) < 2:
-        return {"rounds": len(logs), "verdict": "unresolved: fewer than 2 rounds with both rates"}
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    half = t_ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
-    low, high = math.exp(mean - half), math.exp(mean + half)
-    verdict = "met" if low >= target else "not met" if high < target else "unresolved"
-    return {"rounds": len(logs), "geomean": math.exp(mean), "low": low, "high": high,
-            "sd_log": sd, "verdict": verdict}
 
 
 def main() -> int:
@@ -899,6 +905,8 @@ def main() -> int:
                     help="instead, ROUNDS back-to-back pairs of blackhole and store runs on the full backlog: the "
                          "geometric mean of the pairs' late-rate ratios and its 95 %% interval (paired_main); "
                          "writes bench/results/streaming-paired.json")
+    ap.add_argument("--timescale-dsn", help="with --paired: also the store path into this (empty) TimescaleDB database")
+    ap.add_argument("--timescale-data-dir", help="with --timescale-dsn: its data directory, to count its CPU")
     args = ap.parse_args()
     if args.paired:
         return paired_main(args)
