@@ -62,7 +62,12 @@ def test_demo_closes_the_loop_and_leaves_nothing_running(pg_dsn: str, tmp_path: 
     assert "demo finished" in out.stdout and "Traceback" not in out.stdout + out.stderr
     assert "Warning" not in out.stdout + out.stderr, out.stdout[-3000:]  # library noise goes to the log
     assert not _left_behind(_db(pg_dsn)), _left_behind(_db(pg_dsn))
-    facts = json.loads(facts_file.read_text())
+    assert_closed_loop(pg_dsn, json.loads(facts_file.read_text()))
+
+
+def assert_closed_loop(pg_dsn: str, facts: dict) -> None:
+    """What a demo run must have done, read from the store it wrote and its ``--json`` facts
+    (the checkout's run above and the installed wheel's in test_wheel.py)."""
     s, tl = facts["summary"], facts["timeline"]
 
     with psycopg.connect(pg_dsn) as conn:

@@ -4,6 +4,7 @@ package and writes what the checkout has committed under deploy/."""
 
 from __future__ import annotations
 
+import json
 import os
 import site
 import subprocess
@@ -13,6 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from llmsla.data import data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -90,3 +93,23 @@ def test_generated_files_equal_the_checkout(installed: tuple[Path, dict[str, str
     _run(installed, tmp_path, "dashboards", "build", "--out", "grafana")
     _same_tree(tmp_path / "grafana", DEPLOY / "grafana",
                [str(p.relative_to(tmp_path / "grafana")) for p in (tmp_path / "grafana").rglob("*") if p.is_file()])
+
+
+def test_demo_from_the_wheel(installed: tuple[Path, dict[str, str], Path], pg_dsn: str, tmp_path: Path) -> None:
+    """``llmsla demo`` from the installed wheel, run from an empty directory with the user's data
+    directory named by ``LLMSLA_DATA_DIR`` (public traces are not shipped in the wheel), passes
+    the checks of the checkout's demo run and leaves nothing running."""
+    from test_demo import _db, _left_behind, assert_closed_loop
+
+    llmsla, env, _ = installed
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    facts = tmp_path / "facts.json"
+    out = subprocess.run([str(llmsla), "--dsn", pg_dsn, "demo", "--workdir", str(tmp_path / "work"), "--minutes", "2",
+                          "--json", str(facts)], capture_output=True, text=True, timeout=400, cwd=empty,
+                         env={**env, "LLMSLA_DATA_DIR": str(data_dir())})
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    assert "demo finished" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    assert not _left_behind(_db(pg_dsn)), _left_behind(_db(pg_dsn))
+    assert_closed_loop(pg_dsn, json.loads(facts.read_text()))
+    assert list(empty.iterdir()) == []  # everything went to --workdir and the store
