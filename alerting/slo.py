@@ -47,7 +47,8 @@ def histogram_buckets(cfg: Config) -> dict[str, tuple[str, list[float]]]:
     return {
         names.REQUEST_TTFT_SECONDS: ("metrics.ttft_buckets", list(m.ttft_buckets)),
         names.REQUEST_E2E_SECONDS: ("metrics.e2e_buckets", list(m.e2e_buckets)),
-        names.REQUEST_ITL_SECONDS: ("metrics.itl_buckets", list(m.itl_buckets)),
+        names.REQUEST_INTER_CHUNK_SECONDS: ("metrics.itl_buckets", list(m.itl_buckets)),
+        names.REQUEST_TPOT_SECONDS: ("metrics.itl_buckets", list(m.itl_buckets)),
         names.REQUEST_QUEUE_SECONDS: ("metrics.queue_buckets", list(m.queue_buckets)),
     }
 

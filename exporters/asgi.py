@@ -149,6 +149,6 @@ class InstrumentedASGI:
                 ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
                                  pool=self.pool, replica=self.replica, arm=arm, policy=req.policy, status=status,
                                  prompt_estimate=prompt_estimate(req.prompt_chars))
-                self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms)
+                self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms, first_token=timer.first_token is not None)
             except Exception:
                 log.exception("could not record request %s", trace_id)

@@ -56,19 +56,25 @@ from llmsla.exporters.openai import (
     CHAT_COMPLETIONS,
     COMPLETIONS,
     ParsedRequest,
+    UsageStripper,
     parse_request,
     prompt_estimate,
     storable_label,
     unit_key,
+    wants_usage,
+    with_usage,
 )
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
 from llmsla.httpkit import (
+    REQUEST_ID,
     ApiError,
     Limits,
     Served,
     add_metrics,
+    add_request_id,
     error_response,
+    json_errors,
     read_body,
 )
 from llmsla.httpkit import serve as serve_http
@@ -181,6 +187,11 @@ class Gateway:
         self.upstream: UpstreamPool | None = None  # the proxied requests
         self._in_flight_gauge = self.metrics.in_flight_child(self.pool)
         self._models_cache: tuple[float, dict[str, Any]] | None = None
+        #: models a replica listed in /v1/models or answered for: a failure naming one counts
+        #: under its name before any success (other names fold into ``other`` until one succeeds)
+        self.served_models: set[str] = set()
+        self._models_task: asyncio.Task[None] | None = None
+        self.request_usage = g.request_usage
         self.record_errors = 0
         self._record_error_logged = 0.0
         # keeps LADR's per-replica stats fresh between requests (an idle replica must not go
@@ -189,12 +200,15 @@ class Gateway:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body)
+        # OpenAI-shaped errors on every path (unknown ones too) and X-Request-Id on every response
+        app = web.Application(client_max_size=self.max_body, middlewares=[json_errors])
         app.router.add_post(COMPLETIONS, self.handle_completion)
         app.router.add_post(CHAT_COMPLETIONS, self.handle_completion)
         app.router.add_get("/v1/models", self.handle_models)
+        app.router.add_get("/v1/models/{model:.+}", self.handle_model)
         app.router.add_get("/healthz", self.handle_health)
         add_metrics(app, self.registry)
+        add_request_id(app)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -207,8 +221,13 @@ class Gateway:
         )
         self.upstream = UpstreamPool(keepalive_s=30.0, connect_timeout_s=10.0)
         self.prober.start(self.session)
+        self._models_task = asyncio.create_task(self._learn_models(), name="llmsla-gateway-models")
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        if self._models_task is not None:
+            self._models_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._models_task
         await self.prober.stop()
         if self.upstream is not None:
             await self.upstream.close()
@@ -224,11 +243,11 @@ class Gateway:
         return web.json_response({"status": "ok", "pid": os.getpid(), "in_flight": self.in_flight,
                                   "replicas": [r.id for r in self.router.replicas()]})
 
-    async def handle_models(self, request: web.Request) -> web.Response:
-        """The union of the replicas' ``/v1/models`` (cached 5 s)."""
+    async def _models(self) -> dict[str, Any] | None:
+        """The union of the replicas' ``/v1/models`` (cached 5 s); None when none answered."""
         now = time.monotonic()
         if self._models_cache and now - self._models_cache[0] < 5.0:
-            return web.json_response(self._models_cache[1])
+            return self._models_cache[1]
         assert self.session is not None
 
         async def one(rep: Replica) -> list[dict[str, Any]]:
@@ -247,11 +266,41 @@ class Gateway:
             for m in models:
                 seen.setdefault(str(m.get("id")), m)
         if not seen:
-            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
-                                  type_=GATEWAY_ERROR)
+            return None
+        self.served_models.update(seen)
         body = {"object": "list", "data": list(seen.values())}
         self._models_cache = (now, body)
+        return body
+
+    async def _learn_models(self, every_s: float = 30.0) -> None:
+        """Keeps :attr:`served_models` fresh (replicas come and go), off the request path."""
+        while True:
+            try:
+                await self._models()
+            except Exception:  # never let the refresher die; the next round retries
+                log.exception("refreshing the served models failed")
+            await asyncio.sleep(every_s)
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        """``GET /v1/models``: the union of the replicas' lists."""
+        body = await self._models()
+        if body is None:
+            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
+                                  type_=GATEWAY_ERROR)
         return web.json_response(body)
+
+    async def handle_model(self, request: web.Request) -> web.Response:
+        """``GET /v1/models/{id}``: the model object a replica lists, or OpenAI's 404."""
+        body = await self._models()
+        if body is None:
+            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
+                                  type_=GATEWAY_ERROR)
+        name = request.match_info["model"]
+        found = next((m for m in body["data"] if m.get("id") == name), None)
+        if found is None:
+            return error_response(404, f"The model '{name}' does not exist", code="model_not_found", param="model",
+                                  type_="invalid_request_error")
+        return web.json_response(found)
 
     # -- completions -----------------------------------------------------------------------------
     def _schedule_header(self, schedule: Schedule) -> str:
@@ -272,26 +321,33 @@ class Gateway:
         # body costs a slot like any other (bounded by http.body_timeout_s)
         self.in_flight += 1
         self._in_flight_gauge.inc()
+        tel: RequestTelemetry | None = None
+        resp: web.StreamResponse | None = None
         try:
             try:
                 raw = await read_body(request, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
                 req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
             except ApiError as exc:
                 return self._bad(exc)
-            tel = self.telemetry.begin(request.headers, request.path, req, arrival)
+            tel = self.telemetry.begin(request.headers, request.method, request.path, req, arrival)
             trace_id = tel.trace_id
+            request[REQUEST_ID] = trace_id  # X-Request-Id: the trace id, to find the request's spans
             key = unit_key(req.body, request.headers, trace_id)
             a = self.rollout.assign(self.pool, key)
             timer = StreamTimer(arrival, streaming=req.stream)
             if self.in_flight > self.max_in_flight:
                 self._record(timer, tel, req, a.label, names.NO_REPLICA, names.STATUS_REJECTED, pool=self._pool_of(a))
-                return error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; retry later",
-                                      code="overloaded", type_=GATEWAY_ERROR,
+                resp = error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; "
+                                      "retry later", code="overloaded", type_=GATEWAY_ERROR,
                                       headers={"Retry-After": "1", **self._arm_headers(a)})
-            return await self._proxy(request, raw, req, timer, tel, a, key)
+                return resp
+            resp = await self._proxy(request, raw, req, timer, tel, a, key)
+            return resp
         finally:
             self.in_flight -= 1
             self._in_flight_gauge.dec()
+            if tel is not None:  # the SERVER span ends with the status the client got (none: it left)
+                self.telemetry.finish(tel, resp.status if resp is not None else None)
 
     def _pool_of(self, a: Assignment) -> str:
         """The pool serving an assignment: its arm's strategy pool, else this gateway's."""
@@ -309,7 +365,7 @@ class Gateway:
 
     async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
                      tel: RequestTelemetry, a: Assignment, key: str) -> web.StreamResponse:
-        traceparent = tel.traceparent  # carries the gateway span's id: the replica's spans are its children
+        traceparent = tel.traceparent  # the gateway's SERVER span, returned to the client
         status = names.STATUS_ERROR
         rep: Replica | None = None
         resp: web.StreamResponse | None = None
@@ -330,6 +386,13 @@ class Gateway:
             schedule = self.distill.schedule_in_force(pool)
         if schedule is not None:
             headers[names.SCHEDULE_HEADER] = self._schedule_header(schedule)
+        # the replica's usage report: asked for when the client streams without asking, and then
+        # taken out of what the client receives (OpenAI sends it only when asked)
+        upstream_body, stripper = raw, None
+        if req.stream and self.request_usage and not wants_usage(req.body):
+            asked = with_usage(req.body)
+            if asked is not None:
+                upstream_body, stripper = json.dumps(asked, separators=(",", ":")).encode(), UsageStripper()
         share = strategy.student_share_pct if strategy is not None else None
         policy = strategy.route_policy if strategy is not None else None
         try:
@@ -345,8 +408,10 @@ class Gateway:
                                               code="no_replica", type_=GATEWAY_ERROR, headers=arm_headers)
                     self.router.begin(rep.id)
                     timer.dispatch = time.perf_counter()
+                    # the hop's CLIENT span (when traced): the replica's spans are its children
+                    headers["traceparent"] = self.telemetry.hop(tel, rep.url, req, request.headers, timer.dispatch)
                     out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id, **arm_headers}
-                    up = await self.upstream.request(rep.url, "POST", request.path, headers, raw)
+                    up = await self.upstream.request(rep.url, "POST", request.path, headers, upstream_body)
                     if up.status >= 400:
                         body = await up.read()
                         if up.status < 500:
@@ -375,11 +440,25 @@ class Gateway:
                     # write-through: each upstream piece is written as it arrives (aiohttp sends
                     # the headers with the first one and drains only past 64 KiB buffered)
                     feed, write, clock = timer.feed, resp.write, time.perf_counter
-                    async for data in up.iter_chunks():
-                        feed(data, clock())
+                    if stripper is None:
+                        async for data in up.iter_chunks():
+                            feed(data, clock())
+                            writing = True
+                            await write(data)
+                            writing = False
+                    else:
+                        strip = stripper.feed
+                        async for data in up.iter_chunks():
+                            feed(data, clock())  # the timer sees the usage the client will not
+                            out = strip(data)
+                            if out:
+                                writing = True
+                                await write(out)
+                                writing = False
+                        rest = stripper.flush()
                         writing = True
-                        await write(data)
-                        writing = False
+                        if rest:
+                            await write(rest)
                     writing = True
                     await resp.write_eof()
                     status = names.STATUS_OK
@@ -425,7 +504,7 @@ class Gateway:
         """An error response, or an SSE error event when the stream has already begun."""
         if resp is None or not resp.prepared:
             return error_response(http_status, message, code=code, type_=GATEWAY_ERROR, headers=headers)
-        err = {"error": {"message": message, "type": GATEWAY_ERROR, "code": code}}
+        err = {"error": {"message": message, "type": GATEWAY_ERROR, "param": None, "code": code}}
         with contextlib.suppress(ConnectionError, RuntimeError, OSError):
             await resp.write(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
             await resp.write_eof()
@@ -439,13 +518,18 @@ class Gateway:
         if timer.ext and timer.ext.get("policy"):
             policy = storable_label(timer.ext["policy"])
         valid: RequestEvent | None = None  # the event the metrics saw, for the span and OTLP
+        if status == names.STATUS_OK:
+            self.served_models.add(req.model)
+        # a model a replica serves counts under its own name from its first request, failed or not
+        admit = status == names.STATUS_OK or req.model in self.served_models
         try:
             ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=tel.trace_id, model=req.model,
                              pool=pool or self.pool, replica=replica, arm=arm, policy=policy, status=status,
                              prompt_estimate=prompt_estimate(req.prompt_chars))
             ev.validate()
             valid = ev
-            self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms, validate=False)
+            self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms, validate=False,
+                                 first_token=timer.first_token is not None, admit=admit)
         except Exception as exc:  # spool full, disk error: keep serving, but loudly (not per request)
             self.record_errors += 1
             now = time.monotonic()
@@ -456,7 +540,7 @@ class Gateway:
                 log.error("could not record %d requests so far; latest: %s: %s", self.record_errors,
                           type(exc).__name__, exc)
                 self._record_error_logged = now
-        self.telemetry.end(tel, valid, timer, req, upstream_url)
+        self.telemetry.end(tel, valid, timer, upstream_url, admit=admit)
 
 
 # -- running it ---------------------------------------------------------------------------------

@@ -1,11 +1,22 @@
-"""The gateway's OpenTelemetry: one GenAI request span per request, and the opt-in OTLP metrics.
+"""The gateway's OpenTelemetry: two spans per sampled request, and the opt-in OTLP metrics.
 
-The span is a SERVER span named per the GenAI conventions (``chat llmsla-tiny``), a child of
-the caller's ``traceparent``; the ``traceparent`` the gateway sends upstream (and returns to the
-client) carries *its* span id, so the worker's request span and its temperature-policy decision
-spans hang under it. Its attributes are the values of the request's ``RequestEvent`` (tokens,
-queue time, TTFT, replica, pool, arm, status), set in one call when the request ends, plus the
-request's ``gen_ai.request.*`` parameters and what the response said (model, id, finish reasons).
+* A SERVER span for the request the gateway received, in the HTTP conventions (``POST
+  /v1/chat/completions``: method, route, path, scheme at creation; the response's status code and
+  ``error.type`` for a 5xx at the end), a child of the caller's ``traceparent``. The
+  ``traceparent`` returned to the client carries its span id.
+* A CLIENT span for the hop to the replica, in the GenAI conventions (``chat llmsla-tiny``): the
+  attributes a sampler reads (operation, provider, request model, server address and port) are
+  set when it starts, the request's parameters too; what the response said (model, id, finish
+  reasons, usage as the replica reported it, time to first chunk) and the request's
+  ``RequestEvent`` values (pool, replica, arm, status, queue time, TTFT) when it ends. The
+  ``traceparent`` sent upstream carries its span id, so the worker's request span and its
+  temperature-policy decision spans hang under it. A request that never reached a replica (429,
+  503) has no CLIENT span.
+
+Token counts in ``gen_ai.usage.*`` and ``gen_ai.client.token.usage`` are only ever what the
+replica reported; llmsla's estimates (prompt characters / 4, counted chunks) go on the CLIENT span
+as ``llmsla.usage.estimated_*`` when ``otel.token_estimates`` is on, never under the
+conventions' names.
 
 Cost, by design:
 
@@ -19,8 +30,8 @@ Cost, by design:
   not sampled) and nothing happens at its end. (Leaving the decision to the SDK's
   ``start_span`` cost ~10 us more per dropped request on the bench machine: sampler, id
   generator, a non-recording span.)
-* sampled: an SDK span, its attributes and ``end``; a ``BatchSpanProcessor`` encodes and sends
-  off the request path.
+* sampled: two SDK spans, their attributes and ``end``; a ``BatchSpanProcessor`` encodes and
+  sends off the request path.
 
 Nothing here may cost the request: a failure is logged (rate-limited) and counted.
 """
@@ -37,6 +48,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.semconv.attributes import http_attributes as _http
+from opentelemetry.semconv.attributes import url_attributes as _url
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -45,7 +58,7 @@ from llmsla.config import Config
 from llmsla.events import RequestEvent, string_problem
 from llmsla.exporters import genai, otel_sdk
 from llmsla.exporters.genai_metrics import GenAIMetrics
-from llmsla.exporters.metrics import LabelGuard
+from llmsla.exporters.metrics import LabelGuard, tpot_seconds
 from llmsla.exporters.openai import ParsedRequest
 from llmsla.exporters.recorder import StreamTimer
 from llmsla.httpkit import next_hop, trace_context
@@ -77,10 +90,14 @@ class RequestTelemetry:
     """What :meth:`GatewayTelemetry.begin` hands the request path."""
 
     trace_id: str  # the RequestEvent's trace_id
-    traceparent: str  # for the upstream request and the response: this gateway span's id
-    span: trace.Span | None  # None when not sampled (or no exporter)
+    traceparent: str  # returned to the client: this gateway's SERVER span (or a fresh span id)
+    span: trace.Span | None  # the SERVER span; None when not sampled (or no exporter)
     operation: str  # gen_ai.operation.name
-    start_ns: int  # the span's start (arrival), epoch ns
+    start_ns: int  # the request's arrival, epoch ns (the spans' clock)
+    arrival: float = 0.0  # the same instant on perf_counter
+    hop: trace.Span | None = None  # the CLIENT span to the replica, once one was picked
+    end_ns: int | None = None  # the SERVER span's end: arrival + the event's E2E
+    status: str | None = None  # the RequestEvent's status, for the SERVER span
 
 
 class GatewayTelemetry:
@@ -109,6 +126,7 @@ class GatewayTelemetry:
             self._tracer = self.provider.get_tracer(__name__, schema_url=genai.SCHEMA_URL)
         self.metrics = GenAIMetrics(cfg, resource) if o.metrics_endpoint else None
         self._servers: dict[str, tuple[str, int]] = {}
+        self.token_estimates = o.token_estimates
         self.failures = 0
         self._failure_logged = 0.0
 
@@ -118,50 +136,98 @@ class GatewayTelemetry:
         return self._tracer is not None
 
     # -- request path ----------------------------------------------------------------------------
-    def begin(self, headers: Mapping[str, str], path: str, req: ParsedRequest, arrival: float) -> RequestTelemetry:
-        """The request's trace context, and its span when tracing; ``arrival``: the handler's
-        ``perf_counter`` stamp, which becomes the span's start."""
+    def begin(self, headers: Mapping[str, str], method: str, path: str, req: ParsedRequest,
+              arrival: float) -> RequestTelemetry:
+        """The request's trace context, and its SERVER span when tracing; ``arrival``: the
+        handler's ``perf_counter`` stamp, which becomes the span's start."""
         op = genai.operation(path)
         tracer = self._tracer
         if tracer is None:
             trace_id, traceparent = trace_context(headers, self.sample_ratio)
-            return RequestTelemetry(trace_id, traceparent, None, op, 0)
+            return RequestTelemetry(trace_id, traceparent, None, op, 0, arrival)
         context = _PROPAGATOR.extract(headers)
         parent = trace.get_current_span(context).get_span_context()
         trace_id, traceparent = next_hop(parent, self.sample_ratio)  # the decision, and the unsampled answer
         if not int(traceparent[-2:], 16) & 1:
-            return RequestTelemetry(trace_id, traceparent, None, op, 0)
+            return RequestTelemetry(trace_id, traceparent, None, op, 0, arrival)
         if not parent.is_valid:
             self._ids.decided = int(trace_id, 16)  # the trace id the ratio decided on
         start_ns = time.time_ns() - int((time.perf_counter() - arrival) * 1e9)
-        span = tracer.start_span(genai.span_name(op, req.model), context=context, kind=SpanKind.SERVER,
-                                 start_time=start_ns)
+        span = tracer.start_span(f"{method} {path}", context=context, kind=SpanKind.SERVER, start_time=start_ns,
+                                 attributes={_http.HTTP_REQUEST_METHOD: method, _http.HTTP_ROUTE: path,
+                                             _url.URL_PATH: path, _url.URL_SCHEME: "http"})
         ctx = span.get_span_context()
         trace_id = f"{ctx.trace_id:032x}"
-        return RequestTelemetry(trace_id, f"00-{trace_id}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}", span, op,
-                                start_ns)
+        return RequestTelemetry(trace_id, _traceparent(ctx), span, op, start_ns, arrival)
 
-    def end(self, tel: RequestTelemetry, ev: RequestEvent | None, timer: StreamTimer, req: ParsedRequest,
-            upstream_url: str | None) -> None:
-        """The request is over: ``ev`` is its validated RequestEvent (None if it could not be
-        built), ``upstream_url`` the replica it went to (None if none)."""
-        span = tel.span
-        recording = span is not None and span.is_recording()
-        if not recording and (self.metrics is None or ev is None):
+    def hop(self, tel: RequestTelemetry, upstream_url: str, req: ParsedRequest, headers: Mapping[str, str],
+            dispatch: float) -> str:
+        """The replica was picked: start the CLIENT span of the call to it (when the request is
+        traced) and return the ``traceparent`` to send it."""
+        if tel.span is None or self._tracer is None:
+            return tel.traceparent
+        try:
+            attrs = genai.request_attributes(tel.operation, req.body, req.model)
+            attrs[genai.SERVER_ADDRESS], attrs[genai.SERVER_PORT] = self._server(upstream_url)
+            conversation = genai.conversation_id(headers)
+            if conversation is not None:
+                attrs[genai.CONVERSATION_ID] = conversation
+            start_ns = tel.start_ns + int((dispatch - tel.arrival) * 1e9)
+            tel.hop = self._tracer.start_span(genai.span_name(tel.operation, req.model), kind=SpanKind.CLIENT,
+                                              context=trace.set_span_in_context(tel.span), start_time=start_ns,
+                                              attributes=attrs)
+            return _traceparent(tel.hop.get_span_context())
+        except Exception as exc:  # telemetry must never cost the request
+            self._failed(exc)
+            return tel.traceparent
+
+    def end(self, tel: RequestTelemetry, ev: RequestEvent | None, timer: StreamTimer, upstream_url: str | None,
+            *, admit: bool) -> None:
+        """The request's outcome is known: ``ev`` is its validated RequestEvent (None if it could
+        not be built), ``upstream_url`` the replica it went to (None if none), ``admit`` whether
+        its model may claim a label slot (as the Prometheus side decided). Ends the CLIENT span
+        and records the OTLP metrics."""
+        hop = tel.hop
+        if hop is None and tel.span is None and (self.metrics is None or ev is None):
             return
         try:
-            server = self._server(upstream_url) if upstream_url else None
-            if recording:
-                self._end_span(span, tel, ev, timer, req, server)  # type: ignore[arg-type]
+            if ev is not None:
+                tel.end_ns = tel.start_ns + round(ev.e2e_ms * 1e6)  # the SERVER span lasts the event's E2E
+                tel.status = ev.status
+            if hop is not None:
+                tel.hop = None
+                self._end_hop(hop, tel, ev, timer)
             if self.metrics is not None and ev is not None:
-                self._record_metrics(tel, ev, timer, server)
+                self._record_metrics(tel, ev, timer, self._server(upstream_url) if upstream_url else None, admit)
         except Exception as exc:  # telemetry must never cost the request or its event
-            self.failures += 1
-            now = time.monotonic()
-            if self.failures == 1 or now - self._failure_logged >= 60.0:
-                log.error("request telemetry failed (%d so far): %s: %s", self.failures, type(exc).__name__, exc,
-                          exc_info=self.failures == 1)
-                self._failure_logged = now
+            self._failed(exc)
+
+    def finish(self, tel: RequestTelemetry, http_status: int | None) -> None:
+        """The response went out with ``http_status`` (None: the client went away first): end
+        the SERVER span."""
+        span = tel.span
+        if span is None:
+            return
+        tel.span = None
+        try:
+            attrs: dict[str, Any] = {} if http_status is None else {_http.HTTP_RESPONSE_STATUS_CODE: http_status}
+            if tel.status is not None:
+                attrs[names.OTEL_ATTR_STATUS] = tel.status
+            if http_status is not None and http_status >= 500:  # the HTTP conventions: a server span's error is a 5xx
+                attrs[genai.ERROR_TYPE] = str(http_status)
+                span.set_status(Status(StatusCode.ERROR, str(http_status)))
+            span.set_attributes(attrs)
+            span.end(end_time=tel.end_ns)
+        except Exception as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        now = time.monotonic()
+        if self.failures == 1 or now - self._failure_logged >= 60.0:
+            log.error("request telemetry failed (%d so far): %s: %s", self.failures, type(exc).__name__, exc,
+                      exc_info=self.failures == 1)
+            self._failure_logged = now
 
     def _server(self, url: str) -> tuple[str, int]:
         server = self._servers.get(url)
@@ -169,22 +235,28 @@ class GatewayTelemetry:
             server = self._servers[url] = genai.server_of(url)
         return server
 
-    def _end_span(self, span: trace.Span, tel: RequestTelemetry, ev: RequestEvent | None, timer: StreamTimer,
-                  req: ParsedRequest, server: tuple[str, int] | None) -> None:
-        attrs = genai.request_attributes(tel.operation, req.body, req.model)
-        attrs[names.OTEL_ATTR_STREAM] = req.stream
-        if server is not None:
-            attrs[genai.SERVER_ADDRESS], attrs[genai.SERVER_PORT] = server
+    def _end_hop(self, span: trace.Span, tel: RequestTelemetry, ev: RequestEvent | None,
+                 timer: StreamTimer) -> None:
+        attrs: dict[str, Any] = {}
         if timer.model is not None and string_problem(timer.model) is None:
             attrs[genai.RESPONSE_MODEL] = timer.model
         if timer.response_id is not None and string_problem(timer.response_id) is None:
             attrs[genai.RESPONSE_ID] = timer.response_id
         if timer.finish_reasons:
             attrs[genai.RESPONSE_FINISH_REASONS] = tuple(timer.finish_reasons)
+        if timer.streaming and timer.first_token is not None and timer.dispatch is not None:
+            attrs[genai.RESPONSE_TIME_TO_FIRST_CHUNK] = max(0.0, timer.first_token - timer.dispatch)
+        reported_in, reported_out = timer.reported_usage()
+        if reported_in is not None:
+            attrs[genai.USAGE_INPUT_TOKENS] = reported_in
+        if reported_out is not None:
+            attrs[genai.USAGE_OUTPUT_TOKENS] = reported_out
         end_ns = None
         if ev is not None:
-            attrs[genai.USAGE_INPUT_TOKENS] = ev.prompt_tokens
-            attrs[genai.USAGE_OUTPUT_TOKENS] = ev.output_tokens
+            if self.token_estimates and reported_in is None:
+                attrs[names.OTEL_ATTR_ESTIMATED_INPUT_TOKENS] = ev.prompt_tokens
+            if self.token_estimates and reported_out is None:
+                attrs[names.OTEL_ATTR_ESTIMATED_OUTPUT_TOKENS] = ev.output_tokens
             attrs[names.OTEL_ATTR_POOL] = ev.pool
             attrs[names.OTEL_ATTR_REPLICA] = ev.replica
             attrs[names.OTEL_ATTR_ARM] = ev.arm
@@ -197,25 +269,31 @@ class GatewayTelemetry:
                 attrs[genai.ERROR_TYPE] = ev.status
             if ev.status in _FAILED:
                 span.set_status(Status(StatusCode.ERROR, ev.status))
-            end_ns = tel.start_ns + round(ev.e2e_ms * 1e6)  # the span lasts the event's E2E
+            end_ns = tel.end_ns
         span.set_attributes(attrs)
         span.end(end_time=end_ns)
 
     def _record_metrics(self, tel: RequestTelemetry, ev: RequestEvent, timer: StreamTimer,
-                        server: tuple[str, int] | None) -> None:
+                        server: tuple[str, int] | None, admit: bool) -> None:
+        """The semconv metrics: TTFT and TPOT of successful responses that streamed a first
+        token (once per request), the duration of every request (``error.type`` on failures),
+        token usage as the replica reported it."""
         assert self.metrics is not None
         ok = ev.status == names.STATUS_OK
         fold = self.guard.fold
         # the same folds, in the same order and with the same admission, as RequestMetrics.children
-        model = fold(names.L_MODEL, ev.model, admit=ok)[0]
+        model = fold(names.L_MODEL, ev.model, admit=admit)[0]
         pool = fold(names.L_POOL, ev.pool)[0]
         replica = fold(names.L_REPLICA, ev.replica)[0]
         arm = fold(names.L_ARM, ev.arm)[0]
         response_model = self.response_guard.fold(names.L_MODEL, timer.model, admit=ok)[0] if timer.model else None
         key = (tel.operation, model, response_model, pool, replica, arm, server, None if ok else ev.status)
-        self.metrics.record(key, lambda: _metric_attributes(key), ttft_s=None if ev.ttft_ms is None else ev.ttft_ms / 1000.0,
-                            e2e_s=ev.e2e_ms / 1000.0, gaps_s=[g / 1000.0 for g in timer.gaps_ms],
-                            input_tokens=ev.prompt_tokens, output_tokens=ev.output_tokens)
+        ttft_s = (timer.first_token - tel.arrival) if ok and timer.first_token is not None else None
+        e2e_s = ev.e2e_ms / 1000.0
+        reported_in, reported_out = timer.reported_usage()
+        self.metrics.record(key, lambda: _metric_attributes(key), ttft_s=ttft_s, e2e_s=e2e_s,
+                            tpot_s=tpot_seconds(ev.status, ttft_s, e2e_s, ev.output_tokens),
+                            input_tokens=reported_in, output_tokens=reported_out)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def force_flush(self, timeout_s: float = 10.0) -> bool:
@@ -244,6 +322,10 @@ class GatewayTelemetry:
             if t.is_alive():
                 log.error("OpenTelemetry %s not all exported within %.0f s of shutdown (collector unreachable?); "
                           "dropping the rest", what, timeout_s)
+
+
+def _traceparent(ctx: trace.SpanContext) -> str:
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
 def _metric_attributes(key: tuple) -> dict[str, Any]:

@@ -5,8 +5,9 @@ units and descriptions) is imported here from the ``opentelemetry-semantic-conve
 package, once, so no module retypes one and a rename upstream is an ImportError here rather
 than a silently empty panel in Tempo or Grafana. What the package does not define (the span
 name format, the provider value, the token-usage bounds, our ``llmsla.*`` attributes) is in
-``llmsla.names``. The names used here exist from the package's 0.58b0 (semantic conventions
-1.37, where ``gen_ai.provider.name`` replaced ``gen_ai.system``); pyproject pins the range.
+``llmsla.names``. llmsla follows semantic conventions 1.41.1 (``SCHEMA_URL``); the names used
+here (``gen_ai.request.stream``, ``gen_ai.response.time_to_first_chunk`` the newest) are all in
+the package's releases that know schema 1.41.1; pyproject pins the range.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from opentelemetry.semconv.attributes import server_attributes as _srv
 from opentelemetry.semconv.schemas import Schemas
 
 from llmsla import names
+from llmsla.events import string_problem
 from llmsla.exporters.openai import CHAT_COMPLETIONS
 
 # -- attribute keys ------------------------------------------------------------------------------
@@ -31,6 +33,15 @@ REQUEST_MODEL = _ga.GEN_AI_REQUEST_MODEL
 REQUEST_TEMPERATURE = _ga.GEN_AI_REQUEST_TEMPERATURE
 REQUEST_MAX_TOKENS = _ga.GEN_AI_REQUEST_MAX_TOKENS
 REQUEST_SEED = _ga.GEN_AI_REQUEST_SEED
+REQUEST_TOP_P = _ga.GEN_AI_REQUEST_TOP_P
+REQUEST_TOP_K = _ga.GEN_AI_REQUEST_TOP_K
+REQUEST_FREQUENCY_PENALTY = _ga.GEN_AI_REQUEST_FREQUENCY_PENALTY
+REQUEST_PRESENCE_PENALTY = _ga.GEN_AI_REQUEST_PRESENCE_PENALTY
+REQUEST_STOP_SEQUENCES = _ga.GEN_AI_REQUEST_STOP_SEQUENCES
+REQUEST_CHOICE_COUNT = _ga.GEN_AI_REQUEST_CHOICE_COUNT
+REQUEST_STREAM = _ga.GEN_AI_REQUEST_STREAM
+RESPONSE_TIME_TO_FIRST_CHUNK = _ga.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
+CONVERSATION_ID = _ga.GEN_AI_CONVERSATION_ID
 RESPONSE_MODEL = _ga.GEN_AI_RESPONSE_MODEL
 RESPONSE_ID = _ga.GEN_AI_RESPONSE_ID
 RESPONSE_FINISH_REASONS = _ga.GEN_AI_RESPONSE_FINISH_REASONS
@@ -47,8 +58,12 @@ TEXT_COMPLETION = _ga.GenAiOperationNameValues.TEXT_COMPLETION.value
 TOKEN_INPUT = _ga.GenAiTokenTypeValues.INPUT.value
 TOKEN_OUTPUT = _ga.GenAiTokenTypeValues.OUTPUT.value
 
-#: The conventions version our telemetry follows (the scope's schema URL).
-SCHEMA_URL = Schemas.V1_37_0.value
+#: The conventions version our telemetry follows (the scope's schema URL): 1.41.1, the last release
+#: of open-telemetry/semantic-conventions that holds the GenAI conventions (docs/opentelemetry.md).
+SCHEMA_URL = Schemas.V1_41_1.value
+#: Longest stop sequence list / sequence reported on a span (the request's own bounds are the
+#: replica's business; a span attribute must stay small).
+MAX_STOP_SEQUENCES = 16
 
 
 
@@ -68,22 +83,53 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def request_attributes(op: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The request-side ``gen_ai.*`` attributes of an OpenAI body: operation, provider, model and
-    the sampling parameters the client set (absent ones are left out, as the conventions ask)."""
+    the sampling parameters the client set (absent or mistyped ones are left out, as the
+    conventions ask), ``gen_ai.request.stream``, the choice count when not 1."""
     attrs: dict[str, Any] = {OPERATION_NAME: op, PROVIDER_NAME: names.GENAI_PROVIDER, REQUEST_MODEL: model}
-    temperature = body.get("temperature")
-    if _number(temperature):
-        attrs[REQUEST_TEMPERATURE] = float(temperature)
+    for key, attr in (("temperature", REQUEST_TEMPERATURE), ("top_p", REQUEST_TOP_P),
+                      ("frequency_penalty", REQUEST_FREQUENCY_PENALTY),
+                      ("presence_penalty", REQUEST_PRESENCE_PENALTY)):
+        value = body.get(key)
+        if _number(value):
+            attrs[attr] = float(value)
+    top_k = body.get("top_k")  # vLLM's extension of the OpenAI body
+    if _number(top_k):
+        attrs[REQUEST_TOP_K] = float(top_k)
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    stops = [s[:256] for s in stops[:MAX_STOP_SEQUENCES] if isinstance(s, str)]
+    if stops and all(string_problem(s) is None for s in stops):
+        attrs[REQUEST_STOP_SEQUENCES] = tuple(stops)
+    n = body.get("n")
+    if _int(n) and n != 1:
+        attrs[REQUEST_CHOICE_COUNT] = n
+    attrs[REQUEST_STREAM] = body.get("stream") is True
     max_tokens = body.get("max_completion_tokens") if op == CHAT else None
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+    if _int(max_tokens):
         attrs[REQUEST_MAX_TOKENS] = max_tokens
     seed = body.get("seed")
-    if isinstance(seed, int) and not isinstance(seed, bool):
+    if _int(seed):
         attrs[REQUEST_SEED] = seed
     return attrs
+
+
+def conversation_id(headers: Mapping[str, str]) -> str | None:
+    """``gen_ai.conversation.id``: the session the client named (``names.UNIT_HEADER``, the same
+    header the student split and A/B buckets read), when it is a storable string."""
+    value = headers.get(names.UNIT_HEADER)
+    if value is None:
+        value = headers.get(names.UNIT_HEADER.lower())
+    if not value or len(value) > 256 or string_problem(value) is not None:
+        return None
+    return value
 
 
 def server_of(url: str) -> tuple[str, int]:
@@ -111,3 +157,10 @@ TIME_TO_FIRST_TOKEN = instrument(_gm.create_gen_ai_server_time_to_first_token)
 TIME_PER_OUTPUT_TOKEN = instrument(_gm.create_gen_ai_server_time_per_output_token)
 REQUEST_DURATION = instrument(_gm.create_gen_ai_server_request_duration)
 TOKEN_USAGE = instrument(_gm.create_gen_ai_client_token_usage)
+#: The advised explicit bucket boundaries of each (``names.GENAI_*_BUCKETS``, from the v1.41.1 docs).
+ADVISED_BOUNDS: dict[str, tuple[float, ...]] = {
+    TIME_TO_FIRST_TOKEN[0]: names.GENAI_TTFT_BUCKETS,
+    TIME_PER_OUTPUT_TOKEN[0]: names.GENAI_TPOT_BUCKETS,
+    REQUEST_DURATION[0]: names.GENAI_DURATION_BUCKETS,
+    TOKEN_USAGE[0]: names.TOKEN_USAGE_BUCKETS,
+}

@@ -1,26 +1,26 @@
 """The gateway's requests as OTLP metrics in the GenAI conventions, beside Prometheus (opt-in).
 
-=====================================  ==============================  ===========================
-OTLP metric (conventions)              same observations as            bounds
-=====================================  ==============================  ===========================
-``gen_ai.server.time_to_first_token``  ``llmsla_request_ttft_seconds``  ``metrics.ttft_buckets``
-``gen_ai.server.time_per_output_token````llmsla_request_itl_seconds``   ``metrics.itl_buckets``
-``gen_ai.server.request.duration``     ``llmsla_request_e2e_seconds``   ``metrics.e2e_buckets``
-``gen_ai.client.token.usage``          ``llmsla_tokens_total`` (sum)    ``names.TOKEN_USAGE_BUCKETS``
-=====================================  ==============================  ===========================
+=====================================  =============================================  ==========================
+OTLP metric (conventions)              observations                                   Prometheus twin
+=====================================  =============================================  ==========================
+``gen_ai.server.time_to_first_token``  successful streamed requests, once each        ``llmsla_request_ttft_seconds``
+``gen_ai.server.time_per_output_token````(E2E - TTFT) / (output tokens - 1)``, once    ``llmsla_request_time_per_output_token_seconds``
+                                       per successful streamed request
+``gen_ai.server.request.duration``     every request, ``error.type`` on failures      ``llmsla_request_e2e_seconds``
+``gen_ai.client.token.usage``          the tokens the replica reported (``usage``)    ``llmsla_tokens_total`` (sum)
+=====================================  =============================================  ==========================
 
-Each is an explicit-bucket histogram with the bounds of its Prometheus twin and is fed the very
-values the Prometheus histogram gets (one inter-token gap per ``time_per_output_token`` point, as
-in vLLM's inter-token latency), so the two agree count for count; ``error.type`` (the request's
-status) marks the points of requests that did not end ``ok``. Attribute values that Prometheus
-folds into ``other`` (the label guard) are folded the same way here.
+Each is an explicit-bucket histogram with the bounds the conventions advise
+(``names.GENAI_*_BUCKETS``; the Prometheus histograms keep the SLO-aligned
+``metrics.*_buckets``). The Prometheus TTFT histogram also counts a streamed request that failed
+after its first token; the conventions' TTFT counts successful responses only. Attribute values
+that Prometheus folds into ``other`` (the label guard) are folded the same way here.
 
 Why not the SDK's ``Histogram.record``: it sanitises and hashes the attribute set on every call
-(~10-30 us with ten attributes on the bench machine), and the inter-token histogram takes one
-value per token, so a 256-token stream would spend milliseconds of gateway CPU. Here a request
-costs one dict lookup and one bisect per value under one lock (as ``observe_many`` on the
-Prometheus side); a daemon thread turns the cumulative counts into the SDK's metric data model
-every ``otel.metrics_interval_s`` and hands it to the SDK's own ``OTLPMetricExporter``.
+(~10-30 us with ten attributes on the bench machine). Here a request costs one dict lookup and a
+bisect per value under one lock; a daemon thread turns the cumulative counts into the SDK's
+metric data model every ``otel.metrics_interval_s`` and hands it to the SDK's own
+``OTLPMetricExporter``.
 
 Cumulative temporality, one stream per process (``service.instance.id``): with ``--workers N``
 each process exports its own requests and the collector or backend sums the instances.
@@ -50,7 +50,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from llmsla import names
 from llmsla.config import Config
 from llmsla.exporters import genai
 
@@ -81,15 +80,6 @@ class _Hist:
         if value > self.max:
             self.max = value
 
-    def add_many(self, bounds: Sequence[float], values: Sequence[float]) -> None:
-        counts = self.counts
-        for v in values:
-            counts[bisect_left(bounds, v)] += 1
-        self.n += len(values)
-        self.sum += math.fsum(values)
-        self.min = min(self.min, min(values))
-        self.max = max(self.max, max(values))
-
 
 class _Series:
     """The histograms of one attribute set."""
@@ -100,7 +90,7 @@ class _Series:
         self.attrs = attrs
         self.start_ns = owner.start_ns
         self.ttft = _Hist(len(owner.ttft_bounds))
-        self.tpot = _Hist(len(owner.itl_bounds))
+        self.tpot = _Hist(len(owner.tpot_bounds))
         self.duration = _Hist(len(owner.e2e_bounds))
         self.tokens_in = _Hist(len(owner.token_bounds))
         self.tokens_out = _Hist(len(owner.token_bounds))
@@ -118,11 +108,10 @@ class GenAIMetrics:
 
     def __init__(self, cfg: Config, resource: Resource, *, exporter: MetricExporter | None = None,
                  start: bool = True) -> None:
-        m = cfg.metrics
-        self.ttft_bounds = tuple(float(b) for b in m.ttft_buckets)
-        self.itl_bounds = tuple(float(b) for b in m.itl_buckets)
-        self.e2e_bounds = tuple(float(b) for b in m.e2e_buckets)
-        self.token_bounds = tuple(float(b) for b in names.TOKEN_USAGE_BUCKETS)
+        self.ttft_bounds = genai.ADVISED_BOUNDS[genai.TIME_TO_FIRST_TOKEN[0]]
+        self.tpot_bounds = genai.ADVISED_BOUNDS[genai.TIME_PER_OUTPUT_TOKEN[0]]
+        self.e2e_bounds = genai.ADVISED_BOUNDS[genai.REQUEST_DURATION[0]]
+        self.token_bounds = genai.ADVISED_BOUNDS[genai.TOKEN_USAGE[0]]
         self.resource = resource
         self.start_ns = time.time_ns()
         if exporter is None:
@@ -145,9 +134,10 @@ class GenAIMetrics:
 
     # -- recording (request path) ----------------------------------------------------------------
     def record(self, key: tuple, make_attrs: Callable[[], dict[str, Any]], *, ttft_s: float | None,
-               e2e_s: float, gaps_s: Sequence[float], input_tokens: int, output_tokens: int) -> None:
+               e2e_s: float, tpot_s: float | None, input_tokens: int | None, output_tokens: int | None) -> None:
         """One finished request. ``key``: a tuple of its attribute values; ``make_attrs`` builds
-        the attribute dict, called only the first time a key is seen."""
+        the attribute dict, called only the first time a key is seen. None: not observed (no
+        first token, not a success, no usage reported)."""
         with self._lock:
             s = self._series.get(key)
             if s is None:
@@ -157,12 +147,12 @@ class GenAIMetrics:
                 s = self._series[key] = _Series(make_attrs(), self)
             if ttft_s is not None:
                 s.ttft.add(self.ttft_bounds, ttft_s)
-            if gaps_s:
-                s.tpot.add_many(self.itl_bounds, gaps_s)
+            if tpot_s is not None:
+                s.tpot.add(self.tpot_bounds, tpot_s)
             s.duration.add(self.e2e_bounds, e2e_s)
-            if input_tokens:
+            if input_tokens is not None:
                 s.tokens_in.add(self.token_bounds, input_tokens)
-            if output_tokens:
+            if output_tokens is not None:
                 s.tokens_out.add(self.token_bounds, output_tokens)
 
     # -- export (its own thread) -----------------------------------------------------------------
@@ -184,7 +174,7 @@ class GenAIMetrics:
                 if s.ttft.n:
                     ttft.append(point(s, s.ttft, self.ttft_bounds, s.attrs))
                 if s.tpot.n:
-                    tpot.append(point(s, s.tpot, self.itl_bounds, s.attrs))
+                    tpot.append(point(s, s.tpot, self.tpot_bounds, s.attrs))
                 if s.duration.n:
                     duration.append(point(s, s.duration, self.e2e_bounds, s.attrs))
                 for h, kind in ((s.tokens_in, genai.TOKEN_INPUT), (s.tokens_out, genai.TOKEN_OUTPUT)):

@@ -88,6 +88,16 @@ def observe_n(child: Any, value: float, n: int) -> None:
     child._buckets[bisect_left(child._upper_bounds, value)].inc(n)
 
 
+def tpot_seconds(status: str, ttft_s: float | None, e2e_s: float, output_tokens: int) -> float | None:
+    """Per-request time per output token, as the GenAI conventions define
+    ``gen_ai.server.time_per_output_token``: (E2E - TTFT) / (output tokens - 1), for a
+    successful request with a first token and at least two output tokens; else None. One
+    definition for the Prometheus histogram and the OTLP metric, so they agree."""
+    if status != names.STATUS_OK or ttft_s is None or output_tokens < 2:
+        return None
+    return max(0.0, e2e_s - ttft_s) / (output_tokens - 1)
+
+
 class LabelGuard:
     """Bounds the distinct values of each guarded label.
 
@@ -136,11 +146,12 @@ class LabelGuard:
 class _Children:
     """The labelled children of one (model, pool, replica, arm) series set."""
 
-    __slots__ = ("ttft", "itl", "e2e", "queue", "prompt", "output", "status", "overflow", "fast")
+    __slots__ = ("ttft", "itl", "tpot", "e2e", "queue", "prompt", "output", "status", "overflow", "fast")
 
     def __init__(self, m: RequestMetrics, labels: tuple[str, str, str, str], overflow: list[Any]) -> None:
         self.ttft = m.ttft.labels(*labels)
         self.itl = m.itl.labels(*labels)
+        self.tpot = m.tpot.labels(*labels)
         self.e2e = m.e2e.labels(*labels)
         self.queue = m.queue.labels(*labels)
         self.prompt = m.tokens.labels(*labels, names.TOKEN_KIND_PROMPT)
@@ -148,7 +159,7 @@ class _Children:
         self.status = {s: m.requests.labels(*labels, s) for s in names.STATUSES}
         self.overflow = overflow
         # checked once here instead of per observation (see _fast_histogram)
-        self.fast = all(_fast_histogram(h) for h in (self.ttft, self.itl, self.e2e, self.queue))
+        self.fast = all(_fast_histogram(h) for h in (self.ttft, self.itl, self.tpot, self.e2e, self.queue))
 
 
 class RequestMetrics:
@@ -158,10 +169,16 @@ class RequestMetrics:
         m = cfg.metrics
         labels = names.REQUEST_LABELS
         reg = registry
-        self.ttft = Histogram(names.REQUEST_TTFT_SECONDS, "Time from request arrival at the gateway to the first generated token.",
+        self.ttft = Histogram(names.REQUEST_TTFT_SECONDS, "Time from request arrival at the gateway to the first "
+                              "token-carrying chunk of a streamed response (requests that produced one).",
                               labels, buckets=m.ttft_buckets, registry=reg)
-        self.itl = Histogram(names.REQUEST_ITL_SECONDS, "Gaps between consecutive generated tokens of a streamed response.",
+        # both per-token scales, so both take metrics.itl_buckets (and slo.itl_ms is a bound of each)
+        self.itl = Histogram(names.REQUEST_INTER_CHUNK_SECONDS, "Gaps between consecutive token-carrying chunks "
+                             "of a streamed response, one observation per gap.",
                              labels, buckets=m.itl_buckets, registry=reg)
+        self.tpot = Histogram(names.REQUEST_TPOT_SECONDS, "Per-request time per output token after the first, "
+                              "(E2E - TTFT) / (output tokens - 1), of successful streamed requests.",
+                              labels, buckets=m.itl_buckets, registry=reg)
         self.e2e = Histogram(names.REQUEST_E2E_SECONDS, "Time from request arrival to the last byte of the response (every status).",
                              labels, buckets=m.e2e_buckets, registry=reg)
         self.queue = Histogram(names.REQUEST_QUEUE_SECONDS, "Time a request waited in the gateway before dispatch to a replica.",
@@ -220,10 +237,17 @@ class RequestMetrics:
 
     def observe(self, *, model: str, pool: str, replica: str, arm: str, status: str, queue_s: float,
                 ttft_s: float | None, e2e_s: float, prompt_tokens: int, output_tokens: int,
-                itl_gaps_s: Sequence[float] = (), itl_mean_s: float = 0.0, itl_n: int = 0) -> None:
-        """Account one finished request. ITL: each raw gap when known; else the mean ``itl_n``
-        times, which keeps the histogram's ``_sum`` and ``_count`` exact (simulator events)."""
-        ch = self.children(model, pool, replica, arm, admit=status == names.STATUS_OK)
+                itl_gaps_s: Sequence[float] = (), itl_mean_s: float = 0.0, itl_n: int = 0,
+                admit: bool | None = None) -> None:
+        """Account one finished request. ``ttft_s``: None when no first token was seen (a
+        non-streamed response has none: its body arrives whole). Inter-chunk gaps: each raw gap
+        when known; else the mean ``itl_n`` times, which keeps the histogram's ``_sum`` and
+        ``_count`` exact (simulator events). TPOT: once, from E2E, TTFT and the output tokens
+        (:func:`tpot_seconds`). ``admit``: the model may claim a label slot (default: status ok;
+        the gateway also admits a model a replica lists as served)."""
+        if admit is None:
+            admit = status == names.STATUS_OK
+        ch = self.children(model, pool, replica, arm, admit=admit)
         for c in ch.overflow:
             c.inc()
         ch.status[status].inc()
@@ -237,6 +261,12 @@ class RequestMetrics:
             ch.e2e.observe(e2e_s)
             if ttft_s is not None:
                 ch.ttft.observe(ttft_s)
+        tpot = tpot_seconds(status, ttft_s, e2e_s, output_tokens)
+        if tpot is not None:
+            if ch.fast:
+                _observe1(ch.tpot, tpot)
+            else:
+                ch.tpot.observe(tpot)
         if itl_gaps_s:
             observe_many(ch.itl, itl_gaps_s)
         elif itl_n:

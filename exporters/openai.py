@@ -8,6 +8,7 @@ the store, so it must be a storable string (``llmsla.events.string_problem``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,3 +108,71 @@ def unit_key(body: dict[str, Any], headers: Mapping[str, str], trace_id: str) ->
 
 
 _UNIT_HEADER_LOWER = names.UNIT_HEADER.lower()
+
+
+def wants_usage(body: Mapping[str, Any]) -> bool:
+    """The client asked for a streamed ``usage`` chunk (``stream_options.include_usage``)."""
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and opts.get("include_usage") is True
+
+
+def with_usage(body: dict[str, Any]) -> dict[str, Any] | None:
+    """``body`` asking the upstream for the usage chunk, or None when it cannot be added (the
+    client sent a ``stream_options`` that is not an object: the replica answers that)."""
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        return None
+    return {**body, "stream_options": {**(opts or {}), "include_usage": True}}
+
+
+class UsageStripper:
+    """Removes the usage the gateway asked for from a stream the client did not ask it for.
+
+    OpenAI sends it as a last chunk with empty ``choices``; that event is dropped whole. An
+    upstream that puts ``usage`` on a chunk with choices gets that one event re-encoded without
+    the key. Every other byte passes unchanged: a piece made of whole events without ``"usage"``
+    is returned as is (the per-token case, no copy); anything else is buffered to event ends.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if not self._buf and data.endswith(b"\n\n") and b'"usage"' not in data:
+            return data
+        buf = self._buf + data
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return b""
+        done, self._buf = buf[: end + 2], buf[end + 2:]
+        if b'"usage"' not in done:
+            return done
+        return b"".join(self._event(ev + b"\n\n") for ev in done[:-2].split(b"\n\n"))
+
+    def flush(self) -> bytes:
+        """What is left at the end of the stream (an unterminated last event), unchanged."""
+        rest, self._buf = self._buf, b""
+        return rest
+
+    @staticmethod
+    def _event(ev: bytes) -> bytes:
+        if b'"usage"' not in ev:
+            return ev
+        lines = ev.split(b"\n")
+        data = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
+        if len(data) != 1:
+            return ev
+        try:
+            obj = json.loads(lines[data[0]][5:])
+        except ValueError:
+            return ev
+        if not isinstance(obj, dict) or "usage" not in obj:
+            return ev
+        if not obj.get("choices"):
+            return b""  # the usage chunk itself
+        del obj["usage"]
+        lines[data[0]] = b"data: " + json.dumps(obj, separators=(",", ":")).encode()
+        return b"\n".join(lines)

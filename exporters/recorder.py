@@ -31,12 +31,15 @@ class RequestRecorder:
         self.recorded = 0
 
     def record(self, event: RequestEvent, *, itl_gaps_ms: Sequence[float] | None = None,
-               validate: bool = True) -> None:
+               validate: bool = True, first_token: bool = True, admit: bool | None = None) -> None:
         """Validate ``event`` (an invalid one raises ``EventError`` and counts nowhere), update
         the metrics, append it to the spool.
 
-        ``itl_gaps_ms``: the raw inter-token gaps when the caller has them (the gateway), so the
-        ITL histogram sees each gap; without them the event's summary is used (simulator).
+        ``itl_gaps_ms``: the raw inter-chunk gaps when the caller has them (the gateway), so the
+        histogram sees each gap; without them the event's summary is used (simulator).
+        ``first_token``: a first token was seen; False for a non-streamed response, whose event
+        still carries TTFT = E2E (the event contract wants a TTFT on every ok request with
+        output) but which makes no TTFT observation. ``admit``: see ``RequestMetrics.observe``.
         ``validate=False`` is for callers that built the event from already-checked values.
         """
         if validate:
@@ -45,11 +48,11 @@ class RequestRecorder:
         self.metrics.observe(
             model=event.model, pool=event.pool, replica=event.replica, arm=event.arm,
             status=event.status, queue_s=event.queue_ms / 1000.0,
-            ttft_s=None if event.ttft_ms is None else event.ttft_ms / 1000.0,
+            ttft_s=None if event.ttft_ms is None or not first_token else event.ttft_ms / 1000.0,
             e2e_s=event.e2e_ms / 1000.0, prompt_tokens=event.prompt_tokens,
             output_tokens=event.output_tokens,
             itl_gaps_s=[g / 1000.0 for g in itl_gaps_ms] if itl_gaps_ms else (),
-            itl_mean_s=itl.mean / 1000.0, itl_n=0 if itl_gaps_ms else itl.n,
+            itl_mean_s=itl.mean / 1000.0, itl_n=0 if itl_gaps_ms else itl.n, admit=admit,
         )
         self.recorded += 1
         if self.spool is not None:
@@ -201,8 +204,9 @@ class StreamTimer:
         self.last_token = now
 
     def finish_body(self, now: float) -> None:
-        """Non-streaming: the whole body arrived at ``now``; that is when the client gets its
-        first token, so TTFT = E2E and there are no inter-token gaps."""
+        """Non-streaming: the whole body arrived at ``now``. No first-token time is known (the
+        replica sent nothing until it was done), so ``first_token`` stays None and no TTFT is
+        observed; the event's TTFT is E2E (:meth:`event`), as its contract asks."""
         if self.streaming:
             return
         try:
@@ -213,8 +217,15 @@ class StreamTimer:
             return
         self._keep(obj)
         if _token_count(obj) or (self.usage or {}).get("completion_tokens"):
-            self.first_token = self.last_token = now
             self.chunks_with_tokens = 1
+
+    def reported_usage(self) -> tuple[int | None, int | None]:
+        """``(prompt, completion)`` tokens as the upstream's ``usage`` reported them (None for
+        each it did not): the only counts the GenAI conventions' ``gen_ai.usage.*`` may carry."""
+        u = self.usage or {}
+        prompt, output = u.get("prompt_tokens"), u.get("completion_tokens")
+        ok = [isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (prompt, output)]
+        return (prompt if ok[0] else None), (output if ok[1] else None)
 
     def tokens(self, prompt_estimate: int) -> tuple[int, int]:
         """``(prompt, output)``: from ``usage`` when the upstream sent it, else counted."""

@@ -78,7 +78,7 @@ class SloConfig:
 
     ttft_ms: float = _k(800.0, "time-to-first-token objective, ms", minimum=0)
     e2e_ms: float = _k(10000.0, "end-to-end latency objective, ms", minimum=0)
-    itl_ms: float = _k(100.0, "inter-token latency objective, ms", minimum=0)
+    itl_ms: float = _k(100.0, "time per output token objective, ms: what an SLO on llmsla_request_time_per_output_token_seconds reads (per request)", minimum=0)
     latency_target: float = _k(0.99, "share of requests that must meet the latency objectives", minimum=0)
     availability_target: float = _k(0.999, "share of requests that must not fail", minimum=0)
     window_days: int = _k(30, "SLO compliance window, days", minimum=1)
@@ -89,7 +89,7 @@ class MetricsConfig:
     """Prometheus histograms and label cardinality."""
 
     ttft_buckets: list[float] = _k(list(names.TTFT_BUCKETS), "TTFT histogram bounds, seconds")
-    itl_buckets: list[float] = _k(list(names.ITL_BUCKETS), "inter-token latency bounds, seconds")
+    itl_buckets: list[float] = _k(list(names.ITL_BUCKETS), "bounds of the per-token histograms (time per output token, inter-chunk gaps), seconds")
     e2e_buckets: list[float] = _k(list(names.E2E_BUCKETS), "end-to-end latency bounds, seconds")
     queue_buckets: list[float] = _k(list(names.QUEUE_BUCKETS), "gateway queue time bounds, seconds")
     label_top_n: int = _k(50, "per label, distinct values kept before the rest become 'other'", minimum=1)
@@ -113,6 +113,7 @@ class GatewayConfig:
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
     max_concurrency: int = _k(256, "upstream requests in flight at once; the rest wait in the gateway queue", minimum=1)
     max_prompt_chars: int = _k(65536, "reject prompts (all message contents) longer than this many characters (400)", minimum=1)
+    request_usage: bool = _k(True, "ask a streaming upstream for its token usage (stream_options.include_usage) when the client did not, and strip that chunk from what the client receives")
     workers: int = _k(1, "gateway processes sharing the port (SO_REUSEPORT, multi-process metrics)", minimum=1)
 
 
@@ -159,6 +160,7 @@ class OtelConfig:
     sample_ratio: float = _k(1.0, "share of new traces recorded, 0..1; parent-based: a caller's traceparent flags decide for its requests", minimum=0, maximum=1)
     metrics_endpoint: str = _k("", "OTLP/HTTP metrics endpoint for the gateway's gen_ai.* metrics, e.g. http://collector:4318/v1/metrics; empty = none (Prometheus /metrics is unaffected)")
     metrics_interval_s: float = _k(10.0, "seconds between OTLP metric exports (cumulative)", minimum=0.1)
+    token_estimates: bool = _k(False, "when an upstream reports no usage, put llmsla's estimates (prompt characters / 4, counted chunks) on the gateway span as llmsla.usage.estimated_*_tokens (never gen_ai.usage.*)")
 
 
 @dataclass

@@ -116,8 +116,40 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
+        if exc.status in (404, 405):  # OpenAI's wording for a path or method it does not serve
+            return error_response(exc.status, f"Invalid URL ({request.method} {request.path})",
+                                  code="unknown_url" if exc.status == 404 else "method_not_allowed", headers=headers)
         return error_response(exc.status, exc.reason or exc.text or "error",
                               code=exc.reason.lower().replace(" ", "_") if exc.reason else "error", headers=headers)
+
+
+#: ``request[REQUEST_ID]``: the id a handler wants in the response's ``X-Request-Id`` (the gateway
+#: puts its trace id there); without one, :func:`add_request_id` derives it.
+REQUEST_ID: Any = web.RequestKey("llmsla_request_id", str) if hasattr(web, "RequestKey") else "llmsla_request_id"
+REQUEST_ID_HEADER = "X-Request-Id"
+
+
+def request_id(request: web.Request) -> str:
+    """The request's id: what the handler set, else the trace id of its ``traceparent``, else a
+    fresh random trace-id-shaped value (32 hex digits), so every response has one."""
+    rid = request.get(REQUEST_ID)
+    if rid is None:
+        ctx = incoming_span(request.headers) if "traceparent" in request.headers else None
+        rid = f"{ctx.trace_id:032x}" if ctx is not None and ctx.is_valid else f"{_rand(128) or 1:032x}"
+        request[REQUEST_ID] = rid
+    return rid
+
+
+def add_request_id(app: web.Application) -> None:
+    """``X-Request-Id`` on every response of ``app`` (errors, 404s, streams and /metrics
+    included), as OpenAI's API sends it: set just before the head goes out, so a streamed
+    response gets it too."""
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        if REQUEST_ID_HEADER not in response.headers:
+            response.headers[REQUEST_ID_HEADER] = request_id(request)
+
+    app.on_response_prepare.append(on_prepare)
 
 
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:

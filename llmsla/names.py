@@ -53,7 +53,12 @@ LABEL_OVERFLOW_VALUE = "other"
 
 # --- gateway request metrics (exporters) --------------------------------------------------------
 REQUEST_TTFT_SECONDS = "llmsla_request_ttft_seconds"
-REQUEST_ITL_SECONDS = "llmsla_request_itl_seconds"
+#: The gap between consecutive token-carrying chunks of a streamed response, one observation per
+#: gap (a chunk may carry several tokens: this is what the client sees, not decode speed).
+REQUEST_INTER_CHUNK_SECONDS = "llmsla_request_inter_chunk_seconds"
+#: Per-request time per output token, (E2E - TTFT) / (output tokens - 1), one observation per
+#: successful streamed request with >= 2 output tokens (what AIPerf and vLLM call ITL / TPOT).
+REQUEST_TPOT_SECONDS = "llmsla_request_time_per_output_token_seconds"
 REQUEST_E2E_SECONDS = "llmsla_request_e2e_seconds"
 REQUEST_QUEUE_SECONDS = "llmsla_request_queue_seconds"
 REQUESTS = "llmsla_requests"  # counter family; exposed as llmsla_requests_total
@@ -141,15 +146,30 @@ GENAI_PROVIDER = "llmsla"
 TOKEN_USAGE_BUCKETS: tuple[float, ...] = (
     1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
 )
+#: Explicit bucket boundaries the conventions advise for the gen_ai.server metrics (semantic
+#: conventions v1.41.1, docs/gen-ai/gen-ai-metrics.md; the Python package carries no advice). The
+#: Prometheus histograms keep the SLO-aligned ``metrics.*_buckets``.
+GENAI_TTFT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)
+GENAI_TPOT_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)
+GENAI_DURATION_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)
 #: llmsla's own attributes on request spans and OTLP metric points (values as in RequestEvent).
 OTEL_ATTR_POOL = "llmsla.pool"
 OTEL_ATTR_REPLICA = "llmsla.replica"
 OTEL_ATTR_ARM = "llmsla.arm"
 OTEL_ATTR_POLICY = "llmsla.policy"
 OTEL_ATTR_STATUS = "llmsla.status"
-OTEL_ATTR_STREAM = "llmsla.stream"
 OTEL_ATTR_QUEUE_MS = "llmsla.queue_ms"
 OTEL_ATTR_TTFT_MS = "llmsla.ttft_ms"
+#: Token counts llmsla estimated (prompt characters / 4, counted chunks) because the upstream
+#: reported no ``usage``; only with ``otel.token_estimates`` on, never as ``gen_ai.usage.*``.
+OTEL_ATTR_ESTIMATED_INPUT_TOKENS = "llmsla.usage.estimated_input_tokens"
+OTEL_ATTR_ESTIMATED_OUTPUT_TOKENS = "llmsla.usage.estimated_output_tokens"
 
 # --- router and distillation controls (control) -------------------------------------------------
 #: Router policies (``llmsla.control.router``); config and the control API validate against it.

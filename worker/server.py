@@ -36,7 +36,9 @@ from llmsla.httpkit import (
     Limits,
     Served,
     add_metrics,
+    add_request_id,
     error_response,
+    json_errors,
     parse_json_object,
     read_body,
 )
@@ -79,6 +81,7 @@ class Parsed:
     stream: bool
     policy: str
     ignore_eos: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a final usage chunk
 
 
 def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
@@ -152,8 +155,11 @@ def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
     if len(tokens) > w.max_prompt_tokens:
         raise _bad(f"prompt is {len(tokens)} tokens, more than max_prompt_tokens={w.max_prompt_tokens}", param="prompt")
     key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-    max_tokens = _int(body, key, 16 if not chat else w.max_tokens, 1)
+    max_tokens = _int(body, key, min(16, w.max_tokens) if not chat else w.max_tokens, 1)
     assert max_tokens is not None
+    if max_tokens > w.max_tokens:  # OpenAI refuses rather than silently cap
+        raise _bad(f"'{key}' is too large: {max_tokens}. This model supports at most {w.max_tokens} "
+                   f"completion tokens, whereas you provided {max_tokens}.", param=key, code="invalid_value")
     n = _int(body, "n", 1, 1)
     if n != 1:
         raise _bad("only n=1 is supported", param="n")
@@ -171,16 +177,35 @@ def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
     if len(stops) > MAX_STOP or any(not s for s in stops):
         raise _bad(f"'stop' takes at most {MAX_STOP} non-empty strings", param="stop")
     stream = body.get("stream", False)
+    if stream is None:
+        stream = False
     if not isinstance(stream, bool):
         raise _bad("'stream' must be true or false", param="stream")
+    include_usage = _stream_options(body.get("stream_options"), stream)
     policy = body.get("llmsla_policy", w.policy)
     if policy not in SCHEDULES:
         raise _bad(f"'llmsla_policy' must be one of {', '.join(SCHEDULES)}, got {policy!r}", param="llmsla_policy")
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise _bad("'ignore_eos' must be true or false", param="ignore_eos")
-    return Parsed(chat, tokens, min(max_tokens, w.max_tokens), temperature, seed,
-                  tuple(s.encode() for s in stops), stream, policy, ignore_eos)
+    return Parsed(chat, tokens, max_tokens, temperature, seed,
+                  tuple(s.encode() for s in stops), stream, policy, ignore_eos, include_usage)
+
+
+def _stream_options(value: Any, stream: bool) -> bool:
+    """``stream_options.include_usage`` as OpenAI reads it: an object, only with ``stream``."""
+    if value is None:
+        return False
+    if not stream:
+        raise _bad("'stream_options' is only allowed when 'stream' is true", param="stream_options")
+    if not isinstance(value, dict):
+        raise _bad("'stream_options' must be an object", param="stream_options")
+    include = value.get("include_usage", False)
+    if include is None:
+        include = False
+    if not isinstance(include, bool):
+        raise _bad("'stream_options.include_usage' must be true or false", param="stream_options.include_usage")
+    return include
 
 
 def pool_schedule(headers: Mapping[str, str]) -> Schedule | None:
@@ -210,17 +235,29 @@ class Worker:
         self.address: tuple[str, int] | None = None  # (host, port) once listening: server.address/port
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        # OpenAI-shaped errors on every path (unknown ones too) and X-Request-Id on every response
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_get("/healthz", self.healthz)
         add_metrics(app, self.registry)
+        add_request_id(app)
         return app
 
+    def _model_object(self) -> dict[str, Any]:
+        return {"id": self.cfg.worker.model, "object": "model", "created": self.created, "owned_by": "llmsla"}
+
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.cfg.worker.model, "object": "model", "created": self.created, "owned_by": "llmsla"}]})
+        return web.json_response({"object": "list", "data": [self._model_object()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        """``GET /v1/models/{id}``: the model object, or OpenAI's 404 ``model_not_found``."""
+        name = request.match_info["model"]
+        if name != self.cfg.worker.model:
+            raise _bad(f"The model '{name}' does not exist", param="model", status=404, code="model_not_found")
+        return web.json_response(self._model_object())
 
     async def healthz(self, request: web.Request) -> web.Response:
         if self.engine.down:  # an injected crash (worker/fault.py): the gateway's prober sees it
@@ -286,7 +323,7 @@ class Worker:
         attrs: dict[str, Any] = {
             genai.OPERATION_NAME: op, genai.PROVIDER_NAME: names.GENAI_PROVIDER, genai.REQUEST_MODEL: model,
             genai.REQUEST_TEMPERATURE: p.temperature, genai.REQUEST_MAX_TOKENS: p.max_tokens,
-            names.OTEL_ATTR_POLICY: p.policy, names.OTEL_ATTR_STREAM: p.stream,
+            names.OTEL_ATTR_POLICY: p.policy, genai.REQUEST_STREAM: p.stream,
         }
         if p.seed is not None:
             attrs[genai.REQUEST_SEED] = p.seed
@@ -397,7 +434,8 @@ class Worker:
                         self._end_span(req, rid, self._timing(req, first_at, n_out), "error")
                         _cut(request)
                         return resp
-                    buf.append(_sse({"error": {"message": item[1], "type": "server_error", "param": None, "code": None}}))
+                    buf.append(_sse({"error": {"message": item[1], "type": "server_error", "param": None,
+                                                 "code": "generation_failed"}}))
                     finish = "error"
                     break
             if buf:
@@ -414,7 +452,10 @@ class Worker:
             else:
                 choice = {"index": 0, "text": tail, "logprobs": None, "finish_reason": finish}
             await resp.write(_sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-                                   "usage": self._usage(req, n_out), "llmsla": timing}))
+                                   "llmsla": timing}))
+            if p.include_usage:  # OpenAI's shape: a last chunk with empty choices, only when asked
+                await resp.write(_sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+                                       "usage": self._usage(req, n_out)}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

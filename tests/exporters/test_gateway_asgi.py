@@ -174,6 +174,6 @@ def test_middleware_records_like_the_gateway(tmp_path: Path) -> None:
     assert 1 <= evs[3].output_tokens < 100
     lbl = {"model": MODEL, "pool": cfg.gateway.pool, "replica": "pod-1", "arm": names.DEFAULT_ARM}
     assert reg.get_sample_value("llmsla_requests_total", {**lbl, "status": "ok"}) == 3
-    assert reg.get_sample_value("llmsla_request_itl_seconds_count", lbl) == sum(e.itl_ms.n for e in evs)
+    assert reg.get_sample_value("llmsla_request_inter_chunk_seconds_count", lbl) == sum(e.itl_ms.n for e in evs)
     assert reg.get_sample_value("llmsla_gateway_bad_requests_total", {"reason": "invalid_json"}) == 1
     assert reg.get_sample_value("llmsla_requests_in_flight", {"pool": cfg.gateway.pool}) == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import math
 import random
 import secrets
 import time
@@ -60,6 +61,8 @@ def _worker_ext(body: bytes, stream: bool) -> dict | None:
     for line in body.split(b"\n"):
         if line.startswith(b"data: ") and line != b"data: [DONE]":
             obj = json.loads(line[6:])
+            # the gateway asked the replica for usage; the client did not, so it gets none
+            assert "usage" not in obj and obj["choices"], obj
             ext = obj.get("llmsla", ext)
     return ext
 
@@ -88,7 +91,7 @@ async def _drive(gw_url: str, model: str) -> dict[str, dict]:
             async with sem, s.post(gw_url + path, json=body, headers=headers) as r:
                 data = await r.read()
                 assert r.status == 200, data[:300]
-            got[trace_id] = _worker_ext(data, stream) or {}
+            got[trace_id] = {**(_worker_ext(data, stream) or {}), "stream": stream}
 
         await asyncio.gather(*(one(i) for i in range(N_REQUESTS)))
     return got
@@ -139,11 +142,17 @@ def test_prometheus_agrees_with_spool(tmp_path: Path, start_prometheus) -> None:
     per_replica = {r["metric"]["replica"]: float(r["value"][1])
                    for r in promql(prom_url, f"sum by (replica) ({names.REQUESTS}_total)", at)}
     assert per_replica == {r: float(sum(e.replica == r for e in events)) for r in ("r0", "r1")}
-    ttft = [e for e in events if e.ttft_ms is not None]
+    # TTFT: streamed requests that produced a first token (a whole JSON body has no first token)
+    ttft = [e for e in events if e.ttft_ms is not None and ext[e.trace_id]["stream"]]
+    assert 0 < len(ttft) < len(events)
     assert scalar(prom_url, f"sum({names.REQUEST_TTFT_SECONDS}_count)", at) == len(ttft)
+    # TPOT: once per successful streamed request with >= 2 tokens, (E2E - TTFT) / (tokens - 1)
+    tpot = [(e.e2e_ms - e.ttft_ms) / 1000.0 / (e.output_tokens - 1) for e in ttft if e.output_tokens >= 2]
+    assert scalar(prom_url, f"sum({names.REQUEST_TPOT_SECONDS}_count)", at) == len(tpot) > 0
+    assert math.isclose(scalar(prom_url, f"sum({names.REQUEST_TPOT_SECONDS}_sum)", at), sum(tpot), rel_tol=1e-6)
     assert scalar(prom_url, f"sum({names.REQUEST_E2E_SECONDS}_count)", at) == len(events)
     assert scalar(prom_url, f"sum({names.REQUEST_QUEUE_SECONDS}_count)", at) == len(events)
-    assert scalar(prom_url, f"sum({names.REQUEST_ITL_SECONDS}_count)", at) == sum(e.itl_ms.n for e in events)
+    assert scalar(prom_url, f"sum({names.REQUEST_INTER_CHUNK_SECONDS}_count)", at) == sum(e.itl_ms.n for e in events)
     out_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_OUTPUT}"}})', at)
     assert out_tokens == sum(e.output_tokens for e in events)
     prompt_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_PROMPT}"}})', at)

@@ -1,6 +1,8 @@
 """OTLP GenAI metrics beside Prometheus: a real OTLP/HTTP receiver on loopback decodes what the
-gateway exports; the points equal the Prometheus histograms' counts (and buckets, and sums) for
-the same traffic, and the RequestEvents of the spool; ``--workers 2`` does not double count."""
+gateway exports; the points carry the bounds the conventions advise and equal the Prometheus
+histograms' counts and sums for the same traffic and the RequestEvents of the spool (TTFT and TPOT
+once per successful streamed request, token usage as the replica reported it); ``--workers 2``
+does not double count."""
 
 from __future__ import annotations
 
@@ -29,11 +31,22 @@ from tests.exporters.otlp_receiver import OtlpReceiver, attributes
 from tests.exporters.test_genai_tracing import request_events
 from tests.worker._worker_util import MODEL, worker_cfg
 
-#: OTLP metric -> (its Prometheus twin, the config key of their shared bounds)
+#: OTLP metric -> its Prometheus twin: the same observations (in this traffic no stream fails
+#: after its first token), bucketed by different bounds (advised vs SLO-aligned)
 TWINS = {
-    genai.TIME_TO_FIRST_TOKEN[0]: (names.REQUEST_TTFT_SECONDS, "ttft_buckets"),
-    genai.TIME_PER_OUTPUT_TOKEN[0]: (names.REQUEST_ITL_SECONDS, "itl_buckets"),
-    genai.REQUEST_DURATION[0]: (names.REQUEST_E2E_SECONDS, "e2e_buckets"),
+    genai.TIME_TO_FIRST_TOKEN[0]: names.REQUEST_TTFT_SECONDS,
+    genai.TIME_PER_OUTPUT_TOKEN[0]: names.REQUEST_TPOT_SECONDS,
+    genai.REQUEST_DURATION[0]: names.REQUEST_E2E_SECONDS,
+}
+#: the explicit bounds the conventions advise (semantic conventions v1.41.1, gen-ai-metrics.md)
+ADVISED = {
+    "gen_ai.server.time_to_first_token": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                                          2.5, 5.0, 7.5, 10.0],
+    "gen_ai.server.time_per_output_token": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5],
+    "gen_ai.server.request.duration": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                                       40.96, 81.92],
+    "gen_ai.client.token.usage": [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
+                                  67108864],
 }
 LABELS = (genai.REQUEST_MODEL, names.OTEL_ATTR_POOL, names.OTEL_ATTR_REPLICA, names.OTEL_ATTR_ARM)
 
@@ -85,21 +98,16 @@ def otlp(points: list[tuple[dict, str, Any]]) -> tuple[dict, dict, list[dict]]:
     return hists, dict(tokens), [a for a, _, _ in latest.values()]
 
 
-def assert_equal_to_prometheus(prom: dict, hists: dict, tokens: dict, cfg: config_mod.Config) -> None:
-    for otlp_name, (prom_name, bucket_key) in TWINS.items():
-        bounds = list(getattr(cfg.metrics, bucket_key))
+def assert_equal_to_prometheus(prom: dict, hists: dict) -> None:
+    for otlp_name, prom_name in TWINS.items():
         mine = {k: v for (n, k), v in hists.items() if n == otlp_name}
         theirs = {k: v for (n, k), v in prom.items() if n == prom_name and v["count"]}
         assert set(mine) == set(theirs), (otlp_name, set(mine), set(theirs))
         for key, h in mine.items():
             p = theirs[key]
-            assert h["bounds"] == bounds  # explicit bounds equal to the Prometheus histogram's
-            assert h["count"] == p["count"], (otlp_name, key)
-            cumulative = [sum(h["counts"][: i + 1]) for i in range(len(bounds))]
-            assert cumulative == [p["buckets"][b] for b in bounds], (otlp_name, key)
+            assert h["bounds"] == ADVISED[otlp_name]
+            assert h["count"] == p["count"] == sum(h["counts"]), (otlp_name, key)
             assert math.isclose(h["sum"], p["sum"], rel_tol=1e-9, abs_tol=1e-12)
-    prom_tokens = {k: v for (n, k), v in prom.items() if n == names.TOKENS and v}
-    assert tokens == {(names.TOKENS, k): v for k, v in prom_tokens.items()}
 
 
 def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -> None:
@@ -117,8 +125,9 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
             g.otel.metrics_interval_s = 3600.0  # exported by force_flush only: one consistent cut
             reg = CollectorRegistry()
 
-            async def main() -> tuple[str, list[int]]:
+            async def main() -> tuple[str, list[int], dict[str, bool]]:
                 statuses = []
+                streamed: dict[str, bool] = {}  # X-Request-Id (the trace id) -> the request streamed
                 async with gw_mod.serve(g, "127.0.0.1", 0, registry=reg) as gw, aiohttp.ClientSession() as s:
                     for i in range(24):
                         chat = i % 2 == 0
@@ -132,18 +141,20 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
                         async with s.post(gw.url + path, json=body) as r:
                             await r.read()
                             statuses.append(r.status)
+                            streamed[r.headers["X-Request-Id"]] = body["stream"]
                     assert gw.gateway.telemetry.force_flush()
                     async with s.get(gw.url + "/metrics") as r:
-                        return await r.text(), statuses
+                        return await r.text(), statuses, streamed
 
-            text, statuses = asyncio.run(main())
+            text, statuses, streamed = asyncio.run(main())
         points = rx.histogram_points()
     events = request_events(g)
     assert len(events) == 24
     by_status = Counter(e.status for e in events)
     assert by_status[names.STATUS_OK] >= 10 and by_status[names.STATUS_ERROR] >= 5 and by_status[names.STATUS_REJECTED] >= 1
     hists, tokens, attr_sets = otlp(points)
-    assert_equal_to_prometheus(prometheus(text), hists, tokens, g)
+    assert_equal_to_prometheus(prometheus(text), hists)
+    assert {e.trace_id for e in events} == set(streamed)
 
     # the independent reference: the RequestEvents themselves
     def fold(model: str) -> str:
@@ -151,20 +162,23 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
 
     expect_count: Counter = Counter()
     expect_ttft: Counter = Counter()
-    expect_itl: Counter = Counter()
+    expect_tpot: Counter = Counter()
     expect_tokens: Counter = Counter()
     for e in events:
         key = (fold(e.model), e.pool, e.replica, e.arm)
+        ok_stream = e.status == names.STATUS_OK and streamed[e.trace_id]
         expect_count[key] += 1
-        expect_ttft[key] += e.ttft_ms is not None
-        expect_itl[key] += e.itl_ms.n
-        expect_tokens[(names.TOKENS, (*key, names.TOKEN_KIND_PROMPT))] += e.prompt_tokens
-        expect_tokens[(names.TOKENS, (*key, names.TOKEN_KIND_OUTPUT))] += e.output_tokens
+        expect_ttft[key] += ok_stream
+        expect_tpot[key] += ok_stream and e.output_tokens >= 2
+        if e.status == names.STATUS_OK:  # only a replica's answer reports usage
+            expect_tokens[(names.TOKENS, (*key, names.TOKEN_KIND_PROMPT))] += e.prompt_tokens
+            expect_tokens[(names.TOKENS, (*key, names.TOKEN_KIND_OUTPUT))] += e.output_tokens
+    assert sum(expect_ttft.values()) >= 5 and sum(expect_tpot.values()) >= 3
     assert {k: v["count"] for (n, k), v in hists.items() if n == genai.REQUEST_DURATION[0]} == dict(expect_count)
     assert {k: v["count"] for (n, k), v in hists.items() if n == genai.TIME_TO_FIRST_TOKEN[0]} == \
         {k: v for k, v in expect_ttft.items() if v}
     assert {k: v["count"] for (n, k), v in hists.items() if n == genai.TIME_PER_OUTPUT_TOKEN[0]} == \
-        {k: v for k, v in expect_itl.items() if v}
+        {k: v for k, v in expect_tpot.items() if v}
     assert tokens == {k: v for k, v in expect_tokens.items() if v}
 
     # the conventions' attributes: error.type exactly on the requests that did not end ok,
@@ -240,7 +254,9 @@ def test_two_gateway_processes_export_two_streams_that_sum_to_the_traffic(tmp_pa
     instances = {res["service.instance.id"] for res, _, _ in points}
     assert len(instances) == 2
     hists, tokens, _ = otlp(points)
-    assert_equal_to_prometheus(prometheus(text), hists, tokens, config_mod.load(env={}))
+    prom = prometheus(text)
+    assert_equal_to_prometheus(prom, hists)
+    assert tokens == {(n, k): v for (n, k), v in prom.items() if n == names.TOKENS and v}  # every request ok
     assert sum(v["count"] for (name, _), v in hists.items() if name == genai.REQUEST_DURATION[0]) == n
     per_instance = Counter()
     for res, name, p in points:
@@ -265,11 +281,13 @@ def test_an_unreachable_collector_does_not_hold_up_the_gateways_stop() -> None:
     tel = GatewayTelemetry(cfg, LabelGuard(10))
     req = parse_request(b'{"model": "m", "prompt": "hi"}', "/v1/completions", max_prompt_chars=100)
     for _ in range(20):
-        t = tel.begin({}, "/v1/completions", req, time.perf_counter())
+        t = tel.begin({}, "POST", "/v1/completions", req, time.perf_counter())
+        tel.hop(t, "http://127.0.0.1:9001", req, {}, time.perf_counter())
         ev = RequestEvent(ts_ms=1_700_000_000_000, trace_id=t.trace_id, model="m", pool="p", replica="r0", arm="a",
                           policy="constant", prompt_tokens=2, output_tokens=1, queue_ms=0.1, ttft_ms=1.0,
                           itl_ms=ItlSummary.from_gaps([]), e2e_ms=2.0, status="ok")
-        tel.end(t, ev, StreamTimer(0.0, streaming=False), req, "http://127.0.0.1:9001")
+        tel.end(t, ev, StreamTimer(0.0, streaming=False), "http://127.0.0.1:9001", admit=True)
+        tel.finish(t, 200)
     t0 = time.monotonic()
     tel.shutdown()
     assert time.monotonic() - t0 < SHUTDOWN_S + 2.0

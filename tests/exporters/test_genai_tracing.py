@@ -1,6 +1,7 @@
-"""GenAI request spans: caller -> gateway -> worker -> policy decisions, through a real OTLP/HTTP
-receiver, with attribute values equal to the request's RequestEvent and the worker's response;
-parent-based sampling; no SDK spans without an exporter."""
+"""Request spans: caller -> the gateway's HTTP SERVER span -> its GenAI CLIENT span for the hop to
+the replica -> the worker's span -> policy decisions, through a real OTLP/HTTP receiver, with
+attribute values equal to the request's RequestEvent and the worker's response; parent-based
+sampling; no SDK spans without an exporter."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from tests.exporters.test_policy_tracing import read_policy_events
 from tests.worker._worker_util import MODEL, parse_sse, worker_cfg
 
 CHAT = genai.span_name(genai.CHAT, MODEL)
+SERVER = f"POST {CHAT_COMPLETIONS}"  # the gateway's HTTP server span
 
 
 def request_events(cfg: config_mod.Config) -> list[RequestEvent]:
@@ -98,51 +100,64 @@ def test_span_tree_of_a_streamed_chat_completion(tmp_path: Path) -> None:
         assert len(found) == 1, [(r.get("service.name"), s.name) for r, s in spans]
         return found[0]
 
-    # caller -> gateway -> worker, one trace
+    # caller -> gateway (SERVER) -> its hop to the replica (CLIENT) -> worker, one trace
     _, caller_span = one(lambda r, s: r["service.name"] == "caller")
-    gw_res, gw_span = one(lambda r, s: r["service.name"] == gcfg.otel.service_name and s.name == CHAT)
+    srv_res, srv_span = one(lambda r, s: r["service.name"] == gcfg.otel.service_name and s.name == SERVER)
+    _, gw_span = one(lambda r, s: r["service.name"] == gcfg.otel.service_name and s.name == CHAT)
     wk_res, wk_span = one(lambda r, s: r["service.name"] == f"{cfg.otel.service_name}-worker" and s.name == CHAT)
     assert {sp.trace_id.hex() for _, sp in spans} == {trace_hex}
     assert caller_span.span_id.hex() == sent.split("-")[2]
-    assert gw_span.parent_span_id == caller_span.span_id and gw_span.kind == SpanProto.SPAN_KIND_SERVER
+    assert srv_span.parent_span_id == caller_span.span_id and srv_span.kind == SpanProto.SPAN_KIND_SERVER
+    assert gw_span.parent_span_id == srv_span.span_id and gw_span.kind == SpanProto.SPAN_KIND_CLIENT
     assert wk_span.parent_span_id == gw_span.span_id and wk_span.kind == SpanProto.SPAN_KIND_SERVER
-    # the traceparent the gateway sent upstream (and returned to the client) is its own span
-    # (the flags are the caller's: sampled, plus W3C level 2's random-trace-id bit from its SDK)
-    assert returned == f"00-{trace_hex}-{gw_span.span_id.hex()}-{sent.split('-')[3]}"
+    # the traceparent returned to the client is the gateway's SERVER span (the flags are the
+    # caller's: sampled, plus W3C level 2's random-trace-id bit from its SDK)
+    assert returned == f"00-{trace_hex}-{srv_span.span_id.hex()}-{sent.split('-')[3]}"
     assert int(sent.split("-")[3], 16) & 1
-    assert gw_res["service.instance.id"] != wk_res["service.instance.id"]
+    assert srv_res["service.instance.id"] != wk_res["service.instance.id"]
 
-    # the gateway span: GenAI conventions + ours, equal to the RequestEvent of this request
+    # the SERVER span: the HTTP conventions, lasting the request's E2E
+    assert attributes(srv_span.attributes) == {
+        "http.request.method": "POST", "http.route": CHAT_COMPLETIONS, "url.path": CHAT_COMPLETIONS,
+        "url.scheme": "http", "http.response.status_code": 200, names.OTEL_ATTR_STATUS: names.STATUS_OK}
+    assert abs((srv_span.end_time_unix_nano - srv_span.start_time_unix_nano) - ev.e2e_ms * 1e6) <= 1
+
+    # the CLIENT span: GenAI conventions + ours, equal to the RequestEvent of this request; usage
+    # is what the worker reported (the gateway asked for it; the client, which did not, got none)
+    ext = last["llmsla"]
+    assert all("usage" not in c for c in chunks)
+    assert (ev.prompt_tokens, ev.output_tokens) == (ext["prompt_tokens"], ext["output_tokens"])
     ga = attributes(gw_span.attributes)
+    first_chunk_s = ga.pop(genai.RESPONSE_TIME_TO_FIRST_CHUNK)
+    assert 0 < first_chunk_s <= ev.ttft_ms / 1000.0
     assert ga == {
         genai.OPERATION_NAME: genai.CHAT, genai.PROVIDER_NAME: names.GENAI_PROVIDER,
         genai.REQUEST_MODEL: MODEL, genai.RESPONSE_MODEL: last["model"], genai.RESPONSE_ID: last["id"],
         genai.REQUEST_TEMPERATURE: 0.8, genai.REQUEST_MAX_TOKENS: 12, genai.REQUEST_SEED: 3,
-        genai.USAGE_INPUT_TOKENS: ev.prompt_tokens, genai.USAGE_OUTPUT_TOKENS: ev.output_tokens,
-        genai.RESPONSE_FINISH_REASONS: (finish,),
+        genai.REQUEST_STREAM: True, genai.USAGE_INPUT_TOKENS: ev.prompt_tokens,
+        genai.USAGE_OUTPUT_TOKENS: ev.output_tokens, genai.RESPONSE_FINISH_REASONS: (finish,),
         genai.SERVER_ADDRESS: "127.0.0.1", genai.SERVER_PORT: worker_port,
         names.OTEL_ATTR_POOL: ev.pool, names.OTEL_ATTR_REPLICA: ev.replica, names.OTEL_ATTR_ARM: ev.arm,
-        names.OTEL_ATTR_POLICY: ev.policy, names.OTEL_ATTR_STATUS: ev.status, names.OTEL_ATTR_STREAM: True,
+        names.OTEL_ATTR_POLICY: ev.policy, names.OTEL_ATTR_STATUS: ev.status,
         names.OTEL_ATTR_QUEUE_MS: ev.queue_ms, names.OTEL_ATTR_TTFT_MS: ev.ttft_ms,
     }
-    assert (ev.prompt_tokens, ev.output_tokens) == (last["usage"]["prompt_tokens"], last["usage"]["completion_tokens"])
-    assert abs((gw_span.end_time_unix_nano - gw_span.start_time_unix_nano) - ev.e2e_ms * 1e6) <= 1
-    # the worker's span starts inside the gateway's (its end may come after the gateway's: the
-    # worker ends it when its handler returns, after the last bytes are already on their way)
+    # the hop starts at dispatch, inside the SERVER span, and ends with it
+    assert srv_span.start_time_unix_nano <= gw_span.start_time_unix_nano
+    assert gw_span.end_time_unix_nano == srv_span.end_time_unix_nano
+    # the worker's span starts inside the hop (its end may come after: the worker ends it when
+    # its handler returns, after the last bytes are already on their way)
     assert gw_span.start_time_unix_nano <= wk_span.start_time_unix_nano <= gw_span.end_time_unix_nano
 
     # the worker span: the same conventions, values equal to its own response (usage, timing)
-    ext = last["llmsla"]
     wa = attributes(wk_span.attributes)
     assert wa == {
         genai.OPERATION_NAME: genai.CHAT, genai.PROVIDER_NAME: names.GENAI_PROVIDER,
         genai.REQUEST_MODEL: MODEL, genai.RESPONSE_MODEL: MODEL, genai.RESPONSE_ID: last["id"],
         genai.REQUEST_TEMPERATURE: 0.8, genai.REQUEST_MAX_TOKENS: 12, genai.REQUEST_SEED: 3,
-        genai.USAGE_INPUT_TOKENS: last["usage"]["prompt_tokens"],
-        genai.USAGE_OUTPUT_TOKENS: last["usage"]["completion_tokens"],
+        genai.USAGE_INPUT_TOKENS: ext["prompt_tokens"], genai.USAGE_OUTPUT_TOKENS: ext["output_tokens"],
         genai.RESPONSE_FINISH_REASONS: (finish,),
         genai.SERVER_ADDRESS: "127.0.0.1", genai.SERVER_PORT: worker_port,
-        names.OTEL_ATTR_POLICY: ext["policy"], names.OTEL_ATTR_STATUS: names.STATUS_OK, names.OTEL_ATTR_STREAM: True,
+        names.OTEL_ATTR_POLICY: ext["policy"], names.OTEL_ATTR_STATUS: names.STATUS_OK, genai.REQUEST_STREAM: True,
         names.OTEL_ATTR_QUEUE_MS: ext["worker_queue_ms"], names.OTEL_ATTR_TTFT_MS: ext["worker_ttft_ms"],
     }
 
@@ -203,9 +218,10 @@ def test_sampling_is_parent_based_and_unsampled_requests_still_carry_a_tracepare
     # ... but a caller's sampled flag wins over the ratio: gateway, worker and decision spans
     assert set(by_trace) == {on_tid}
     sampled = by_trace[on_tid]
-    [gw] = [sp for svc, sp in sampled if svc == never.otel.service_name]
+    [srv] = [sp for svc, sp in sampled if svc == never.otel.service_name and sp.name == SERVER]
+    [gw] = [sp for svc, sp in sampled if svc == never.otel.service_name and sp.name == CHAT]
     [wk] = [sp for svc, sp in sampled if sp.name == CHAT and svc != never.otel.service_name]
-    assert gw.span_id.hex() == on_sid and wk.parent_span_id == gw.span_id
+    assert srv.span_id.hex() == on_sid and gw.parent_span_id == srv.span_id and wk.parent_span_id == gw.span_id
     # every request's decisions reached the spool, sampled or not, under the trace it carried
     spooled = {e.trace_id for e in read_policy_events(cfg.spool.dir)}
     assert {root_tid, on_tid, off_tid} <= spooled
@@ -226,10 +242,11 @@ def test_without_an_exporter_the_gateway_makes_no_sdk_span(tmp_path: Path) -> No
         gw = gw_mod.Gateway(cfg, registry=CollectorRegistry(), spool=None)
         tel = gw.telemetry
         assert tel.provider is None and not tel.tracing and tel.metrics is None
-        fresh = tel.begin({}, "/v1/completions", req, 0.0)
+        fresh = tel.begin({}, "POST", "/v1/completions", req, 0.0)
+        assert tel.hop(fresh, "http://127.0.0.1:9", req, {}, 0.0) == fresh.traceparent  # the same hop id
         assert fresh.span is None and fresh.traceparent.endswith(f"-{flags}") and fresh.trace_id in fresh.traceparent
         cont = tel.begin({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-                         "/v1/chat/completions", req, 0.0)
+                         "POST", "/v1/chat/completions", req, 0.0)
         tid, sid, fl = cont.traceparent.split("-")[1:]
         assert cont.span is None and tid == "4bf92f3577b34da6a3ce929d0e0e4736" and fl == "01"
         assert sid != "00f067aa0ba902b7" and cont.operation == genai.CHAT
@@ -267,7 +284,7 @@ def test_with_an_exporter_only_sampled_requests_make_sdk_spans() -> None:
     sampler = TraceIdRatioBased(0.25)
     sampled = []
     for _ in range(800):
-        t = tel.begin({}, "/v1/completions", req, 0.0)
+        t = tel.begin({}, "POST", "/v1/completions", req, 0.0)
         decision = sampler.should_sample(None, int(t.trace_id, 16), "x").decision.is_sampled()
         assert (t.span is not None) == decision == bool(int(t.traceparent[-2:], 16) & 1)
         if t.span is not None:
@@ -275,12 +292,13 @@ def test_with_an_exporter_only_sampled_requests_make_sdk_spans() -> None:
             ev = RequestEvent(ts_ms=1_700_000_000_000, trace_id=t.trace_id, model="m", pool="p", replica="r0",
                               arm="a", policy="constant", prompt_tokens=1, output_tokens=0, queue_ms=0.0,
                               ttft_ms=None, itl_ms=ItlSummary.from_gaps([]), e2e_ms=1.0, status="ok")
-            tel.end(t, ev, StreamTimer(0.0, streaming=False), req, None)
+            tel.end(t, ev, StreamTimer(0.0, streaming=False), None, admit=True)
+            tel.finish(t, 200)
             sampled.append(t.trace_id)
     assert 0.18 < len(sampled) / 800 < 0.32
     assert sorted(f"{s.context.trace_id:032x}" for s in memory.get_finished_spans()) == sorted(sampled)
     for flags, expect in (("01", True), ("00", False)):  # the caller's flags win over the ratio
         t = tel.begin({"traceparent": f"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}"},
-                      "/v1/completions", req, 0.0)
+                      "POST", "/v1/completions", req, 0.0)
         assert (t.span is not None) == expect and t.traceparent.endswith(f"-{flags}")
     tel.shutdown()

@@ -53,14 +53,14 @@ def test_record_metrics_and_spool_agree(tmp_path: Path) -> None:
     assert g("llmsla_request_ttft_seconds_count", lbl) == 1
     assert g("llmsla_request_e2e_seconds_count", lbl) == 2
     assert g("llmsla_request_queue_seconds_count", lbl) == 2
-    assert g("llmsla_request_itl_seconds_count", lbl) == 2
-    assert math.isclose(g("llmsla_request_itl_seconds_sum", lbl), 0.030)
+    assert g("llmsla_request_inter_chunk_seconds_count", lbl) == 2
+    assert math.isclose(g("llmsla_request_inter_chunk_seconds_sum", lbl), 0.030)
     assert g("llmsla_tokens_total", {**lbl, "kind": "prompt"}) == 10
     assert g("llmsla_tokens_total", {**lbl, "kind": "output"}) == 3
     # simulator path: the summary keeps _sum and _count exact
     r1 = {**lbl, "replica": "r1"}
-    assert g("llmsla_request_itl_seconds_count", r1) == 3
-    assert math.isclose(g("llmsla_request_itl_seconds_sum", r1), 0.060)
+    assert g("llmsla_request_inter_chunk_seconds_count", r1) == 3
+    assert math.isclose(g("llmsla_request_inter_chunk_seconds_sum", r1), 0.060)
     events = _read(tmp_path / "spool", names.SPOOL_REQUESTS)
     assert [e.status for e in events] == ["ok", "error", "ok"]
     assert events[0] == _event()

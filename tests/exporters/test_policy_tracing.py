@@ -74,7 +74,7 @@ def test_decision_spans_are_children_of_the_request_trace_and_spooled_once(tmp_p
     for (tid, pid, pol, _), (status, body) in zip(cases, results, strict=True):
         assert status == 200
         last = body[-1] if isinstance(body, list) else body
-        n_out = last["usage"]["completion_tokens"]
+        n_out = last["llmsla"]["output_tokens"]
         finish = last["choices"][0]["finish_reason"]
         [rs] = [s for s in req_spans if format(s.context.trace_id, "032x") == tid
                 or (tid is None and format(s.context.trace_id, "032x") not in known)]

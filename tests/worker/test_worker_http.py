@@ -50,8 +50,13 @@ def test_completions_stream_and_non_stream_agree(worker: WorkerThread) -> None:
             assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
             last = chunks[-1]
             assert last["choices"][0]["finish_reason"] == "length"
-            assert last["usage"]["completion_tokens"] == 20 and last["llmsla"]["output_tokens"] == 20
-            assert "usage" not in chunks[0] and "llmsla" not in chunks[0]
+            # usage only when asked, as OpenAI: a last chunk with empty choices
+            assert all("usage" not in c for c in chunks) and last["llmsla"]["output_tokens"] == 20
+            assert "llmsla" not in chunks[0]
+            st, asked = await post(s, url, "/v1/completions",
+                                   {**body, "stream": True, "stream_options": {"include_usage": True}})
+            assert st == 200 and len(asked) == 22 and all("usage" not in c for c in asked[:-1])
+            assert asked[-1]["choices"] == [] and asked[-1]["usage"] == plain["usage"]
             assert "".join(c["choices"][0]["text"] for c in chunks) == ch["text"]
             # a different seed samples differently (the seed is really used)
             st, other = await post(s, url, "/v1/completions", {**body, "seed": 8})
@@ -189,8 +194,9 @@ def test_bad_requests_get_4xx_and_good_ones_around_them_complete(worker: WorkerT
             for i, (_, status, reason) in enumerate(bad_cases):
                 ok_status, ok_body = res[2 * i]
                 assert ok_status == 200
-                usage = ok_body[-1]["usage"] if isinstance(ok_body, list) else ok_body["usage"]
-                assert usage["completion_tokens"] == 10
+                n_out = (ok_body[-1]["llmsla"]["output_tokens"] if isinstance(ok_body, list)
+                         else ok_body["usage"]["completion_tokens"])
+                assert n_out == 10
                 st, err = res[2 * i + 1]
                 assert st == status, (bad_cases[i], err)
                 assert reason in err["error"]["message"], (reason, err)
