@@ -57,6 +57,11 @@ class Tx:
         such as how many replicas of a pool are drained)."""
         raise NotImplementedError
 
+    async def claim_many(self, claims: list[tuple[str, str, str, str, str]]) -> list[bool]:
+        """Claim many idempotency keys at once (:meth:`Journal.batch`): per claim, in order,
+        whether it was new; a key listed twice is new at most once."""
+        raise NotImplementedError
+
     def save(self, state: dict[str, Any]) -> None:
         self.saved = state
 
@@ -94,6 +99,13 @@ class Journal:
         (lets a store journal send it together with the lock)."""
         raise NotImplementedError
 
+    def batch(self) -> contextlib.AbstractAsyncContextManager[Tx]:
+        """A transaction for alerts that touch no target (no rule matches, no target label):
+        their claims (:meth:`Tx.claim_many`) and audit rows commit together, without a target
+        lock or state. A large group of such alerts (static alerts grouped by labels they do not
+        carry) costs a few round trips, not two per alert."""
+        raise NotImplementedError
+
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
         raise NotImplementedError
 
@@ -126,6 +138,9 @@ class _MemTx(Tx):
         self._new.add(dedupe_key)
         return True
 
+    async def claim_many(self, claims: list[tuple[str, str, str, str, str]]) -> list[bool]:
+        return [await self.claim(*c) for c in claims]
+
 
 class MemoryJournal(Journal):
     def __init__(self, keep: int = 10_000) -> None:
@@ -147,12 +162,22 @@ class MemoryJournal(Journal):
                 for lk in tx.held:
                     lk.release()
 
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[Tx]:
+        tx = _MemTx("", self)
+        yield tx
+        self._receipts |= tx._new
+        self.recent.extend(tx.rows)
+
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
         return {k: json.loads(json.dumps(v)) for k, v in self._states.items() if k.startswith(prefix)}
 
 
 _CLAIM = (f"INSERT INTO {names.T_ALERT_RECEIPTS} (dedupe_key, fingerprint, status, starts_at, group_key) "
           "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (dedupe_key) DO NOTHING RETURNING 1")
+_CLAIM_MANY = (f"INSERT INTO {names.T_ALERT_RECEIPTS} (dedupe_key, fingerprint, status, starts_at, group_key) "
+               "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]::timestamptz[], %s::text[]) "
+               "ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key")
 _LOAD = f"SELECT state FROM {names.T_RECEIVER_STATE} WHERE key = %s"
 _XLOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 
@@ -182,8 +207,35 @@ class _PgTx(Tx):
         await self._pipe.sync()  # wait until the lock is actually held
 
 
+class _PgBatchTx(Tx):
+    """No target: no lock, no state; claims in one statement."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__("")
+        self._conn = conn
+
+    async def claim_many(self, claims: list[tuple[str, str, str, str, str]]) -> list[bool]:
+        if not claims:
+            return []
+        cols = [list(col) for col in zip(*((k, fp, st, at, gk[:2000]) for k, fp, st, at, gk in claims), strict=True)]
+        cur = await self._conn.execute(_CLAIM_MANY, cols)
+        new = {r[0] for r in await cur.fetchall()}
+        out = []
+        for c in claims:
+            out.append(c[0] in new)
+            new.discard(c[0])  # a key listed twice: its later copies are duplicates
+        return out
+
+
 _INSERT_AUDIT = (f"INSERT INTO {names.T_ACTION_LOG} ({', '.join(AUDIT_COLUMNS)}) VALUES "
                  f"({', '.join('%s::jsonb' if c == 'params' else '%s' for c in AUDIT_COLUMNS)})")
+
+
+_COPY_AUDIT = f"COPY {names.T_ACTION_LOG} ({', '.join(AUDIT_COLUMNS)}) FROM STDIN"
+
+
+def _audit_params(r: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(json.dumps(r[c], default=str) if c == "params" else r[c] for c in AUDIT_COLUMNS)
 
 
 class PgJournal(Journal):
@@ -251,8 +303,19 @@ class PgJournal(Journal):
                     "ON CONFLICT (key) DO UPDATE SET state = EXCLUDED.state, updated_at = now()",
                     (key, json.dumps(tx.saved)))
             for r in tx.rows:
-                await conn.execute(_INSERT_AUDIT, tuple(json.dumps(r[c], default=str) if c == "params" else r[c]
-                                                        for c in AUDIT_COLUMNS))
+                await conn.execute(_INSERT_AUDIT, _audit_params(r))
+        self.recent.extend(tx.rows)
+
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[Tx]:
+        """BEGIN, one INSERT for the claims, the audit rows by COPY, COMMIT."""
+        async with self._conn() as conn, conn.transaction():
+            tx = _PgBatchTx(conn)
+            yield tx
+            if tx.rows:
+                async with conn.cursor().copy(_COPY_AUDIT) as copy:
+                    for r in tx.rows:
+                        await copy.write_row(_audit_params(r))
         self.recent.extend(tx.rows)
 
     async def states(self, prefix: str = "") -> dict[str, dict[str, Any]]:
