@@ -2,7 +2,8 @@
 
 Each call tries the configured control APIs in order with exponential backoff between attempts
 (connection errors, timeouts and 5xx are retried; a 4xx is the control API's considered answer -
-unknown replica, last healthy replica, step too large - and is not). With several gateways the
+unknown replica, last healthy replica, step too large - and is not; a 404, an unknown target, is
+``permanent``: the engine audits it once and stops acting on that target). With several gateways the
 receiver talks to any one of them: the router's Redis operator stream carries the change to all.
 Every call returns a :class:`Result` rather than raising, so the caller audits what happened.
 """
@@ -30,6 +31,8 @@ class Result:
     url: str = ""
     error: str = ""
     refused: bool = False  # a 4xx: the control API said no (do not retry blindly)
+    #: a 404: the control API does not know the replica or pool; retrying cannot change that
+    permanent: bool = False
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "attempts": self.attempts, "url": self.url}
@@ -79,7 +82,7 @@ class ControlClient:
                 error = str(payload.get("error", payload) if isinstance(payload, dict) else payload)[:500]
                 if 400 <= status < 500:
                     return Result(False, status, payload, attempt, (time.perf_counter() - t0) * 1000, url,
-                                  error, refused=True)
+                                  error, refused=True, permanent=status == 404)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 status, payload = 0, None
                 error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__

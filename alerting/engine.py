@@ -17,7 +17,9 @@ replica action (``skip_if_replica_action``) waits: that replica explains the bur
 
 Every decision and every control call is audited (the journal commits them with the state). A
 failed control call leaves the stage where it was; the reconciler (:meth:`Engine.tick`) retries
-it with a growing delay. Actions pass the safety bounds first: never the last healthy replica of
+it with a growing delay, auditing a refusal (409) once while its reason stays the same. A target
+the control API does not know (404, or absent from its state) is permanent: audited once, then
+left alone (``unknown``) until a new episode fires on it. Actions pass the safety bounds first: never the last healthy replica of
 a pool, at most ``max_drained_fraction`` of a pool drained, at most ``rate_actions`` control
 writes per target per ``rate_per_s``.
 """
@@ -67,6 +69,9 @@ class TargetState:
     failures: int = 0
     retry_at: float = 0.0
     blocked: str = ""
+    #: why the control API does not know this target (a 404 or absent from its state): no more
+    #: calls for it until a new episode fires (the fleet may have changed by then)
+    unknown: str = ""
     # replica
     base_weight: float | None = None
     weight_frac: float = 1.0
@@ -207,6 +212,7 @@ class Engine:
             st.last_trip = now
             st.resolved_at = None
             st.retry_at = 0.0
+            st.unknown = ""  # a new episode: look the target up again
             out.decision, out.reason = ACT, f"trip {st.trips} of {st.key} ({rule.name})"
         else:
             if st.ended.get(fp, "") < starts:
@@ -255,7 +261,7 @@ class Engine:
 
     # -- transitions -----------------------------------------------------------------------------
     async def _advance(self, tx: Tx, st: TargetState, rule: Rule, now: float) -> list[dict[str, Any]]:
-        if now < st.retry_at:
+        if now < st.retry_at or st.unknown:
             return []
         done: list[dict[str, Any]] = []
         for _ in range(4):  # a step may make the next one due at once (drain_after_s = 0)
@@ -286,14 +292,23 @@ class Engine:
         res: Result = await call
         st.actions.append(now)
         outcome = "applied" if res.ok else ("refused" if res.refused else "failed")
+        why = f"{decision} {outcome}: {res.error}"
+        audit = True
         if res.ok:
             st.failures, st.retry_at, st.blocked = 0, 0.0, ""
+        elif res.permanent:
+            why = f"{decision} refused for good: the control API does not know {st.key} ({res.error}); not retried"
+            self._forget(st, why)
         else:
             st.failures += 1
             st.retry_at = now + min(MAX_RETRY_S, 2.0 ** (st.failures - 1))
-        tx.audit(action=action, target=st.key, decision=decision, outcome=outcome, latency_ms=res.latency_ms,
-                       reason=self._reason(st, decision if res.ok else f"{decision} {outcome}: {res.error}"),
-                       params={"request": request, "response": res.summary()})
+            if res.refused:  # retried (the fleet may change), audited once while the answer stays
+                audit = st.blocked != why
+                st.blocked = why
+        if audit:
+            tx.audit(action=action, target=st.key, decision=decision, outcome=outcome, latency_ms=res.latency_ms,
+                     reason=self._reason(st, decision if res.ok else why),
+                     params={"request": request, "response": res.summary()})
         if self.metrics is not None:
             self.metrics.action(action, outcome, res.latency_ms / 1000.0)
         return {"action": action, "decision": decision, "outcome": outcome, "latency_ms": round(res.latency_ms, 3),
@@ -310,7 +325,24 @@ class Engine:
             return None
         router = res.body.get("router", {})
         distill = res.body.get("distill", {})
-        return list(router.get("pools", {}).get(st.pool, [])), distill.get("pools", {}).get(st.pool, {})
+        pools = router.get("pools", {})
+        if not isinstance(pools, dict) or st.pool not in pools:
+            why = f"{decision} refused for good: pool {st.pool!r} is not in the control API's state; not retried"
+            self._forget(st, why)
+            tx.audit(action=action, target=st.key, decision=decision, outcome="refused", latency_ms=res.latency_ms,
+                     reason=self._reason(st, why), params={"response": res.summary()})
+            return None
+        return list(pools.get(st.pool) or []), distill.get("pools", {}).get(st.pool, {})
+
+    @staticmethod
+    def _forget(st: TargetState, why: str) -> None:
+        """The target does not exist: nothing to act on and nothing to restore; no more calls
+        until a new episode (``unknown``), the causes stay so their resolves still match."""
+        st.unknown = why
+        st.stage, st.failures, st.retry_at, st.blocked = NORMAL, 0, 0.0, ""
+        st.base_weight, st.weight_frac = None, 1.0
+        st.baseline_pct = st.share_pct = st.prev_schedule = st.last_step_at = None
+        st.schedule_set = False
 
     def _refuse(self, tx: Tx, st: TargetState, action: str, decision: str, why: str) -> dict[str, Any] | None:
         if st.blocked == why:
@@ -340,8 +372,11 @@ class Engine:
             reps, _ = fleet
             me = next((r for r in reps if r.get("id") == st.replica), None)
             if me is None:
-                return self._refuse(tx, st, action, "unknown", f"replica {st.replica!r} is not in pool {st.pool!r} "
-                                                               "of the control API")
+                why = (f"{action} refused for good: replica {st.replica!r} is not in pool {st.pool!r} of the "
+                       "control API; not retried")
+                self._forget(st, why)
+                tx.audit(action=action, target=st.key, decision="unknown", outcome="refused", reason=self._reason(st, why))
+                return None
             if st.stage == NORMAL or st.base_weight is None:
                 st.base_weight = float(me.get("weight", 1.0)) or 1.0
             if want_deweight:
