@@ -14,6 +14,7 @@ rather than filling the disk under the database.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import socket
@@ -272,7 +273,8 @@ class SpoolReader:
 
 def recover(root: str | os.PathLike[str], kind: str, *, older_than_s: float = 60.0) -> int:
     """Publish in-progress segments left by dead writers (untouched for ``older_than_s``),
-    cutting a trailing partial line. Returns how many were published."""
+    cutting a trailing partial line. Returns how many were published. A published segment of
+    the same name is never replaced: the recovered one gets a fresh sequence number."""
     d = kind_dir(root, kind)
     count, now = 0, time.time()
     for p in sorted((d / INPROGRESS).glob(f"*{SUFFIX}")):
@@ -283,11 +285,36 @@ def recover(root: str | os.PathLike[str], kind: str, *, older_than_s: float = 60
         if cut:
             with open(p, "r+b") as fh:
                 fh.truncate(cut)
-            os.rename(p, d / p.name)
+            publish_new(p, d)
             count += 1
         else:
             p.unlink()
     return count
+
+
+def publish_new(src: Path, d: Path) -> Path:
+    """Move ``src`` into ``d`` under its own name or, when that is taken, the same name with a
+    longer sequence number (``...-000003-001.jsonl`` would leave the writer pattern; this keeps
+    ``<ms>-<host>-<pid>-<tag>-<seq>``): ``link`` fails rather than replace, so nothing
+    published is ever overwritten."""
+    stem = src.name[: -len(SUFFIX)]
+    for n in range(1000):
+        dst = d / (src.name if n == 0 else f"{stem}{n:03d}{SUFFIX}")
+        try:
+            os.link(src, dst)
+        except FileExistsError:
+            continue
+        except OSError as exc:  # no hard links here (some network file systems): check, then rename
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            if dst.exists():
+                continue
+            os.rename(src, dst)
+            return dst
+        src.unlink()
+        return dst
+    raise SpoolError(f"spool recover: {src.name}: 1000 published segments already carry its name; "
+                     "move them away and run it again")
 
 
 def prune(root: str | os.PathLike[str], kind: str, *, older_than_s: float) -> int:

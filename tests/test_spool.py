@@ -124,6 +124,26 @@ def test_disk_bound_raises_clear_error_and_keeps_written_data(tmp_path: Path) ->
         w2.write(make_event(0, 0))
 
 
+def test_recover_never_overwrites_a_published_segment(tmp_path: Path) -> None:
+    d = tmp_path / names.SPOOL_REQUESTS
+    (d / spool.INPROGRESS).mkdir(parents=True)
+    name = "0000000000001-host-7-abcd-000003.jsonl"
+    published = [make_event(0, i).to_json() for i in range(5)]
+    (d / name).write_text("\n".join(published) + "\n")
+    left = [make_event(1, i).to_json() for i in range(3)]
+    stale = d / spool.INPROGRESS / name
+    stale.write_text("\n".join(left) + "\n")
+    old = time.time() - 120
+    os.utime(stale, (old, old))
+    assert spool.recover(tmp_path, names.SPOOL_REQUESTS, older_than_s=60) == 1
+    segs = spool.published_segments(tmp_path, names.SPOOL_REQUESTS)
+    assert [p.name for p in segs] == [name, "0000000000001-host-7-abcd-000003001.jsonl"]
+    lines = [e.to_json() for p in segs for e in spool.read_segment(p, names.SPOOL_REQUESTS)]
+    assert lines == published + left  # nothing lost
+    pattern = re.compile(r"^\d+-(.+-\d+-[0-9A-Za-z]+)-\d+\.jsonl$")  # the stream job's writer pattern
+    assert {pattern.match(p.name).group(1) for p in segs} == {"host-7-abcd"}
+
+
 def test_corrupt_lines_reported_with_file_and_line(tmp_path: Path) -> None:
     d = tmp_path / names.SPOOL_REQUESTS
     d.mkdir()
