@@ -8,9 +8,11 @@ here are shared and noisy, so a lone absolute time proves nothing).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -60,3 +62,20 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     print(f"\nwrote {path}")
     return path
+
+
+def paired_interval(ratios: list[float | None], target: float) -> dict[str, Any]:
+    """Geometric mean of paired ``ratios`` and its 95 % Student t interval (on the logs), and the
+    verdict against ``target``: ``met`` / ``not met`` only when the interval lies wholly above /
+    below (on a shared, noisy machine one round proves nothing; the interval says how sure)."""
+    from llmsla.control.ab_stats import t_ppf
+
+    logs = [math.log(x) for x in ratios if x]
+    if len(logs) < 2:
+        return {"rounds": len(logs), "verdict": "unresolved: fewer than 2 rounds with both rates"}
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = t_ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    verdict = "met" if low >= target else "not met" if high < target else "unresolved"
+    return {"rounds": len(logs), "geomean": math.exp(mean), "low": low, "high": high,
+            "sd_log": sd, "verdict": verdict}

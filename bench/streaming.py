@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import shutil
 import signal
@@ -82,11 +81,11 @@ import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import paired_interval as _paired_interval  # noqa: E402
 from _common import print_table, write_result  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
 from llmsla import names  # noqa: E402
-from llmsla.control.ab_stats import t_ppf  # noqa: E402
 from llmsla.store import open_store  # noqa: E402
 from llmsla.streaming import synth  # noqa: E402
 
@@ -852,17 +851,8 @@ def paired_main(args: argparse.Namespace) -> int:
 
 
 def paired_interval(ratios: list[float | None], target: float = PAIRED_TARGET) -> dict[str, Any]:
-    """Geometric mean of ``ratios`` and its 95 % Student t interval (on the logs), and the verdict
-    against ``target``: ``met`` / ``not met`` only when the interval lies wholly above / below."""
-    logs = [math.log(x) for x in ratios if x]
-    if len(logs) < 2:
-        return {"rounds": len(logs), "verdict": "unresolved: fewer than 2 rounds with both rates"}
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    half = t_ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
-    low, high = math.exp(mean - half), math.exp(mean + half)
-    verdict = "met" if low >= target else "not met" if high < target else "unresolved"
-    return {"rounds": len(logs), "geomean": math.exp(mean), "low": low, "high": high,
-            "sd_log": sd, "verdict": verdict}
+    """``_common.paired_interval`` against this bench's target."""
+    return _paired_interval(ratios, target)
 
 
 def main() -> int:
