@@ -357,6 +357,10 @@ def static_rules(prof: Profile) -> list[StaticRule]:
         StaticRule("LlmslaDeadLetters",
                    f"sum by (source) (rate({names.DEAD_LETTERS}_total[{r(600)}])) > 0.1", 600,
                    "{{ $labels.source }}: more than 0.1 dead letters/s for 10 minutes (bad records upstream)"),
+        StaticRule("LlmslaSpoolDropping",
+                   f"sum by (kind, reason) (increase({names.SPOOL_DROPPED}_total[{r(300)}])) > 0", 60,
+                   "spool {{ $labels.kind }}: events dropped ({{ $labels.reason }}) in the last 5 minutes; the "
+                   "streaming job and the store miss them (disk full or read-only, or the consumer behind): see llmsla doctor"),
         StaticRule("LlmslaForecasterSilent", f"absent_over_time({names.FORECAST_RISK}[{r(900)}])", 300,
                    "no forecaster risk sample for 15 minutes: the forecaster is down or not scraped"),
         StaticRule("LlmslaGateway5xx",

@@ -63,6 +63,11 @@ def gateway_main(args: argparse.Namespace, cfg: Any) -> int:
         from llmsla.errors import CliError
 
         raise CliError("no upstreams: pass --upstream URL or set gateway.upstreams / LLMSLA_GATEWAY_UPSTREAMS")
+    from llmsla import names
+    from llmsla.spool import SpoolWriter
+
+    # the request spool takes writes, or nothing starts (each worker checks again)
+    SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, background=False).close()
     if cfg.gateway.workers > 1:
         if args.control_port is not None:
             from llmsla.errors import CliError
@@ -229,7 +234,7 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
 
     from llmsla.httpkit import Limits, add_metrics, serve
 
-    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_GPU, max_segment_age_s=cfg.spool.segment_max_age_s)
+    spool = SpoolWriter.from_config(cfg, names.SPOOL_GPU, registry=registry)
     col = GpuCollector(cfg, registry=registry, spool=spool)
 
     async def main() -> None:

@@ -568,10 +568,9 @@ class RunningGateway:
             self.spool.close()
 
 
-def open_spool(cfg: Config) -> SpoolWriter:
-    s = cfg.spool
-    return SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, max_segment_bytes=s.segment_max_bytes,
-                       max_segment_age_s=s.segment_max_age_s, max_total_bytes=s.max_total_bytes)
+def open_spool(cfg: Config, registry: CollectorRegistry | None = None) -> SpoolWriter:
+    """The request spool; raises a one-line SpoolError when it cannot take writes (start-up)."""
+    return SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, registry=registry)
 
 
 async def start(cfg: Config, host: str | None = None, port: int | None = None, *, router: Router | None = None,
@@ -579,7 +578,7 @@ async def start(cfg: Config, host: str | None = None, port: int | None = None, *
                 rollout: Rollout | None = None, reuse_port: bool = False) -> RunningGateway:
     """Start a gateway on ``host:port`` (port 0 = a free one). ``spool=True`` opens the request
     spool from ``cfg`` (closed on stop); pass a writer to share one, or None for metrics only."""
-    own = open_spool(cfg) if spool is True else None
+    own = open_spool(cfg, registry) if spool is True else None
     writer = own if spool is True else (spool or None)
     gw = Gateway(cfg, router=router, registry=registry, spool=writer, rollout=rollout)  # type: ignore[arg-type]
     # handler_cancellation: a client that disconnects cancels its handler, which records

@@ -191,13 +191,8 @@ class PolicyTracer:
         service_name: str | None = None,
         otlp_endpoint: str | None = None,
     ) -> None:
-        self.spool = spool or SpoolWriter(
-            cfg.spool_dir(),
-            names.SPOOL_POLICY,
-            max_segment_bytes=cfg.spool.segment_max_bytes,
-            max_segment_age_s=cfg.spool.segment_max_age_s,
-            max_total_bytes=cfg.spool.max_total_bytes,
-        )
+        registry = registry if registry is not None else CollectorRegistry()
+        self.spool = spool or SpoolWriter.from_config(cfg, names.SPOOL_POLICY, registry=registry)
         self._own_spool = spool is None
         self.resource = otel_sdk.resource(service_name or cfg.otel.service_name)
         self.provider = TracerProvider(resource=self.resource, sampler=otel_sdk.sampler(cfg.otel.sample_ratio))
@@ -219,7 +214,6 @@ class PolicyTracer:
         if endpoint:
             # a decision span per token: the worker's queue is sized for its token rates
             self.add_span_processor(otel_sdk.otlp_span_processor(endpoint, max_queue_size=_QUEUE))
-        registry = registry if registry is not None else CollectorRegistry()
         self.temperature = Gauge(
             names.POLICY_TEMPERATURE, "Temperature of the latest policy decision",
             [names.L_POLICY_ID, names.L_ZONE], registry=registry,

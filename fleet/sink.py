@@ -24,13 +24,10 @@ class RecorderSink:
     def __init__(self, cfg: Config, *, spool_dir: str | Path | None = None,
                  registry: CollectorRegistry | None = None, validate: bool = True) -> None:
         root = Path(spool_dir) if spool_dir else cfg.spool_dir()
-        sp = cfg.spool
-        kw = dict(max_segment_bytes=sp.segment_max_bytes, max_segment_age_s=sp.segment_max_age_s,
-                  max_total_bytes=sp.max_total_bytes)
         self.root = root
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.req_spool = SpoolWriter(root, names.SPOOL_REQUESTS, **kw)
-        self.gpu_spool = SpoolWriter(root, names.SPOOL_GPU, **kw)
+        self.req_spool = SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, root=root, registry=self.registry)
+        self.gpu_spool = SpoolWriter.from_config(cfg, names.SPOOL_GPU, root=root, registry=self.registry)
         self.requests = RequestRecorder(cfg, registry=self.registry, spool=self.req_spool)
         self.gpus = GpuRecorder(cfg, registry=self.registry, spool=self.gpu_spool)
         self.validate = validate

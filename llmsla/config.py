@@ -68,8 +68,12 @@ class SpoolConfig:
     dir: str = _k("", "spool root directory; empty = <user data dir>/llmsla/spool")
     segment_max_bytes: int = _k(8 << 20, "publish a segment when it reaches this size", minimum=1024)
     segment_max_age_s: float = _k(1.0, "publish a segment at most this long after it was opened", minimum=0.01)
-    max_total_bytes: int = _k(10 << 30, "per kind, refuse writes past this many bytes on disk", minimum=1 << 20)
+    max_total_bytes: int = _k(10 << 30, "per kind, bytes on disk at most: past it writes are held, then dropped and counted (see write_retry_s)", minimum=1 << 20)
     retention_s: float = _k(86400.0, "delete published segments older than this", minimum=1)
+    write_retry_s: float = _k(10.0, "retry a failed write (disk full or read-only, over max_total_bytes) this long, "
+                              "then drop its events, counted in llmsla_spool_dropped_total", minimum=0)
+    max_pending_bytes: int = _k(8 << 20, "per writer, hold at most this many bytes of events in memory while writes "
+                                "fail; past it new events are dropped and counted", minimum=1 << 16)
 
 
 @dataclass

@@ -306,6 +306,13 @@ C_TTFT_HIST = "ttft_hist"
 C_E2E_HIST = "e2e_hist"
 
 # --- spool kinds (one sub-directory per event type) ---------------------------------------------
+#: counter, labels kind, reason (:data:`SPOOL_DROP_REASONS`): events a spool writer could not
+#: write after retrying for ``spool.write_retry_s``; exposed as llmsla_spool_dropped_total
+SPOOL_DROPPED = "llmsla_spool_dropped"
+SPOOL_DROP_LIMIT = "limit"  # the kind's directory reached spool.max_total_bytes (consumer behind)
+SPOOL_DROP_NO_SPACE = "no_space"  # the file system is full (ENOSPC, EDQUOT)
+SPOOL_DROP_IO_ERROR = "io_error"  # any other write error (read-only, EIO, ...)
+SPOOL_DROP_REASONS: tuple[str, ...] = (SPOOL_DROP_LIMIT, SPOOL_DROP_NO_SPACE, SPOOL_DROP_IO_ERROR)
 SPOOL_REQUESTS = "requests"
 SPOOL_POLICY = "policy"
 SPOOL_GPU = "gpu"

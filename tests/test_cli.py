@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -59,7 +60,8 @@ def test_doctor_reports_every_component(pg_dsn: str) -> None:
     assert out.returncode == 0
     out = llmsla("--dsn", pg_dsn, "doctor")
     text = out.stdout
-    for component in ("python: apache-flink", "java", "store", "prometheus", "promtool", "alertmanager", "amtool", "nvml/gpu"):
+    for component in ("python: apache-flink", "java", "store", "spool", "prometheus", "promtool", "alertmanager",
+                      "amtool", "nvml/gpu"):
         assert component in text, component
     assert out.returncode == 0, text  # everything required is installed on the test machine
 
@@ -87,3 +89,45 @@ def test_unwritable_spool_dir_is_one_line(tmp_path: Path) -> None:
                  env={"LLMSLA_SPOOL_DIR": str(blocker / "spool")})
     assert out.returncode == 2
     assert out.stderr.strip() == f"llmsla: error: spool.dir: cannot create {blocker}/spool/requests/.inprogress: Not a directory"
+
+
+def test_doctor_shows_spool_drops_and_an_unusable_spool(tmp_path: Path) -> None:
+    """A writer that dropped events (the kind over spool.max_total_bytes) leaves a drop record:
+    doctor shows a WARN with the count per kind and reason; a kind directory past its bound is
+    a FAIL (every writer would refuse to start there)."""
+    from prometheus_client import CollectorRegistry
+
+    from llmsla import names, spool
+    from tests.test_spool import make_event
+
+    root = tmp_path / "spool"
+    w = spool.SpoolWriter(root, names.SPOOL_REQUESTS, max_segment_bytes=4096, max_total_bytes=20_000, retry_s=0,
+                          registry=CollectorRegistry())
+    for i in range(200):
+        w.write(make_event(0, i))
+    time.sleep(0.1)
+    w.close()
+    n = w.dropped[names.SPOOL_DROP_LIMIT]
+    assert n > 0
+    env = {"LLMSLA_SPOOL_DIR": str(root), "LLMSLA_DSN": "postgresql://x@127.0.0.1:1/none",
+           "LLMSLA_STORE_CONNECT_TIMEOUT_S": "0.5"}
+    out = llmsla("doctor", env=env)
+    row = next(line for line in out.stdout.splitlines() if "│ spool" in line)
+    assert "WARN" in row and f"{n} events" in out.stdout, out.stdout
+    assert f"requests/{names.SPOOL_DROP_LIMIT}: {n}" in out.stdout.replace("\n", ""), out.stdout
+    out = llmsla("doctor", env={**env, "LLMSLA_SPOOL_MAX_TOTAL_BYTES": str(1 << 20)})
+    assert "WARN" in next(line for line in out.stdout.splitlines() if "│ spool" in line)
+    (root / names.SPOOL_REQUESTS / "0000000000002-h-1-a-000000.jsonl").write_bytes(b"\n" * (1 << 20))
+    out = llmsla("doctor", env={**env, "LLMSLA_SPOOL_MAX_TOTAL_BYTES": str(1 << 20)})
+    row = next(line for line in out.stdout.splitlines() if "│ spool" in line)
+    assert "FAIL" in row and out.returncode == 1, out.stdout
+
+
+def test_doctor_creates_no_spool_directory(tmp_path: Path) -> None:
+    from llmsla import config as config_mod
+    from llmsla.app.doctor import check_spool
+
+    cfg = config_mod.load(env={"LLMSLA_SPOOL_DIR": str(tmp_path / "not" / "yet")})
+    check = check_spool(cfg)
+    assert check.status == "OK" and "not created yet" in check.detail, check
+    assert not (tmp_path / "not").exists()

@@ -491,9 +491,10 @@ def build(cfg: Config, *, registry: CollectorRegistry | None = None) -> Worker:
 
     torch.set_num_threads(cfg.worker.threads)
     registry = registry if registry is not None else CollectorRegistry()
+    # the policy spool first: a spool that cannot take writes stops the worker before the model
+    tracer = PolicyTracer(cfg, registry=registry, service_name=f"{cfg.otel.service_name}-worker")
     model = lm.build_model(cfg.worker.seed, train_steps=cfg.worker.train_steps,
                            spec=lm.ModelSpec(max_ctx=cfg.worker.max_prompt_tokens + cfg.worker.max_tokens + 1))
-    tracer = PolicyTracer(cfg, registry=registry, service_name=f"{cfg.otel.service_name}-worker")
     metrics = WorkerMetrics(registry, cfg.worker.model)
     engine = Engine(model, max_batch=cfg.worker.max_batch, tracer=tracer, metrics=metrics, threads=cfg.worker.threads)
     return Worker(cfg, engine, tracer, registry, metrics)

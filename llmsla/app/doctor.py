@@ -88,6 +88,51 @@ def check_store(cfg: config_mod.Config) -> Check:
         return Check("store", FAIL, str(exc), "check --dsn / LLMSLA_DSN, or omit it to use the embedded PostgreSQL")
 
 
+def check_spool(cfg: config_mod.Config) -> Check:
+    """The spool takes writes (the check every writer runs at start-up, on each kind directory
+    there is; doctor creates none) and no writer dropped an event (their drop records under
+    ``<kind>/.dropped/``; the live count is ``llmsla_spool_dropped_total``)."""
+    import os
+    from pathlib import Path
+
+    from llmsla import names, spool
+
+    root, sp = cfg.spool_dir(), cfg.spool
+    fix = "free space, make spool.dir writable, or point spool.dir elsewhere"
+    kinds = [spool.kind_dir(root, k) for k in names.SPOOL_KINDS if (Path(root) / k / spool.INPROGRESS).is_dir()]
+    try:
+        for d in kinds:
+            spool.check_writable(d, segment_bytes=sp.segment_max_bytes, max_total_bytes=sp.max_total_bytes)
+    except (spool.SpoolError, OSError) as exc:
+        return Check("spool", FAIL, str(exc), fix)
+    state = "writable"
+    if not kinds:  # no writer ran yet: the first one creates it, where it can
+        base = Path(root)
+        while not base.exists() and base != base.parent:
+            base = base.parent
+        if not os.access(base, os.W_OK):
+            return Check("spool", FAIL, f"spool.dir: {root} does not exist and {base} is not writable", fix)
+        st = os.statvfs(base)
+        if st.f_bavail * st.f_frsize < sp.segment_max_bytes:
+            return Check("spool", FAIL, f"spool.dir: {base} has less than one segment "
+                         f"(spool.segment_max_bytes = {sp.segment_max_bytes}) free", fix)
+        state = "not created yet (the first writer creates it)"
+    records = spool.drop_records(root)
+    if not records:
+        return Check("spool", OK, f"{root}: {state}, no event dropped")
+    by: dict[str, int] = {}
+    for rec in records:
+        for reason, n in rec["dropped"].items():
+            if isinstance(n, int) and n > 0:
+                key = f"{rec['kind']}/{reason}"
+                by[key] = by.get(key, 0) + n
+    latest = max(records, key=lambda r: r.get("updated_ms") if isinstance(r.get("updated_ms"), int) else 0)
+    detail = (f"{root}: {state}; {sum(by.values())} events dropped by {len(records)} writer(s) ("
+              + ", ".join(f"{k}: {n}" for k, n in sorted(by.items()))
+              + f"); latest error: {str(latest.get('last_error', ''))[:300]}")
+    return Check("spool", WARN, detail, f"fix the cause, then delete {root}/<kind>/{spool.DROPPED}/ to clear this")
+
+
 def check_binary(name: str, *candidates: str, version_args: tuple[str, ...] = ("--version",)) -> Check:
     try:
         path = services.find_binary(*(candidates or (name,)))
@@ -121,6 +166,7 @@ def run_checks(cfg: config_mod.Config) -> list[Check]:
     checks = check_python_deps()
     checks.append(check_java())
     checks.append(check_store(cfg))
+    checks.append(check_spool(cfg))
     checks.append(check_binary("prometheus"))
     checks.append(check_binary("promtool"))
     checks.append(check_binary("alertmanager", "prometheus-alertmanager", "alertmanager"))

@@ -1,0 +1,69 @@
+"""The static rules as generated (deploy/prometheus/rules/llmsla-static.yml), run by
+``promtool test rules``: LlmslaSpoolDropping fires on any increase of the spool's drop counter,
+per kind and reason, and not on a flat counter or a writer's restart (a counter reset)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from llmsla import names, services
+from llmsla.alerting import generate as G
+from llmsla.alerting import rule_tests
+from llmsla.alerting import rules as R
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_FILE = ROOT / G.RULES_DIR / G.STATIC_FILE
+
+
+def _rule(alert: str) -> R.StaticRule:
+    (rule,) = [r for r in R.static_rules(R.Profile()) if r.alert == alert]
+    return rule
+
+
+def test_spool_dropping_fires_on_a_drop_and_only_then(tmp_path: Path) -> None:
+    rule = _rule("LlmslaSpoolDropping")
+    dropped = f"{names.SPOOL_DROPPED}_total"
+    firing_labels = {names.L_KIND: names.SPOOL_REQUESTS, names.L_REASON: names.SPOOL_DROP_NO_SPACE,
+                     names.L_SEVERITY: names.SEVERITY_TICKET, names.L_SOURCE: names.SOURCE_STATIC}
+    test = {
+        "rule_files": [str(RULE_FILE)],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [
+                # 5 minutes at 0, then 40 events dropped at 5m15s, then flat
+                {"series": f'{dropped}{{kind="requests",reason="no_space",instance="gw-1"}}', "values": "0x20 40x40"},
+                # never a drop
+                {"series": f'{dropped}{{kind="gpu",reason="no_space",instance="gw-1"}}', "values": "0x61"},
+                # a writer that restarted: its counter starts again at 0 (a reset, not a drop)
+                {"series": f'{dropped}{{kind="policy",reason="io_error",instance="w-1"}}', "values": "12x20 0x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": rule.alert, "exp_alerts": []},
+                {"eval_time": "5m45s", "alertname": rule.alert, "exp_alerts": []},  # pending (for: 1m)
+                {"eval_time": "6m30s", "alertname": rule.alert, "exp_alerts": [{
+                    "exp_labels": firing_labels,
+                    "exp_annotations": {"summary": rule_tests._render(rule.summary, firing_labels)}}]},
+                {"eval_time": "10m", "alertname": rule.alert, "exp_alerts": [{
+                    "exp_labels": firing_labels,
+                    "exp_annotations": {"summary": rule_tests._render(rule.summary, firing_labels)}}]},
+                {"eval_time": "11m", "alertname": rule.alert, "exp_alerts": []},  # 5 m without a drop
+            ],
+        }],
+    }
+    path = tmp_path / "spool-dropping.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout + res.stderr
+
+
+def test_promtool_accepts_the_static_rule_file() -> None:
+    res = subprocess.run([services.find_binary("promtool"), "check", "rules", str(RULE_FILE)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout and "LlmslaSpoolDropping" in RULE_FILE.read_text()
