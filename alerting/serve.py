@@ -81,5 +81,5 @@ async def _run(cfg: Config, pol, duration_s: float) -> None:  # noqa: ANN001 - P
     finally:
         await served.stop()
         await control.close()
-        store.close()
         await journal.close()
+        store.close()  # last: an embedded server this receiver started stops with it

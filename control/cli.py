@@ -88,6 +88,8 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
             if router.shared is not None:
                 router.shared.close()
 
-    asyncio.run(run())
-    store.close()
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()  # an embedded server this API started stops with it
     return 0

@@ -21,9 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("migrate", help="apply store migrations and partition/policy upkeep")
     p.set_defaults(handler=cmd_migrate)
 
-    store = sub.add_parser("store", help="store status and maintenance")
+    store = sub.add_parser("store", help="store status and maintenance; start/stop the embedded PostgreSQL")
     ss = store.add_subparsers(dest="store_cmd", required=True, metavar="ACTION")
-    ss.add_parser("status", help="flavour, versions, tables, rows, partitions").set_defaults(handler=cmd_store_status)
+    ss.add_parser("status", help="server running or not, flavour, versions, tables, rows, partitions"
+                  ).set_defaults(handler=cmd_store_status)
+    ss.add_parser("start", help="start the embedded PostgreSQL and keep it running until `store stop`"
+                  ).set_defaults(handler=cmd_store_start)
+    ss.add_parser("stop", help="stop the embedded PostgreSQL of the data dir").set_defaults(handler=cmd_store_stop)
     ss.add_parser("maintain", help="create partitions ahead, apply retention").set_defaults(handler=cmd_store_maintain)
 
     conf = sub.add_parser("config", help="show, check or document the configuration")
@@ -53,8 +57,7 @@ def cmd_migrate(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from llmsla.store import open_store
     from llmsla.store.migrate import migrate
 
-    handle = open_store(cfg, migrate=False)
-    with handle.connect() as conn:
+    with open_store(cfg, migrate=False) as handle, handle.connect() as conn:
         result = migrate(conn, cfg)
     print(f"store: {redact(handle.dsn)}")
     print(f"flavour: {result.flavor} (PostgreSQL {result.server_version}"
@@ -96,14 +99,85 @@ def store_status(handle: StoreHandle) -> dict:
 
 
 def cmd_store_status(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    """The store's contents; for the embedded server also whether it runs. A stopped one is
+    started for the answer and stopped again; a data dir never initialised is not created."""
     from llmsla.redaction import redact
     from llmsla.store import open_store
 
-    handle = open_store(cfg, migrate=False)
-    info = store_status(handle)
+    if not cfg.store.dsn:
+        data_dir = cfg.store_data_dir()
+        if not (data_dir / "PG_VERSION").exists():
+            print(f"store: embedded PostgreSQL in {data_dir}: not created yet "
+                  "(`llmsla migrate` or `llmsla store start` creates it)")
+            return 1
+        state = _embedded_state(data_dir)
+    with open_store(cfg, migrate=False) as handle:
+        info = store_status(handle)
     print(f"store: {redact(handle.dsn)}{' (embedded, ' + str(handle.data_dir) + ')' if handle.embedded else ''}")
+    if handle.embedded:
+        print(f"server: {state}")
     print(json.dumps(info, indent=2))
     return 0 if info["flavor"] else 1
+
+
+def _embedded_state(data_dir: Path) -> str:
+    from llmsla import extras
+    from llmsla.store import embedded
+
+    extras.require("embedded", "the embedded PostgreSQL (no store.dsn / --dsn)")
+    pm = embedded.running(data_dir)
+    if pm is None:
+        return "not running (started for this status and stopped again)"
+    users = embedded.live_users(data_dir)
+    why = ("kept until `llmsla store stop`" if embedded.kept(data_dir)
+           else f"in use by pid {', '.join(map(str, users))}" if users else "not started by llmsla")
+    return f"running (pid {pm.pid}, {why})"
+
+
+def _embedded_only(cfg: config_mod.Config, command: str) -> Path:
+    """The data dir ``store start|stop`` act on; an external DSN is not theirs to manage."""
+    from llmsla import extras
+    from llmsla.redaction import redact
+
+    if cfg.store.dsn:
+        raise CliError(f"llmsla {command} manages the embedded PostgreSQL, but {cfg.origin('store.dsn')} "
+                       f"points at {redact(cfg.store.dsn)}: start and stop that server where it runs")
+    extras.require("embedded", f"llmsla {command}")
+    return cfg.store_data_dir()
+
+
+def cmd_store_start(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    """Start (or keep) the embedded server, migrated, for every later command to use."""
+    from llmsla.redaction import redact
+    from llmsla.store import embedded, open_store
+
+    data_dir = _embedded_only(cfg, "store start")
+    before = embedded.running(data_dir)
+    with open_store(cfg, keep_running=True) as handle:  # closing a kept server leaves it up
+        pm = embedded.running(data_dir)
+    pid = pm.pid if pm else "?"
+    print(f"store: {redact(handle.dsn)} (embedded, {data_dir})")
+    print(f"server: {'already running' if before else 'started'} (pid {pid}); "
+          "kept running until `llmsla store stop`")
+    return 0
+
+
+def cmd_store_stop(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    """Stop the embedded server; one that llmsla processes still use stops when they exit."""
+    from llmsla.store import embedded
+
+    data_dir = _embedded_only(cfg, "store stop")
+    res = embedded.stop(data_dir)
+    if res.postmaster is None:
+        print(f"store: no embedded PostgreSQL running in {data_dir}")
+        return 0
+    if not res.stopped:
+        print(f"store: the embedded PostgreSQL in {data_dir} (pid {res.postmaster.pid}) is in use by llmsla "
+              f"process{'es' if len(res.users) > 1 else ''} {', '.join(map(str, res.users))}: no longer kept, "
+              "it stops when the last of them exits")
+        return 1
+    print(f"store: stopped the embedded PostgreSQL in {data_dir} (pid {res.postmaster.pid})")
+    return 0
 
 
 def cmd_store_maintain(args: argparse.Namespace, cfg: config_mod.Config) -> int:
@@ -111,8 +185,7 @@ def cmd_store_maintain(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     from llmsla.store.maintenance import maintain
     from llmsla.store.migrate import recorded_flavor
 
-    handle = open_store(cfg)
-    with handle.connect(autocommit=True) as conn:
+    with open_store(cfg) as handle, handle.connect(autocommit=True) as conn:
         result = maintain(conn, cfg, flavor=recorded_flavor(conn) or "plain")
     print(f"partitions created: {result.partitions_created}, dropped: {result.partitions_dropped}")
     return 0

@@ -81,4 +81,7 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
         if type(exc).__name__ in ("Py4JJavaError", "Py4JError"):
             raise CliError(f"stream job failed: {root_cause(exc)}") from None
         raise
+    finally:
+        if store is not None:  # an embedded server this job started stops with it
+            store.close()
     return 0

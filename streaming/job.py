@@ -336,8 +336,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - `flink run
     ap.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
     args = ap.parse_args(argv)
     cfg = config_mod.load()
-    handle = open_store(cfg)
-    with serving(cfg, handle):  # this process waits on the job: it serves the stream's /metrics
+    with open_store(cfg) as handle, serving(cfg, handle):  # this process waits on the job: it serves /metrics
         run(cfg, JobOptions(dsn=handle.dsn, bounded=args.once, resume=not args.fresh, local=False))
     return 0
 

@@ -4,13 +4,19 @@ PostgreSQL is the embedded ``pgserver`` one unless ``LLMSLA_TEST_DSN`` points at
 PostgreSQL/TimescaleDB, in which case every store test runs there instead. Prometheus,
 Alertmanager and Redis come from PATH; a missing binary is a test *error* carrying the install
 hint (never a skip), so CI cannot go green without them.
+
+No embedded PostgreSQL started by the session may outlive it: ``pytest_sessionfinish`` lists
+and stops every postmaster this session started (tagged through its environment, or with its
+data dir under this session's temporary roots) and fails the run if there was one.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,11 +41,104 @@ def pg_server_dsn() -> Iterator[str]:
     if external:
         yield external
         return
-    root = Path(tempfile.mkdtemp(prefix="llmsla-test-pg-"))
+    root = pg_temp_root("llmsla-test-pg-")
     dsn, server = start_embedded(root / "data", keep_running=False)
     yield dsn
-    server.cleanup()
+    server.close()  # stops it: this session started it and nothing else holds it
     shutil.rmtree(root, ignore_errors=True)
+
+
+#: set in every process of a test session (and inherited by what it starts, postmasters
+#: included) so the session can tell its servers from other sessions' and the developer's;
+#: not an LLMSLA_ name, which the CLI tests strip and the config loader would read
+SESSION_TAG = "LLMSLATEST_SESSION"
+_SESSION_ROOTS: list[Path] = []
+
+
+def pg_temp_root(prefix: str) -> Path:
+    """A directory for embedded data dirs outside pytest's 0700 tmp tree (see pg_server_dsn),
+    registered so the end-of-session check inspects what is under it."""
+    root = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    _SESSION_ROOTS.append(root)
+    return root
+
+
+@pytest.fixture()
+def pg_root() -> Iterator[Path]:
+    """A fresh :func:`pg_temp_root` for one test, removed afterwards."""
+    root = pg_temp_root("llmsla-test-pg-")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[SESSION_TAG] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def session_postmasters(tag: str, roots: list[Path]) -> list[tuple[int, str]]:
+    """(pid, data dir) of every live postmaster this session started: its environment carries
+    ``tag``, or its data dir lies under one of ``roots``. Nobody else's server is listed."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if not (proc.info["name"] or "").startswith("postgres") or "-D" not in cmd[:-1]:
+            continue  # backends rewrite their title; only the postmaster keeps `-D <dir>`
+        pgdata = Path(cmd[cmd.index("-D") + 1])
+        try:
+            ours = proc.environ().get(SESSION_TAG) == tag
+        except psutil.Error:
+            ours = False
+        if ours or any(pgdata == r or r in pgdata.parents for r in roots):
+            found.append((proc.pid, str(pgdata)))
+    return found
+
+
+def _stop_postmaster(pid: int) -> None:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGKILL):
+            proc.send_signal(sig)
+            try:
+                proc.wait(15)
+                return
+            except psutil.TimeoutExpired:
+                continue
+    except psutil.NoSuchProcess:
+        return
+
+
+@pytest.hookimpl(trylast=True)  # after the runner's, which tears the session fixtures down
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    tag = os.environ.get(SESSION_TAG)
+    if not tag:
+        return
+    roots = [*_SESSION_ROOTS]
+    basetemp = getattr(getattr(session.config, "_tmp_path_factory", None), "_basetemp", None)
+    if basetemp is not None:  # only if a test made one: getbasetemp() would create it
+        roots.append(Path(basetemp).resolve())
+    deadline = time.monotonic() + 5  # a server whose last user just exited is stopping now
+    survivors = session_postmasters(tag, roots)
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.25)
+        survivors = session_postmasters(tag, roots)
+    if not survivors:
+        return
+    lines = [f"{len(survivors)} embedded PostgreSQL server(s) started by this test session outlived it "
+             "(whatever starts one must stop it: close the store handle, or `llmsla store stop`); stopped now:"]
+    lines += [f"  postmaster pid {pid}, data dir {pgdata}" for pid, pgdata in survivors]
+    for pid, _ in survivors:
+        _stop_postmaster(pid)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture()

@@ -457,8 +457,7 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     finally:
         with console.status("stopping"):
             stack.close()
-            if not args.keep:
-                store.close()
+            store.close()  # stops the embedded server this demo started, unless --keep
         logging.getLogger().removeHandler(handler)
         py_warnings.removeHandler(handler)
         handler.close()
@@ -472,7 +471,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole closed loop on one machine (embedded defaults)",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
     p.add_argument("--workdir", help="the demo's store, spool, logs and outputs (default: <user data dir>/demo)")
-    p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards")
+    p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards "
+                   "(`llmsla --data-dir <workdir>/pg store stop` stops it)")
     p.add_argument("--json", metavar="FILE", help="also write the run's facts and summary as JSON")
     p.add_argument("--minutes", type=float, default=4.0, help="minutes of live traffic after the history (default 4, at least 2)")
     p.add_argument("--real", action="store_true",

@@ -74,8 +74,8 @@ def check_store(cfg: config_mod.Config) -> Check:
     from llmsla.store.migrate import recorded_flavor, timescale_version
 
     try:
-        handle = open_store(cfg, migrate=False)
-        with handle.connect(timeout_s=cfg.store.connect_timeout_s) as conn:
+        with (open_store(cfg, migrate=False) as handle,  # a server it started for the check stops again
+              handle.connect(timeout_s=cfg.store.connect_timeout_s) as conn):
             version = conn.execute("SHOW server_version").fetchone()[0]
             ts = timescale_version(conn)
             flavor = recorded_flavor(conn)

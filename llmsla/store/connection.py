@@ -15,6 +15,8 @@ from llmsla import extras
 from llmsla.config import Config
 from llmsla.errors import UserError
 from llmsla.redaction import redact, scrub, secrets_of
+from llmsla.store import embedded
+from llmsla.store.embedded import EmbeddedServer
 
 # platformdirs warns about XDG_RUNTIME_DIR on servers without a login session; pgserver asks it
 # for a lock directory on every call. The fallback (/tmp) is fine, the noise is not.
@@ -37,12 +39,13 @@ def check_dsn(dsn: str, key: str = "store.dsn") -> None:
 
 @dataclass
 class StoreHandle:
-    """A ready store: its DSN and, for the embedded server, the pgserver handle keeping it up."""
+    """A ready store: its DSN and, for the embedded server, this process's handle on it.
+    :meth:`close` it (or use it as a context manager) when the command is done with it."""
 
     dsn: str
     embedded: bool
     data_dir: Path | None = None
-    _server: Any = None
+    _server: EmbeddedServer | None = None
     key: str = "store.dsn"  #: where the DSN came from, for messages ("store.dsn (from --dsn)")
     timeout_s: float = 10.0  #: store.connect_timeout_s
 
@@ -54,27 +57,35 @@ class StoreHandle:
             raise StoreError(f"{self.key}: {exc}") from None
 
     def close(self) -> None:
-        """Release the embedded server handle (pgserver stops it when the last user goes)."""
+        """Release the embedded server: the last llmsla process to go stops one llmsla
+        started and nobody kept. A no-op for an external DSN, and the second time."""
         if self._server is not None:
-            self._server.cleanup()
+            self._server.close()
             self._server = None
 
+    def __enter__(self) -> StoreHandle:
+        return self
 
-def start_embedded(data_dir: Path, *, keep_running: bool = True) -> tuple[str, Any]:
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_embedded(data_dir: Path, *, keep_running: bool = False) -> tuple[str, EmbeddedServer]:
     """Start (or join) the embedded PostgreSQL in ``data_dir``; returns (dsn, server handle).
 
-    With ``keep_running`` the server outlives this process (``llmsla demo`` then a second
-    command finds it up); otherwise it stops when the last handle in this machine is released.
+    Close the handle when done (``server.close()``; also at exit and on SIGTERM): the last
+    llmsla process to let go stops a server llmsla started, unless ``keep_running`` (``llmsla
+    store start``, ``demo --keep``) asked to keep it until ``llmsla store stop``. A server found
+    running that llmsla did not start is left as it was (llmsla.store.embedded).
     """
     extras.require("embedded", "the embedded PostgreSQL (no store.dsn / --dsn)")
-    import pgserver
     data_dir = Path(data_dir).expanduser()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
-        server = pgserver.get_server(data_dir, cleanup_mode=None if keep_running else "stop")
+        server = embedded.start(data_dir, keep=keep_running)
     except Exception as exc:
         raise StoreError(f"embedded PostgreSQL failed to start in {data_dir}: {exc}") from exc
-    return server.get_uri(), server
+    return server.dsn, server
 
 
 def connect(dsn: str, *, timeout_s: float = 10.0, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:
@@ -93,8 +104,12 @@ def connect(dsn: str, *, timeout_s: float = 10.0, autocommit: bool = False, **kw
             raise
 
 
-def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, keep_running: bool = True) -> StoreHandle:
-    """The configured store, started if embedded and migrated unless ``migrate=False``."""
+def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, keep_running: bool = False) -> StoreHandle:
+    """The configured store, started if embedded and migrated unless ``migrate=False``.
+
+    An embedded server this call starts stops when the handle is closed (or this process
+    ends), unless ``keep_running``; see :func:`start_embedded`.
+    """
     dsn = dsn or cfg.store.dsn
     if dsn:
         check_dsn(dsn, cfg.origin("store.dsn"))
@@ -106,6 +121,10 @@ def open_store(cfg: Config, *, dsn: str | None = None, migrate: bool = True, kee
     if migrate:
         from llmsla.store.migrate import migrate as run_migrations
 
-        with handle.connect() as conn:
-            run_migrations(conn, cfg)
+        try:
+            with handle.connect() as conn:
+                run_migrations(conn, cfg)
+        except BaseException:
+            handle.close()
+            raise
     return handle
