@@ -12,7 +12,7 @@ from llmsla.config import Config
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.alerting import policy as policy_mod
     from llmsla.alerting.yamlsrc import SourceError
-    from llmsla.config import check_host, check_port
+    from llmsla.config import check_host, check_port, set_value
     from llmsla.errors import CliError
 
     rc = cfg.receiver
@@ -28,8 +28,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         rc.host = check_host(args.host, "--host")
     if args.port is not None:
         rc.port = check_port(args.port, "--port", allow_zero=True)
-    if args.control_url:
-        rc.control_urls = list(args.control_url)
+    if args.control_url:  # the check receiver.control_urls declares, as in the file
+        set_value(cfg, "receiver.control_urls", list(args.control_url), "--control-url")
     if not rc.control_urls:
         raise CliError("no control API: pass --control-url URL or set receiver.control_urls")
     asyncio.run(_run(cfg, pol, args.duration_s))

@@ -58,8 +58,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, paired_interval, print_table, write_result  # noqa: E402
 
-RECEIVER_TOKEN = "bench-receiver"
-CONTROL_TOKEN = "bench-control"
+RECEIVER_TOKEN = "bench-receiver-token"
+CONTROL_TOKEN = "bench-control-token"
 POLICY = """\
 apiVersion: llmsla/v1
 kind: ReceiverPolicy

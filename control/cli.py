@@ -31,7 +31,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     import signal
     import sys
 
-    from llmsla.config import check_host, check_port
+    from llmsla.config import check_host, check_port, set_value
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
@@ -41,7 +41,9 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.httpkit import Limits
     from llmsla.store import open_store
 
-    upstreams = args.upstream if args.upstream is not None else cfg.gateway.upstreams
+    if args.upstream is not None:  # the check gateway.upstreams declares, as in the file
+        set_value(cfg, "gateway.upstreams", list(args.upstream), "--upstream")
+    upstreams = cfg.gateway.upstreams
     if not upstreams:
         raise CliError("no replicas: pass --upstream URL or set gateway.upstreams")
     pool = cfg.gateway.pool

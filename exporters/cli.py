@@ -39,16 +39,16 @@ def register(subparsers: Any) -> None:
 
 
 def _apply(args: argparse.Namespace, cfg: Any) -> None:
-    from llmsla.config import check_host, check_port
+    from llmsla.config import check_host, check_port, set_value
 
     if args.host is not None:
         cfg.gateway.host = check_host(args.host, "--host")
     if args.port is not None:
         cfg.gateway.port = check_port(args.port, "--port", allow_zero=True)
-    if args.upstream:
-        cfg.gateway.upstreams = list(args.upstream)
+    if args.upstream:  # the checks the keys declare, as in the file
+        set_value(cfg, "gateway.upstreams", list(args.upstream), "--upstream")
     if args.pool:
-        cfg.gateway.pool = args.pool
+        set_value(cfg, "gateway.pool", args.pool, "--pool")
     if args.workers is not None:
         if args.workers < 1:
             from llmsla.errors import CliError

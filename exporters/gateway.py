@@ -115,30 +115,27 @@ def replicas_from_config(cfg: Config) -> list[Replica]:
     """``gateway.upstreams`` (teachers when students are configured) then
     ``gateway.student_upstreams``, then ``gateway.pools`` (other pools' replicas, for A/B arms),
     named r0, r1, ... in that order."""
-    from llmsla.config import ConfigError
+    from llmsla.config import ConfigError, split_pool_spec
+    from llmsla.redaction import redact
 
     g = cfg.gateway
     teacher = "teacher" if g.student_upstreams else ""
     urls = [(g.pool, u, teacher) for u in g.upstreams] + [(g.pool, u, "student") for u in g.student_upstreams]
     for i, spec in enumerate(g.pools):
-        pool, sep, url = spec.partition("=")
-        if not sep or not pool or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{cfg.origin('gateway.pools')}: [{i}] {spec!r}: expected pool=http://host:port")
+        try:  # the check gateway.pools declares (config check runs it); here for a Config built in code
+            pool, url = split_pool_spec(spec)
+        except ValueError as exc:
+            raise ConfigError(f"{cfg.origin('gateway.pools')}: [{i}] {redact(spec)!r}: {exc}") from None
         urls.append((pool, url, ""))
     return [Replica(id=f"r{i}", pool=pool, url=u.rstrip("/"), role=role) for i, (pool, u, role) in enumerate(urls)]
 
 
 def check_arm_pools(rollout: Rollout, pool: str, pools: list[str], where: str = "configuration") -> None:
-    """Every arm of the experiment on ``pool`` must send its units to a pool this gateway has."""
-    from llmsla.config import ConfigError
+    """Every arm of the experiment on ``pool`` must send its units to a pool this gateway has
+    (the rule is :func:`llmsla.config.check_arm_pools`, which ``config check`` runs too)."""
+    from llmsla.config import check_arm_pools as check
 
-    for key, e in rollout.experiments.items():
-        if not e.enabled or e.pool != pool:
-            continue
-        for a in e.arms:
-            if a.strategy.pool is not None and a.strategy.pool not in pools:
-                raise ConfigError(f"{where}: ab.experiments.{key}.arms.{a.name}.pool: pool {a.strategy.pool!r} "
-                                  f"has no replicas here (pools: {', '.join(pools)}); add it to gateway.pools")
+    check(rollout.experiments, pool, pools, where)
 
 
 # -- the proxy ----------------------------------------------------------------------------------

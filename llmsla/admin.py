@@ -201,6 +201,8 @@ def cmd_config_show(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    # load() (before this handler) ran every key's check; the components' cross-key ones here
+    config_mod.check_startup(cfg)
     print(f"ok: {cfg.source or 'defaults'} + environment")
     return 0
 

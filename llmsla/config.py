@@ -4,27 +4,50 @@ Every key is declared once below, with its type, default and a one-line doc; ``l
 renders them to ``docs/config.md`` (a test keeps that file current). An unknown section or key,
 or a value of the wrong type or range, is a :class:`ConfigError` naming the file and the key, so
 a typo fails at startup instead of silently using a default.
+
+Every check a component relies on is declared on its key (``check=``: a label the events can
+carry, a URL the proxy can reach, a DSN psycopg can parse, a Redis URL redis-py accepts, a token
+of 16 characters or more) and run by :func:`load`, so ``llmsla config check`` refuses exactly what
+the components would: both load the configuration through the same function.
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import math
 import os
 import re
+import stat
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmsla import experiments, names
 from llmsla.errors import UserError
+from llmsla.events import MAX_STRING_CHARS, string_problem
 
 ENV_PREFIX = "LLMSLA_"
 ENV_CONFIG_FILE = "LLMSLA_CONFIG"
+#: ``LLMSLA_*`` variables that are not configuration keys (the one place that lists them): the
+#: config file, the data sets' directory (llmsla.data), the Flink cluster's process marker
+#: (llmsla.streaming.cluster). Any other ``LLMSLA_*`` name must be a key, or it is a typo.
+ENV_NOT_KEYS = frozenset({ENV_CONFIG_FILE, "LLMSLA_DATA_DIR", "LLMSLA_FLINK_CLUSTER"})
+#: ... and prefixes of such families: the test suite's (LLMSLA_TEST_DSN) and Grafana's
+#: provisioning variables (deploy/grafana, read by Grafana, not by llmsla).
+ENV_NOT_KEY_PREFIXES = ("LLMSLA_TEST_", "LLMSLA_GRAFANA_")
+#: Shortest accepted bearer token: guessing 16 random characters is out of reach, and a secret
+#: this long is never a substring of ordinary text that masking it (llmsla.redaction) would garble.
+MIN_TOKEN_CHARS = 16
+
+#: A key's own check: the value (after type and range checks) -> why it is refused, or None.
+Check = Callable[[Any], "str | None"]
 
 
 class ConfigError(UserError, ValueError):
@@ -32,14 +55,154 @@ class ConfigError(UserError, ValueError):
 
 
 def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
-       maximum: float | None = None, kind: str | None = None) -> Any:
+       maximum: float | None = None, kind: str | None = None, check: Check | None = None) -> Any:
     """A key: default, doc, bounds; ``kind`` "host"/"port" adds the address checks ("port0": 0
     = a free port, for a process nothing needs to find at a fixed address), "secret"
-    masks the value wherever the configuration is shown."""
-    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind}
+    masks the value wherever the configuration is shown; ``check`` is the component's own rule
+    for the value (see the validators below), run wherever the key is set."""
+    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind, "check": check}
     if isinstance(default, list | dict):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+# -- validators: each is the one definition the component relies on ------------------------------
+def label_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a label of the events (a pool, zone, node, model or arm name), else
+    None: the event contract's own rule for its string fields (llmsla.events), so a name every
+    event would fail (a 300-character pool made the gateway record nothing) fails here instead."""
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_STRING_CHARS:
+        return f"longer than {MAX_STRING_CHARS} characters ({len(value)}), the longest name an event may carry"
+    return string_problem(value)
+
+
+def _optional_label(value: str) -> str | None:
+    return None if value == "" else label_problem(value)
+
+
+def url_problem(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why ``value`` is not a ``scheme://host[:port][/path]`` URL with one of ``schemes``, else
+    None. Never echoes the value (it may carry a password); the caller shows it redacted."""
+    if not value.isprintable() or any(c.isspace() for c in value):
+        return "contains whitespace or control characters"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # a port that is not a number, or out of range, raises here
+    except ValueError as exc:
+        return f"not a URL: {exc}"
+    if parts.scheme.lower() not in schemes or not value.lower().startswith(parts.scheme.lower() + "://"):
+        return f"must start with {' or '.join(s + '://' for s in schemes)}"
+    if not parts.hostname:
+        return "has no host"
+    if port == 0:
+        return "port 0 is not an address"
+    return None
+
+
+def _optional_url(value: str) -> str | None:
+    return None if value == "" else url_problem(value)
+
+
+def split_pool_spec(spec: str) -> tuple[str, str]:
+    """``pool=http://host:port`` (``gateway.pools``) as (pool, url); ValueError says why not."""
+    pool, sep, url = spec.partition("=")
+    if not sep:
+        raise ValueError("expected pool=http://host:port")
+    if (problem := label_problem(pool)) is not None:
+        raise ValueError(f"pool name {problem}")
+    if (problem := url_problem(url)) is not None:
+        raise ValueError(f"after '{pool}=': {problem}")
+    return pool, url
+
+
+def _pool_spec_problem(spec: str) -> str | None:
+    try:
+        split_pool_spec(spec)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def dsn_problem(value: str) -> str | None:
+    """Why psycopg cannot parse ``value`` as a DSN (URL or key=value), else None (also for empty:
+    the embedded store). The driver's reason is scrubbed: it echoes the bad token, often the password."""
+    if value == "":
+        return None
+    import psycopg
+
+    from llmsla.redaction import scrub, secrets_of
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(value)
+    except psycopg.ProgrammingError as exc:
+        return "malformed DSN: " + scrub(str(exc).strip().splitlines()[0], secrets_of(value))
+    return None
+
+
+def redis_url_problem(value: str) -> str | None:
+    """Why redis-py would refuse ``value`` (``redis://``, ``rediss://`` or ``unix://``), else None
+    (also for empty: router state in process). With redis-py installed its own parser decides."""
+    if value == "":
+        return None
+    if not value.isprintable() or any(c.isspace() for c in value):
+        return "contains whitespace or control characters"
+    if not value.startswith(("redis://", "rediss://", "unix://")):
+        return "must start with redis://, rediss:// or unix://"
+    try:
+        from redis.connection import parse_url
+    except ImportError:  # the redis extra is not installed: the same scheme and port rules
+        try:
+            urlsplit(value).port  # noqa: B018 - raises for a port that is not a number or out of range
+        except ValueError as exc:
+            return f"not a URL: {exc}"
+        return None
+    try:
+        parse_url(value)
+    except ValueError as exc:
+        from llmsla.redaction import redact
+
+        return f"not a Redis URL: {redact(str(exc))}"
+    return None
+
+
+def token_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a bearer token, else None (also for empty, which keeps the key's
+    documented meaning: writes refused). Never echoes the value."""
+    if value == "":
+        return None
+    if any(c.isspace() for c in value):
+        return "must not contain whitespace (an HTTP client strips or splits it: the token could never match)"
+    if not all("!" <= c <= "~" for c in value):
+        return "must be printable ASCII (an HTTP header cannot carry other characters)"
+    if len(value) < MIN_TOKEN_CHARS:
+        return (f"too short: {len(value)} characters, at least {MIN_TOKEN_CHARS} are required "
+                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')")
+    return None
+
+
+def _theta_problem(value: float) -> str | None:
+    return None if value < 1 else f"must be < 1 (an EMA memory), got {value!r}"
+
+
+def _shown_value(value: str, limit: int = 80) -> str:
+    """``value`` as an error message may show it: redacted, cut to ``limit`` characters."""
+    from llmsla.redaction import redact
+
+    text = redact(value)
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _each(check: Check) -> Check:
+    """``check`` for every item of a list key; the message names the item (index, redacted)."""
+    def run(values: list[Any]) -> str | None:
+        for i, v in enumerate(values):
+            if (problem := check(v)) is not None:
+                return f"[{i}] {_shown_value(v)}: {problem}"
+        return None
+    run.__doc__ = check.__doc__
+    return run
 
 
 def default_data_dir() -> Path:
@@ -52,7 +215,7 @@ def default_data_dir() -> Path:
 class StoreConfig:
     """Where windows, dead letters, forecasts and the audit log live."""
 
-    dsn: str = _k("", "PostgreSQL/TimescaleDB DSN; empty starts the embedded PostgreSQL (also LLMSLA_DSN)")
+    dsn: str = _k("", "PostgreSQL/TimescaleDB DSN; empty starts the embedded PostgreSQL (also LLMSLA_DSN)", check=dsn_problem)
     data_dir: str = _k("", "data dir of the embedded PostgreSQL; empty = <user data dir>/llmsla/pg")
     timescale: str = _k("auto", "use TimescaleDB: auto (if installed), require, or off", choices=("auto", "require", "off"))
     retention_days: int = _k(30, "days of windows, dead letters and audit rows to keep", minimum=1)
@@ -97,9 +260,9 @@ class MetricsConfig:
     e2e_buckets: list[float] = _k(list(names.E2E_BUCKETS), "end-to-end latency bounds, seconds")
     queue_buckets: list[float] = _k(list(names.QUEUE_BUCKETS), "gateway queue time bounds, seconds")
     label_top_n: int = _k(50, "per label, distinct values kept before the rest become 'other'", minimum=1)
-    allowed_models: list[str] = _k([], "if set, model label values outside this list become 'other'")
-    allowed_pools: list[str] = _k([], "if set, pool label values outside this list become 'other'")
-    allowed_arms: list[str] = _k([], "if set, arm label values outside this list become 'other'")
+    allowed_models: list[str] = _k([], "if set, model label values outside this list become 'other'", check=_each(label_problem))
+    allowed_pools: list[str] = _k([], "if set, pool label values outside this list become 'other'", check=_each(label_problem))
+    allowed_arms: list[str] = _k([], "if set, arm label values outside this list become 'other'", check=_each(label_problem))
 
 
 @dataclass
@@ -108,10 +271,10 @@ class GatewayConfig:
 
     host: str = _k("127.0.0.1", "listen address (loopback by default; 0.0.0.0 = every interface)", kind="host")
     port: int = _k(8000, "listen port", kind="port")
-    upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001")
-    student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers")
-    pool: str = _k("default", "pool name of these upstreams")
-    pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002")
+    upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001", check=_each(url_problem))
+    student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers", check=_each(url_problem))
+    pool: str = _k("default", "pool name of these upstreams (a label of every event: at most 256 characters)", check=label_problem)
+    pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002", check=_each(_pool_spec_problem))
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
@@ -127,14 +290,14 @@ class WorkerConfig:
 
     host: str = _k("127.0.0.1", "listen address (loopback by default; 0.0.0.0 = every interface)", kind="host")
     port: int = _k(9001, "listen port", kind="port")
-    model: str = _k("llmsla-tiny", "model name served")
+    model: str = _k("llmsla-tiny", "model name served", check=label_problem)
     max_batch: int = _k(16, "continuous-batching limit", minimum=1)
     max_tokens: int = _k(256, "cap on generated tokens per request", minimum=1)
     max_prompt_tokens: int = _k(2048, "reject longer prompts (400)", minimum=1)
     seed: int = _k(0, "seed of the deterministic weights", minimum=0)
     train_steps: int = _k(0, "steps of warm-up training on the bundled public-domain text at start (deterministic; ~0.15 s each)", minimum=0)
     threads: int = _k(1, "torch intra-op threads of the engine thread", minimum=1)
-    zone: str = _k("default", "zone label of temperature-policy decisions (spans, PolicyEvents, metrics)")
+    zone: str = _k("default", "zone label of temperature-policy decisions (spans, PolicyEvents, metrics)", check=label_problem)
     policy: str = _k(names.DEFAULT_POLICY, "default temperature policy; a request may pick one with body field llmsla_policy", choices=names.SCHEDULES)
     temperature_min: float = _k(0.1, "policy lower bound T_min (the request's temperature is T_max)", minimum=0)
     policy_decay: float = _k(0.98, "exponential policy: T(s) = max(T_min, T_max * decay^s)", minimum=0)
@@ -142,7 +305,7 @@ class WorkerConfig:
     entropy_band: float = _k(0.25, "entropy policy: hold while |entropy - target| is within this, nats", minimum=0)
     entropy_gain: float = _k(0.5, "entropy policy: T <- T * exp(gain * (target - entropy))", minimum=0)
     admin_port: int = _k(0, "fault-injection admin endpoint (POST /admin/fault: slowdown, down) on 127.0.0.1:PORT, always loopback, for demos and tests; 0 = none", minimum=0, maximum=65535)
-    admin_token: str = _k("", "bearer token the admin endpoint requires (also LLMSLA_WORKER_ADMIN_TOKEN); empty refuses every fault", kind="secret")
+    admin_token: str = _k("", "bearer token the admin endpoint requires (also LLMSLA_WORKER_ADMIN_TOKEN); empty refuses every fault; else at least 16 characters, no whitespace", kind="secret", check=token_problem)
 
 
 @dataclass
@@ -159,10 +322,10 @@ class HttpConfig:
 class OtelConfig:
     """OpenTelemetry: GenAI request spans, policy decision spans, opt-in OTLP metrics (docs/opentelemetry.md)."""
 
-    endpoint: str = _k("", "OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces; empty = no trace export (the gateway makes no spans, the worker only spools policy decisions)")
+    endpoint: str = _k("", "OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces; empty = no trace export (the gateway makes no spans, the worker only spools policy decisions)", check=_optional_url)
     service_name: str = _k("llmsla", "service.name resource attribute (the worker adds -worker)")
     sample_ratio: float = _k(1.0, "share of new traces recorded, 0..1; parent-based: a caller's traceparent flags decide for its requests", minimum=0, maximum=1)
-    metrics_endpoint: str = _k("", "OTLP/HTTP metrics endpoint for the gateway's gen_ai.* metrics, e.g. http://collector:4318/v1/metrics; empty = none (Prometheus /metrics is unaffected)")
+    metrics_endpoint: str = _k("", "OTLP/HTTP metrics endpoint for the gateway's gen_ai.* metrics, e.g. http://collector:4318/v1/metrics; empty = none (Prometheus /metrics is unaffected)", check=_optional_url)
     metrics_interval_s: float = _k(10.0, "seconds between OTLP metric exports (cumulative)", minimum=0.1)
     token_estimates: bool = _k(False, "when an upstream reports no usage, put llmsla's estimates (prompt characters / 4, counted chunks) on the gateway span as llmsla.usage.estimated_*_tokens (never gen_ai.usage.*)")
 
@@ -172,7 +335,7 @@ class GpuConfig:
     """The NVML collector."""
 
     interval_s: float = _k(5.0, "seconds between samples", minimum=0.1)
-    node: str = _k("", "node label; empty = host name")
+    node: str = _k("", "node label; empty = host name", check=_optional_label)
     host: str = _k("127.0.0.1", "listen address of `llmsla gpu` (/metrics)", kind="host")
     port: int = _k(9400, "listen port of `llmsla gpu` (/metrics)", kind="port")
 
@@ -212,13 +375,13 @@ class ControlConfig:
 
     host: str = _k("127.0.0.1", "control API listen address (loopback by default)", kind="host")
     port: int = _k(8100, "control API port", kind="port")
-    token: str = _k("", "bearer token the control API requires (also LLMSLA_CONTROL_TOKEN); empty refuses all writes", kind="secret")
+    token: str = _k("", "bearer token the control API requires (also LLMSLA_CONTROL_TOKEN); empty refuses all writes; else at least 16 characters, no whitespace", kind="secret", check=token_problem)
     route_policy: str = _k("ladr", "router policy", choices=names.ROUTE_POLICIES)
-    redis_url: str = _k("", "Redis URL for router state shared by gateway replicas; empty = in process")
+    redis_url: str = _k("", "Redis URL (redis://, rediss:// or unix://) for router state shared by gateway replicas; empty = in process", check=redis_url_problem)
     ladr_alpha: float = _k(1.0, "LADR score weight of 1 / latency (latency relative to the pool's fastest replica)", minimum=0)
     ladr_beta: float = _k(1.0, "LADR score weight of the queue (live outstanding relative to the pool's mean)", minimum=0)
     ladr_sharpness: float = _k(8.0, "LADR picks with probability ~ exp(sharpness * score): 0 = uniform, larger = greedier", minimum=0)
-    ladr_theta: float = _k(0.7, "LADR EMA memory of the latency: L = theta * previous + (1 - theta) * window mean (< 1)", minimum=0)
+    ladr_theta: float = _k(0.7, "LADR EMA memory of the latency: L = theta * previous + (1 - theta) * window mean (< 1)", minimum=0, check=_theta_problem)
     ladr_refresh_s: float = _k(0.2, "LADR score refresh cadence, seconds (also the Redis sync cadence)", minimum=0.001)
     ladr_ttl_s: float = _k(1.0, "LADR drops replicas whose stats are older than this, seconds", minimum=0.001)
     max_share_step_pct: float = _k(10.0, "largest student-share change per control action, percentage points", minimum=0)
@@ -249,8 +412,8 @@ class ForecastConfig:
     interval_s: float = _k(5.0, "online: seconds between scoring steps", minimum=0.1)
     lag_s: float = _k(10.0, "online: score the last 5 s window that ended at least this long ago (streaming latency)", minimum=0)
     reread_s: float = _k(30.0, "online: re-read the newest windows this far back every step (late upserts); older ones are read once", minimum=0)
-    receiver_url: str = _k("", "online: Alertmanager webhook v4 receiver URL for forecast alerts; empty = no alerts")
-    receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN)", kind="secret")
+    receiver_url: str = _k("", "online: Alertmanager webhook v4 receiver URL for forecast alerts; empty = no alerts", check=_optional_url)
+    receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN); at least 16 characters, no whitespace", kind="secret", check=token_problem)
     fire_steps: int = _k(2, "online: consecutive steps at or above the threshold before an alert fires", minimum=1)
     resolve_steps: int = _k(6, "online: consecutive steps below resolve_ratio x threshold before it resolves", minimum=1)
     idle_s: float = _k(60.0, "online: a target that served no request for this long is not scored and its alert resolves (nothing to forecast: a drained replica)", minimum=5.0)
@@ -270,9 +433,9 @@ class ReceiverConfig:
 
     host: str = _k("127.0.0.1", "listen address (loopback by default)", kind="host")
     port: int = _k(8200, "listen port", kind="port")
-    token: str = _k("", "bearer token Alertmanager and the forecaster must send (also LLMSLA_RECEIVER_TOKEN); empty refuses every post", kind="secret")
+    token: str = _k("", "bearer token Alertmanager and the forecaster must send (also LLMSLA_RECEIVER_TOKEN); empty refuses every post; else at least 16 characters, no whitespace", kind="secret", check=token_problem)
     policy: str = _k("", "policy file (YAML) mapping alerts to actions; empty = the built-in llmsla/alerting/policy.default.yaml")
-    control_urls: list[str] = _k(["http://127.0.0.1:8100"], "control API base URLs, tried in order (writes need control.token)")
+    control_urls: list[str] = _k(["http://127.0.0.1:8100"], "control API base URLs, tried in order (writes need control.token)", check=_each(url_problem))
     control_timeout_s: float = _k(2.0, "timeout of one control API call", minimum=0.01)
     control_retries: int = _k(3, "attempts per control API action before it is audited as failed (the reconciler retries later)", minimum=1)
     control_backoff_s: float = _k(0.1, "first retry delay; doubles per attempt", minimum=0)
@@ -294,7 +457,7 @@ class AbConfig:
     ratio_margin_pct: float = _k(0.5, "attainment and availability may be this many percentage points worse and still pass", minimum=0)
     sequential_minutes: int = _k(60, "always-valid mode: the experiment length (minutes) at which its confidence sequences are tightest", minimum=1)
     auto_rollback: bool = _k(False, "llmsla ab report --sequential sets a failing arm's weight to 0 through the control API (audited)")
-    control_url: str = _k("", "control API base URL for rollbacks; empty = http://<control.host>:<control.port> (writes need control.token)")
+    control_url: str = _k("", "control API base URL for rollbacks; empty = http://<control.host>:<control.port> (writes need control.token)", check=_optional_url)
 
 
 @dataclass
@@ -396,7 +559,9 @@ def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -
 def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> None:
     fmap = {f.name: f for f in fields(section_obj)}
     if key not in fmap:
-        raise ConfigError(f"{where}: unknown key '{section}.{key}' (known: {', '.join(sorted(fmap))})")
+        close = difflib.get_close_matches(key, fmap, n=1)
+        hint = f"did you mean '{section}.{close[0]}'? " if close else ""
+        raise ConfigError(f"{where}: unknown key '{section}.{key}' ({hint}known: {', '.join(sorted(fmap))})")
     f = fmap[key]
     hints = typing.get_type_hints(type(section_obj))
     value = _coerce(value, hints[key], where, f"{section}.{key}", from_env)
@@ -417,6 +582,9 @@ def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_
         check_host(value, f"{where}: {name}")
     elif meta.get("kind") in ("port", "port0"):
         check_port(value, f"{where}: {name}", allow_zero=meta["kind"] == "port0")
+    if meta.get("check") is not None and (problem := meta["check"](value)) is not None:
+        got = f" (got {_shown_value(value)})" if isinstance(value, str) and meta.get("kind") != "secret" else ""
+        raise ConfigError(f"{where}: {name}: {problem}{got}")
     setattr(section_obj, key, value)
 
 
@@ -463,9 +631,7 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
         p = Path(path)
         where = str(p)
         try:
-            data = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{where}: config file not found") from None
+            data = tomllib.loads(read_config_text(p))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{where}: not valid TOML: {exc}") from None
         for section, body in data.items():
@@ -478,20 +644,74 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
                 cfg.origins[f"{section}.{key}"] = where
         cfg.source = where
     for var, value in sorted(env.items()):
-        if not var.startswith(ENV_PREFIX) or var == ENV_CONFIG_FILE:
+        if not var.startswith(ENV_PREFIX) or var in ENV_NOT_KEYS or var.startswith(ENV_NOT_KEY_PREFIXES):
             continue
         if var in ENV_ALIASES:
             section, key = ENV_ALIASES[var]
         else:
             rest = var[len(ENV_PREFIX):].lower()
             section = next((s for s in SECTIONS if rest.startswith(s + "_")), "")
-            if not section:
-                continue  # LLMSLA_TEST_DSN, LLMSLA_DATA_DIR ... belong to other tools
+            if not section:  # LLMSLA_GATWAY_PORT: a typo must not leave the default in force
+                raise ConfigError(f"environment variable {var}: {_unknown_env_hint(var)}")
             key = rest[len(section) + 1:]
         _set(getattr(cfg, section), section, key, value, f"environment variable {var}", from_env=True)
         cfg.origins[f"{section}.{key}"] = f"environment variable {var}"
     check_slo_buckets(cfg)
     return cfg
+
+
+def env_names() -> list[str]:
+    """Every ``LLMSLA_*`` name llmsla reads: a variable per key, the aliases, the non-keys."""
+    keys = [f"{ENV_PREFIX}{section.upper()}_{f.name.upper()}" for section, cls in SECTIONS.items() for f in fields(cls)]
+    return keys + sorted(ENV_ALIASES) + sorted(ENV_NOT_KEYS)
+
+
+def _unknown_env_hint(var: str) -> str:
+    close = difflib.get_close_matches(var, env_names(), n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"no configuration section matches ({hint}variables are LLMSLA_<SECTION>_<KEY>, sections: "
+            f"{', '.join(SECTIONS)}; not keys: {', '.join(sorted(ENV_NOT_KEYS))}, "
+            f"{', '.join(p + '*' for p in ENV_NOT_KEY_PREFIXES)})")
+
+
+#: Largest config file read: a TOML file of keys is a few KB; a bigger one is a mistake.
+MAX_CONFIG_BYTES = 16 << 20
+
+
+def read_config_text(p: Path) -> str:
+    """The text of config file ``p``, or a one-line :class:`ConfigError` naming it: missing, a
+    directory, a FIFO or device (never opened: stat first - reading a FIFO would block until a
+    writer comes), unreadable, too large, or not UTF-8."""
+    where = str(p)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the config file: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{where}: is a directory, not a config file (give the TOML file in it)")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{where}: not a regular file (a FIFO, socket or device); give a TOML file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where}: {st.st_size} bytes, larger than a config file may be ({MAX_CONFIG_BYTES})")
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO after the stat, opening it does not wait
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ConfigError(f"{where}: not a regular file (a FIFO, socket or device); give a TOML file")
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the config file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where}: larger than a config file may be ({MAX_CONFIG_BYTES} bytes)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); "
+                          "TOML files are UTF-8") from None
 
 
 def shown(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -536,6 +756,26 @@ def secrets(cfg: Config) -> set[str]:
     return found
 
 
+def check_arm_pools(experiments: dict[str, Any], pool: str, pools: list[str], where: str) -> None:
+    """Every arm of the enabled experiment on ``pool`` (parsed: llmsla.experiments.Experiment)
+    must send its units to one of ``pools``, the pools the gateway has replicas of."""
+    for key, e in experiments.items():
+        if not e.enabled or e.pool != pool:
+            continue
+        for a in e.arms:
+            if a.strategy.pool is not None and a.strategy.pool not in pools:
+                raise ConfigError(f"{where}: ab.experiments.{key}.arms.{a.name}.pool: pool {a.strategy.pool!r} "
+                                  f"has no replicas here (pools: {', '.join(pools)}); add it to gateway.pools")
+
+
+def check_startup(cfg: Config) -> None:
+    """The cross-key checks a component runs when it starts, beyond :func:`load` (which runs every
+    key's own); ``llmsla config check`` runs them all, so it refuses what a component would."""
+    g = cfg.gateway
+    pools = list(dict.fromkeys([g.pool, *(split_pool_spec(s)[0] for s in g.pools)]))
+    check_arm_pools(experiments.parse(cfg.ab.experiments), g.pool, pools, cfg.source or "configuration")
+
+
 def check_slo_buckets(cfg: Config) -> None:
     """Each SLO threshold must be a bound of its histogram, or PromQL cannot count it exactly."""
     pairs = (
@@ -568,6 +808,20 @@ def render_doc() -> str:
         "Load order: defaults, then the TOML file (`--config FILE` or `$LLMSLA_CONFIG`), then",
         "environment variables `LLMSLA_<SECTION>_<KEY>` (lists comma-separated). `LLMSLA_DSN` is an",
         "alias of `LLMSLA_STORE_DSN`. Unknown keys and bad values are errors naming file and key.",
+        "An `LLMSLA_*` variable that names no key is an error too (`LLMSLA_GATWAY_PORT`: did you mean",
+        f"`LLMSLA_GATEWAY_PORT`?), except {', '.join(f'`{v}`' for v in sorted(ENV_NOT_KEYS))} and the",
+        f"{' and '.join(f'`{p}*`' for p in ENV_NOT_KEY_PREFIXES)} families, which other tools read.",
+        "",
+        "Each key's checks are the ones its component relies on: names that label events (pools,",
+        "zones, nodes, models, arms) follow the event contract (non-empty, at most 256 characters,",
+        "storable text); URLs need `http://` or `https://` and a host; `store.dsn` must parse as a",
+        "PostgreSQL DSN and `control.redis_url` as a Redis URL; a token is empty (its documented meaning)",
+        f"or at least {MIN_TOKEN_CHARS} printable ASCII characters without whitespace. `llmsla config check`",
+        "runs all of them and the components' cross-key start-up checks, so it refuses exactly what a",
+        "component would. Secrets (tokens, passwords in any URL or DSN) are masked in every output.",
+        "",
+        "The config file must be a regular UTF-8 file; a directory, FIFO, device or unreadable file is",
+        "a one-line error naming it.",
         "",
     ]
     for section, cls in SECTIONS.items():

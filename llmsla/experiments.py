@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsla import names
+from llmsla.events import MAX_STRING_CHARS, shown_name, string_problem
 from llmsla.temperature import Schedule, validate_schedule
 
 #: Experiment keys and arm names: short, no separator, safe as label values and in URLs.
@@ -162,8 +163,8 @@ def parse_arm(name: str, body: Any, key: str) -> Arm:
     if policy is not None and policy not in names.ROUTE_POLICIES:
         raise ExperimentError(f"{key}.route_policy: must be one of {', '.join(names.ROUTE_POLICIES)}, got {policy!r}")
     pool = body.get("pool")
-    if pool is not None and (not isinstance(pool, str) or not pool or len(pool) > 256):
-        raise ExperimentError(f"{key}.pool: expected a non-empty pool name, got {pool!r}")
+    if pool is not None:
+        _pool_name(pool, f"{key}.pool")
     share = body.get("student_share_pct")
     if share is not None:
         share = _number(share, f"{key}.student_share_pct", 0, 100)
@@ -178,6 +179,18 @@ def parse_arm(name: str, body: Any, key: str) -> Arm:
     return Arm(name, weight, version, Strategy(policy, pool, share, schedule))
 
 
+def _pool_name(pool: Any, where: str) -> str:
+    """A pool name is a label of every event the pool's requests make: the event contract's rule
+    for strings (non-empty, at most MAX_STRING_CHARS, storable text), as for ``gateway.pool``."""
+    if not isinstance(pool, str) or not pool or len(pool) > MAX_STRING_CHARS:
+        shown = repr(shown_name(pool)) if isinstance(pool, str) else type(pool).__name__
+        raise ExperimentError(f"{where}: expected a non-empty pool name of at most {MAX_STRING_CHARS} "
+                              f"characters, got {shown}")
+    if (problem := string_problem(pool)) is not None:
+        raise ExperimentError(f"{where}: pool name {problem}")
+    return pool
+
+
 def parse_experiment(key: str, body: Any, prefix: str = "ab.experiments") -> Experiment:
     where = f"{prefix}.{key}"
     _name(key, where, "an experiment key")
@@ -186,9 +199,7 @@ def parse_experiment(key: str, body: Any, prefix: str = "ab.experiments") -> Exp
     seed = body.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ExperimentError(f"{where}.seed: expected a non-negative integer, got {seed!r}")
-    pool = body.get("pool", names.DEFAULT_POOL)
-    if not isinstance(pool, str) or not pool or len(pool) > 256:
-        raise ExperimentError(f"{where}.pool: expected a non-empty pool name, got {pool!r}")
+    pool = _pool_name(body.get("pool", names.DEFAULT_POOL), f"{where}.pool")
     coverage = _number(body.get("coverage", 1.0), f"{where}.coverage", 0, 1)
     enabled = body.get("enabled", True)
     if not isinstance(enabled, bool):

@@ -49,7 +49,7 @@ def test_env_error_names_variable() -> None:
 
 
 def test_config_show_hides_secrets() -> None:
-    out = llmsla("config", "show", env={"LLMSLA_DSN": "postgresql://u:hunter2@h/db", "LLMSLA_CONTROL_TOKEN": "tok-123"})
+    out = llmsla("config", "show", env={"LLMSLA_DSN": "postgresql://u:hunter2@h/db", "LLMSLA_CONTROL_TOKEN": "tok-123-config-show"})
     assert out.returncode == 0
     assert "hunter2" not in out.stdout and "tok-123" not in out.stdout
     assert "postgresql://u:***@h/db" in out.stdout

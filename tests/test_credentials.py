@@ -38,7 +38,11 @@ def test_malformed_or_unreachable_dsn_is_one_line_naming_the_key(dsn: str, comma
     out = llmsla("--dsn", dsn, *command, env={"LLMSLA_STORE_CONNECT_TIMEOUT_S": "0.5"})
     _assert_clean(out, PASSWORDS[dsn])
     assert out.returncode != 0
-    if command != ("doctor",):  # doctor prints its table; the row names the key
+    if config_mod.dsn_problem(dsn) is not None:  # refused where --dsn is set, before any command runs
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert lines[0].startswith("llmsla: error: --dsn: store.dsn: malformed DSN: "), out.stderr
+    elif command != ("doctor",):  # doctor prints its table; the row names the key
         lines = [line for line in out.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("llmsla: error: store.dsn (from --dsn):"), out.stderr
     else:
@@ -48,20 +52,20 @@ def test_malformed_or_unreachable_dsn_is_one_line_naming_the_key(dsn: str, comma
 def test_dsn_from_environment_names_the_variable() -> None:
     out = llmsla("migrate", env={"LLMSLA_DSN": "postgresql://app:s3cr%zzet@127.0.0.1:1/db"})
     _assert_clean(out, "s3cr%zzet")
-    assert "store.dsn (from environment variable LLMSLA_DSN): malformed DSN" in out.stderr
+    assert "environment variable LLMSLA_DSN: store.dsn: malformed DSN" in out.stderr
 
 
 def test_config_show_masks_every_credential_whatever_the_key(tmp_path: Path) -> None:
     toml = tmp_path / "c.toml"
     toml.write_text(
-        '[control]\nredis_url = "redis://:redis-pw-1@127.0.0.1:6379/0"\ntoken = "tok-en-1"\n'
+        '[control]\nredis_url = "redis://:redis-pw-1@127.0.0.1:6379/0"\ntoken = "tok-en-1-masked-everywhere"\n'
         '[otel]\nendpoint = "https://otel:otel-pw-2@collector:4318/v1/traces"\n'
         '[gateway]\nupstreams = ["http://u:up-pw-3@10.0.0.1:9001", "http://10.0.0.2:9001"]\n'
     )
     out = llmsla("--config", str(toml), "config", "show",
                  env={"LLMSLA_DSN": "postgresql://app:pg-pw-4@db/x?sslpassword=ssl-pw-5"})
     assert out.returncode == 0, out.stderr
-    for secret in ("redis-pw-1", "tok-en-1", "otel-pw-2", "up-pw-3", "pg-pw-4", "ssl-pw-5"):
+    for secret in ("redis-pw-1", "tok-en-1-masked-everywhere", "otel-pw-2", "up-pw-3", "pg-pw-4", "ssl-pw-5"):
         assert secret not in out.stdout
     assert 'redis_url = "redis://:***@127.0.0.1:6379/0"' in out.stdout
     assert 'token = "***"' in out.stdout
@@ -76,9 +80,9 @@ def test_config_show_into_a_closed_pipe_is_quiet() -> None:
 
 
 def test_log_lines_and_tracebacks_are_scrubbed(capfd: pytest.CaptureFixture[str]) -> None:
-    cfg = config_mod.load(env={"LLMSLA_DSN": "postgresql://app:pg-pw-4@db/x", "LLMSLA_CONTROL_TOKEN": "tok-en-1"})
+    cfg = config_mod.load(env={"LLMSLA_DSN": "postgresql://app:pg-pw-4@db/x", "LLMSLA_CONTROL_TOKEN": "tok-en-1-masked-everywhere"})
     secrets = config_mod.secrets(cfg)
-    assert {"pg-pw-4", "tok-en-1"} <= secrets
+    assert {"pg-pw-4", "tok-en-1-masked-everywhere"} <= secrets
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ScrubFilter(secrets))
     logger = logging.getLogger("llmsla.test.scrub")
@@ -92,7 +96,7 @@ def test_log_lines_and_tracebacks_are_scrubbed(capfd: pytest.CaptureFixture[str]
     finally:
         logger.removeHandler(handler)
     err = capfd.readouterr().err
-    assert "pg-pw-4" not in err and "tok-en-1" not in err
+    assert "pg-pw-4" not in err and "tok-en-1-masked-everywhere" not in err
     assert "cannot reach postgresql://app:***@db/x with ***" in err
     assert "RuntimeError: driver said: password *** rejected" in err
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from llmsla import extras
-from llmsla.config import Config
+from llmsla.config import Config, dsn_problem
 from llmsla.errors import UserError
 from llmsla.redaction import redact, scrub, secrets_of
 from llmsla.store import embedded
@@ -28,13 +28,12 @@ class StoreError(UserError, RuntimeError):
 
 
 def check_dsn(dsn: str, key: str = "store.dsn") -> None:
-    """A one-line :class:`StoreError` naming ``key`` for a DSN psycopg cannot parse; the
-    driver's message echoes the bad token (often the password), so it is scrubbed."""
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        reason = scrub(str(exc).strip().splitlines()[0], secrets_of(dsn))
-        raise StoreError(f"{key}: malformed DSN {redact(dsn)}: {reason}") from None
+    """A one-line :class:`StoreError` naming ``key`` for a DSN psycopg cannot parse: the check
+    ``store.dsn`` declares (:func:`llmsla.config.dsn_problem`, which ``config check`` runs too),
+    for DSNs that do not come from the configuration (``open_store(dsn=...)``)."""
+    problem = dsn_problem(dsn)
+    if problem is not None:
+        raise StoreError(f"{key}: {problem} (got {redact(dsn)})")
 
 
 @dataclass

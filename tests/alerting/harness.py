@@ -30,8 +30,8 @@ from llmsla.httpkit import serve as start
 from llmsla.store.connection import connect
 from llmsla.store.migrate import migrate
 
-RECEIVER_TOKEN = "receiver-s3cret"
-CONTROL_TOKEN = "control-s3cret"
+RECEIVER_TOKEN = "receiver-s3cret-for-tests"
+CONTROL_TOKEN = "control-s3cret-for-tests"
 AUTH = {"Authorization": f"Bearer {RECEIVER_TOKEN}"}
 POOL = names.DEFAULT_POOL
 

@@ -35,7 +35,7 @@ from llmsla.store.migrate import migrate
 SPEC = {"exp": {"seed": 11, "coverage": 0.9, "arms": {"control": {}, "treat": {"pool": "canary"}},
                 "forced": {"s3": "treat"}}}
 MINUTES = 20
-TOKEN = "ab-report-token"
+TOKEN = "ab-report-token-for-tests"
 
 
 class Events:

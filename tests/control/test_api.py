@@ -24,7 +24,7 @@ from llmsla.control.router import Replica, Router
 from llmsla.store.connection import connect, start_embedded
 from llmsla.store.migrate import migrate
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-control-api"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

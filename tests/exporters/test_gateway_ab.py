@@ -28,7 +28,7 @@ from llmsla.store import connect
 from llmsla.store.migrate import migrate
 from llmsla.worker.server import WorkerThread
 
-TOKEN = "ab-token"
+TOKEN = "ab-token-gateway-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 N = 240
 EXPERIMENTS = {"exp": {

@@ -17,7 +17,7 @@ import urllib.request
 from llmsla import services
 from llmsla.worker.server import WorkerThread
 
-TOKEN = "test-token-123"
+TOKEN = "test-token-123-gateway-control"
 
 
 def call(url: str, body: dict | None = None, token: str | None = TOKEN) -> tuple[int, dict]:

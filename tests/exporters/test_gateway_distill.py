@@ -18,7 +18,7 @@ from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import BadLine, published_segments, read_segment
 from llmsla.worker.server import WorkerThread
 
-TOKEN = "distill-token"
+TOKEN = "distill-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 N = 300  # requests per phase, each from its own unit (the OpenAI "user" field)
 

@@ -34,8 +34,8 @@ def test_repeat_interval_resends_firing() -> None:
 
 def test_posts_valid_webhook_v4_with_token_and_retries() -> None:
     h = _hyst()
-    with WebhookServer(token="s3cret", fail_first=1) as srv:
-        poster = alerts.WebhookPoster(srv.url, token="s3cret")
+    with WebhookServer(token="s3cret-webhook-token", fail_first=1) as srv:
+        poster = alerts.WebhookPoster(srv.url, token="s3cret-webhook-token")
         bodies = []
         for i, r in enumerate([0.9, 0.9, 0.1, 0.1, 0.1]):
             bodies += [alerts.payload(s, a, "http://127.0.0.1:9465")

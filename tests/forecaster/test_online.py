@@ -164,7 +164,7 @@ def test_forecast_alert_reaches_the_receiver_which_acts_before_the_breach(pg_dsn
 
     ramp = ramp_in_store(pg_dsn)
     cfg, art = ramp.cfg, ramp.art
-    token, control_token = "rcv-token", "ctl-token"
+    token, control_token = "rcv-token-for-online-tests", "ctl-token-for-online-tests"
     router = Router([Replica(f"r{i}", names.DEFAULT_POOL) for i in range(5)], "round_robin")
     audit = AuditLog(pg_dsn)
     distill = DistillControls([names.DEFAULT_POOL], audit=audit)
