@@ -583,7 +583,10 @@ def test_from_config_uses_the_control_section_and_names_bad_keys():
     cfg = config_mod.load(env={"LLMSLA_CONTROL_ROUTE_POLICY": "p2c", "LLMSLA_CONTROL_LADR_BETA": "0.3"})
     r = from_config(cfg, reps(2))
     assert r.policy == "p2c" and r.params["beta"] == 0.3 and r.shared is None  # no redis_url
-    bad = config_mod.load(env={"LLMSLA_CONTROL_LADR_THETA": "1.5"})
+    with pytest.raises(config_mod.ConfigError, match="control.ladr_theta"):  # refused where it is set
+        config_mod.load(env={"LLMSLA_CONTROL_LADR_THETA": "1.5"})
+    bad = config_mod.load(env={})
+    bad.control.ladr_theta = 1.5  # a Config built in code: the router refuses it too
     with pytest.raises(config_mod.ConfigError, match="control.ladr_theta"):
         from_config(bad, reps(2))
 
