@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -152,10 +153,37 @@ def add_request_id(app: web.Application) -> None:
     app.on_response_prepare.append(on_prepare)
 
 
+#: Content codings a request body may carry: what aiohttp's parser decodes here (br and zstd
+#: only with their optional libraries). Anything else would be read as if it were plain.
+ACCEPTED_ENCODINGS = frozenset({"identity", "gzip", "deflate"} | ({"br"} if HAS_BROTLI else set())
+                               | ({"zstd"} if HAS_ZSTD else set()))
+
+
+def unsupported_encoding(value: str) -> ApiError:
+    """415 for a ``Content-Encoding`` this server does not decode (RFC 9110, 15.5.16)."""
+    shown = value[:40] + ("..." if len(value) > 40 else "")
+    return ApiError(415, f"Content-Encoding {shown!r} is not supported: send the body as "
+                    f"{', '.join(sorted(ACCEPTED_ENCODINGS))} (one coding)", code="unsupported_encoding")
+
+
+def check_encoding(request: web.Request) -> None:
+    """:class:`ApiError` 415 unless the body's ``Content-Encoding`` is one coding this server
+    decodes: a coding aiohttp does not know (``compress``, a typo) or a list of them would
+    otherwise reach the handler undecoded."""
+    value = request.headers.get("Content-Encoding")
+    if value is None:
+        return
+    codings = [c.strip().lower() for c in value.split(",") if c.strip()]
+    if len(codings) > 1 or any(c not in ACCEPTED_ENCODINGS for c in codings):
+        raise unsupported_encoding(value)
+
+
 async def read_body(request: web.Request, *, max_bytes: int, timeout_s: float) -> bytes:
     """The whole body, decoded per its ``Content-Encoding``, or :class:`ApiError` 413 (too large)
     / 408 (not sent within ``timeout_s``: a client that trickles its body must not hold a slot
-    forever) / 400 (a body that does not decode: one answer for every server, never a 500)."""
+    forever) / 400 (a body that does not decode: one answer for every server, never a 500) /
+    415 (a coding this server does not decode)."""
+    check_encoding(request)
     if request.content_length is not None and request.content_length > max_bytes:
         raise ApiError(413, f"request body of {request.content_length} bytes exceeds the limit of {max_bytes}",
                        code="body_too_large")
@@ -363,6 +391,20 @@ class _GuardedHandler(RequestHandler):
             log.debug("malformed request: %s", exc)
             return
         super().log_exception(*args, **kwargs)
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        """A body coding the parser cannot decode (br or zstd without their libraries) is the
+        same OpenAI-shaped 415 as any other unsupported coding, not aiohttp's plain-text 400."""
+        if isinstance(exc, ContentEncodingError) and request.writer.output_size == 0:
+            self.log_exception("unsupported content coding", exc_info=exc)
+            # the parser failed before the request existed: its placeholder has no headers, the
+            # coding is in aiohttp's message ("... brotli (br) ...")
+            named = re.search(r"\((\w+)\)", str(exc))
+            resp = unsupported_encoding(named.group(1) if named else "unknown").response()
+            resp.force_close()
+            return resp
+        return super().handle_error(request, status, exc, message)
 
     def _arm(self) -> None:
         self._head_timer = self._loop.call_later(self._guard.limits.header_timeout_s, self._expire, self._heads)

@@ -125,6 +125,43 @@ def test_a_body_that_does_not_decode_as_its_content_encoding_is_a_400():
         assert "does not decode as its Content-Encoding" in payload["error"]["message"]
 
 
+def test_a_content_coding_the_server_does_not_decode_is_a_415():
+    """A coding nobody decodes here (``compress``, a typo, a list of codings) would reach the
+    handler undecoded, and br/zstd without their libraries got aiohttp's plain-text 400: every
+    one is an OpenAI-shaped 415 naming the coding, and the connection's server keeps serving."""
+    from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+
+    codings = ["compress", "foo", "gzip, br", "x-gzip"] + [c for c, has in (("br", HAS_BROTLI), ("zstd", HAS_ZSTD))
+                                                           if not has]
+
+    async def main():
+        router, distill, app = _setup()
+        served, _ = await _serve(app)
+        answers = {}
+        try:
+            body = b'{"weight": 0.5}'
+            for enc in [*codings, "identity"]:
+                r, w = await asyncio.open_connection(served.host, served.port)
+                w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        b"Content-Type: application/json\r\nAuthorization: Bearer " + TOKEN.encode() +
+                        b"\r\nContent-Encoding: " + enc.encode() +
+                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                answer = await asyncio.wait_for(r.read(), 10)
+                w.close()
+                head, _, payload = answer.partition(b"\r\n\r\n")
+                answers[enc] = (int(head.split(b" ", 2)[1]), json.loads(payload))
+        finally:
+            await served.stop()
+        return answers
+
+    answers = _run(main())
+    assert answers.pop("identity")[0] == 200
+    for enc, (status, payload) in answers.items():
+        assert status == 415, (enc, payload)
+        assert payload["error"]["code"] == "unsupported_encoding"
+        assert repr(enc) in payload["error"]["message"], payload
+
+
 def test_weight_zero_on_the_last_serving_replica_is_a_409():
     """Weight 0 takes a replica out like a drain, so the last-replica guard covers it too."""
     async def main():
