@@ -278,20 +278,21 @@ class Gateway:
                 log.exception("refreshing the served models failed")
             await asyncio.sleep(every_s)
 
-    async def handle_models(self, request: web.Request) -> web.Response:
-        """``GET /v1/models``: the union of the replicas' lists."""
+    async def _answered_models(self) -> dict[str, Any]:
+        """:meth:`_models`, or a 502 (the app's ``json_errors`` answers it) when none answered."""
         body = await self._models()
         if body is None:
-            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
-                                  type_=GATEWAY_ERROR)
-        return web.json_response(body)
+            raise ApiError(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
+                           type_=GATEWAY_ERROR)
+        return body
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        """``GET /v1/models``: the union of the replicas' lists."""
+        return web.json_response(await self._answered_models())
 
     async def handle_model(self, request: web.Request) -> web.Response:
         """``GET /v1/models/{id}``: the model object a replica lists, or OpenAI's 404."""
-        body = await self._models()
-        if body is None:
-            return error_response(502, "no upstream replica answered /v1/models", code="upstream_unavailable",
-                                  type_=GATEWAY_ERROR)
+        body = await self._answered_models()
         name = request.match_info["model"]
         found = next((m for m in body["data"] if m.get("id") == name), None)
         if found is None:
@@ -387,9 +388,9 @@ class Gateway:
         # taken out of what the client receives (OpenAI sends it only when asked)
         upstream_body, stripper = raw, None
         if req.stream and self.request_usage and not wants_usage(req.body):
-            asked = with_usage(req.body)
+            asked = with_usage(raw, req.body)
             if asked is not None:
-                upstream_body, stripper = json.dumps(asked, separators=(",", ":")).encode(), UsageStripper()
+                upstream_body, stripper = asked, UsageStripper()
         share = strategy.student_share_pct if strategy is not None else None
         policy = strategy.route_policy if strategy is not None else None
         try:

@@ -116,13 +116,22 @@ def wants_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(opts, dict) and opts.get("include_usage") is True
 
 
-def with_usage(body: dict[str, Any]) -> dict[str, Any] | None:
-    """``body`` asking the upstream for the usage chunk, or None when it cannot be added (the
-    client sent a ``stream_options`` that is not an object: the replica answers that)."""
+_ASK_USAGE = b'{"stream_options":{"include_usage":true},'
+
+
+def with_usage(raw: bytes, body: dict[str, Any]) -> bytes | None:
+    """The request bytes asking the upstream for the usage chunk, or None when it cannot be
+    added (the client sent a ``stream_options`` that is not an object: the replica answers
+    that). Without ``stream_options`` (the usual case) the key is put in front of the client's
+    own bytes rather than re-encoding a body that may hold a long prompt."""
     opts = body.get("stream_options")
+    if opts is None and "stream_options" not in body:
+        start = raw.find(b"{")  # a JSON object (parse_request checked), with at least "model"
+        return raw[:start] + _ASK_USAGE + raw[start + 1:]
     if opts is not None and not isinstance(opts, dict):
         return None
-    return {**body, "stream_options": {**(opts or {}), "include_usage": True}}
+    return json.dumps({**body, "stream_options": {**(opts or {}), "include_usage": True}},
+                      separators=(",", ":")).encode()
 
 
 class UsageStripper:

@@ -92,6 +92,20 @@ def test_a_bearer_value_that_is_not_utf8_is_a_401():
     _run(main())
 
 
+async def _post_encoded(served, encoding: str, data: bytes) -> tuple[int, dict]:
+    """A weight write whose body says ``Content-Encoding: encoding``, by hand (aiohttp's client
+    would encode it): (status, JSON answer)."""
+    r, w = await asyncio.open_connection(served.host, served.port)
+    w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer " + TOKEN.encode() +
+            b"\r\nContent-Encoding: " + encoding.encode() +
+            b"\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+    answer = await asyncio.wait_for(r.read(), 10)
+    w.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(payload)
+
+
 def test_a_body_that_does_not_decode_as_its_content_encoding_is_a_400():
     """gzip/deflate bodies decode; one that does not is a 400 with a reason (it was a 500)."""
     import gzip
@@ -105,15 +119,7 @@ def test_a_body_that_does_not_decode_as_its_content_encoding_is_a_400():
             body = b'{"weight": 0.5}'
             for enc, data in (("gzip", body), ("deflate", body), ("gzip", gzip.compress(body)),
                               ("deflate", zlib.compress(body))):
-                r, w = await asyncio.open_connection(served.host, served.port)
-                w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                        b"Content-Type: application/json\r\nAuthorization: Bearer " + TOKEN.encode() +
-                        b"\r\nContent-Encoding: " + enc.encode() +
-                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
-                answer = await asyncio.wait_for(r.read(), 10)
-                w.close()
-                head, _, payload = answer.partition(b"\r\n\r\n")
-                answers.append((int(head.split(b" ", 2)[1]), json.loads(payload)))
+                answers.append(await _post_encoded(served, enc, data))
         finally:
             await served.stop()
         return answers
@@ -141,15 +147,7 @@ def test_a_content_coding_the_server_does_not_decode_is_a_415():
         try:
             body = b'{"weight": 0.5}'
             for enc in [*codings, "identity"]:
-                r, w = await asyncio.open_connection(served.host, served.port)
-                w.write(b"POST /v1/replicas/r0/weight HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                        b"Content-Type: application/json\r\nAuthorization: Bearer " + TOKEN.encode() +
-                        b"\r\nContent-Encoding: " + enc.encode() +
-                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                answer = await asyncio.wait_for(r.read(), 10)
-                w.close()
-                head, _, payload = answer.partition(b"\r\n\r\n")
-                answers[enc] = (int(head.split(b" ", 2)[1]), json.loads(payload))
+                answers[enc] = await _post_encoded(served, enc, body)
         finally:
             await served.stop()
         return answers
