@@ -146,9 +146,10 @@ class LabelGuard:
 class _Children:
     """The labelled children of one (model, pool, replica, arm) series set."""
 
-    __slots__ = ("ttft", "itl", "tpot", "e2e", "queue", "prompt", "output", "status", "overflow", "fast")
+    __slots__ = ("model", "ttft", "itl", "tpot", "e2e", "queue", "prompt", "output", "status", "overflow", "fast")
 
     def __init__(self, m: RequestMetrics, labels: tuple[str, str, str, str], overflow: list[Any]) -> None:
+        self.model = labels[0]  # the model label as exported (``other`` when the guard folded it)
         self.ttft = m.ttft.labels(*labels)
         self.itl = m.itl.labels(*labels)
         self.tpot = m.tpot.labels(*labels)
@@ -238,8 +239,9 @@ class RequestMetrics:
     def observe(self, *, model: str, pool: str, replica: str, arm: str, status: str, queue_s: float,
                 ttft_s: float | None, e2e_s: float, prompt_tokens: int, output_tokens: int,
                 itl_gaps_s: Sequence[float] = (), itl_mean_s: float = 0.0, itl_n: int = 0,
-                admit: bool | None = None) -> None:
-        """Account one finished request. ``ttft_s``: None when no first token was seen (a
+                admit: bool | None = None) -> str:
+        """Account one finished request; returns the model label it was counted under (the
+        request's own, or ``other`` when the guard folded it), which the spool line carries too. ``ttft_s``: None when no first token was seen (a
         non-streamed response has none: its body arrives whole). Inter-chunk gaps: each raw gap
         when known; else the mean ``itl_n`` times, which keeps the histogram's ``_sum`` and
         ``_count`` exact (simulator events). TPOT: once, from E2E, TTFT and the output tokens
@@ -275,6 +277,7 @@ class RequestMetrics:
             ch.prompt.inc(prompt_tokens)
         if output_tokens:
             ch.output.inc(output_tokens)
+        return ch.model
 
 
 class GpuMetrics:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -45,7 +46,7 @@ class RequestRecorder:
         if validate:
             event.validate()
         itl = event.itl_ms
-        self.metrics.observe(
+        model = self.metrics.observe(
             model=event.model, pool=event.pool, replica=event.replica, arm=event.arm,
             status=event.status, queue_s=event.queue_ms / 1000.0,
             ttft_s=None if event.ttft_ms is None or not first_token else event.ttft_ms / 1000.0,
@@ -56,6 +57,8 @@ class RequestRecorder:
         )
         self.recorded += 1
         if self.spool is not None:
+            if model != event.model:
+                event = replace(event, model=model)
             self.spool.write_line(event.to_json())
 
 

@@ -307,7 +307,7 @@ class RequestEvent(_Event):
     FIELDS: ClassVar[tuple[Field, ...]] = (
         Field("ts_ms", "int", "epoch ms when the request finished", minimum=0),
         Field("trace_id", "string", "W3C trace id (32 hex chars) of the request"),
-        Field("model", "string", "model name as requested"),
+        Field("model", "string", "model name as requested; 'other' when the gateway's label guard folds it (metrics.label_top_n, metrics.allowed_models)"),
         Field("pool", "string", "replica pool that served it"),
         Field("replica", "string", "replica that served it"),
         Field("arm", "string", "A/B arm the request was bucketed into"),
