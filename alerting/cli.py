@@ -15,7 +15,7 @@ def register(subparsers: Any) -> None:
     g = ss.add_parser("generate", help="write deploy/prometheus/rules and tests from deploy/slo/*.yaml")
     g.add_argument("--specs", type=Path, default=None,
                    help="directory of SLO specs: openslo/v1, openslo/v1alpha, Sloth prometheus/v1 "
-                        "(default deploy/slo, else the installed defaults)")
+                        "(default slo.dir: deploy/slo, else the installed defaults)")
     g.add_argument("--rules-out", type=Path, default=Path("deploy/prometheus/rules"))
     g.add_argument("--tests-out", type=Path, default=Path("deploy/prometheus/tests"))
     g.add_argument("--default-slo-period", default="30d",
@@ -40,15 +40,16 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla import slo_catalog
     from llmsla.alerting import generate as G
-    from llmsla.alerting.yamlsrc import SourceError
     from llmsla.errors import CliError
     from llmsla.resources import deploy
+    from llmsla.yamlsrc import SourceError
 
     period = args.default_slo_period
     if not (period.endswith("d") and period[:-1].isdigit() and int(period[:-1]) > 0):
         raise CliError(f"--default-slo-period: expected whole days like 30d, got {period!r}")
-    specs = args.specs or deploy("slo")
+    specs = args.specs or slo_catalog.specs_dir(cfg)
     if args.check:  # compare with the committed (or installed) files when none are here
         args.rules_out = args.rules_out if args.rules_out.exists() else deploy("prometheus/rules")
         args.tests_out = args.tests_out if args.tests_out.exists() else deploy("prometheus/tests")

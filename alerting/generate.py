@@ -13,9 +13,9 @@ from pathlib import Path
 from llmsla.alerting import rule_tests
 from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
-from llmsla.alerting.slo import SloSpec, load_specs, spec_files
 from llmsla.config import Config
 from llmsla.resources import shown
+from llmsla.slo_specs import SloSpec, load_specs, spec_files
 
 SPECS_DIR = Path("deploy/slo")
 RULES_DIR = Path("deploy/prometheus/rules")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsla import names
-from llmsla.alerting.yamlsrc import Doc, Reader, SourceError, load_docs, load_file
+from llmsla.yamlsrc import Doc, Reader, SourceError, load_docs, load_file
 
 API_VERSION = "llmsla/v1"
 KIND = "ReceiverPolicy"

@@ -30,7 +30,7 @@ from prometheus_client.utils import floatToGoString
 
 from llmsla import names
 from llmsla.alerting import rules as R
-from llmsla.alerting.slo import SloSpec
+from llmsla.slo_specs import SloSpec
 
 MODEL = "llmsla-tiny"
 POOL = "default"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from prometheus_client.utils import floatToGoString
 
 from llmsla import names
-from llmsla.alerting.slo import SloSpec
+from llmsla.slo_specs import SloSpec
 
 #: Sloth's SLI windows (seconds, name); the SLO period is added per spec.
 WINDOWS: tuple[tuple[int, str], ...] = (

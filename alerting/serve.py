@@ -11,9 +11,9 @@ from llmsla.config import Config
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.alerting import policy as policy_mod
-    from llmsla.alerting.yamlsrc import SourceError
     from llmsla.config import check_host, check_port, set_value
     from llmsla.errors import CliError
+    from llmsla.yamlsrc import SourceError
 
     rc = cfg.receiver
     path = args.policy if args.policy is not None else rc.policy

@@ -72,7 +72,7 @@ def render_doc(result: dict[str, Any]) -> str:
         "holds them. Settings: " + ", ".join(f"`{k} = {s[k]}`" for k in (
             "alpha", "srm_alpha", "fixed_block_minutes", "block_minutes", "min_requests", "latency_margin_pct", "ratio_margin_pct",
             "sequential_minutes")) + f"; calibration SLO: TTFT {SLO_TTFT_MS:g} ms, E2E {SLO_E2E_MS:g} ms at "
-        f"{s['latency_target']:g}.",
+        f"{s['ttft_target']:g} / {s['e2e_target']:g}.",
         "",
         "Rates are `rejections/runs = rate [exact (Clopper-Pearson) 95 % interval]`. A test is **within its nominal alpha** when",
         "the interval reaches down to the nominal rate (200 runs cannot prove a rate below 0.1 %: they can",

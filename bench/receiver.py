@@ -92,12 +92,12 @@ def _serve(q: Any, dsn: str, replicas: int) -> None:
     from llmsla.alerting.engine import Engine
     from llmsla.alerting.journal import MemoryJournal, PgJournal
     from llmsla.alerting.receiver import make_app
-    from llmsla.alerting.yamlsrc import load_docs
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
     from llmsla.control.router import Replica, Router
     from llmsla.httpkit import serve as start
+    from llmsla.yamlsrc import load_docs
 
     async def main() -> None:
         pools = [f"p{i}" for i in range(replicas // 2)]

@@ -143,14 +143,14 @@ def bench_report(dsn: str, n: int, repeats: int = 3) -> dict[str, Any]:
 
         def store_report(sequential: bool) -> float:
             t = time.perf_counter()
-            d = ab_data.from_store(conn, exp, start, end)
+            d = ab_data.from_store(conn, exp, start, end, failed=s.failed)
             w, stable = ab_data.weights_timeline(conn, exp, d.start, d.minutes)
             ab_report.analyze(d, s, shares=ab_data.expected_shares(exp, w), srm_minutes=stable, sequential=sequential)
             return time.perf_counter() - t
 
         fixed = [store_report(False) for _ in range(repeats)]
         seq = [store_report(True) for _ in range(repeats)]
-        got = ab_data.from_store(conn, exp, start, end)
+        got = ab_data.from_store(conn, exp, start, end, failed=s.failed)
     anchor = []
     for _ in range(repeats):
         t = time.perf_counter()

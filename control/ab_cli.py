@@ -78,7 +78,7 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
     store = open_store(cfg)
     try:
         with store.connect() as conn:
-            data = ab_data.from_store(conn, exp, start, end)
+            data = ab_data.from_store(conn, exp, start, end, failed=settings.failed)
             weights, stable = ab_data.weights_timeline(conn, exp, data.start, data.minutes)
             rep = ab_report.analyze(data, settings, shares=ab_data.expected_shares(exp, weights), srm_minutes=stable,
                                     sequential=args.sequential, end=end)

@@ -41,7 +41,7 @@ class ArmMinutes:
     start: dt.datetime
     groups: list[str]  # arm names, then DEFAULT_GROUP, FORCED_GROUP
     requests: np.ndarray
-    bad: np.ndarray  # errors + timeouts (availability)
+    bad: np.ndarray  # requests the availability SLO counts as failed
     ttft_within: np.ndarray
     e2e_within: np.ndarray
     ttft_hist: np.ndarray
@@ -156,15 +156,13 @@ def from_arrays(exp: Experiment, start: dt.datetime, end: dt.datetime, *, ts_ms:
     return out
 
 
-_BAD = (names.STATUS_ERROR, names.STATUS_TIMEOUT)
-
-
 def from_events(exp: Experiment, events: Iterable[RequestEvent], start: dt.datetime, end: dt.datetime, *,
-                slo_ttft_ms: float, slo_e2e_ms: float) -> ArmMinutes:
+                slo_ttft_ms: float, slo_e2e_ms: float, failed: frozenset[str]) -> ArmMinutes:
+    """``failed``: the statuses the availability SLO counts as failed (the SLO catalog's)."""
     evs = list(events)
     return from_arrays(
         exp, start, end, ts_ms=np.fromiter((e.ts_ms for e in evs), dtype=np.int64, count=len(evs)),
-        labels=[e.arm for e in evs], bad=np.fromiter((e.status in _BAD for e in evs), dtype=bool, count=len(evs)),
+        labels=[e.arm for e in evs], bad=np.fromiter((e.status in failed for e in evs), dtype=bool, count=len(evs)),
         ttft_ms=np.fromiter((np.nan if e.ttft_ms is None else e.ttft_ms for e in evs), dtype=float, count=len(evs)),
         e2e_ms=np.fromiter((e.e2e_ms for e in evs), dtype=float, count=len(evs)),
         slo_ttft_ms=slo_ttft_ms, slo_e2e_ms=slo_e2e_ms,
@@ -177,15 +175,17 @@ def _pools(exp: Experiment) -> list[str]:
     return sorted({exp.pool, *(a.strategy.pool for a in exp.arms if a.strategy.pool)})
 
 
-def from_store(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, end: dt.datetime) -> ArmMinutes:
+def from_store(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, end: dt.datetime, *,
+               failed: frozenset[str]) -> ArmMinutes:
     """Aggregates from ``request_windows_1m``: the experiment's labels, and the ``default`` label
-    in the pools its traffic is served in."""
+    in the pools its traffic is served in; ``bad`` counts the statuses in ``failed``."""
+    bad = " + ".join(names.STATUS_COLUMNS[st] for st in sorted(failed))
     start, minutes = minute_range(start, end)
     stop = start + dt.timedelta(minutes=minutes)
     rows = conn.execute(
         f"""SELECT bucket, arm, requests, bad, ttft_within, e2e_within, itl_n, itl_sum_ms,
                    array_lower(th, 1), th, array_lower(eh, 1), eh
-            FROM (SELECT bucket, arm, sum(requests) AS requests, sum(errors + timeouts) AS bad,
+            FROM (SELECT bucket, arm, sum(requests) AS requests, sum({bad}) AS bad,
                          sum(ttft_within_slo) AS ttft_within, sum(e2e_within_slo) AS e2e_within,
                          sum(itl_n) AS itl_n, sum(itl_sum_ms) AS itl_sum_ms,
                          llmsla_hist_sum(ttft_hist) AS th, llmsla_hist_sum(e2e_hist) AS eh

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from llmsla import histogram as H
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.control import ab_stats as S
 from llmsla.control.ab_data import DEFAULT_GROUP, ArmMinutes
 
@@ -50,8 +50,14 @@ ATTRIBUTION_ALPHA = 0.01
 
 @dataclass(frozen=True)
 class Settings:
-    """The statistical settings (``[ab]`` and ``[slo]``)."""
+    """The statistical settings (``[ab]``) and the SLO catalog's objectives."""
 
+    slo_ttft_ms: float
+    slo_e2e_ms: float
+    ttft_target: float
+    e2e_target: float
+    availability_target: float
+    failed: frozenset[str]  # request statuses the availability SLO counts as failed
     alpha: float = 0.05
     srm_alpha: float = 0.001
     block_minutes: int = 5  # always-valid mode, breach windows
@@ -61,20 +67,18 @@ class Settings:
     ratio_margin_pct: float = 0.5
     sequential_minutes: int = 60
     min_blocks: int = 4
-    slo_ttft_ms: float = 800.0
-    slo_e2e_ms: float = 10000.0
-    latency_target: float = 0.99
-    availability_target: float = 0.999
 
     @classmethod
     def from_config(cls, cfg: Any) -> Settings:
-        a, s = cfg.ab, cfg.slo
+        a, cat = cfg.ab, slo_catalog.load(cfg)
+        ttft, e2e = cat.required(slo_catalog.SLI_TTFT), cat.required(slo_catalog.SLI_E2E)
         return cls(alpha=a.alpha, srm_alpha=a.srm_alpha, block_minutes=a.block_minutes,
                    fixed_block_minutes=a.fixed_block_minutes,
                    min_requests=a.min_requests, latency_margin_pct=a.latency_margin_pct,
                    ratio_margin_pct=a.ratio_margin_pct, sequential_minutes=a.sequential_minutes,
-                   slo_ttft_ms=s.ttft_ms, slo_e2e_ms=s.e2e_ms, latency_target=s.latency_target,
-                   availability_target=s.availability_target)
+                   slo_ttft_ms=ttft.threshold_ms, slo_e2e_ms=e2e.threshold_ms, ttft_target=ttft.target,
+                   e2e_target=e2e.target, availability_target=cat.availability.target,
+                   failed=cat.availability.failed)
 
 
 @dataclass
@@ -161,6 +165,8 @@ def _clean(o: Any) -> Any:
         return {k: _clean(v) for k, v in o.items()}
     if isinstance(o, list | tuple):
         return [_clean(v) for v in o]
+    if isinstance(o, frozenset):  # the failed statuses
+        return sorted(o)
     if isinstance(o, np.generic):
         return _clean(o.item())
     return o
@@ -214,7 +220,7 @@ def summarize(d: ArmMinutes, s: Settings, expected: np.ndarray) -> list[ArmSumma
             att = min(d.ttft_within[k, m], d.e2e_within[k, m]) / n
             per_min.append(att)
             seen += 1
-            met += att >= s.latency_target
+            met += d.ttft_within[k, m] / n >= s.ttft_target and d.e2e_within[k, m] / n >= s.e2e_target
         out.append(ArmSummary(
             arm, d.experiment.label(arm), req, float(req / total) if total else 0.0, float(expected[k]), qs,
             _ratio(float(d.itl_sum_ms[k].sum()), float(d.itl_n[k].sum())),
@@ -392,7 +398,7 @@ def attribute_breaches(d: ArmMinutes, s: Settings) -> list[Breach]:
 
     A minute is in breach when the trailing ``block_minutes`` window of all the experiment's
     traffic (its arms, forced units and the pool's traffic outside it) misses an SLO: TTFT or
-    E2E attainment below ``slo.latency_target``, availability below ``slo.availability_target``
+    E2E attainment or availability below its SLO's target (the SLO catalog's specs)
     (a window, as SLO alerting evaluates rates: one minute of a few hundred requests is noise).
     Consecutive breach minutes form an interval (from the first breached window's start). For
     each breached SLI, each group's bad requests are compared with the rate of the rest of the
@@ -404,7 +410,7 @@ def attribute_breaches(d: ArmMinutes, s: Settings) -> list[Breach]:
     have met the SLO."""
     w = max(1, s.block_minutes)
     n = d.requests.sum(axis=0)
-    targets = {"ttft": s.latency_target, "e2e": s.latency_target, "availability": s.availability_target}
+    targets = {"ttft": s.ttft_target, "e2e": s.e2e_target, "availability": s.availability_target}
     bad = {sli: _sli_counts(d, sli) for sli in _SLIS}
 
     def trailing(x: np.ndarray) -> np.ndarray:

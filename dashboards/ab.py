@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from llmsla import slo_catalog
 from llmsla.config import Config
 from llmsla.dashboards import common as c
 from llmsla.dashboards import storesql
@@ -27,7 +28,7 @@ def build(cfg: Config) -> dash_m.Dashboard:
     d = d.with_variable(c.query_variable("experiment", storesql.VAR_EXPERIMENT, "Experiment"))
     d = d.with_panel(c.timeseries_panel(
         "SLO attainment per arm", [storesql.ATTAINMENT_BY_ARM], unit="percentunit", w=16, max_val=1,
-        slo=c.slo_line(cfg.slo.latency_target, below_is_good=False),
+        slo=c.slo_line(slo_catalog.load(cfg).latency_target, below_is_good=False),
         description="Share of each arm's requests within the TTFT / E2E objective (exact counts from the windows)."))
     d = d.with_panel(c.bargauge_panel(
         "Traffic share per arm", [storesql.ARM_SUMMARY], unit="percentunit", w=8, min_val=0, max_val=1,

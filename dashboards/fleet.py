@@ -11,19 +11,20 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from llmsla import slo_catalog
 from llmsla.config import Config
 from llmsla.dashboards import common as c
 from llmsla.dashboards import promql, storesql
 
 
 def build(cfg: Config) -> dash_m.Dashboard:
-    slo = cfg.slo
+    slo = slo_catalog.load(cfg)
     ttft_s, e2e_s = slo.ttft_ms / 1000, slo.e2e_ms / 1000
     to_instances = c.link_to(c.UID_INSTANCES, "P99 per instance")
     d = c.new_dashboard(
         c.UID_FLEET, "llmsla / Fleet SLA overview",
         "Live SLA view of the fleet from Prometheus; history from the store. Dashed lines are the SLOs "
-        f"(TTFT {slo.ttft_ms:g} ms, E2E {slo.e2e_ms:g} ms, availability {slo.availability_target:.2%}).",
+        f"({slo.summary()}).",
         time_from="now-1h",
     ).with_variable(c.prometheus_datasource()).with_variable(c.store_datasource())
     for v in c.request_variables():
@@ -35,7 +36,7 @@ def build(cfg: Config) -> dash_m.Dashboard:
                                         description="Finished requests per second by pool (every status)."))
     d = d.with_panel(c.timeseries_panel(
         "Error ratio", [promql.ERROR_RATIO], unit="percentunit", w=12, min_val=0,
-        slo=c.slo_line(1 - slo.availability_target),
+        slo=c.slo_line(slo.availability.error_budget),
         description="Share of requests that ended in error or timeout; the dashed line is the error budget "
                     "of the availability SLO."))
     d = d.with_row(dash.Row("Latency"))

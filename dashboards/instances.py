@@ -11,14 +11,16 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.models import dashboard as dash_m
 
+from llmsla import slo_catalog
 from llmsla.config import Config
 from llmsla.dashboards import common as c
 from llmsla.dashboards import promql, storesql
 
 
 def build(cfg: Config) -> dash_m.Dashboard:
-    ttft_steps = c.log_steps(cfg.metrics.ttft_buckets, cfg.slo.ttft_ms / 1000)
-    e2e_steps = c.log_steps(cfg.metrics.e2e_buckets, cfg.slo.e2e_ms / 1000)
+    slo = slo_catalog.load(cfg)
+    ttft_steps = c.log_steps(cfg.metrics.ttft_buckets, slo.ttft_ms / 1000)
+    e2e_steps = c.log_steps(cfg.metrics.e2e_buckets, slo.e2e_ms / 1000)
     d = c.new_dashboard(
         c.UID_INSTANCES, "llmsla / P99 per instance",
         "TTFT and E2E P99 per replica over time; colour steps are the histogram bounds (log-spaced), red past the SLO.",
@@ -45,6 +47,6 @@ def build(cfg: Config) -> dash_m.Dashboard:
         description="Worst 5 s-window E2E P99 per replica in each interval, from the store."))
     d = d.with_panel(c.timeseries_panel(
         "TTFT P99 per replica (store, lines)", [storesql.TTFT_P99_HISTORY], unit="s", w=24, log_y=True,
-        slo=c.slo_line(cfg.slo.ttft_ms / 1000), links=[c.link_to(c.UID_FLEET, "Fleet SLA overview")],
+        slo=c.slo_line(slo.ttft_ms / 1000), links=[c.link_to(c.UID_FLEET, "Fleet SLA overview")],
         description="The same history as lines, for comparing replicas at one instant."))
     return c.number_panels(d.build())

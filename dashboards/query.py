@@ -18,7 +18,7 @@ class Pending:
     """The data comes from a component another issue is building; until its artefact exists the
     panel shows "no data" and the tests only check that the query parses (and say so)."""
 
-    component: str  # e.g. "alerting (issue 11)"
+    component: str  # e.g. "alerting (`llmsla slo generate`)"
     artefact: str  # what must exist before the data can: e.g. "Sloth recording rules"
 
 
@@ -75,7 +75,7 @@ _PROM_WORDS: set[str] = set()
 _SQL_TABLE = re.compile(r"\bFROM\s+([a-z_][a-z0-9_]*)|\bJOIN\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
 
 #: Pending producers, named once.
-SLOTH_RULES = Pending("alerting (issue 11)", "Sloth recording rules (slo:*) loaded by Prometheus")
+SLOTH_RULES = Pending("alerting (`llmsla slo generate`)", "Sloth recording rules (slo:*) loaded by Prometheus")
 
 
 def base_metric(name: str) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.dashboards import promql, runner, storesql
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
@@ -249,13 +249,14 @@ def arms_section(ctx: Context) -> Section:
         sec.note = _no_data(q)
         return sec
     arms = [r[0] for r in t.rows]
+    slo = slo_catalog.load(ctx.cfg)
     sec.image = figures.bars(arms, {"TTFT": [r[3] or 0 for r in t.rows], "E2E": [r[4] or 0 for r in t.rows]},
-                             title=sec.title, ylabel="share within SLO", objective=ctx.cfg.slo.latency_target)
+                             title=sec.title, ylabel="share within SLO", objective=slo.latency_target)
     sec.table = _table(["arm", "requests", "share", "TTFT attainment", "E2E attainment", "error ratio"],
                        [[r[0], f"{int(r[1]):,}", f"{r[2]:.1%}", f"{r[3]:.2%}", f"{r[4]:.2%}", f"{r[5]:.2%}"] for r in t.rows])
     worst = min(t.rows, key=lambda r: r[3])
     ctx.findings.append(f"SLA attainment: lowest TTFT attainment {worst[3]:.2%} on arm {worst[0]} "
-                        f"(objective {ctx.cfg.slo.latency_target:.0%}).")
+                        f"(objective {slo.required(slo_catalog.SLI_TTFT).target:.2%}).")
     return sec
 
 
@@ -281,7 +282,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 
 def build_sections(ctx: Context) -> list[Section]:
-    slo = ctx.cfg.slo
+    slo = slo_catalog.load(ctx.cfg)
     steps: list[Callable[[], Section]] = [
         lambda: heatmap_section(ctx, promql.TTFT_HEATMAP, "TTFT distribution (heatmap)", slo.ttft_ms / 1000),
         lambda: heatmap_section(ctx, promql.E2E_HEATMAP, "E2E distribution (heatmap)", slo.e2e_ms / 1000),
@@ -307,8 +308,7 @@ def render_html(title: str, ctx: Context, sections: list[Section]) -> str:
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p class='meta'>{ctx.rng.start:%Y-%m-%d %H:%M:%S} to {ctx.rng.end:%Y-%m-%d %H:%M:%S} UTC · "
-             f"SLOs: TTFT {ctx.cfg.slo.ttft_ms:g} ms, E2E {ctx.cfg.slo.e2e_ms:g} ms, "
-             f"{ctx.cfg.slo.latency_target:.0%} of requests · Prometheus: "
+             f"SLOs: {html.escape(slo_catalog.load(ctx.cfg).summary())} · Prometheus: "
              f"{html.escape(ctx.prometheus_url or 'not given')} · variables: All</p>"]
     for i, s in enumerate(sections):
         parts.append(f"<section id='panel-{i}'><h2>{html.escape(s.title)}</h2>")

@@ -11,10 +11,16 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.dashboards import common as c
 from llmsla.dashboards import promql
+
+
+def _window(cfg: Config) -> str:
+    """The SLOs' compliance window in words: their common one, else each its own."""
+    days = {o.window_days for o in slo_catalog.load(cfg).objectives}
+    return f"{days.pop()}-day" if len(days) == 1 else "SLO's own"
 
 
 def build(cfg: Config) -> dash_m.Dashboard:
@@ -30,7 +36,7 @@ def build(cfg: Config) -> dash_m.Dashboard:
     d = d.with_panel(c.stat_panel(
         "Error budget remaining", [promql.BUDGET_REMAINING], unit="percentunit", w=8,
         steps=c.thresholds([(None, "red"), (0.25, "orange"), (0.5, "green")]),
-        description=f"Share of the {cfg.slo.window_days}-day error budget not yet spent (slo:period_error_budget_remaining:ratio)."))
+        description=f"Share of the {_window(cfg)} error budget not yet spent (slo:period_error_budget_remaining:ratio)."))
     d = d.with_panel(c.stat_panel(
         "Current burn rate", [promql.CURRENT_BURN_RATE], unit="x", w=8,
         steps=c.thresholds([(None, "green"), (1, "orange"), (6, "red")]),

@@ -96,6 +96,8 @@ def _json(v: Any) -> Any:
         return v.item()
     if isinstance(v, np.ndarray):
         return v.tolist()
+    if isinstance(v, frozenset):  # an SLO target's statuses
+        return sorted(v)
     raise TypeError(f"not JSON: {type(v).__name__}")
 
 

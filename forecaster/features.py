@@ -165,7 +165,9 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     n = add("requests")
     has = n > 0
     present[..., 0] = has
-    errors = add(req["errors"][ri] + req["timeouts"][ri] + req["rejected"][ri])
+    avail = slo_mod.availability(slos)  # what "failed" and "total" mean: the spec's statuses
+    errors = add(sum(req[names.STATUS_COLUMNS[st]][ri] for st in sorted(avail.failed)))
+    served = add(sum(req[names.STATUS_COLUMNS[st]][ri] for st in sorted(avail.counted)))
     itl_n, itl_sum, itl_sq = add("itl_n"), add("itl_sum_ms"), add("itl_sumsq_ms2")
     with np.errstate(invalid="ignore", divide="ignore"):
         itl_mean = np.where(itl_n > 0, itl_sum / np.where(itl_n > 0, itl_n, 1), np.nan)
@@ -185,6 +187,7 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     counts[..., 2] = ttft_count - add("ttft_within_slo")
     counts[..., 3] = n - add("e2e_within_slo")
     counts[..., 4] = errors
+    counts[..., 5] = served
 
     # SLI signals: latency quantile at the objective / threshold; error ratio / error budget
     signals = np.zeros((nt, n_steps, len(SIGNALS)))

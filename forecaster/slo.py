@@ -1,9 +1,8 @@
 """SLO targets and the degradation label derived from them.
 
 Labelling depends on one small input, a list of :class:`SloTarget` - ``(name, sli, threshold,
-objective)`` per SLI - so it can read ``deploy/slo/`` (OpenSLO) once those specs exist without
-any change here: only :func:`from_config` is replaced. Until then the thresholds come from the
-``[slo]`` config section and the objectives are the defaults below.
+objective, failed)`` per SLI - taken from the SLO catalog (``llmsla.slo_catalog``: the specs in
+``slo.dir``), so the forecaster calls a breach what the burn-rate rules call one.
 
 A window *breaches* an SLO when its share of good events is below the objective. Counts are
 merged exactly over ``slo_window_steps`` consecutive 5 s windows (the SLO evaluation window):
@@ -17,20 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 
-SLI_TTFT = "ttft"  # good: a first token within threshold ms; total: requests with a first token
-SLI_E2E = "e2e"  # good: end to end within threshold ms; total: all requests
-SLI_AVAILABILITY = "availability"  # good: not error, timeout or rejected; total: all requests
+SLI_TTFT = slo_catalog.SLI_TTFT  # good: a first token within threshold ms; total: requests with a first token
+SLI_E2E = slo_catalog.SLI_E2E  # good: end to end within threshold ms; total: all requests
+SLI_AVAILABILITY = slo_catalog.SLI_AVAILABILITY  # failed and total: the statuses its spec selects
 SLIS: tuple[str, ...] = (SLI_TTFT, SLI_E2E, SLI_AVAILABILITY)
-
-#: Default objectives until deploy/slo/ carries them (the alerting issue's SLO specs).
-DEFAULT_OBJECTIVES: dict[str, tuple[str, float]] = {
-    SLI_TTFT: (names.SLO_TTFT, 0.99),
-    SLI_E2E: (names.SLO_E2E, 0.95),
-    SLI_AVAILABILITY: (names.SLO_AVAILABILITY, 0.9995),
-}
 
 
 @dataclass(frozen=True)
@@ -39,22 +31,46 @@ class SloTarget:
     sli: str  # one of SLIS
     threshold: float  # ms for latency SLIs, unused for availability
     objective: float  # share of good events required, 0..1
+    #: availability: the request statuses that fail it, and those its total counts
+    failed: frozenset[str] = frozenset()
+    counted: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.sli not in SLIS:
             raise ValueError(f"SLO {self.name}: unknown SLI {self.sli!r} (known: {', '.join(SLIS)})")
+        if self.sli == SLI_AVAILABILITY and not (self.failed and self.counted <= set(names.STATUSES)
+                                                 and self.failed <= self.counted):
+            raise ValueError(f"SLO {self.name}: availability needs failed statuses within its counted ones")
         if not 0 < self.objective < 1:
             raise ValueError(f"SLO {self.name}: objective must be in (0, 1), got {self.objective}")
 
 
+def from_catalog(catalog: slo_catalog.Catalog) -> list[SloTarget]:
+    """The catalog's TTFT, E2E and availability objectives, as the labels read them."""
+    out = []
+    for sli in SLIS:
+        o = catalog.required(sli)
+        out.append(SloTarget(o.name, sli, o.threshold_ms, o.target, o.failed, o.counted) if sli == SLI_AVAILABILITY
+                   else SloTarget(o.name, sli, o.threshold_ms, o.target))
+    return out
+
+
 def from_config(cfg: Config) -> list[SloTarget]:
-    """Thresholds from ``[slo]``; objectives: 99 % TTFT, 95 % E2E, 99.95 % availability."""
-    thresholds = {SLI_TTFT: cfg.slo.ttft_ms, SLI_E2E: cfg.slo.e2e_ms, SLI_AVAILABILITY: 0.0}
-    return [SloTarget(name, sli, thresholds[sli], obj) for sli, (name, obj) in DEFAULT_OBJECTIVES.items()]
+    """:func:`from_catalog` of the specs ``cfg`` points at (``slo.dir``)."""
+    return from_catalog(slo_catalog.load(cfg))
+
+
+def availability(slos: list[SloTarget]) -> SloTarget:
+    """The availability target of ``slos``: its statuses define the error features and counts."""
+    found = next((s for s in slos if s.sli == SLI_AVAILABILITY), None)
+    if found is None:
+        raise ValueError("the SLO targets name no availability objective (its statuses define a failed request)")
+    return found
 
 
 #: Per-step count columns the labels need, in this order (see features.TargetSeries.counts).
-COUNTS: tuple[str, ...] = ("requests", "ttft_count", "ttft_bad", "e2e_bad", "errors")
+#: ``errors``: requests of the availability SLO's failed statuses; ``served``: of its counted ones.
+COUNTS: tuple[str, ...] = ("requests", "ttft_count", "ttft_bad", "e2e_bad", "errors", "served")
 
 
 def rolling_sum(a: np.ndarray, k: int) -> np.ndarray:
@@ -78,7 +94,7 @@ def breaches(counts: np.ndarray, targets: list[SloTarget], slo_window_steps: int
         elif t.sli == SLI_E2E:
             total, bad = c["requests"], c["e2e_bad"]
         else:
-            total, bad = c["requests"], c["errors"]
+            total, bad = c["served"], c["errors"]
         out |= (total > 0) & (bad > (1.0 - t.objective) * total + 1e-9)
     return out
 

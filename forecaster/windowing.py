@@ -37,8 +37,6 @@ GPU_VALUES: tuple[str, ...] = ("samples", "mem_used_max_bytes", "mem_used_mean_b
 POLICY_KEYS: tuple[str, ...] = ("bucket", "zone", "policy_id")
 POLICY_VALUES: tuple[str, ...] = ("decisions", "traces", "temperature_mean", "temperature_jitter")
 
-_STATUS_COL = {names.STATUS_OK: "ok", names.STATUS_ERROR: "errors", names.STATUS_TIMEOUT: "timeouts",
-               names.STATUS_CANCELLED: "cancelled", names.STATUS_REJECTED: "rejected"}
 
 
 def empty(keys: tuple[str, ...], values: tuple[str, ...]) -> Frame:
@@ -64,9 +62,9 @@ def request_windows(events: Iterable[RequestEvent], *, ttft_slo_ms: float, e2e_s
     rows: list[tuple] = []
     for key in sorted(groups):
         g = groups[key]
-        counts = dict.fromkeys(_STATUS_COL.values(), 0)
+        counts = dict.fromkeys(names.STATUS_COLUMNS.values(), 0)
         for e in g:
-            counts[_STATUS_COL[e.status]] += 1
+            counts[names.STATUS_COLUMNS[e.status]] += 1
         ttft = [e.ttft_ms for e in g if e.ttft_ms is not None]
         e2e = [e.e2e_ms for e in g]
         itl_n = sum(e.itl_ms.n for e in g)

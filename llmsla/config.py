@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import logging
 import math
 import os
 import re
@@ -32,6 +33,8 @@ from urllib.parse import urlsplit
 from llmsla import experiments, names
 from llmsla.errors import UserError
 from llmsla.events import MAX_STRING_CHARS, string_problem
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "LLMSLA_"
 ENV_CONFIG_FILE = "LLMSLA_CONFIG"
@@ -241,14 +244,15 @@ class SpoolConfig:
 
 @dataclass
 class SloConfig:
-    """Service level objectives; thresholds must be bucket bounds of their histograms."""
+    """Where the SLO specs are, and the thresholds a spec may delegate here (value: slo.ttft_ms)."""
 
-    ttft_ms: float = _k(800.0, "time-to-first-token objective, ms", minimum=0)
-    e2e_ms: float = _k(10000.0, "end-to-end latency objective, ms", minimum=0)
-    itl_ms: float = _k(100.0, "time per output token objective, ms: what an SLO on llmsla_request_time_per_output_token_seconds reads (per request)", minimum=0)
-    latency_target: float = _k(0.99, "share of requests that must meet the latency objectives", minimum=0)
-    availability_target: float = _k(0.999, "share of requests that must not fail", minimum=0)
-    window_days: int = _k(30, "SLO compliance window, days", minimum=1)
+    dir: str = _k("", "directory of the OpenSLO specs every component reads (empty: deploy/slo in the working directory, else the packaged defaults)")
+    ttft_ms: float = _k(800.0, "time-to-first-token threshold, ms, for a spec whose value is slo.ttft_ms (must be a bound of metrics.ttft_buckets)", minimum=0)
+    e2e_ms: float = _k(10000.0, "end-to-end latency threshold, ms, for a spec whose value is slo.e2e_ms", minimum=0)
+    itl_ms: float = _k(100.0, "time per output token threshold, ms, for a spec whose value is slo.itl_ms (llmsla_request_time_per_output_token_seconds, per request)", minimum=0)
+    latency_target: float = _k(0.99, "deprecated, no effect: each SLO's target is its spec's objectives[0].target", minimum=0, kind="deprecated")
+    availability_target: float = _k(0.999, "deprecated, no effect: the availability target is its spec's objectives[0].target", minimum=0, kind="deprecated")
+    window_days: int = _k(30, "deprecated, no effect: each SLO's window is its spec's timeWindow", minimum=1, kind="deprecated")
 
 
 @dataclass
@@ -582,6 +586,8 @@ def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_
         check_host(value, f"{where}: {name}")
     elif meta.get("kind") in ("port", "port0"):
         check_port(value, f"{where}: {name}", allow_zero=meta["kind"] == "port0")
+    elif meta.get("kind") == "deprecated":  # accepted for one release, so old files still load
+        log.warning("%s: %s is %s", where, name, meta["doc"])
     if meta.get("check") is not None and (problem := meta["check"](value)) is not None:
         got = f" (got {_shown_value(value)})" if isinstance(value, str) and meta.get("kind") != "secret" else ""
         raise ConfigError(f"{where}: {name}: {problem}{got}")
@@ -774,6 +780,9 @@ def check_startup(cfg: Config) -> None:
     g = cfg.gateway
     pools = list(dict.fromkeys([g.pool, *(split_pool_spec(s)[0] for s in g.pools)]))
     check_arm_pools(experiments.parse(cfg.ab.experiments), g.pool, pools, cfg.source or "configuration")
+    from llmsla import slo_catalog  # the specs every component reads (it imports this module)
+
+    slo_catalog.load(cfg)
 
 
 def check_slo_buckets(cfg: Config) -> None:
@@ -792,10 +801,6 @@ def check_slo_buckets(cfg: Config) -> None:
                 f"{where}: {slo_key} = {ms:g} ms is not a bucket bound of {bkey} "
                 f"({', '.join(f'{b:g}' for b in buckets)} s); add {ms / 1000:g} to the buckets"
             )
-    for key in ("latency_target", "availability_target"):
-        value = getattr(cfg.slo, key)
-        if not 0 < value < 1:
-            raise ConfigError(f"{where}: slo.{key}: must be between 0 and 1 (exclusive), got {value}")
 
 
 def render_doc() -> str:

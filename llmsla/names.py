@@ -42,6 +42,9 @@ STATUS_TIMEOUT = "timeout"
 STATUS_CANCELLED = "cancelled"
 STATUS_REJECTED = "rejected"
 STATUSES: tuple[str, ...] = (STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT, STATUS_CANCELLED, STATUS_REJECTED)
+#: The store windows' count column of each status (request_windows and its roll-ups).
+STATUS_COLUMNS: dict[str, str] = {STATUS_OK: "ok", STATUS_ERROR: "errors", STATUS_TIMEOUT: "timeouts",
+                                  STATUS_CANCELLED: "cancelled", STATUS_REJECTED: "rejected"}
 
 #: ``arm`` of a request that is in no experiment (outside every experiment's coverage, or its
 #: arm's weight was set to 0 by a rollback).
@@ -350,7 +353,7 @@ REQUEST_WINDOW_S = 5
 POLICY_WINDOW_S = 60
 GPU_WINDOW_S = 5
 
-# --- read by the dashboards and the report (issue 14) -------------------------------------------
+# --- read by the dashboards and the report -------------------------------------------
 # Names other components produce that dashboards query (Sloth's rules, alerts, the forecaster's
 # risk) are defined with their producers above; these are the dashboards' own.
 L_LE = "le"  # histogram bucket bound (Prometheus)

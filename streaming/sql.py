@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.events import EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
 from llmsla.store import rollups
@@ -464,7 +464,8 @@ def request_stats_query(cfg: Config, java: bool = True) -> str:
     has a ``window_time`` of its own) and the values of :data:`REQUEST_COLUMNS`, typed (the
     payloads and the minute roll-up rows read them)."""
     w = names.REQUEST_WINDOW_S
-    ttft_slo, e2e_slo = float(cfg.slo.ttft_ms), float(cfg.slo.e2e_ms)
+    slos = slo_catalog.load(cfg)  # within-SLO counts against the specs' thresholds
+    ttft_slo, e2e_slo = float(slos.ttft_ms), float(slos.e2e_ms)
     inner = f"""SELECT model, pool, replica, arm, window_time,
     MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
     COUNT(*) AS requests,

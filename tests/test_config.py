@@ -44,7 +44,6 @@ def test_file_then_env_override(tmp_path: Path) -> None:
         ("[store]\ntimescale = 'maybe'\n", "store.timescale: must be one of auto, require, off"),
         ("[slo]\nttft_ms = 750\n", "slo.ttft_ms = 750 ms is not a bucket bound of metrics.ttft_buckets"),
         ("[metrics]\ne2e_buckets = [1.0, 0.5, 10.0]\n", "metrics.e2e_buckets: bounds must be strictly increasing"),
-        ("[slo]\nlatency_target = 1.5\n", "slo.latency_target: must be between 0 and 1"),
         ("[gateway]\nupstreams = 'http://a'\n", "gateway.upstreams: expected a list"),
         ("[gateway]\nport = 1.5\n", "gateway.port: expected an integer"),
         ("store = 1\n", "[store] must be a table"),
@@ -57,6 +56,15 @@ def test_file_errors_name_file_and_key(tmp_path: Path, text: str, message: str) 
         config_mod.load(p, env={})
     assert message in str(err.value)
     assert str(p) in str(err.value)
+
+
+def test_deprecated_slo_keys_load_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    p = write(tmp_path, "[slo]\nlatency_target = 0.9\nwindow_days = 7\n")
+    with caplog.at_level("WARNING", logger="llmsla.config"):
+        config_mod.load(p, env={})
+    said = caplog.text
+    assert "slo.latency_target is deprecated, no effect" in said and "slo.window_days is deprecated" in said
+    assert str(p) in said
 
 
 def test_slo_error_fixed_by_adding_the_bucket(tmp_path: Path) -> None:

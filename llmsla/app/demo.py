@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsla import config as config_mod
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.app import demo_real
 from llmsla.app.demo_stack import DemoError, Proc, Scale, Stack, prom_query
 from llmsla.app.demo_story import (
@@ -424,8 +424,7 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
                       f"{stack.urls['prometheus']}, Alertmanager {stack.urls['alertmanager']}, logs in {work / 'logs'}")
         if fleet is not None:
             console.print(f"  gateway {fleet.gateway_url} -> {', '.join(f'{r} {u}' for r, u in fleet.worker_urls.items())}"
-                          f" (reference workers); SLOs for them: TTFT {demo_cfg.slo.ttft_ms:g} ms, "
-                          f"E2E {demo_cfg.slo.e2e_ms:g} ms")
+                          f" (reference workers); SLOs for them: {slo_catalog.load(demo_cfg).summary()}")
             console.print(f"  windows x{stack.scale.factor:.4g} (1 h of burn-rate window = "
                           f"{3600 * stack.scale.factor:g} s); the Azure conv trace as real requests, "
                           f"{story.live_s:g} s live: {story.replica} slows down (ramp to x{story.factor:g}), then crashes")

@@ -127,11 +127,14 @@ def first_breaches(conn: Any, cfg: Config, tl: Timeline, replica: str) -> dict[s
     counts merged exactly) below the objective."""
     from llmsla.forecaster.slo import SLI_AVAILABILITY, SLI_E2E, SLI_TTFT, from_config
 
-    bad_of = {SLI_TTFT: "ttft_count - ttft_within_slo", SLI_E2E: "requests - e2e_within_slo",
-              SLI_AVAILABILITY: "errors + timeouts + rejected"}
-    total_of = {SLI_TTFT: "ttft_count", SLI_E2E: "requests", SLI_AVAILABILITY: "requests"}
     out: dict[str, int] = {}
     for slo in from_config(cfg):
+        def columns(statuses: frozenset[str]) -> str:
+            return " + ".join(names.STATUS_COLUMNS[s] for s in sorted(statuses))
+
+        bad_of = {SLI_TTFT: "ttft_count - ttft_within_slo", SLI_E2E: "requests - e2e_within_slo",
+                  SLI_AVAILABILITY: columns(slo.failed)}
+        total_of = {SLI_TTFT: "ttft_count", SLI_E2E: "requests", SLI_AVAILABILITY: columns(slo.counted)}
         for scope, where in (("pool", ""), (replica, "AND replica = %(rep)s")):
             row = conn.execute(f"""
                 WITH w AS (

@@ -21,7 +21,6 @@ from llmsla.alerting.engine import Engine
 from llmsla.alerting.journal import Journal, PgJournal
 from llmsla.alerting.receiver import make_app
 from llmsla.alerting.webhook import fingerprint_of
-from llmsla.alerting.yamlsrc import load_docs
 from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
@@ -29,6 +28,7 @@ from llmsla.control.router import Replica, Router
 from llmsla.httpkit import serve as start
 from llmsla.store.connection import connect
 from llmsla.store.migrate import migrate
+from llmsla.yamlsrc import load_docs
 
 RECEIVER_TOKEN = "receiver-s3cret-for-tests"
 CONTROL_TOKEN = "control-s3cret-for-tests"

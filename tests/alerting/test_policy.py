@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from llmsla.alerting import policy
-from llmsla.alerting.yamlsrc import SourceError, load_docs
 from llmsla.app.cli import main
+from llmsla.yamlsrc import SourceError, load_docs
 
 from .harness import POLICY
 

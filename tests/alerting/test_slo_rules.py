@@ -13,9 +13,9 @@ from llmsla import names, services
 from llmsla.alerting import emit, rule_tests
 from llmsla.alerting import generate as G
 from llmsla.alerting import rules as R
-from llmsla.alerting.slo import load_specs, parse, spec_files
-from llmsla.alerting.yamlsrc import SourceError, load_docs
 from llmsla.app.cli import main
+from llmsla.slo_specs import load_specs, parse, spec_files
+from llmsla.yamlsrc import SourceError, load_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ import yaml
 from llmsla import config as config_mod
 from llmsla import services
 from llmsla.alerting import rules as R
-from llmsla.alerting.slo import load_specs
+from llmsla.slo_specs import load_specs
 
 FIX = Path(__file__).parent / "fixtures" / "sloth"
 EVAL_MIN = (30, 90, 110, 150, 200, 300)

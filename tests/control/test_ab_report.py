@@ -124,13 +124,15 @@ def load(conn: psycopg.Connection, rows: list[dict]) -> None:
 def test_store_path_equals_the_requests_and_the_report_sees_the_slow_arm(pg_dsn: str, cfg, traffic) -> None:
     events, start_ms = traffic
     exp = E.parse(SPEC)["exp"]
+    settings = ab_report.Settings.from_config(cfg)
     start = dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC)
     end = start + dt.timedelta(minutes=MINUTES)
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
         load(conn, window_rows(events, cfg.slo.ttft_ms, cfg.slo.e2e_ms))
-        stored = ab_data.from_store(conn, exp, start, end)
-    direct = ab_data.from_events(exp, events, start, end, slo_ttft_ms=cfg.slo.ttft_ms, slo_e2e_ms=cfg.slo.e2e_ms)
+        stored = ab_data.from_store(conn, exp, start, end, failed=settings.failed)
+    direct = ab_data.from_events(exp, events, start, end, slo_ttft_ms=settings.slo_ttft_ms,
+                                 slo_e2e_ms=settings.slo_e2e_ms, failed=settings.failed)
     assert stored.groups == direct.groups == ["control", "treat", "default", "forced"]
     for field in ("requests", "bad", "ttft_within", "e2e_within", "itl_n"):
         assert np.array_equal(getattr(stored, field), getattr(direct, field)), field
@@ -139,7 +141,6 @@ def test_store_path_equals_the_requests_and_the_report_sees_the_slow_arm(pg_dsn:
     for field in ("ttft_hist", "e2e_hist"):  # the same counts, whatever the window of buckets kept
         assert np.array_equal(_full(getattr(stored, field), stored.hist_lo), _full(getattr(direct, field), direct.hist_lo)), field
     assert stored.requests[stored.index("forced")].sum() > 0  # the forced unit's requests, kept apart
-    settings = ab_report.Settings.from_config(cfg)
     # 20 minutes are 2 blocks of the default 10: too few for a fixed-horizon interval, and said so
     short = ab_report.analyze(stored, ab_report.Settings(**{**settings.__dict__, "min_requests": 1000}))
     assert {c.verdict for c in short.comparisons} == {"inconclusive"}

@@ -71,7 +71,9 @@ def build_reference(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target]
     n = add("requests")
     has = n > 0
     present[..., 0] = has
-    errors = add(req["errors"][ri] + req["timeouts"][ri] + req["rejected"][ri])
+    avail = next(s for s in slos if s.sli == slo_mod.SLI_AVAILABILITY)
+    errors = add(sum(req[names.STATUS_COLUMNS[st]][ri] for st in sorted(avail.failed)))
+    served = add(sum(req[names.STATUS_COLUMNS[st]][ri] for st in sorted(avail.counted)))
     itl_n, itl_sum, itl_sq = add("itl_n"), add("itl_sum_ms"), add("itl_sumsq_ms2")
     with np.errstate(invalid="ignore", divide="ignore"):
         itl_mean = np.where(itl_n > 0, itl_sum / np.where(itl_n > 0, itl_n, 1), np.nan)
@@ -91,6 +93,7 @@ def build_reference(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target]
     counts[..., 2] = ttft_count - add("ttft_within_slo")
     counts[..., 3] = n - add("e2e_within_slo")
     counts[..., 4] = errors
+    counts[..., 5] = served
 
     # SLI signals: latency quantile at the objective / threshold; error ratio / error budget
     signals = np.zeros((nt, n_steps, len(SIGNALS)))

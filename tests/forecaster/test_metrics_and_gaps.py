@@ -104,9 +104,10 @@ def test_a_crash_breaching_in_the_window_it_starts_in_is_a_crash() -> None:
 
 
 def test_labels_from_slo_counts() -> None:
-    slos = [slo_mod.SloTarget("ttft-p99", "ttft", 800, 0.99), slo_mod.SloTarget("avail", "availability", 0, 0.9995)]
+    slos = [slo_mod.SloTarget("ttft-p99", "ttft", 800, 0.99),
+            slo_mod.SloTarget("avail", "availability", 0, 0.9995, frozenset({"error"}), frozenset({"ok", "error"}))]
     counts = np.zeros((10, len(slo_mod.COUNTS)))
-    counts[:, 0] = counts[:, 1] = 50  # requests, with a first token
+    counts[:, 0] = counts[:, 1] = counts[:, 5] = 50  # requests, with a first token, served
     counts[4, 2] = 1  # one slow TTFT of 50 in step 4: 2 % > 1 % allowed
     b1 = slo_mod.breaches(counts, slos, 1)
     assert b1.tolist() == [i == 4 for i in range(10)]

@@ -24,10 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_render(args: argparse.Namespace, cfg: Config) -> int:
-    from llmsla.alerting.yamlsrc import SourceError
     from llmsla.app.k8s import render
     from llmsla.errors import CliError
     from llmsla.resources import LOCAL, deploy
+    from llmsla.yamlsrc import SourceError
 
     # --check compares with the installed manifests when there is no deploy/k8s here
     out = args.out or (deploy("k8s") if args.check else LOCAL / "k8s")

@@ -25,13 +25,14 @@ from typing import Any
 
 import yaml
 
+from llmsla import slo_catalog
 from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
 from llmsla.alerting.generate import SPECS_DIR
-from llmsla.alerting.slo import load_specs, spec_files
 from llmsla.app.k8s import crd_schemas
 from llmsla.config import Config
 from llmsla.resources import deploy
+from llmsla.slo_specs import load_specs, spec_files
 
 K8S_DIR = Path("deploy/k8s")
 ALERTMANAGER_YML = Path("deploy/alertmanager/alertmanager.yml")
@@ -135,7 +136,7 @@ def _yaml(obj: dict[str, Any], source: str, note: str = "") -> str:
 def files(cfg: Config, root: Path = K8S_DIR) -> dict[Path, str]:
     """Every generated file's path and text (nothing written)."""
     out = {
-        root / "base" / "prometheus-rule.yaml": _yaml(prometheus_rule(cfg, deploy("slo")), f"{SPECS_DIR}/*.yaml (the rules of `llmsla slo generate`)"),
+        root / "base" / "prometheus-rule.yaml": _yaml(prometheus_rule(cfg, slo_catalog.specs_dir(cfg)), f"{SPECS_DIR}/*.yaml (the rules of `llmsla slo generate`)"),
         root / "base" / "alertmanager-config.yaml": _yaml(
             alertmanager_config(deploy("alertmanager/alertmanager.yml")), str(ALERTMANAGER_YML),
             "The SLO alerts aggregate the namespace label away: set the Alertmanager resource's\n"

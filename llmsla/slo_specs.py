@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmsla import names
-from llmsla.alerting.yamlsrc import Doc, Reader, SourceError, load_file
 from llmsla.config import Config
+from llmsla.yamlsrc import Doc, Reader, SourceError, load_file
 
 API_VERSION = "openslo/v1"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

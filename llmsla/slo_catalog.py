@@ -1,0 +1,180 @@
+"""The SLO catalog: the one loaded, validated model of the SLO specs that every component reads.
+
+The OpenSLO files in ``slo.dir`` (default: ``deploy/slo``, a copy in the working directory
+first, else the packaged defaults) are the source. The ``[slo]`` section only supplies what a
+spec delegates to it (``value: slo.e2e_ms``). The burn-rate rules, the stream job's within-SLO
+counts, the forecaster's labels, the A/B report, the dashboards and the HTML report take their
+thresholds, targets and the meaning of "failed" from here, so editing a spec changes every one.
+
+What a store-side reader can evaluate, per SLI (the definitions, written once):
+
+* latency (``thresholdMetric`` over a request histogram): good = a request whose value is at most
+  the threshold; total = the requests the histogram holds (TTFT: those with a first token).
+* availability (``ratioMetric`` over ``llmsla_requests_total`` with ``status`` matchers): failed =
+  the statuses its bad selector matches (or those of the total its good selector does not);
+  total = the statuses its total selector matches. The shipped spec leaves ``cancelled`` out of
+  the total and counts ``rejected`` (the gateway's own 429s, upstream 4xx) as served.
+
+Specs over other queries (Sloth's ``prometheus/v1``, custom PromQL) generate rules but have no
+store-side reading; they are in :attr:`Catalog.specs` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmsla import names
+from llmsla.config import Config, ConfigError
+from llmsla.resources import deploy
+from llmsla.slo_specs import SloSpec, load_specs, spec_files
+from llmsla.yamlsrc import SourceError
+
+SLI_TTFT = names.SLO_TTFT
+SLI_E2E = names.SLO_E2E
+SLI_TPOT = "tpot"
+SLI_AVAILABILITY = names.SLO_AVAILABILITY
+#: The request histogram a latency SLI reads -> the SLI.
+LATENCY_SLIS: dict[str, str] = {
+    names.REQUEST_TTFT_SECONDS: SLI_TTFT,
+    names.REQUEST_E2E_SECONDS: SLI_E2E,
+    names.REQUEST_TPOT_SECONDS: SLI_TPOT,
+}
+#: The SLIs every catalog must define: the store's windows count within-SLO requests against
+#: TTFT and E2E, and the forecaster labels breaches of all three.
+REQUIRED_SLIS: tuple[str, ...] = (SLI_TTFT, SLI_E2E, SLI_AVAILABILITY)
+_MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One SLO as a store-side reader evaluates it."""
+
+    name: str  # the spec's name: the alerts' ``slo`` label
+    sli: str  # SLI_TTFT | SLI_E2E | SLI_TPOT | SLI_AVAILABILITY
+    target: float  # share of good events required, in (0, 1)
+    threshold_ms: float = 0.0  # latency SLIs
+    failed: frozenset[str] = frozenset()  # availability: request statuses that spend the budget
+    counted: frozenset[str] = frozenset()  # availability: request statuses in the total
+    window_days: int = 30
+    file: str = ""
+
+    @property
+    def error_budget(self) -> float:
+        return 1.0 - self.target
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every SLO spec, and the objectives the store-side readers evaluate."""
+
+    specs: tuple[SloSpec, ...]
+    objectives: tuple[Objective, ...]
+    source: str
+
+    def objective(self, sli: str) -> Objective | None:
+        """The fleet-wide objective on ``sli`` (None when no spec defines one)."""
+        return next((o for o in self.objectives if o.sli == sli), None)
+
+    def required(self, sli: str) -> Objective:
+        """The objective on one of :data:`REQUIRED_SLIS` (:func:`load` guarantees it)."""
+        o = self.objective(sli)
+        assert o is not None, sli
+        return o
+
+    @property
+    def ttft_ms(self) -> float:
+        """The TTFT threshold the store's ``ttft_within_slo`` counts against."""
+        return self.required(SLI_TTFT).threshold_ms
+
+    @property
+    def e2e_ms(self) -> float:
+        """The E2E threshold the store's ``e2e_within_slo`` counts against."""
+        return self.required(SLI_E2E).threshold_ms
+
+    @property
+    def availability(self) -> Objective:
+        return self.required(SLI_AVAILABILITY)
+
+    @property
+    def latency_target(self) -> float:
+        """The strictest latency target (what one "share within SLO" line on a chart shows)."""
+        return max(o.target for o in self.objectives if o.sli != SLI_AVAILABILITY)
+
+    def summary(self) -> str:
+        """One line for reports and logs: each objective in words."""
+        parts = []
+        for o in self.objectives:
+            share = f"{100 * o.target:.4g} %"
+            if o.sli == SLI_AVAILABILITY:
+                parts.append(f"{o.name} {share} without {' or '.join(sorted(o.failed))}")
+            else:
+                parts.append(f"{o.name} {share} within {o.threshold_ms:g} ms")
+        return ", ".join(parts)
+
+
+def statuses(selector: str) -> frozenset[str]:
+    """The request statuses a ``llmsla_requests_total{...}`` selector's ``status`` matchers
+    select (Prometheus semantics: ``=~``/``!~`` are fully anchored)."""
+    out = set(names.STATUSES)
+    for label, op, value in _MATCHER.findall(selector):
+        if label != names.L_STATUS:
+            continue
+        value = value.encode().decode("unicode_escape")
+        if op in ("=", "!="):
+            hit = {s for s in out if s == value}
+        else:
+            rx = re.compile(value)
+            hit = {s for s in out if rx.fullmatch(s)}
+        out = hit if op in ("=", "=~") else out - hit
+    return frozenset(out)
+
+
+def _metric(selector: str) -> str:
+    return selector.split("{", 1)[0].strip()
+
+
+def _objective(spec: SloSpec) -> Objective | None:
+    """The store-side reading of one spec, or None for a query the store cannot evaluate."""
+    common = dict(name=spec.name, target=spec.target, window_days=spec.window_days, file=spec.file)
+    if spec.kind == "latency" and spec.histogram in LATENCY_SLIS:
+        return Objective(sli=LATENCY_SLIS[spec.histogram], threshold_ms=spec.threshold_s * 1000.0, **common)
+    requests_total = names.REQUESTS + "_total"
+    if spec.kind == "ratio" and _metric(spec.total) == requests_total and \
+            _metric(spec.bad or spec.good) == requests_total:
+        counted = statuses(spec.total)
+        failed = statuses(spec.bad) & counted if spec.bad else counted - statuses(spec.good)
+        return Objective(sli=SLI_AVAILABILITY, failed=failed, counted=counted, **common)
+    return None
+
+
+def specs_dir(cfg: Config) -> Path:
+    """``slo.dir``, else ``deploy/slo`` (the working directory's copy, else the packaged one)."""
+    return Path(cfg.slo.dir) if cfg.slo.dir else deploy("slo")
+
+
+def load(cfg: Config, directory: Path | None = None, period_days: int = 30) -> Catalog:
+    """Load and validate every spec; :class:`~llmsla.config.ConfigError` names the file, line
+    and field of a bad one. Fleet-wide objectives must be unique per SLI (a store window holds
+    one within-SLO count per SLI); TTFT, E2E and availability must be defined."""
+    d = directory if directory is not None else specs_dir(cfg)
+    try:
+        specs = load_specs(spec_files(d), cfg, period_days)
+    except SourceError as exc:
+        raise ConfigError(str(exc)) from None
+    objectives: list[Objective] = []
+    for spec in specs:
+        o = _objective(spec)
+        if o is None or spec.filters:  # a model/pool-restricted spec is not the fleet-wide one
+            continue
+        twin = next((x for x in objectives if x.sli == o.sli), None)
+        if twin is not None:
+            raise ConfigError(f"{spec.file}: SLO {spec.name!r} is a second fleet-wide {o.sli} objective "
+                              f"(first: {twin.name!r} in {twin.file}); the store counts one per SLI")
+        objectives.append(o)
+    for sli in REQUIRED_SLIS:
+        if not any(o.sli == sli for o in objectives):
+            raise ConfigError(f"{d}: no fleet-wide {sli} SLO; the store, the forecaster and the reports need one "
+                              f"(see {deploy('slo')} for the shipped ones)")
+    return Catalog(specs=tuple(specs), objectives=tuple(objectives), source=str(d))
