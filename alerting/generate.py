@@ -54,7 +54,7 @@ def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULE
              tests_dir: Path | None = TESTS_DIR, window_scale: float = 1.0,
              scrape_interval_s: float | None = None, period_days: int = 30) -> Output:
     """Every generated file's path and text (nothing written)."""
-    prof = R.Profile(window_scale)
+    prof = R.Profile(window_scale, cfg.slo.min_requests)
     R.check_windows(prof, scrape_interval_s)
     out = Output(specs=load_specs(spec_files(specs_dir), cfg, period_days))
     for spec in out.specs:
@@ -66,7 +66,7 @@ def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULE
         elif tests_dir is not None and window_scale == 1:
             rel = Path("..") / rules_dir.name / rf.name if tests_dir.parent == rules_dir.parent else rf.resolve()
             try:
-                data, first = rule_tests.test_file(spec, str(rel))
+                data, first = rule_tests.test_file(spec, str(rel), prof.min_requests)
             except ValueError as exc:  # no series the generator can build: skip the tests, keep the rules
                 out.skipped[spec.name] = str(exc)
                 continue

@@ -15,7 +15,10 @@ Scenarios per SLO (two replicas r0, r1 in one pool, ``N`` requests per minute ea
   page, because no replica is an outlier;
 * ``replica fault``: 2 h healthy, then every request of r1 bad: the replica page for r1;
 * ``slow 2x burn``: 121 min healthy, then 2x the budget (alternating per minute so that no check
-  sits on a tie): only the ticket, at the model's minute, and still no page an hour later.
+  sits on a tie): only the ticket, at the model's minute, and still no page an hour later;
+* ``low traffic`` (with a low-traffic guard, ``slo.min_requests``): one request an hour per
+  replica, every one bad, for 8 hours: no window holds ``min_requests`` requests, so nothing
+  fires, where the unguarded rules would page every hour.
 """
 
 from __future__ import annotations
@@ -56,7 +59,11 @@ def per_minute(spec: SloSpec) -> int:
     return n
 
 
-def scenarios(spec: SloSpec) -> list[Scenario]:
+#: The low-traffic scenario: one request an hour per replica, over this many hours.
+LOW_TRAFFIC_HOURS = 8
+
+
+def scenarios(spec: SloSpec, min_requests: int = 0) -> list[Scenario]:
     n = per_minute(spec)
     budget = Fraction(spec.error_budget).limit_denominator(10**6)
     half = int(n * budget / 2)
@@ -85,7 +92,16 @@ def scenarios(spec: SloSpec) -> list[Scenario]:
         Scenario("replica fault: every request of r1 bad fires the replica page for r1", 200, replica_fault,
                  (120, 200)),
         Scenario("slow 2x burn: only the ticket, never a page", slow_start + 200, slow, (slow_start + 200,)),
+        *([low_traffic(min_requests)] if min_requests > len(REPLICAS) * LOW_TRAFFIC_HOURS else []),
     ]
+
+
+def low_traffic(min_requests: int) -> Scenario:
+    """Every request bad, too few of them to page (see the module docstring)."""
+    hours = range(1, LOW_TRAFFIC_HOURS + 1)
+    return Scenario(f"low traffic: fewer than {min_requests} requests in every window, all bad, fire nothing",
+                    60 * LOW_TRAFFIC_HOURS + 10, lambda rep, m: (1, 1) if m % 60 == 0 and m <= 60 * LOW_TRAFFIC_HOURS else (0, 0),
+                    tuple(t for h in hours for t in (60 * h, 60 * h + 1, 60 * h + 4)))
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -112,6 +128,11 @@ class Model:
         if d_req == 0:
             return None  # 0/0: no series, so no alert
         return Fraction(sum(self.bad[r][t] - self.bad[r][lo] for r in reps), d_req)
+
+    def requests(self, reps: tuple[str, ...], window_min: int, t: int) -> int:
+        """Requests counted in ``[t - window, t]`` (what ``increase`` sees, exactly here)."""
+        lo = max(0, t - window_min)
+        return sum(self.req[r][t] - self.req[r][lo] for r in reps)
 
 
 def _minutes(seconds: int) -> int:
@@ -140,18 +161,23 @@ def _gt(x: Fraction | None, thr: Fraction, ties: list[str], what: str) -> bool:
     return x > thr
 
 
-def firing(model: Model, spec: SloSpec, t: int, ties: list[str]) -> dict[tuple[str, str, str], bool]:
+def firing(model: Model, spec: SloSpec, t: int, ties: list[str], min_requests: int = 0) -> dict[tuple[str, str, str], bool]:
     """(alertname, severity, replica or '') -> firing, at minute ``t``."""
     budget = Fraction(spec.error_budget).limit_denominator(10**6)
     out: dict[tuple[str, str, str], bool] = {}
     pool = REPLICAS
     page, ticket = R.spec_pairs(spec)
+
+    def enough(reps: tuple[str, ...], p: R.BurnPair) -> bool:
+        return model.requests(reps, _minutes(p.long_s), t) >= min_requests
+
     for sev, pairs in ((names.SEVERITY_PAGE, page), (names.SEVERITY_TICKET, ticket)):
         out[(R.alert_name(spec), sev, "")] = any(
             _gt(model.ratio(pool, _minutes(p.short_s), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
                 f"pool {p.short} at {t}")
             and _gt(model.ratio(pool, _minutes(p.long_s), t), Fraction(p.factor).limit_denominator(100) * budget, ties,
                     f"pool {p.long} at {t}")
+            and enough(pool, p)
             for p in pairs)
     factor = Fraction(R.OUTLIER_FACTOR).limit_denominator(100)
     for rep in REPLICAS:
@@ -162,7 +188,8 @@ def firing(model: Model, spec: SloSpec, t: int, ties: list[str]) -> dict[tuple[s
             pool_short = model.ratio(pool, _minutes(p.short_s), t)
             if (_gt(short, thr, ties, f"{rep} {p.short} at {t}")
                     and _gt(model.ratio((rep,), _minutes(p.long_s), t), thr, ties, f"{rep} {p.long} at {t}")
-                    and pool_short is not None and _gt(short, factor * pool_short, ties, f"{rep} outlier at {t}")):
+                    and pool_short is not None and _gt(short, factor * pool_short, ties, f"{rep} outlier at {t}")
+                    and enough((rep,), p)):
                 hit = True
         out[(R.alert_name(spec, replica=True), names.SEVERITY_PAGE, rep)] = hit
     return out
@@ -302,11 +329,11 @@ def expected(spec: SloSpec, key: tuple[str, str, str]) -> dict:
     return {"exp_labels": dict(sorted(labels.items())), "exp_annotations": ann}
 
 
-def test_group(spec: SloSpec, sc: Scenario) -> tuple[dict, dict[str, int]]:
+def test_group(spec: SloSpec, sc: Scenario, min_requests: int = 0) -> tuple[dict, dict[str, int]]:
     """One promtool test group; also the first firing minute of each alert (for the docs)."""
     model = Model(sc)
     ties: list[str] = []
-    states = {t: firing(model, spec, t, ties) for t in range(0, sc.minutes + 1)}
+    states = {t: firing(model, spec, t, ties, min_requests) for t in range(0, sc.minutes + 1)}
     checks = set(sc.checks)
     first: dict[str, int] = {}
     for t in range(1, sc.minutes + 1):
@@ -327,10 +354,10 @@ def test_group(spec: SloSpec, sc: Scenario) -> tuple[dict, dict[str, int]]:
     return group, first
 
 
-def test_file(spec: SloSpec, rule_file: str) -> tuple[dict, dict[str, dict[str, int]]]:
+def test_file(spec: SloSpec, rule_file: str, min_requests: int = 0) -> tuple[dict, dict[str, dict[str, int]]]:
     groups, firsts = [], {}
-    for sc in scenarios(spec):
-        g, first = test_group(spec, sc)
+    for sc in scenarios(spec, min_requests):
+        g, first = test_group(spec, sc, min_requests)
         groups.append(g)
         firsts[sc.name] = first
     # recording groups before the alerts at each step, so an alert sees this minute's ratios

@@ -129,9 +129,12 @@ class Literal(str):
 
 @dataclass(frozen=True)
 class Profile:
-    """How windows map to real ranges: 1.0 in production, e.g. 1/240 for an end-to-end test."""
+    """How windows map to real ranges (1.0 in production, e.g. 1/240 for an end-to-end test),
+    and the low-traffic guard: no burn alert while its long window holds fewer than
+    ``min_requests`` requests (0: none, as Sloth generates)."""
 
     window_scale: float = 1.0
+    min_requests: int = 0
 
     def range(self, seconds: float) -> str:
         return duration(seconds * self.window_scale)
@@ -253,7 +256,8 @@ def meta_group(spec: SloSpec) -> dict:
     ]}
 
 
-def _pair(metric: Callable[[str], str], f: str, p: BurnPair, budget: float, outlier: str = "") -> str:
+def _pair(metric: Callable[[str], str], f: str, p: BurnPair, budget: float, outlier: str = "",
+          guard: Callable[[BurnPair], str] | None = None) -> str:
     thr = f"({num(p.factor)} * {num(budget)})"
     cond = (f"    ({metric(p.short)}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
             f"    ({metric(p.long)}{f} > {thr})")
@@ -262,14 +266,42 @@ def _pair(metric: Callable[[str], str], f: str, p: BurnPair, budget: float, outl
         cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric(p.short)}{f}\n"
                  f"      > on({names.L_SLOTH_ID}, {names.L_MODEL}, {names.L_POOL}) group_left()\n"
                  f"    ({outlier} * {pool}))")
+    if guard is not None:
+        cond += guard(p)
     return cond
 
 
-def mwmb_expr(spec: SloSpec, pairs: tuple[BurnPair, ...], *, replica: bool = False) -> str:
+def traffic_total(spec: SloSpec) -> str:
+    """The counter of every request the SLI counts (its denominator), as a selector."""
+    if spec.kind == "latency":
+        filt = ", ".join(f'{k}="{v}"' for k, v in sorted(spec.filters.items()))
+        return f"{spec.histogram}_count" + (f"{{{filt}}}" if filt else "")
+    return spec.total
+
+
+def low_traffic_guard(spec: SloSpec, prof: Profile, by: tuple[str, ...]) -> Callable[[BurnPair], str] | None:
+    """``and on (by) (requests in the pair's long window >= min_requests)``: a handful of requests
+    cannot page (one slow request of three is a 33 % error ratio). None where there is no guard:
+    ``min_requests`` 0, or a Sloth query SLI, whose total is arbitrary PromQL."""
+    if prof.min_requests <= 0 or spec.kind == "query":
+        return None
+    on, total = ", ".join(by), traffic_total(spec)
+
+    def guard(p: BurnPair) -> str:
+        return (f"\n    and on ({on})\n    (sum by ({on}) (increase({total}[{prof.range(p.long_s)}])) "
+                f">= {prof.min_requests})")
+
+    return guard
+
+
+def mwmb_expr(spec: SloSpec, pairs: tuple[BurnPair, ...], *, replica: bool = False,
+              prof: Profile | None = None) -> str:
     metric = names.slo_replica_sli_error if replica else names.slo_sli_error
     f = id_filter(spec)
     outlier = num(OUTLIER_FACTOR) if replica else ""
-    parts = [f"  (\n{_pair(metric, f, p, spec.error_budget, outlier)}\n  )" for p in pairs]
+    by = (names.L_MODEL, names.L_POOL, names.L_REPLICA) if replica else (names.L_MODEL, names.L_POOL)
+    guard = low_traffic_guard(spec, prof or Profile(), by)
+    parts = [f"  (\n{_pair(metric, f, p, spec.error_budget, outlier, guard)}\n  )" for p in pairs]
     return f"max without ({names.L_SLOTH_WINDOW}) (\n" + f"\n  or ignoring ({names.L_SLOTH_WINDOW})\n".join(parts) + "\n)"
 
 
@@ -314,7 +346,7 @@ def alert_labels(spec: SloSpec, severity: str, replica: bool) -> dict[str, str]:
     }
 
 
-def alert_group(spec: SloSpec) -> dict | None:
+def alert_group(spec: SloSpec, prof: Profile | None = None) -> dict | None:
     rules = []
     page, ticket = spec_pairs(spec)
     for severity, pairs, replica in ((names.SEVERITY_PAGE, page, False), (names.SEVERITY_TICKET, ticket, False),
@@ -323,7 +355,7 @@ def alert_group(spec: SloSpec) -> dict | None:
             continue
         rules.append({
             "alert": alert_name(spec, replica),
-            "expr": Literal(mwmb_expr(spec, pairs, replica=replica)),
+            "expr": Literal(mwmb_expr(spec, pairs, replica=replica, prof=prof)),
             "labels": alert_labels(spec, severity, replica),
             "annotations": alert_annotations(spec, severity, replica),
         })
@@ -331,7 +363,7 @@ def alert_group(spec: SloSpec) -> dict | None:
 
 
 def slo_rule_file(spec: SloSpec, prof: Profile) -> dict:
-    groups = [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec)]
+    groups = [sli_group(spec, prof), replica_group(spec, prof), meta_group(spec), alert_group(spec, prof)]
     return {"groups": [g for g in groups if g is not None]}
 
 

@@ -97,6 +97,28 @@ def test_expected_minutes_follow_the_workbook(monkeypatch) -> None:
     assert not any(k.endswith("/r0") for k in first["ttft"][replica])
 
 
+def test_low_traffic_guard_holds_every_burn_alert(monkeypatch) -> None:
+    """Each pair of each burn alert needs slo.min_requests requests in its long window (the SLI's
+    own denominator), per model and pool (and replica for the replica page); 0 = Sloth's rules."""
+    monkeypatch.chdir(ROOT)
+    cfg = _cfg()
+    specs = {s.name: s for s in load_specs(spec_files(ROOT / G.SPECS_DIR), cfg)}
+    guarded = R.slo_rule_file(specs["ttft"], R.Profile(1.0, 20))["groups"][-1]["rules"]
+    pool_page, replica_page = guarded[0]["expr"], guarded[2]["expr"]
+    assert pool_page.count("increase(llmsla_request_ttft_seconds_count[1h])) >= 20") == 1
+    assert pool_page.count("increase(llmsla_request_ttft_seconds_count[6h])) >= 20") == 1
+    assert "and on (model, pool, replica)" in replica_page and "and on (model, pool, replica)" not in pool_page
+    avail = R.slo_rule_file(specs["availability"], R.Profile(1 / 60, 5))["groups"][-1]["rules"][0]["expr"]
+    assert 'increase(llmsla_requests_total{status!="cancelled"}[1m])) >= 5' in avail  # scaled like the windows
+    assert "increase(" not in R.slo_rule_file(specs["ttft"], R.Profile())["groups"][-1]["rules"][0]["expr"]
+    # the scenario bites: unguarded, the same traffic pages every hour
+    low = rule_tests.low_traffic(20)
+    model, ties = rule_tests.Model(low), []
+    unguarded = [t for t in range(low.minutes + 1)
+                 if rule_tests.firing(model, specs["ttft"], t, ties)[("TtftErrorBudgetBurn", "page", "")]]
+    assert unguarded and all(not any(rule_tests.firing(model, specs["ttft"], t, [], 20).values()) for t in unguarded)
+
+
 def test_rules_use_sloth_names_and_bucket_bounds(monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     text = (G.RULES_DIR / "slo-ttft.yml").read_text()

@@ -45,7 +45,7 @@ TOKEN_SECRET = {"name": "llmsla-tokens", "key": "receiver-token"}
 
 def prometheus_rule(cfg: Config, specs_dir: Path = SPECS_DIR) -> dict[str, Any]:
     """The rule files' groups, in their order (SLOs by spec file name, then the static rules)."""
-    prof = R.Profile(1.0)
+    prof = R.Profile(1.0, cfg.slo.min_requests)
     groups: list[dict[str, Any]] = []
     for spec in load_specs(spec_files(specs_dir), cfg):
         groups += R.slo_rule_file(spec, prof)["groups"]
