@@ -39,6 +39,12 @@ def build(cfg: Config) -> dash_m.Dashboard:
         slo=c.slo_line(slo.availability.error_budget),
         description="Share of requests that ended in error or timeout; the dashed line is the error budget "
                     "of the availability SLO."))
+    d = d.with_panel(c.timeseries_panel(
+        "Goodput", [promql.GOODPUT_RATIO], unit="percentunit", w=24, min_val=0, max_val=1,
+        slo=c.slo_line(slo.latency_target, below_is_good=False),
+        description="Share of requests that succeeded within every latency objective of the SLO specs at once "
+                    f"({slo.summary()}), as AIPerf's --goodput counts them; the dashed line is the strictest "
+                    "latency target."))
     d = d.with_row(dash.Row("Latency"))
     d = d.with_panel(c.timeseries_panel(
         "TTFT P50 / P95 / P99", list(promql.TTFT_QUANTILES), unit="s", log_y=True, slo=c.slo_line(ttft_s),

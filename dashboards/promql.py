@@ -27,6 +27,7 @@ def selector(*labels: str, extra: str = "") -> str:
 REQ = selector(*names.REQUEST_LABELS)
 REQUESTS_TOTAL = f"{names.REQUESTS}_total"
 _FAILED = f'{names.L_STATUS}=~"{names.STATUS_ERROR}|{names.STATUS_TIMEOUT}"'
+_COUNTED = f'{names.L_STATUS}!="{names.STATUS_CANCELLED}"'
 
 
 def _q(key: str, expr: str, **kw: object) -> PromQuery:
@@ -53,6 +54,16 @@ ERROR_RATIO = _q(
     f"(sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{selector(*names.REQUEST_LABELS, extra=_FAILED)}[{RATE}]))"
     f" or sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}])) * 0)"
     f" / sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}]))",
+    legend="{{pool}}", labels=(names.L_POOL,),
+)
+
+#: Share of the requests the availability SLO counts (all but cancelled) that met every latency
+#: objective at once (llmsla_request_goodput_total; AIPerf's --goodput over the SLO specs)
+GOODPUT_RATIO = _q(
+    "fleet.goodput_ratio",
+    f"(sum by ({names.L_POOL}) (rate({names.REQUEST_GOODPUT}_total{REQ}[{RATE}]))"
+    f" or sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}])) * 0)"
+    f" / sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{selector(*names.REQUEST_LABELS, extra=_COUNTED)}[{RATE}]))",
     legend="{{pool}}", labels=(names.L_POOL,),
 )
 

@@ -24,12 +24,13 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.events import string_problem
 
@@ -98,6 +99,30 @@ def tpot_seconds(status: str, ttft_s: float | None, e2e_s: float, output_tokens:
     return max(0.0, e2e_s - ttft_s) / (output_tokens - 1)
 
 
+@dataclass(frozen=True)
+class GoodputBounds:
+    """The latency objectives a request must meet at once to count as goodput, in seconds (None:
+    no spec sets that SLI). Without a first token (a non-streamed response) TTFT is its E2E, as
+    the event contract records it; without a TPOT (one output token) that objective is moot."""
+
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+
+    @classmethod
+    def from_catalog(cls, cat: slo_catalog.Catalog) -> GoodputBounds:
+        def bound(sli: str) -> float | None:
+            o = cat.objective(sli)
+            return None if o is None else o.threshold_ms / 1000.0
+
+        return cls(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT), bound(slo_catalog.SLI_E2E))
+
+    def met(self, ttft_s: float | None, tpot_s: float | None, e2e_s: float) -> bool:
+        ttft = e2e_s if ttft_s is None else ttft_s
+        return ((self.e2e_s is None or e2e_s <= self.e2e_s) and (self.ttft_s is None or ttft <= self.ttft_s)
+                and (self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s))
+
+
 class LabelGuard:
     """Bounds the distinct values of each guarded label.
 
@@ -146,7 +171,8 @@ class LabelGuard:
 class _Children:
     """The labelled children of one (model, pool, replica, arm) series set."""
 
-    __slots__ = ("model", "ttft", "itl", "tpot", "e2e", "queue", "prompt", "output", "status", "overflow", "fast")
+    __slots__ = ("model", "ttft", "itl", "tpot", "e2e", "queue", "prompt", "output", "status", "goodput", "overflow",
+                 "fast")
 
     def __init__(self, m: RequestMetrics, labels: tuple[str, str, str, str], overflow: list[Any]) -> None:
         self.model = labels[0]  # the model label as exported (``other`` when the guard folded it)
@@ -158,6 +184,7 @@ class _Children:
         self.prompt = m.tokens.labels(*labels, names.TOKEN_KIND_PROMPT)
         self.output = m.tokens.labels(*labels, names.TOKEN_KIND_OUTPUT)
         self.status = {s: m.requests.labels(*labels, s) for s in names.STATUSES}
+        self.goodput = m.goodput.labels(*labels)
         self.overflow = overflow
         # checked once here instead of per observation (see _fast_histogram)
         self.fast = all(_fast_histogram(h) for h in (self.ttft, self.itl, self.tpot, self.e2e, self.queue))
@@ -185,6 +212,9 @@ class RequestMetrics:
         self.queue = Histogram(names.REQUEST_QUEUE_SECONDS, "Time a request waited in the gateway before dispatch to a replica.",
                                labels, buckets=m.queue_buckets, registry=reg)
         self.requests = Counter(names.REQUESTS, "Finished requests by outcome.", (*labels, names.L_STATUS), registry=reg)
+        self.goodput = Counter(names.REQUEST_GOODPUT, "Successful requests that met every latency objective of the "
+                               "SLO specs at once (TTFT, time per output token, E2E).", labels, registry=reg)
+        self.good = GoodputBounds.from_catalog(slo_catalog.load(cfg))
         self.tokens = Counter(names.TOKENS, "Prompt and generated tokens.", (*labels, names.L_KIND), registry=reg)
         self.in_flight = Gauge(names.REQUESTS_IN_FLIGHT, "Requests currently inside the gateway.", (names.L_POOL,),
                                registry=reg, multiprocess_mode="livesum")
@@ -264,6 +294,8 @@ class RequestMetrics:
             if ttft_s is not None:
                 ch.ttft.observe(ttft_s)
         tpot = tpot_seconds(status, ttft_s, e2e_s, output_tokens)
+        if status == names.STATUS_OK and self.good.met(ttft_s, tpot, e2e_s):
+            ch.goodput.inc()
         if tpot is not None:
             if ch.fast:
                 _observe1(ch.tpot, tpot)

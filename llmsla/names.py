@@ -65,6 +65,9 @@ REQUEST_TPOT_SECONDS = "llmsla_request_time_per_output_token_seconds"
 REQUEST_E2E_SECONDS = "llmsla_request_e2e_seconds"
 REQUEST_QUEUE_SECONDS = "llmsla_request_queue_seconds"
 REQUESTS = "llmsla_requests"  # counter family; exposed as llmsla_requests_total
+#: Requests that met every latency objective of the SLO catalog at once (goodput, as AIPerf's and
+#: vLLM bench's --goodput count it); llmsla_request_goodput_total, labelled like llmsla_requests
+REQUEST_GOODPUT = "llmsla_request_goodput"
 TOKENS = "llmsla_tokens"  # counter, label kind=prompt|output; llmsla_tokens_total
 REQUESTS_IN_FLIGHT = "llmsla_requests_in_flight"
 LABEL_OVERFLOW = "llmsla_label_overflow"  # counter, label=label name; llmsla_label_overflow_total

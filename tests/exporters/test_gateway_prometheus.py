@@ -25,7 +25,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import published_segments, read_segment
 from llmsla.worker.server import WorkerThread
@@ -151,6 +151,11 @@ def test_prometheus_agrees_with_spool(tmp_path: Path, start_prometheus) -> None:
     assert scalar(prom_url, f"sum({names.REQUEST_TPOT_SECONDS}_count)", at) == len(tpot) > 0
     assert math.isclose(scalar(prom_url, f"sum({names.REQUEST_TPOT_SECONDS}_sum)", at), sum(tpot), rel_tol=1e-6)
     assert scalar(prom_url, f"sum({names.REQUEST_E2E_SECONDS}_count)", at) == len(events)
+    # goodput: ok, and within every latency objective of the specs at once (TTFT = E2E unstreamed)
+    cat = slo_catalog.load(cfg)
+    good = [e for e in events if e.status == "ok" and e.e2e_ms <= cat.e2e_ms
+            and (e.e2e_ms if e.ttft_ms is None else e.ttft_ms) <= cat.ttft_ms]
+    assert scalar(prom_url, f"sum({names.REQUEST_GOODPUT}_total)", at) == len(good)
     assert scalar(prom_url, f"sum({names.REQUEST_QUEUE_SECONDS}_count)", at) == len(events)
     assert scalar(prom_url, f"sum({names.REQUEST_INTER_CHUNK_SECONDS}_count)", at) == sum(e.itl_ms.n for e in events)
     out_tokens = scalar(prom_url, f'sum({names.TOKENS}_total{{kind="{names.TOKEN_KIND_OUTPUT}"}})', at)

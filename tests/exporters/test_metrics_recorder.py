@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from llmsla import config as config_mod
 from llmsla import names
 from llmsla.events import EventError, GpuSample, ItlSummary, RequestEvent
 from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
+from llmsla.resources import deploy
 from llmsla.spool import SpoolWriter, published_segments, read_segment
 
 
@@ -256,3 +258,32 @@ def test_only_served_models_claim_label_slots_and_unrenderable_values_never_do()
         assert guard.fold(names.L_MODEL, bad, admit=True) == (other, True)
     assert guard.fold(names.L_MODEL, "second", admit=True) == ("second", False)
     assert guard.fold(names.L_MODEL, "third", admit=True) == (other, True)  # top_n reached
+
+
+def test_goodput_counts_requests_within_every_objective_at_once(tmp_path: Path) -> None:
+    """AIPerf's --goodput rule on the SLO catalog's bounds (TTFT 800 ms, E2E 10 s as shipped, plus
+    a TPOT objective here): ok and every bound met at once; TTFT is E2E without a first token."""
+    d = tmp_path / "slo"
+    shutil.copytree(deploy("slo"), d)
+    (d / "tpot.yaml").write_text((d / "ttft.yaml").read_text().replace("name: ttft\n", "name: tpot\n")
+                                 .replace("llmsla_request_ttft_seconds", names.REQUEST_TPOT_SECONDS)
+                                 .replace("value: slo.ttft_ms", "value: slo.itl_ms"))
+    cfg = _cfg(tmp_path)
+    cfg.slo.dir = str(d)
+    reg = CollectorRegistry()
+    rec = RequestRecorder(cfg, registry=reg)
+    cases = [  # (ttft_ms, e2e_ms, output tokens, status, first token, counts)
+        (100.0, 1000.0, 11, "ok", True, True),  # TPOT 90 ms
+        (900.0, 1000.0, 2, "ok", True, False),  # TTFT over 800 ms
+        (100.0, 11000.0, 2, "ok", True, False),  # E2E over 10 s
+        (100.0, 2100.0, 11, "ok", True, False),  # TPOT 200 ms over 100 ms
+        (800.0, 10000.0, 1, "ok", True, True),  # on every bound (le), one token: no TPOT
+        (700.0, 700.0, 5, "ok", False, True),  # not streamed: TTFT is its E2E
+        (900.0, 900.0, 5, "ok", False, False),  # not streamed, E2E over the TTFT bound
+        (100.0, 200.0, 3, "error", True, False),  # fast, but failed
+    ]
+    for ttft, e2e, out, status, first, _ in cases:
+        rec.record(_event(ttft_ms=ttft, e2e_ms=e2e, output_tokens=out, status=status), first_token=first)
+    got = reg.get_sample_value("llmsla_request_goodput_total", {"model": "m", "pool": "p", "replica": "r0",
+                                                                "arm": "default"})
+    assert got == sum(c[-1] for c in cases) == 3
