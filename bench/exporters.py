@@ -12,6 +12,9 @@
 5. GenAI spans and OTLP metrics: the gateway's CPU per proxied stream with spans off (no
    exporter), sampled at 1 % and 100 %, and with OTLP metrics, against today's gateway (the
    revision before them, run from git history) in the same run.
+6. The per-client bound (``gateway.client_share``): its admission step in process, and the
+   gateway's CPU per proxied stream with it off / on / behind a trusted proxy against the
+   revision before it, interleaved in the same run.
 
 ``python bench/exporters.py [--quick]`` prints a table and writes bench/results/exporters.json;
 ``--only SECTION`` (repeatable) writes bench/results/exporters-<sections>.json instead.
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -667,13 +671,16 @@ def serve_otlp_sink(port: int) -> None:
 
 
 def bench_otel(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: str, gap_s: float = 0.002,
-               tokens: int = 8, drain_s: float = 6.0) -> tuple[list[dict], dict]:
+               tokens: int = 8, drain_s: float = 6.0,
+               variants_of: Any = None) -> tuple[list[dict], dict]:
     """Gateway CPU per proxied stream: today's gateway (``ref``, anchor) and this one with spans
     off (no exporter), sampled at 1 % and at 100 %, and with OTLP metrics, each its own process
     against the same upstream, the load interleaved round by round (order rotating). A
     gateway's CPU in round i is what its process spent from the start of its load in round i to
     the start of its load in round i+1 (the last round: until ``drain_s`` after the end), so
-    span export and metric collection done in the background are charged to it."""
+    span export and metric collection done in the background are charged to it.
+    ``variants_of(legacy_path, sink_url)`` -> {name: extra environment} measures other variants
+    the same way (the first is the anchor)."""
     up_port, sink_port = free_port(), free_port()
     sink = f"http://127.0.0.1:{sink_port}"
     base = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp / "spool"), "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin"}
@@ -681,7 +688,7 @@ def bench_otel(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: s
     for k in [k for k in base if k.startswith("LLMSLA_OTEL_")]:
         base.pop(k)
     legacy = legacy_tree(ref)
-    variants = {  # name -> extra environment
+    variants = variants_of(legacy, sink) if variants_of is not None else {  # name -> extra environment
         f"today's gateway ({ref}, anchor)": {"PYTHONPATH": str(legacy)},
         "spans off (no otel.endpoint)": {},
         "spans on, sampled 1 %": {"LLMSLA_OTEL_ENDPOINT": sink + "/v1/traces", "LLMSLA_OTEL_SAMPLE_RATIO": "0.01"},
@@ -747,13 +754,85 @@ def bench_otel(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: s
                      "median_round_ratio": round(statistics.median(ratios), 3),
                      "round_ratio_min": round(min(ratios), 3), "round_ratio_max": round(max(ratios), 3),
                      "client_ttft_p50_ms": round(statistics.median(ttft[n]), 3)})
-    one_pct = next(r for r in rows if "1 %" in r["gateway"])
+    one_pct = next((r for r in rows if "1 %" in r["gateway"]), rows[0])
     info = {"rounds": rounds, "concurrency": concurrency, "per_stream": per_stream, "tokens": tokens, "gap_s": gap_s,
             "base_ref": ref, "loadavg_1m_before": load0, "loadavg_1m_after": load1,
             "per_round_cpu_ms": {n: [round(x, 4) for x in v] for n, v in per_round.items()},
             "otlp_sink": json.loads(sink_out.strip().splitlines()[-1]) if sink_out.strip() else None,
             "target_1pct_ratio": 1.10, "target_1pct_met": one_pct["median_round_ratio"] <= 1.10}
     return rows, info
+
+
+#: main where the per-client bound (gateway.client_share) was added: the anchor of section clients.
+CLIENTS_BASE_REF = "99d0b42"
+
+
+def bench_clients_micro(n: int) -> list[dict]:
+    """In process, per request: the per-client admission step of ``Gateway.handle_completion``
+    (client key, count up, count down and delete at zero), against the same loop doing nothing
+    (the anchor), in rounds interleaved (order alternating); best round of each."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from llmsla.exporters.clients import ClientIdentity
+
+    none = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json"}))
+    xff = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json",
+                                        "X-Forwarded-For": "203.0.113.9, 10.1.2.3"}))
+
+    def admit(ids: ClientIdentity, peer: str, headers: Any) -> Any:
+        slots: dict[str, int] = {}
+        cap = 512
+
+        def one() -> None:  # the lines of handle_completion, in its order
+            client = ids.key(peer, headers)
+            held = slots.get(client, 0)
+            if held >= cap:
+                return
+            slots[client] = held + 1
+            held = slots[client] - 1
+            if held:
+                slots[client] = held
+            else:
+                del slots[client]
+        return one
+
+    def nothing() -> None:
+        return None
+
+    cases = {
+        "no per-client step (anchor: the call itself)": nothing,
+        "peer address (no trusted proxies)": admit(ClientIdentity(), "192.0.2.7", none),
+        "trusted proxy, X-Forwarded-For of 2 hops": admit(ClientIdentity(["10.0.0.0/8"]), "10.0.0.5", xff),
+        "trusted proxy, X-Client-Id": admit(ClientIdentity(["10.0.0.0/8"], "X-Client-Id"), "10.0.0.5",
+                                            CIMultiDictProxy(CIMultiDict({"X-Client-Id": "team-a"}))),
+    }
+    best = {name: float("inf") for name in cases}
+    names_ = list(cases)
+    for r in range(10):
+        for name in (names_ if r % 2 == 0 else names_[::-1]):
+            fn = cases[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / n * 1e6)
+    anchor = best[names_[0]]
+    return [{"case": name, "us_per_request": round(us, 3), "added_us": round(us - anchor, 3)}
+            for name, us in best.items()]
+
+
+def bench_clients(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: str) -> tuple[list[dict], dict]:
+    """Gateway CPU per proxied stream before the per-client bound (``ref``, anchor) and with it:
+    off (client_share = 1), on (the default 0.5, keyed by peer), on behind a trusted proxy (the
+    client's peer listed in gateway.trusted_proxies), interleaved round by round as in
+    :func:`bench_otel`."""
+    def variants(legacy: Path, sink: str) -> dict[str, dict[str, str]]:
+        return {
+            f"before ({ref}, anchor)": {"PYTHONPATH": str(legacy)},
+            "client_share = 1 (bound off)": {"LLMSLA_GATEWAY_CLIENT_SHARE": "1"},
+            "client_share = 0.5 (default, peer key)": {},
+            "client_share = 0.5, peer a trusted proxy": {"LLMSLA_GATEWAY_TRUSTED_PROXIES": "127.0.0.0/8"},
+        }
+    return bench_otel(rounds, concurrency, per_stream, tmp, ref, drain_s=1.0, variants_of=variants)
 
 
 def main() -> int:
@@ -769,7 +848,8 @@ def main() -> int:
     ap.add_argument("--per-stream", type=int, default=10, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=5, help=argparse.SUPPRESS)
     ap.add_argument("--stagger-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel"], action="append",
+    ap.add_argument("--clients-ref", default=CLIENTS_BASE_REF, help="git revision before the per-client bound (section clients)")
+    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel", "clients"], action="append",
                     help="run only these sections (repeat); default all")
     args = ap.parse_args()
     if args.serve_upstream:
@@ -783,7 +863,7 @@ def main() -> int:
                                      args.stagger_s)))
         return 0
     q = args.quick
-    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel"))
+    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel", "clients"))
     inputs = {"quick": q, "instr_requests": 2000 if q else 20000, "itl_gaps_per_request": [8, 64],
               "overhead_rounds": 2 if q else 7, "concurrency": 50,
               "upstream": "raw-protocol SSE server (own process), 8 one-token chunks, first at once, then 2 ms or 20 ms apart",
@@ -836,6 +916,16 @@ def main() -> int:
         print(f"   target: 1 % sampling <= 1.10x today's (median of per-round ratios): "
               f"{'met' if info['target_1pct_met'] else 'NOT met'}; OTLP sink got {info['otlp_sink']}")
         out["otel"] = {"in_process": micro, "rows": rows, **info}
+    if "clients" in only:
+        micro = bench_clients_micro(inputs["instr_requests"] * 5)
+        print_table(micro, "6a. per-client admission step per request, in process")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows, info = bench_clients(inputs["otel_rounds"], inputs["otel_concurrency"], inputs["otel_per_stream"],
+                                       Path(tmp), args.clients_ref)
+        for k in ("otlp_sink", "target_1pct_ratio", "target_1pct_met"):
+            info.pop(k, None)
+        print_table(rows, "6b. gateway CPU per proxied stream (8 chunks), per-client bound vs before")
+        out["clients"] = {"in_process": micro, "rows": rows, **info}
     if args.only:
         # a partial run writes its own file, so exporters.json keeps one run's sections together
         name = "exporters-" + "-".join(sorted(only))

@@ -44,13 +44,14 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
-from llmsla.config import Config
+from llmsla.config import Config, check_key
 from llmsla.control.distill import DistillControls
 from llmsla.control.probe import HealthProber
 from llmsla.control.rollout import OUTSIDE, Assignment, Rollout
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
 from llmsla.control.router import from_config as router_from_config
 from llmsla.events import RequestEvent
+from llmsla.exporters.clients import ClientIdentity
 from llmsla.exporters.gateway_telemetry import GatewayTelemetry, RequestTelemetry
 from llmsla.exporters.openai import (
     CHAT_COMPLETIONS,
@@ -179,6 +180,14 @@ class Gateway:
         self.max_prompt_chars = g.max_prompt_chars
         self.max_concurrency = g.max_concurrency
         self.in_flight = 0
+        # the per-client bound (gateway.client_share of max_in_flight): slots held per client
+        # key, checked before the body is read; a key leaves the dict when it reaches zero
+        for k in ("client_share", "trusted_proxies", "client_header"):  # a Config built in code
+            check_key(cfg, "gateway." + k)
+        self.client_share = g.client_share
+        self.client_cap = max(1, int(g.client_share * g.max_in_flight)) if g.client_share < 1 else 0
+        self.clients = ClientIdentity(g.trusted_proxies, g.client_header)
+        self.client_slots: dict[str, int] = {}
         self._slots: asyncio.Semaphore | None = None
         self.session: ClientSession | None = None  # prober and /v1/models (off the hot path)
         self.upstream: UpstreamPool | None = None  # the proxied requests
@@ -313,8 +322,31 @@ class Gateway:
         self.metrics.bad_request(exc.code)
         return exc.response()
 
+    def _over_share(self, client: str) -> web.Response:
+        """429 for a client that already holds its share of the in-flight slots (body unread)."""
+        self.metrics.bad_request(names.REASON_CLIENT_OVER_SHARE)
+        shown = client if len(client) <= 80 else client[:77] + "..."
+        msg = (f"client {shown!r} already has {self.client_cap} requests in flight, its limit "
+               f"(gateway.client_share = {self.client_share:g} of gateway.max_in_flight = {self.max_in_flight}); "
+               "retry when one finishes. Behind a proxy or load balancer all its clients share its address: "
+               "list it in gateway.trusted_proxies (and set gateway.client_header if it names clients "
+               "otherwise than X-Forwarded-For)")
+        resp = error_response(429, msg, code=names.REASON_CLIENT_OVER_SHARE, type_=GATEWAY_ERROR,
+                              headers={"Retry-After": "1"})
+        resp.force_close()  # its body is not read: do not keep the connection for another request
+        return resp
+
     async def handle_completion(self, request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter()
+        # the per-client bound, before the body is read: a client trickling bodies holds at most
+        # client_cap slots, the rest are refused at once
+        client: str | None = None
+        if self.client_cap:
+            client = self.clients.key(request.remote, request.headers)
+            held = self.client_slots.get(client, 0)
+            if held >= self.client_cap:
+                return self._over_share(client)
+            self.client_slots[client] = held + 1
         # a request holds its in-flight slot from its first body byte: a client trickling its
         # body costs a slot like any other (bounded by http.body_timeout_s)
         self.in_flight += 1
@@ -342,6 +374,12 @@ class Gateway:
             resp = await self._proxy(request, raw, req, timer, tel, a, key)
             return resp
         finally:
+            if client is not None:
+                held = self.client_slots[client] - 1
+                if held:
+                    self.client_slots[client] = held
+                else:
+                    del self.client_slots[client]
             self.in_flight -= 1
             self._in_flight_gauge.dec()
             if tel is not None:  # the SERVER span ends with the status the client got (none: it left)

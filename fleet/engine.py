@@ -322,7 +322,10 @@ class Simulator:
     # -- request path ----------------------------------------------------------------------------
     def _on_arrival(self, r: Req) -> None:
         """The gateway receives a request: the same admission steps as ``exporters/gateway.py``
-        (in-flight cap -> rejected; wait for an upstream slot; pick; dispatch)."""
+        (in-flight cap -> rejected; wait for an upstream slot; pick; dispatch). Its per-client
+        bound (``gateway.client_share``) is not modelled: arrivals carry no client address (a
+        unit is a session, not a peer), and the bound's 429 records no RequestEvent; a replayed
+        trace never has one client holding a share of ``max_in_flight``."""
         cfg, rng = self.cfg, self.rng
         self._open += 1
         pool = self._pools[0] if len(self._pools) == 1 else self._pools[_draw(self._pool_cum, rng.random())]

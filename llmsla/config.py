@@ -185,6 +185,37 @@ def token_problem(value: str) -> str | None:
     return None
 
 
+def _share_problem(value: float) -> str | None:
+    return None if value > 0 else f"must be > 0 (a share of gateway.max_in_flight; 1 = no per-client bound), got {value!r}"
+
+
+def network_problem(value: str) -> str | None:
+    """Why ``value`` is not an IP address or CIDR network (``10.0.0.0/8``, ``fd00::/8``), else
+    None; a network with host bits set (``10.0.0.1/8``) is refused: /8 or the one host?"""
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(value.strip(), strict=True)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+#: RFC 9110 token characters: what a header field name may be made of.
+_TCHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def header_name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an HTTP header name, else None."""
+    if not value:
+        return "must not be empty"
+    if len(value) > 64:
+        return f"longer than 64 characters ({len(value)})"
+    if not set(value) <= _TCHARS:
+        return "not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    return None
+
+
 def _theta_problem(value: float) -> str | None:
     return None if value < 1 else f"must be < 1 (an EMA memory), got {value!r}"
 
@@ -284,6 +315,9 @@ class GatewayConfig:
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
     max_concurrency: int = _k(256, "upstream requests in flight at once; the rest wait in the gateway queue", minimum=1)
+    client_share: float = _k(0.5, "the most of max_in_flight one client may hold at once (at least 1 request, floor(share x max_in_flight)); past it 429 before the body is read; 1 = no per-client bound. A client is its peer address, or behind gateway.trusted_proxies the gateway.client_header", minimum=0, maximum=1, check=_share_problem)
+    trusted_proxies: list[str] = _k([], "peers (IP addresses or CIDR networks, e.g. 10.0.0.0/8) whose gateway.client_header names the client (an ingress, a load balancer, an auth proxy); the header of any other peer is ignored", check=_each(network_problem))
+    client_header: str = _k("X-Forwarded-For", "header naming the client when the peer is a trusted proxy: X-Forwarded-For (its rightmost address that is not a trusted proxy) or any other header (its whole value, e.g. an auth proxy's X-Client-Id)", check=header_name_problem)
     max_prompt_chars: int = _k(65536, "reject prompts (all message contents) longer than this many characters (400)", minimum=1)
     request_usage: bool = _k(True, "ask a streaming upstream for its token usage (stream_options.include_usage) when the client did not, and strip that chunk from what the client receives")
     workers: int = _k(1, "gateway processes sharing the port (SO_REUSEPORT, multi-process metrics)", minimum=1)
@@ -619,6 +653,14 @@ def check_port(value: int, where: str, *, allow_zero: bool = False) -> int:
     if not (0 if allow_zero else 1) <= value <= 65535:
         raise ConfigError(f"{where}: port must be {'0' if allow_zero else '1'}..65535, got {value}")
     return value
+
+
+def check_key(cfg: Config, key: str) -> None:
+    """Run ``section.key``'s declared checks on its value in ``cfg`` (a Config built in code
+    meets at a component's start-up what :func:`load` refuses); ConfigError names the key."""
+    section, _, name = key.partition(".")
+    obj = getattr(cfg, section)
+    _set(obj, section, name, getattr(obj, name), cfg.origins.get(key) or cfg.source or "configuration")
 
 
 def set_value(cfg: Config, key: str, value: Any, where: str) -> None:

@@ -72,6 +72,9 @@ TOKENS = "llmsla_tokens"  # counter, label kind=prompt|output; llmsla_tokens_tot
 REQUESTS_IN_FLIGHT = "llmsla_requests_in_flight"
 LABEL_OVERFLOW = "llmsla_label_overflow"  # counter, label=label name; llmsla_label_overflow_total
 GATEWAY_BAD_REQUESTS = "llmsla_gateway_bad_requests"  # counter, label reason; 4xx before dispatch
+#: ``reason`` (and ``error.code`` of the 429) of a request refused because its client already
+#: holds its share of the gateway's in-flight slots (gateway.client_share of max_in_flight)
+REASON_CLIENT_OVER_SHARE = "client_over_share"
 #: Request header naming the unit a request belongs to (a session or user), for the student
 #: split and A/B bucketing; the body's OpenAI ``user`` field takes precedence, else the trace id.
 UNIT_HEADER = "X-Session-Id"

@@ -86,6 +86,19 @@ CASES: list[tuple[str, Any, bool]] = [
     ("gateway.pools", ["canary=notaurl"], False),
     ("gateway.pools", ["=http://127.0.0.1:9002"], False),
     ("gateway.pools", ["http://127.0.0.1:9002"], False),
+    ("gateway.client_share", 0.25, True),
+    ("gateway.client_share", 1.0, True),  # no per-client bound
+    ("gateway.client_share", 0, False),
+    ("gateway.client_share", 1.5, False),
+    ("gateway.client_share", float("nan"), False),
+    ("gateway.client_share", -0.5, False),
+    ("gateway.trusted_proxies", ["10.0.0.0/8", "192.0.2.7", "fd00::/8"], True),
+    ("gateway.trusted_proxies", ["10.0.0.0/33"], False),
+    ("gateway.trusted_proxies", ["10.0.0.1/8"], False),  # host bits set: the network or the host?
+    ("gateway.trusted_proxies", ["ingress.local"], False),
+    ("gateway.client_header", "X-Client-Id", True),
+    ("gateway.client_header", "X Client", False),
+    ("gateway.client_header", "", False),
     ("control.redis_url", "redis://127.0.0.1:1/0", True),
     ("control.redis_url", "redis://:pw-of-redis@127.0.0.1:abc/0", False),  # crashed the gateway
     ("control.redis_url", "http://127.0.0.1:6379", False),

@@ -229,7 +229,8 @@ def test_upstream_errors_timeouts_and_cancellation(tmp_path: Path) -> None:
 
 
 def test_overload_rejects_with_429(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, max_in_flight=2, max_concurrency=1, request_timeout_s=2.0)
+    # one client: the global bound, not the per-client one (test_gateway_client_share.py)
+    cfg = _cfg(tmp_path, max_in_flight=2, max_concurrency=1, request_timeout_s=2.0, client_share=1.0)
 
     async def main() -> list:
         async with upstream() as (url, _):

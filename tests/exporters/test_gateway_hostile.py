@@ -209,6 +209,7 @@ async def _closed_within(conns: list, timeout_s: float) -> int:
 def test_slow_clients_are_closed_and_good_requests_keep_going(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, header_timeout_s=1.5, body_timeout_s=2.0)
     cfg.gateway.max_in_flight = 150
+    cfg.gateway.client_share = 1.0  # attackers and good client share 127.0.0.1: the global bound here
 
     async def main() -> None:
         app = web.Application()
@@ -259,6 +260,7 @@ def test_slow_clients_are_closed_and_good_requests_keep_going(tmp_path: Path) ->
 def test_body_reads_hold_in_flight_slots_and_connections_are_bounded(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, header_timeout_s=5.0, body_timeout_s=1.5, max_connections=60)
     cfg.gateway.max_in_flight = 20
+    cfg.gateway.client_share = 1.0  # one client holds every slot: the global bound here
 
     async def main() -> None:
         app = web.Application()
