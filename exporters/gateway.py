@@ -188,6 +188,7 @@ class Gateway:
         self.client_cap = max(1, int(g.client_share * g.max_in_flight)) if g.client_share < 1 else 0
         self.clients = ClientIdentity(g.trusted_proxies, g.client_header)
         self.client_slots: dict[str, int] = {}
+        self._proxy_warned: set[str] = set()
         self._slots: asyncio.Semaphore | None = None
         self.session: ClientSession | None = None  # prober and /v1/models (off the hot path)
         self.upstream: UpstreamPool | None = None  # the proxied requests
@@ -322,9 +323,16 @@ class Gateway:
         self.metrics.bad_request(exc.code)
         return exc.response()
 
-    def _over_share(self, client: str) -> web.Response:
+    def _over_share(self, client: str, request: web.Request) -> web.Response:
         """429 for a client that already holds its share of the in-flight slots (body unread)."""
         self.metrics.bad_request(names.REASON_CLIENT_OVER_SHARE)
+        if (client == request.remote and request.headers.get("X-Forwarded-For")
+                and client not in self._proxy_warned and len(self._proxy_warned) < 64):
+            # most likely an ingress or load balancer not listed as trusted: say so once per peer
+            self._proxy_warned.add(client)
+            log.warning("%s forwards requests for other clients (X-Forwarded-For) but is not in "
+                        "gateway.trusted_proxies, so all of them share one client's limit of %d in flight",
+                        client, self.client_cap)
         shown = client if len(client) <= 80 else client[:77] + "..."
         msg = (f"client {shown!r} already has {self.client_cap} requests in flight, its limit "
                f"(gateway.client_share = {self.client_share:g} of gateway.max_in_flight = {self.max_in_flight}); "
@@ -345,7 +353,7 @@ class Gateway:
             client = self.clients.key(request.remote, request.headers)
             held = self.client_slots.get(client, 0)
             if held >= self.client_cap:
-                return self._over_share(client)
+                return self._over_share(client, request)
             self.client_slots[client] = held + 1
         # a request holds its in-flight slot from its first body byte: a client trickling its
         # body costs a slot like any other (bounded by http.body_timeout_s)

@@ -124,7 +124,8 @@ def test_one_client_cannot_lock_out_the_rest(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_cap(tmp_path: Path) -> None:
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_cap(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     # cap = floor(0.25 x 8) = 2; 127.0.0.1 is the proxy, 127.0.0.2 an untrusted peer
     cfg = _cfg(tmp_path, client_share=0.25, trusted_proxies=["127.0.0.1/32"])
 
@@ -144,10 +145,14 @@ def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_cap(tmp_path: 
                     assert status == 429 and payload["error"]["code"] == names.REASON_CLIENT_OVER_SHARE, spoof
                 status, _ = await _post(gw.url, B, {"X-Forwarded-For": "10.0.0.9"})
                 assert status == 429  # keyed by its peer, 127.0.0.2, which is at its cap
+                # a peer that forwards for others but is not trusted: the operator is told once
+                assert (await _post(gw.url, B, {"X-Forwarded-For": "10.0.0.8"}))[0] == 429
+                said = [r.getMessage() for r in caplog.records if "gateway.trusted_proxies" in r.getMessage()]
+                assert len(said) == 1 and said[0].startswith(f"{B} forwards requests for other clients"), said
                 # another client behind the proxy, and the proxy itself, are served
                 assert (await _post(gw.url, A, {"X-Forwarded-For": "10.0.0.2"}))[0] == 200
                 assert (await _post(gw.url, A))[0] == 200
-                assert _refused(registry) == 3
+                assert _refused(registry) == 4
                 for _, w in held:
                     w.close()
                 await _settle(gw, {})
