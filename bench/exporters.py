@@ -15,6 +15,10 @@
 6. The per-client bound (``gateway.client_share``): its admission step in process, and the
    gateway's CPU per proxied stream with it off / on / behind a trusted proxy against the
    revision before it, interleaved in the same run.
+7. The hardening pass (issue 39's input validation, redaction, spool accounting, per-client
+   bound, label admission into the store): the gateway's CPU per proxied stream against the
+   revision before it, interleaved round by round, with the geometric mean of the per-round
+   ratios and its 95 % interval; target: at most 5 % more CPU per request.
 
 ``python bench/exporters.py [--quick]`` prints a table and writes bench/results/exporters.json;
 ``--only SECTION`` (repeatable) writes bench/results/exporters-<sections>.json instead.
@@ -38,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_result  # noqa: E402
+from _common import paired_interval, print_table, write_result  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
 from llmsla import names  # noqa: E402
@@ -835,6 +839,31 @@ def bench_clients(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref
     return bench_otel(rounds, concurrency, per_stream, tmp, ref, drain_s=1.0, variants_of=variants)
 
 
+#: main before the hardening pass (issue 39): the anchor of section hardening.
+HARDENING_BASE_REF = "b2fb9f1"
+#: The hardening pass may cost at most 5 % of the gateway's CPU per request: before / today >= 1/1.05.
+HARDENING_TARGET = 1 / 1.05
+
+
+def bench_hardening(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: str) -> tuple[list[dict], dict]:
+    """Gateway CPU per proxied stream before the hardening pass (``ref``, anchor) and today, with
+    its defaults and with the per-client bound off, interleaved round by round as in
+    :func:`bench_otel`; ``paired``: before / today per round (speed, higher is better)."""
+    def variants(legacy: Path, sink: str) -> dict[str, dict[str, str]]:
+        return {
+            f"before ({ref}, anchor)": {"PYTHONPATH": str(legacy)},
+            "today (defaults)": {},
+            "today, client_share = 1": {"LLMSLA_GATEWAY_CLIENT_SHARE": "1"},
+        }
+    rows, info = bench_otel(rounds, concurrency, per_stream, tmp, ref, drain_s=1.0, variants_of=variants)
+    per_round = list(info["per_round_cpu_ms"].values())
+    anchor = per_round[0]
+    info["paired"] = {name: paired_interval([a / b if b else None for a, b in zip(anchor, v, strict=True)],
+                                            HARDENING_TARGET)
+                      for name, v in zip(list(info["per_round_cpu_ms"])[1:], per_round[1:], strict=True)}
+    return rows, info
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run while developing")
@@ -849,7 +878,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help=argparse.SUPPRESS)
     ap.add_argument("--stagger-s", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--clients-ref", default=CLIENTS_BASE_REF, help="git revision before the per-client bound (section clients)")
-    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel", "clients"], action="append",
+    ap.add_argument("--hardening-ref", default=HARDENING_BASE_REF, help="git revision before the hardening pass (section hardening)")
+    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel", "clients", "hardening"], action="append",
                     help="run only these sections (repeat); default all")
     args = ap.parse_args()
     if args.serve_upstream:
@@ -863,7 +893,7 @@ def main() -> int:
                                      args.stagger_s)))
         return 0
     q = args.quick
-    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel", "clients"))
+    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel", "clients", "hardening"))
     inputs = {"quick": q, "instr_requests": 2000 if q else 20000, "itl_gaps_per_request": [8, 64],
               "overhead_rounds": 2 if q else 7, "concurrency": 50,
               "upstream": "raw-protocol SSE server (own process), 8 one-token chunks, first at once, then 2 ms or 20 ms apart",
@@ -926,6 +956,18 @@ def main() -> int:
             info.pop(k, None)
         print_table(rows, "6b. gateway CPU per proxied stream (8 chunks), per-client bound vs before")
         out["clients"] = {"in_process": micro, "rows": rows, **info}
+    if "hardening" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows, info = bench_hardening(inputs["otel_rounds"], inputs["otel_concurrency"], inputs["otel_per_stream"],
+                                         Path(tmp), args.hardening_ref)
+        for k in ("otlp_sink", "target_1pct_ratio", "target_1pct_met"):
+            info.pop(k, None)
+        print_table(rows, "7. gateway CPU per proxied stream (8 chunks), after the hardening pass vs before")
+        for name, p in info["paired"].items():
+            print(f"   {name}: before/today {p.get('geomean', float('nan')):.3f} "
+                  f"[{p.get('low', float('nan')):.3f}, {p.get('high', float('nan')):.3f}] over {p['rounds']} rounds; "
+                  f"target >= {HARDENING_TARGET:.3f} (<= 5 % more CPU): {p['verdict']}")
+        out["hardening"] = {"rows": rows, **info}
     if args.only:
         # a partial run writes its own file, so exporters.json keeps one run's sections together
         name = "exporters-" + "-".join(sorted(only))
