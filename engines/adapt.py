@@ -20,6 +20,10 @@ ADAPTERS: dict[str, Callable[[Exposition], dict[str, Any]]] = {
 }
 
 
+#: Every family some adapter reads: the rest of an exposition is not parsed.
+READS: tuple[str, ...] = tuple(sorted({*vllm.READS, *sglang.READS, *trtllm.READS, *triton.READS}))
+
+
 class UnknownEngine(ValueError):
     """No known engine's metrics in the exposition (``auto``), or none of the configured one's."""
 
@@ -40,4 +44,4 @@ def snapshot(expo: Exposition, engine: str, *, replica: str, pool: str, ts: floa
 def from_text(body: str, content_type: str | None, engine: str, *, replica: str, pool: str,
               ts: float) -> EngineSnapshot:
     """Parse and adapt in one step (tests, ``llmsla engines --once``)."""
-    return snapshot(parse(body, content_type), engine, replica=replica, pool=pool, ts=ts)
+    return snapshot(parse(body, content_type, READS), engine, replica=replica, pool=pool, ts=ts)

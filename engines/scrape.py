@@ -22,7 +22,7 @@ from typing import Any
 from llmsla import names
 from llmsla.config import Config
 
-from .adapt import UnknownEngine, snapshot
+from .adapt import READS, UnknownEngine, snapshot
 from .parse import ParseError, parse
 from .record import EngineSnapshot, ReplicaState
 
@@ -133,7 +133,7 @@ class Scraper:
         ts = time.time()
         body, ctype = await self.fetch(target)
         try:
-            expo = await asyncio.to_thread(parse, body, ctype)
+            expo = await asyncio.to_thread(parse, body, ctype, READS)
             snap = snapshot(expo, target.engine, replica=target.replica, pool=target.pool, ts=ts)
         except ParseError as exc:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None

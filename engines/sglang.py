@@ -21,6 +21,13 @@ from .parse import Exposition
 from .record import as_int
 
 ENGINE = names.ENGINE_SGLANG
+#: The families this adapter reads (only these are parsed, :func:`llmsla.engines.parse.select`).
+READS: tuple[str, ...] = (
+    "sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage", "sglang:max_total_num_tokens",
+    "sglang:num_retracted_requests", "sglang:cached_tokens", "sglang:prompt_tokens", "sglang:cache_hit_rate",
+    "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+    "sglang:e2e_request_latency_seconds", "sglang:queue_time_seconds",
+)
 
 
 def read(expo: Exposition) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from .record import as_int
 ENGINE = names.ENGINE_TRITON
 _REQ = "nv_trt_llm_request_metrics"
 _KV = "nv_trt_llm_kv_cache_block_metrics"
+#: The families this adapter reads (only these are parsed, :func:`llmsla.engines.parse.select`).
+READS: tuple[str, ...] = (_REQ, _KV, "nv_inference_first_response_histogram_ms")
 
 
 def _is(label: str, value: str) -> Callable[[Any], bool]:

@@ -19,6 +19,14 @@ from .parse import Exposition
 from .record import as_int
 
 ENGINE = names.ENGINE_TRTLLM
+#: The families this adapter reads (only these are parsed, :func:`llmsla.engines.parse.select`).
+READS: tuple[str, ...] = (
+    "trtllm_kv_cache_max_blocks", "trtllm_kv_cache_tokens_per_block", "trtllm_kv_cache_reused_blocks",
+    "trtllm_kv_cache_missed_blocks", "trtllm_kv_cache_utilization", "trtllm_kv_cache_used_blocks",
+    "trtllm_num_requests_waiting", "trtllm_num_requests_running", "trtllm_kv_cache_hit_rate",
+    "trtllm_time_to_first_token_seconds", "trtllm_time_per_output_token_seconds",
+    "trtllm_e2e_request_latency_seconds", "trtllm_request_queue_time_seconds",
+)
 
 
 def read(expo: Exposition) -> dict[str, Any]:

@@ -17,6 +17,14 @@ from llmsla import names
 from .parse import Exposition
 
 ENGINE = names.ENGINE_VLLM
+#: The families this adapter reads (only these are parsed, :func:`llmsla.engines.parse.select`).
+READS: tuple[str, ...] = (
+    "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+    "vllm:cache_config_info", "vllm:num_preemptions", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hit_rate",
+    "vllm:lora_requests_info", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+)
 
 
 def _label_int(value: str | None) -> int | None:

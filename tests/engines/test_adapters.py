@@ -221,3 +221,18 @@ def test_snapshot_from_a_parsed_exposition() -> None:
     s = snapshot(expo, names.ENGINE_SGLANG, replica="r3", pool="canary", ts=1.5)
     ev = s.to_event()
     assert (ev.replica, ev.pool, ev.engine, ev.ts_ms) == ("r3", "canary", "sglang", 1500)
+
+
+def test_only_the_families_an_adapter_reads_are_parsed() -> None:
+    from llmsla.engines.adapt import READS
+    from llmsla.engines.parse import select
+
+    om = select(ex.vllm().openmetrics, READS)
+    assert om.endswith("# EOF\n") and "vllm:iteration_tokens_total" not in om and "vllm:prompt_tokens" not in om
+    assert "vllm:time_to_first_token_seconds_bucket" in om and "vllm:cache_config_info" in om
+    # a body with no engine family is still parsed in full: garbage stays a parse error ...
+    with pytest.raises(ParseError):
+        parse("<html>502</html>", TEXT, READS)
+    # ... and an exposition of something else is an unknown engine, not a parse error
+    with pytest.raises(UnknownEngine):
+        _read("# TYPE up gauge\nup 1\n", TEXT)
