@@ -96,6 +96,13 @@ def test_once_prints_samples_and_fails_when_a_replica_is_down(tmp_path: Path) ->
         assert got["r0"]["sample"]["engine"] == "trtllm" and got["r1"]["sample"]["engine"] == "triton"
         assert got["r1"]["sample"]["itl"] is None
         EngineSample.from_dict(got["r0"]["sample"])
+        # without --upstream: the gateway's replicas, with the gateway's ids and pools
+        gw = _run("engines", "--once", env={**env, "LLMSLA_GATEWAY_UPSTREAMS": trt.url,
+                                            "LLMSLA_GATEWAY_POOLS": f"canary={tri.url}",
+                                            "LLMSLA_ENGINE_TYPES": "canary=triton,default=trtllm"})
+        assert gw.returncode == 0, gw.stderr
+        got = {rid: (v["sample"]["pool"], v["sample"]["engine"]) for rid, v in json.loads(gw.stdout).items()}
+        assert got == {"r0": ("default", "trtllm"), "r1": ("canary", "triton")}
         down = _run("engines", "--once", "--upstream", f"http://127.0.0.1:{services.free_port()}", env=env)
         assert down.returncode == 1 and json.loads(down.stdout)["r0"]["reason"] == "connect"
 
