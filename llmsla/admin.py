@@ -237,13 +237,13 @@ def cmd_spool_stats(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_spool_recover(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    for kind in names.SPOOL_KINDS:
+    for kind in names.SPOOL_ALL_KINDS:
         print(f"{kind}: published {spool.recover(cfg.spool_dir(), kind)} abandoned segments")
     return 0
 
 
 def cmd_spool_prune(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    for kind in names.SPOOL_KINDS:
+    for kind in names.SPOOL_ALL_KINDS:
         n = spool.prune(cfg.spool_dir(), kind, older_than_s=cfg.spool.retention_s)
         print(f"{kind}: removed {n} segments")
     return 0
@@ -251,7 +251,7 @@ def cmd_spool_prune(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 def cmd_spool_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     bad = good = 0
-    for kind in names.SPOOL_KINDS:
+    for kind in names.SPOOL_ALL_KINDS:
         for path in spool.published_segments(cfg.spool_dir(), kind):
             for item in spool.read_segment(path, kind):
                 if isinstance(item, spool.BadLine):

@@ -128,6 +128,34 @@ def _pool_spec_problem(spec: str) -> str | None:
     return None
 
 
+def split_engine_spec(spec: str) -> tuple[str, str]:
+    """``pool=engine`` (``engine.types``) as (pool, engine type); ValueError says why not."""
+    pool, sep, engine = spec.partition("=")
+    if not sep:
+        raise ValueError(f"expected pool=engine with engine one of {'|'.join(names.ENGINE_TYPES)}")
+    if (problem := label_problem(pool)) is not None:
+        raise ValueError(f"pool name {problem}")
+    if engine not in names.ENGINE_TYPES:
+        raise ValueError(f"engine after '{pool}=' must be one of {', '.join(names.ENGINE_TYPES)}")
+    return pool, engine
+
+
+def _engine_spec_problem(spec: str) -> str | None:
+    try:
+        split_engine_spec(spec)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _engine_specs_problem(specs: list[str]) -> str | None:
+    if (problem := _each(_engine_spec_problem)(specs)) is not None:
+        return problem
+    pools = [spec.partition("=")[0] for spec in specs]
+    dup = next((p for p in pools if pools.count(p) > 1), None)
+    return None if dup is None else f"pool {_shown_value(dup)} is listed twice"
+
+
 def dsn_problem(value: str) -> str | None:
     """Why psycopg cannot parse ``value`` as a DSN (URL or key=value), else None (also for empty:
     the embedded store). The driver's reason is scrubbed: it echoes the bad token, often the password."""
@@ -380,6 +408,29 @@ class GpuConfig:
 
 
 @dataclass
+class EngineConfig:
+    """The engine adapters (`llmsla engines`): each replica's own /metrics, normalised."""
+
+    scrape_interval_s: float = _k(1.0, "seconds between two scrapes of one replica's /metrics", minimum=0.05)
+    timeout_s: float = _k(0.8, "give up on one scrape after this long (connect, headers and body together)", minimum=0.01)
+    max_bytes: int = _k(8 << 20, "largest /metrics body read; a longer one is a failed scrape (a replica that streams forever)", minimum=1024)
+    backoff_max_s: float = _k(30.0, "a failing replica is retried after scrape_interval_s, doubling per failure up to this", minimum=0.05)
+    types: list[str] = _k([], f"engine type per pool as pool=engine, engine one of {', '.join(names.ENGINE_TYPES)} "
+                              f"(what the pod label {names.ENGINE_TYPE_POD_LABEL} says for the pool's replicas); a pool not listed is auto (by metric prefix)",
+                          check=_engine_specs_problem)
+    host: str = _k("127.0.0.1", "listen address of `llmsla engines` (/metrics)", kind="host")
+    port: int = _k(9402, "listen port of `llmsla engines` (/metrics)", kind="port")
+
+    def engine_of(self, pool: str) -> str:
+        """The configured engine type of ``pool`` (``auto`` when it is not listed)."""
+        for spec in self.types:
+            p, _, engine = spec.partition("=")
+            if p == pool:
+                return engine
+        return names.ENGINE_AUTO
+
+
+@dataclass
 class StreamConfig:
     """The PyFlink windowing job."""
 
@@ -509,6 +560,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     otel: OtelConfig = field(default_factory=OtelConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     http: HttpConfig = field(default_factory=HttpConfig)

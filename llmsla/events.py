@@ -1,4 +1,4 @@
-"""The data contracts: ``RequestEvent``, ``PolicyEvent`` and ``GpuSample``.
+"""The data contracts: ``RequestEvent``, ``PolicyEvent``, ``GpuSample`` and ``EngineSample``.
 
 One JSON object per line, versioned by ``v``; times are epoch milliseconds (``ts_ms``), durations
 milliseconds. Each event class declares its fields once in ``FIELDS``; validation, the JSON
@@ -41,7 +41,7 @@ class Field:
     """One field of an event: its JSON type and the constraints validation enforces."""
 
     name: str
-    type: str  # "int" | "number" | "string" | "itl"
+    type: str  # "int" | "number" | "string" | "itl" | "hist" | "strings"
     doc: str
     minimum: float | None = None
     maximum: float | None = None
@@ -170,6 +170,57 @@ def _parse_itl(kind: str, value: Any) -> ItlSummary:
     return s
 
 
+#: Most bucket bounds a ``hist`` field may carry, and most items of a ``strings`` field.
+MAX_BUCKETS = 64
+MAX_LIST_ITEMS = 64
+HIST_KEYS = ("le", "counts", "sum", "count")
+
+
+def _parse_hist(kind: str, f: Field, value: Any) -> dict[str, Any]:
+    """A cumulative histogram as an engine exposes it: finite upper bounds ``le`` (strictly
+    increasing, the +Inf bucket left out: it is ``count``), cumulative ``counts`` per bound
+    (non-decreasing, at most ``count``), ``sum`` and ``count``."""
+    name = f.name
+    if not isinstance(value, dict):
+        raise EventError(kind, name, f"expected object, got {type(value).__name__}")
+    missing = [k for k in HIST_KEYS if k not in value]
+    if missing:
+        raise EventError(kind, f"{name}.{missing[0]}", "missing")
+    extra = set(value) - set(HIST_KEYS)
+    if extra:
+        raise EventError(kind, f"{name}.{shown_name(sorted(extra)[0])}", "unknown field")
+    le, counts = value["le"], value["counts"]
+    for key, items in (("le", le), ("counts", counts)):
+        if not isinstance(items, list):
+            raise EventError(kind, f"{name}.{key}", f"expected array, got {type(items).__name__}")
+        if len(items) > MAX_BUCKETS:
+            raise EventError(kind, f"{name}.{key}", f"more than {MAX_BUCKETS} buckets")
+    if len(le) != len(counts):
+        raise EventError(kind, f"{name}.counts", f"{len(counts)} counts for {len(le)} bounds")
+    bounds = [float(_check_number(kind, Field(f"{name}.le[{i}]", "number", ""), b, integer=False))
+              for i, b in enumerate(le)]
+    cum = [int(_check_number(kind, Field(f"{name}.counts[{i}]", "int", "", minimum=0), c, integer=True))
+           for i, c in enumerate(counts)]
+    for i in range(1, len(bounds)):
+        if bounds[i] <= bounds[i - 1]:
+            raise EventError(kind, f"{name}.le[{i}]", "bounds must increase strictly")
+        if cum[i] < cum[i - 1]:
+            raise EventError(kind, f"{name}.counts[{i}]", "cumulative counts must not decrease")
+    total = int(_check_number(kind, Field(f"{name}.count", "int", "", minimum=0), value["count"], integer=True))
+    if cum and cum[-1] > total:
+        raise EventError(kind, f"{name}.count", "smaller than the last bucket")
+    hsum = float(_check_number(kind, Field(f"{name}.sum", "number", ""), value["sum"], integer=False))
+    return {"le": bounds, "counts": cum, "sum": hsum, "count": total}
+
+
+def _parse_strings(kind: str, f: Field, value: Any) -> list[str]:
+    if not isinstance(value, list | tuple):
+        raise EventError(kind, f.name, f"expected array, got {type(value).__name__}")
+    if len(value) > MAX_LIST_ITEMS:
+        raise EventError(kind, f.name, f"more than {MAX_LIST_ITEMS} items")
+    return [_check_string(kind, Field(f"{f.name}[{i}]", "string", ""), v) for i, v in enumerate(value)]
+
+
 def _check_value(kind: str, f: Field, raw: Any) -> Any:
     """One field's value, checked against its declaration; returns the normalised value."""
     if raw is None:
@@ -184,6 +235,10 @@ def _check_value(kind: str, f: Field, raw: Any) -> Any:
         return _check_string(kind, f, raw)
     if f.type == "itl":
         return _parse_itl(kind, raw)
+    if f.type == "hist":
+        return _parse_hist(kind, f, raw)
+    if f.type == "strings":
+        return _parse_strings(kind, f, raw)
     raise AssertionError(f.type)  # pragma: no cover - a programming error in FIELDS
 
 
@@ -400,19 +455,99 @@ class GpuSample(_Event):
             raise EventError(self.KIND, "mem_used_bytes", "exceeds mem_total_bytes")
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSample(_Event):
+    """One scrape of one inference engine replica's /metrics, normalised across engines.
+
+    Every value is what the engine itself reports (docs/engines.md names the source metric per
+    engine); a field the engine does not expose is null, never 0. Counters and histograms are the
+    engine's cumulative values as scraped (summed over the engine's data-parallel ranks);
+    ``counter_reset`` is 1 when one of them went down since the replica's previous sample (the
+    engine restarted), so a reader takes this sample's values, not a difference, as the increase.
+    Histogram bounds are in seconds whatever unit the engine uses."""
+
+    ts_ms: int
+    replica: str
+    pool: str
+    engine: str
+    waiting: float | None
+    running: float | None
+    kv_usage: float | None
+    kv_blocks_total: int | None
+    kv_block_size: int | None
+    kv_capacity_tokens: int | None
+    preemptions_total: float | None
+    prefix_cache_hits_total: float | None
+    prefix_cache_queries_total: float | None
+    prefix_cache_hit_rate: float | None
+    lora_adapters: list[str] | None
+    counter_reset: int
+    ttft: dict[str, Any] | None
+    itl: dict[str, Any] | None
+    e2e: dict[str, Any] | None
+    queue: dict[str, Any] | None
+
+    KIND: ClassVar[str] = "EngineSample"
+    FIELDS: ClassVar[tuple[Field, ...]] = (
+        Field("ts_ms", "int", "epoch ms of the scrape", minimum=0),
+        Field("replica", "string", "replica id (the gateway's: r0, r1, ... in gateway.upstreams order, or the URL's host:port)"),
+        Field("pool", "string", "pool of the replica"),
+        Field("engine", "string", "engine type the metrics were read as", enum=names.ENGINES),
+        Field("waiting", "number", "requests waiting in the engine's queue; null if not exposed", minimum=0, nullable=True),
+        Field("running", "number", "requests in the engine's running batch; null if not exposed", minimum=0, nullable=True),
+        Field("kv_usage", "number", "KV cache usage 0..1 (mean over data-parallel ranks); null if not exposed", minimum=0, maximum=1, nullable=True),
+        Field("kv_blocks_total", "int", "KV cache blocks in total (summed over ranks); null if not exposed", minimum=0, nullable=True),
+        Field("kv_block_size", "int", "tokens per KV cache block; null if not exposed", minimum=0, nullable=True),
+        Field("kv_capacity_tokens", "int", "KV cache capacity in tokens (blocks x block size, or the engine's own token count); null if unknown", minimum=0, nullable=True),
+        Field("preemptions_total", "number", "cumulative preemptions (SGLang: retractions) as the engine counts them; null if not exposed", minimum=0, nullable=True),
+        Field("prefix_cache_hits_total", "number", "cumulative prefix-cache hits (tokens or blocks, the engine's unit); null if no counter", minimum=0, nullable=True),
+        Field("prefix_cache_queries_total", "number", "cumulative prefix-cache queries in the same unit; null if no counter", minimum=0, nullable=True),
+        Field("prefix_cache_hit_rate", "number", "prefix-cache hit rate 0..1: from the counters' increase since the previous sample where the engine has counters, else its gauge; null if neither", minimum=0, maximum=1, nullable=True),
+        Field("lora_adapters", "strings", "LoRA adapters the engine reports running or waiting; null if the engine does not name them", nullable=True),
+        Field("counter_reset", "int", "1 if a counter or histogram went down since the previous sample (engine restart), else 0", minimum=0, maximum=1),
+        Field("ttft", "hist", "engine's time-to-first-token histogram {le, counts, sum, count}, seconds; null if not exposed", nullable=True),
+        Field("itl", "hist", "engine's inter-token latency (time per output token) histogram, seconds; null if not exposed", nullable=True),
+        Field("e2e", "hist", "engine's end-to-end request latency histogram, seconds; null if not exposed", nullable=True),
+        Field("queue", "hist", "engine's queue-time histogram, seconds; null if not exposed", nullable=True),
+    )
+
+
+#: The kinds the stream job windows (``names.SPOOL_KINDS``): its columns derive from these.
 EVENT_TYPES: dict[str, type[_Event]] = {
     names.SPOOL_REQUESTS: RequestEvent,
     names.SPOOL_POLICY: PolicyEvent,
     names.SPOOL_GPU: GpuSample,
 }
+#: Every kind a spool holds (``names.SPOOL_ALL_KINDS``): the spool writer and reader, ``spool
+#: check`` and the JSON Schemas cover these; ``EngineSample`` is not windowed yet.
+ALL_EVENT_TYPES: dict[str, type[_Event]] = {**EVENT_TYPES, names.SPOOL_ENGINE: EngineSample}
 
 
 def json_schema(cls: type[_Event]) -> dict[str, Any]:
     """JSON Schema (draft 2020-12) for producers in other languages; derived from ``FIELDS``."""
     props: dict[str, Any] = {"v": {"const": SCHEMA_VERSION, "description": "schema version"}}
     for f in cls.FIELDS:
-        if f.type == "itl":
+        if f.type == "hist":
             prop: dict[str, Any] = {
+                "type": "object",
+                "additionalProperties": False,
+                "required": list(HIST_KEYS),
+                "properties": {
+                    "le": {"type": "array", "items": {"type": "number"}, "maxItems": MAX_BUCKETS,
+                           "description": "finite bucket upper bounds, strictly increasing (+Inf is count)"},
+                    "counts": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_BUCKETS,
+                               "description": "cumulative count per bound"},
+                    "sum": {"type": "number", "description": "sum of the observations"},
+                    "count": {"type": "integer", "minimum": 0, "description": "number of observations"},
+                },
+            }
+            if f.nullable:
+                prop = {"oneOf": [prop, {"type": "null"}]}
+        elif f.type == "strings":
+            prop = {"type": ["array", "null"] if f.nullable else "array", "maxItems": MAX_LIST_ITEMS,
+                    "items": {"type": "string", "minLength": 1, "maxLength": 256}}
+        elif f.type == "itl":
+            prop = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": [g.name for g in ITL_FIELDS],
@@ -451,5 +586,5 @@ def render_schemas() -> dict[str, str]:
     """File name -> JSON text of every schema, as written to ``deploy/schemas/``."""
     return {
         f"{cls.KIND}.v{SCHEMA_VERSION}.json": json.dumps(json_schema(cls), indent=2, sort_keys=False) + "\n"
-        for cls in EVENT_TYPES.values()
+        for cls in ALL_EVENT_TYPES.values()
     }

@@ -117,6 +117,45 @@ TORCH_CUDA_ALLOCATED_BYTES = "llmsla_torch_cuda_allocated_bytes"
 TORCH_CUDA_RESERVED_BYTES = "llmsla_torch_cuda_reserved_bytes"
 TORCH_CUDA_FRAGMENTATION_BYTES = "llmsla_torch_cuda_fragmentation_bytes"
 
+# --- engine adapters (engines) -------------------------------------------------------------------
+#: Engine types an adapter reads (``engine.types``: pool=type); ``auto`` picks by metric prefix.
+ENGINE_AUTO = "auto"
+ENGINE_VLLM = "vllm"
+ENGINE_SGLANG = "sglang"
+ENGINE_TRTLLM = "trtllm"
+ENGINE_TRITON = "triton"
+ENGINES: tuple[str, ...] = (ENGINE_VLLM, ENGINE_SGLANG, ENGINE_TRTLLM, ENGINE_TRITON)
+ENGINE_TYPES: tuple[str, ...] = (ENGINE_AUTO, *ENGINES)
+#: The pod label the Gateway API Inference Extension reads an engine's type from; ``engine.types``
+#: takes the same values per pool.
+ENGINE_TYPE_POD_LABEL = "inference.networking.k8s.io/engine-type"
+L_ENGINE = "engine"
+#: Labels of every ``llmsla_engine_*`` series, in this order.
+ENGINE_LABELS: tuple[str, ...] = (L_REPLICA, L_POOL, L_ENGINE)
+ENGINE_UP = "llmsla_engine_up"  # gauge: 1 if the replica's last scrape worked
+ENGINE_REQUESTS_WAITING = "llmsla_engine_requests_waiting"
+ENGINE_REQUESTS_RUNNING = "llmsla_engine_requests_running"
+ENGINE_KV_USAGE_RATIO = "llmsla_engine_kv_usage_ratio"
+ENGINE_KV_BLOCKS = "llmsla_engine_kv_blocks"  # gauge: KV blocks the engine has in total
+ENGINE_KV_BLOCK_SIZE_TOKENS = "llmsla_engine_kv_block_size_tokens"
+ENGINE_KV_CAPACITY_TOKENS = "llmsla_engine_kv_capacity_tokens"
+ENGINE_PREFIX_CACHE_HIT_RATIO = "llmsla_engine_prefix_cache_hit_ratio"
+ENGINE_LORA_ADAPTERS = "llmsla_engine_lora_adapters"  # gauge: adapters the engine reports active
+#: counter, reset-aware across engine restarts (a decrease is a restart, never a negative step);
+#: exposed as llmsla_engine_preemptions_total
+ENGINE_PREEMPTIONS = "llmsla_engine_preemptions"
+ENGINE_SCRAPE_SECONDS = "llmsla_engine_scrape_seconds"  # gauge: duration of the last scrape
+ENGINE_SCRAPE_FAILURES = "llmsla_engine_scrape_failures"  # counter, labels replica, reason
+#: Bounded values of the ``reason`` label of ``llmsla_engine_scrape_failures_total``.
+ENGINE_FAIL_TIMEOUT = "timeout"
+ENGINE_FAIL_HTTP = "http_status"
+ENGINE_FAIL_TOO_LARGE = "too_large"
+ENGINE_FAIL_PARSE = "parse"
+ENGINE_FAIL_UNKNOWN_ENGINE = "unknown_engine"
+ENGINE_FAIL_CONNECT = "connect"
+ENGINE_FAIL_REASONS: tuple[str, ...] = (ENGINE_FAIL_TIMEOUT, ENGINE_FAIL_HTTP, ENGINE_FAIL_TOO_LARGE,
+                                        ENGINE_FAIL_PARSE, ENGINE_FAIL_UNKNOWN_ENGINE, ENGINE_FAIL_CONNECT)
+
 # --- temperature policy (exporters) -------------------------------------------------------------
 POLICY_SPAN_NAME = "temperature_policy.decide"
 POLICY_TEMPERATURE = "llmsla_policy_temperature"
@@ -325,7 +364,13 @@ SPOOL_DROP_REASONS: tuple[str, ...] = (SPOOL_DROP_LIMIT, SPOOL_DROP_NO_SPACE, SP
 SPOOL_REQUESTS = "requests"
 SPOOL_POLICY = "policy"
 SPOOL_GPU = "gpu"
+#: The kinds the stream job windows (``llmsla stream --kinds``): each has a window query.
 SPOOL_KINDS: tuple[str, ...] = (SPOOL_REQUESTS, SPOOL_POLICY, SPOOL_GPU)
+#: ``EngineSample`` lines (``llmsla engines``): spooled and checked like the others, not yet
+#: windowed by the stream job, so not in :data:`SPOOL_KINDS`.
+SPOOL_ENGINE = "engine"
+#: Every kind a spool holds: what ``llmsla spool`` and ``llmsla doctor`` walk.
+SPOOL_ALL_KINDS: tuple[str, ...] = (*SPOOL_KINDS, SPOOL_ENGINE)
 
 # --- store tables and views (same names on TimescaleDB and plain PostgreSQL) --------------------
 T_MIGRATIONS = "llmsla_migrations"

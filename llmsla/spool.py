@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from llmsla import names
 from llmsla.errors import UserError
-from llmsla.events import EVENT_TYPES, EventError
+from llmsla.events import ALL_EVENT_TYPES, EventError
 
 INPROGRESS = ".inprogress"
 SUFFIX = ".jsonl"
@@ -67,8 +67,8 @@ class BadLine:
 
 
 def kind_dir(root: str | os.PathLike[str], kind: str) -> Path:
-    if kind not in EVENT_TYPES:
-        raise ValueError(f"unknown spool kind {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+    if kind not in ALL_EVENT_TYPES:
+        raise ValueError(f"unknown spool kind {kind!r}; expected one of {', '.join(ALL_EVENT_TYPES)}")
     return Path(root) / kind
 
 
@@ -623,7 +623,7 @@ class SpoolWriter:
 def drop_records(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every writer's drop record under ``root`` that counts a drop (``llmsla doctor``)."""
     out: list[dict[str, Any]] = []
-    for kind in EVENT_TYPES:
+    for kind in ALL_EVENT_TYPES:
         d = Path(root) / kind / DROPPED
         try:
             paths = sorted(d.iterdir())
@@ -651,7 +651,7 @@ def published_segments(root: str | os.PathLike[str], kind: str) -> list[Path]:
 def read_segment(path: Path, kind: str) -> Iterator[Any | BadLine]:
     """Events of one segment in order; a line that fails its contract yields a ``BadLine``
     (file and 1-based line number) instead of stopping the read."""
-    cls = EVENT_TYPES[kind]
+    cls = ALL_EVENT_TYPES[kind]
     with open(path, "rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
@@ -760,6 +760,6 @@ def spool_stats(root: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     """Per kind: published segment count and bytes used (for ``llmsla doctor`` / status)."""
     return {
         kind: {"segments": len(published_segments(root, kind)), "bytes": dir_bytes(Path(root) / kind)}
-        for kind in EVENT_TYPES
+        for kind in ALL_EVENT_TYPES
     }
 

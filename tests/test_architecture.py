@@ -23,8 +23,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "fleet": frozenset({"core", "control", "exporters"}),  # the real router and recorders
     "alerting": frozenset({"core"}),  # reaches control over its HTTP API only
     "dashboards": frozenset({"core"}),
+    "engines": frozenset({"core"}),  # reads replicas' /metrics over HTTP; like the GPU collector
     "app": frozenset({"core", "exporters", "worker", "control", "streaming", "forecaster", "fleet",
-                      "alerting", "dashboards"}),
+                      "alerting", "dashboards", "engines"}),
 }
 WHY: dict[str, str] = {
     "core": "core imports no component",
@@ -36,6 +37,7 @@ WHY: dict[str, str] = {
     "fleet": "fleet may import core, control and the exporters' recorders only",
     "alerting": "alerting reaches control over the control API only, never in-process",
     "dashboards": "dashboards import core only",
+    "engines": "the engine adapters import core only",
     "app": "",
 }
 FORBIDDEN_ROOTS = ("bench", "tests")  # nothing imports benchmarks or tests

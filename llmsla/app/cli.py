@@ -33,6 +33,7 @@ REGISTRARS: tuple[str, ...] = (
     "llmsla.control.ab_cli:register",
     "llmsla.fleet.cli:register",
     "llmsla.app.forecast_cli:register",
+    "llmsla.app.engines_cli:register",
     "llmsla.alerting.cli:register",
     "llmsla.dashboards.cli:register",
     "llmsla.app.k8s.cli:register",

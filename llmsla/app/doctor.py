@@ -99,7 +99,7 @@ def check_spool(cfg: config_mod.Config) -> Check:
 
     root, sp = cfg.spool_dir(), cfg.spool
     fix = "free space, make spool.dir writable, or point spool.dir elsewhere"
-    kinds = [spool.kind_dir(root, k) for k in names.SPOOL_KINDS if (Path(root) / k / spool.INPROGRESS).is_dir()]
+    kinds = [spool.kind_dir(root, k) for k in names.SPOOL_ALL_KINDS if (Path(root) / k / spool.INPROGRESS).is_dir()]
     try:
         for d in kinds:
             spool.check_writable(d, segment_bytes=sp.segment_max_bytes, max_total_bytes=sp.max_total_bytes)

@@ -1,0 +1,194 @@
+"""A replica's /metrics body -> an :class:`Exposition` the adapters read by sample name.
+
+Both formats an engine may answer in are read with prometheus-client's own parsers: the
+Prometheus text format (0.0.4, ``prometheus_client.parser``) and OpenMetrics 1.0
+(``prometheus_client.openmetrics.parser``, strict: ``# EOF`` required, so a truncated body is an
+error), picked by the response's Content-Type. The adapters look samples up by their *sample*
+name (``vllm:num_preemptions_total``, ``..._bucket``, ``..._sum``), so how a parser groups them
+into families does not matter and ``_created`` samples (OpenMetrics, or prometheus-client's text
+output with created series on) are never read. Label values arrive unescaped (``\\"``, ``\\\\``,
+``\\n``, UTF-8).
+
+Several label sets of one sample name are aggregated per replica: gauges and counters summed
+(requests, blocks, cumulative counts: vLLM's ``engine`` index under data parallelism, SGLang's
+``dp_rank``), ratios averaged (KV usage, hit-rate gauges), histograms summed bucket by bucket when
+their bounds agree. A NaN or infinite value counts as absent (the field becomes None, never 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from llmsla import names
+
+OPENMETRICS_TYPE = "application/openmetrics-text"
+
+#: Metric-name prefix of each engine, for ``auto`` detection (docs/engines.md).
+PREFIXES: dict[str, str] = {
+    names.ENGINE_VLLM: "vllm:",
+    names.ENGINE_SGLANG: "sglang:",
+    names.ENGINE_TRTLLM: "trtllm_",
+    names.ENGINE_TRITON: "nv_trt_llm_",
+}
+
+Labels = Mapping[str, str]
+LabelFilter = Callable[[Labels], bool]
+
+
+class ParseError(ValueError):
+    """The body is not a metrics exposition (HTML, truncated, garbage)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A cumulative histogram: finite bounds (seconds), cumulative counts per bound, sum, count
+    (the +Inf bucket). The shape of ``EngineSample``'s histogram fields."""
+
+    le: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+    count: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"le": list(self.le), "counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+    def scaled(self, factor: float) -> Histogram:
+        """Bounds and sum times ``factor`` (Triton's milliseconds -> seconds)."""
+        return Histogram(tuple(b * factor for b in self.le), self.counts, self.sum * factor, self.count)
+
+
+@dataclass
+class Exposition:
+    """Samples by name: each a list of (labels, value), in exposition order."""
+
+    samples: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=lambda: defaultdict(list))
+
+    def names(self) -> Iterable[str]:
+        return self.samples.keys()
+
+    def series(self, name: str, where: LabelFilter | None = None) -> list[tuple[dict[str, str], float]]:
+        rows = self.samples.get(name, [])
+        return [r for r in rows if where is None or where(r[0])]
+
+    def _finite(self, name: str, where: LabelFilter | None) -> list[float]:
+        return [v for _, v in self.series(name, where) if math.isfinite(v)]
+
+    def total(self, name: str, where: LabelFilter | None = None) -> float | None:
+        """Sum over the label sets (finite values only); None when there is none."""
+        vals = self._finite(name, where)
+        return math.fsum(vals) if vals else None
+
+    def mean(self, name: str, where: LabelFilter | None = None) -> float | None:
+        """Mean over the label sets (a ratio per data-parallel rank); None when there is none."""
+        vals = self._finite(name, where)
+        return math.fsum(vals) / len(vals) if vals else None
+
+    def first(self, name: str, where: LabelFilter | None = None) -> float | None:
+        """The first finite value (a per-replica constant such as a block size)."""
+        vals = self._finite(name, where)
+        return vals[0] if vals else None
+
+    def histogram(self, base: str, where: LabelFilter | None = None) -> Histogram | None:
+        """``base``'s buckets summed over label sets whose bounds agree with the first set's; None
+        when absent, when a value is not finite or when a set's buckets are not cumulative."""
+        groups: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
+        for labels, value in self.series(f"{base}_bucket", where):
+            le = labels.get("le")
+            if le is None:
+                continue
+            key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+            try:
+                bound = float(le)
+            except ValueError:
+                return None
+            groups.setdefault(key, {})[bound] = value
+        if not groups:
+            return None
+        sums = {tuple(sorted(lab.items())): v for lab, v in self.series(f"{base}_sum", where)}
+        counts = {tuple(sorted(lab.items())): v for lab, v in self.series(f"{base}_count", where)}
+        bounds: tuple[float, ...] | None = None
+        acc: list[float] = []
+        total_sum = total_count = 0.0
+        for key, buckets in groups.items():
+            finite = tuple(sorted(b for b in buckets if math.isfinite(b)))
+            if bounds is None:
+                bounds, acc = finite, [0.0] * len(finite)
+            elif finite != bounds:
+                continue  # a label set with other bounds cannot be added bucket by bucket
+            cum = [buckets[b] for b in finite]
+            inf = buckets.get(math.inf, counts.get(key))
+            hsum = sums.get(key)
+            if inf is None or hsum is None:
+                return None
+            values = [*cum, inf, hsum]
+            if not all(math.isfinite(v) for v in values) or any(b < a for a, b in zip(cum, [*cum[1:], inf], strict=False)):
+                return None
+            acc = [a + c for a, c in zip(acc, cum, strict=True)]
+            total_count += inf
+            total_sum += hsum
+        assert bounds is not None
+        return Histogram(bounds, tuple(int(round(c)) for c in acc), total_sum, int(round(total_count)))
+
+
+def is_openmetrics(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == OPENMETRICS_TYPE
+
+
+def _wanted(line: str, keep: tuple[str, ...]) -> bool:
+    if line.startswith("#"):
+        if line.startswith("# EOF"):
+            return True
+        parts = line.split(" ", 3)
+        return len(parts) >= 3 and parts[2].startswith(keep)  # HELP / TYPE / UNIT of a kept family
+    return line.startswith(keep)
+
+
+def select(body: str, keep: tuple[str, ...]) -> str:
+    """The lines of ``body`` that belong to families whose names start with one of ``keep`` (and
+    ``# EOF``). The parsers cost ~50 us a line; an engine's /metrics is mostly families no
+    adapter reads (process, Python, HTTP, token-count histograms), so this comes first."""
+    return "\n".join(line for line in body.splitlines() if _wanted(line, keep)) + "\n"
+
+
+def _parse(body: str, content_type: str | None) -> Exposition:
+    if is_openmetrics(content_type):
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    else:
+        from prometheus_client.parser import text_string_to_metric_families
+    out = Exposition()
+    try:
+        for family in text_string_to_metric_families(body):
+            for s in family.samples:
+                out.samples[s.name].append((dict(s.labels), float(s.value)))
+    except Exception as exc:  # the parsers raise ValueError, IndexError, KeyError on garbage
+        raise ParseError(f"not a {'OpenMetrics' if is_openmetrics(content_type) else 'Prometheus text'} "
+                         f"exposition: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return out
+
+
+def parse(body: str, content_type: str | None = None, keep: tuple[str, ...] | None = None) -> Exposition:
+    """Parse ``body`` with the parser its Content-Type names; :class:`ParseError` if it is not
+    an exposition in that format, or holds no sample at all. With ``keep``, only the families
+    whose names start with one of those prefixes are parsed (:func:`select`); when none is
+    there, the whole body is parsed, to tell garbage from an exposition of something else."""
+    out = _parse(select(body, keep), content_type) if keep else Exposition()
+    if not out.samples:
+        out = _parse(body, content_type)
+    if not out.samples:
+        raise ParseError("no samples")
+    return out
+
+
+def detect(expo: Exposition) -> str | None:
+    """The engine whose prefix most sample names carry; None when no known prefix occurs.
+    Triton's ``nv_trt_llm_`` is checked apart from trtllm-serve's ``trtllm_`` (no overlap)."""
+    counts = dict.fromkeys(PREFIXES, 0)
+    for name in expo.names():
+        for engine, prefix in PREFIXES.items():
+            if name.startswith(prefix):
+                counts[engine] += 1
+    best = max(counts, key=lambda e: counts[e])
+    return best if counts[best] else None

@@ -1,0 +1,100 @@
+"""One scrape's outcome -> the ``llmsla_engine_*`` series (labels replica, pool, engine) and an
+``EngineSample`` spool line.
+
+A value the engine does not expose has no series (never a 0 that looks like an idle engine); a
+replica that is down keeps only ``llmsla_engine_up 0`` and its preemption counter, so a
+dashboard shows a gap, not frozen values. ``llmsla_engine_preemptions_total`` is llmsla's own
+counter of the increases it saw: an engine restart (its counter going down) adds the new value,
+never a negative step. The engine's histograms are not re-exported (Prometheus scrapes the
+engine for those, or reads them from the store once windowed); they travel in the spool line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from llmsla import names
+from llmsla.spool import SpoolWriter
+
+from .record import EngineSnapshot
+from .scrape import ScrapeError, Target
+
+_LABELS = names.ENGINE_LABELS
+
+
+class EngineRecorder:
+    def __init__(self, *, registry: CollectorRegistry | None = None, spool: SpoolWriter | None = None) -> None:
+        self.spool = spool
+
+        def g(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, _LABELS, registry=registry, multiprocess_mode="mostrecent")
+
+        self.up = g(names.ENGINE_UP, "1 if the replica's last /metrics scrape worked, else 0.")
+        self.waiting = g(names.ENGINE_REQUESTS_WAITING, "Requests waiting in the engine's queue (as the engine reports).")
+        self.running = g(names.ENGINE_REQUESTS_RUNNING, "Requests in the engine's running batch.")
+        self.kv_usage = g(names.ENGINE_KV_USAGE_RATIO, "KV cache usage 0..1 (mean over data-parallel ranks).")
+        self.kv_blocks = g(names.ENGINE_KV_BLOCKS, "KV cache blocks in total.")
+        self.kv_block_size = g(names.ENGINE_KV_BLOCK_SIZE_TOKENS, "Tokens per KV cache block.")
+        self.kv_capacity = g(names.ENGINE_KV_CAPACITY_TOKENS, "KV cache capacity, tokens.")
+        self.hit_ratio = g(names.ENGINE_PREFIX_CACHE_HIT_RATIO,
+                           "Prefix-cache hit rate 0..1 over the last scrape interval (the engine's gauge where it has no counters).")
+        self.lora = g(names.ENGINE_LORA_ADAPTERS, "LoRA adapters the engine reports running or waiting.")
+        self.scrape_seconds = g(names.ENGINE_SCRAPE_SECONDS, "Duration of the replica's last scrape, seconds.")
+        self.preemptions = Counter(names.ENGINE_PREEMPTIONS, "Preemptions the engine reported (SGLang: retractions), "
+                                   "counted across engine restarts.", _LABELS, registry=registry)
+        self.failures = Counter(names.ENGINE_SCRAPE_FAILURES, "Failed scrapes of a replica's /metrics, by reason.",
+                                (names.L_REPLICA, names.L_POOL, names.L_REASON), registry=registry)
+        self._values = (self.waiting, self.running, self.kv_usage, self.kv_blocks, self.kv_block_size,
+                        self.kv_capacity, self.hit_ratio, self.lora)
+        self._engine: dict[str, str] = {}  # replica -> the engine label its series carry
+
+    def _labels(self, target: Target, engine: str) -> tuple[str, str, str]:
+        return (target.replica, target.pool, engine)
+
+    def _clear(self, target: Target) -> None:
+        engine = self._engine.get(target.replica)
+        if engine is None:
+            return
+        labels = self._labels(target, engine)
+        for gauge in self._values:
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
+
+    def sample(self, target: Target, snap: EngineSnapshot, preempted: float, seconds: float) -> None:
+        """A successful scrape: gauges, the preemption counter, the spool line."""
+        event = snap.to_event().validate()
+        old = self._engine.get(target.replica)
+        if old is not None and old != snap.engine:  # first detected (was auto), or the engine changed
+            self._clear(target)
+            for gauge in (self.up, self.scrape_seconds):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*self._labels(target, old))
+        self._engine[target.replica] = snap.engine
+        labels = self._labels(target, snap.engine)
+        values = (event.waiting, event.running, event.kv_usage, event.kv_blocks_total, event.kv_block_size,
+                  event.kv_capacity_tokens, event.prefix_cache_hit_rate,
+                  None if event.lora_adapters is None else len(event.lora_adapters))
+        for gauge, value in zip(self._values, values, strict=True):
+            if value is None:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*labels)
+            else:
+                gauge.labels(*labels).set(value)
+        self.up.labels(*labels).set(1)
+        self.scrape_seconds.labels(*labels).set(seconds)
+        child = self.preemptions.labels(*labels)
+        if preempted > 0:
+            child.inc(preempted)
+        if self.spool is not None:
+            self.spool.write_line(event.to_json())
+
+    def failure(self, target: Target, error: ScrapeError, seconds: float) -> None:
+        """A failed scrape: ``up 0``, the value series removed, the failure counted."""
+        self._clear(target)
+        engine = self._engine.setdefault(target.replica, target.engine)
+        labels = self._labels(target, engine)
+        self.up.labels(*labels).set(0)
+        self.scrape_seconds.labels(*labels).set(seconds)
+        self.failures.labels(target.replica, target.pool, error.reason).inc()

@@ -1,0 +1,223 @@
+"""The scraper: every replica's /metrics every ``engine.scrape_interval_s``, each on its own task.
+
+A scrape is bounded in time (``engine.timeout_s`` for connect, headers and body together) and in
+size (``engine.max_bytes``, read in chunks and cut off past the limit), so a replica that hangs or
+streams forever costs its own task one timeout and nothing else: the other replicas' scrapes run
+on their own schedule. A failed scrape marks the replica down and retries it after
+``scrape_interval_s * 2**(failures-1)``, capped at ``engine.backoff_max_s``; the first success
+brings it back to the normal interval. Replicas start spread over one interval so that N of them
+are not fetched in one burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmsla import names
+from llmsla.config import Config
+
+from .adapt import READS, UnknownEngine, snapshot
+from .parse import ParseError, parse
+from .record import EngineSnapshot, ReplicaState
+
+log = logging.getLogger(__name__)
+
+#: What a scrape asks for: OpenMetrics first (its ``# EOF`` makes a truncated body an error), the
+#: Prometheus text format otherwise. ``escaping=allow-utf-8`` keeps names as the engine wrote
+#: them: prometheus-client >= 0.22 (what vLLM, SGLang and trtllm-serve expose through) answers a
+#: bare OpenMetrics Accept with ``escaping=underscores``, which rewrites the sample names
+#: (``vllm_num_requests_running``) but not their ``# TYPE vllm:...`` lines, a body no parser reads.
+ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.9,"
+          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Target:
+    """One replica to scrape: its id and pool (the labels of everything it yields), the full URL
+    of its metrics endpoint and the engine type to read it as (``auto``: by metric prefix)."""
+
+    replica: str
+    pool: str
+    url: str
+    engine: str = names.ENGINE_AUTO
+
+
+class ScrapeError(Exception):
+    """A failed scrape; ``reason`` is one of ``names.ENGINE_FAIL_REASONS``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class TargetStatus:
+    """A replica's scrape state, as the scraper and ``/metrics`` see it."""
+
+    up: bool = False
+    failures: int = 0  # consecutive
+    last_error: str = ""
+    last_reason: str = ""
+    last_duration_s: float = 0.0
+    delay_s: float = 0.0  # until the next scrape, as last scheduled
+    scrapes: int = 0
+    state: ReplicaState = field(default_factory=ReplicaState)
+
+
+OnSample = Callable[[Target, EngineSnapshot, float, float], None]  # target, snapshot, preempted, seconds
+OnFailure = Callable[[Target, ScrapeError, float], None]  # target, error, seconds
+
+
+def backoff_s(failures: int, interval_s: float, cap_s: float) -> float:
+    """Delay before the next try after ``failures`` consecutive failures (>= 1)."""
+    return min(cap_s, interval_s * 2.0 ** min(failures - 1, 30))
+
+
+class Scraper:
+    """Scrapes ``targets`` until stopped; ``on_sample`` / ``on_failure`` get every outcome."""
+
+    def __init__(self, cfg: Config, targets: Sequence[Target], *, on_sample: OnSample | None = None,
+                 on_failure: OnFailure | None = None) -> None:
+        ids = [t.replica for t in targets]
+        if len(set(ids)) != len(ids):
+            raise ValueError("replica ids must be unique")
+        self.cfg = cfg
+        self.targets = list(targets)
+        self.status: dict[str, TargetStatus] = {t.replica: TargetStatus() for t in self.targets}
+        self.on_sample = on_sample
+        self.on_failure = on_failure
+        self._session: Any = None
+
+    # -- one scrape ------------------------------------------------------------------------------
+    async def fetch(self, target: Target) -> tuple[str, str | None]:
+        """(body, Content-Type) of one bounded GET; :class:`ScrapeError` on any failure."""
+        import aiohttp
+
+        e = self.cfg.engine
+        try:
+            async with asyncio.timeout(e.timeout_s):
+                async with self._session.get(target.url, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
+                    if resp.status != 200:
+                        raise ScrapeError(names.ENGINE_FAIL_HTTP, f"HTTP {resp.status}")
+                    if resp.content_length is not None and resp.content_length > e.max_bytes:
+                        raise ScrapeError(names.ENGINE_FAIL_TOO_LARGE,
+                                          f"Content-Length {resp.content_length} > engine.max_bytes {e.max_bytes}")
+                    buf = bytearray()
+                    async for chunk in resp.content.iter_chunked(_CHUNK):
+                        buf += chunk
+                        if len(buf) > e.max_bytes:
+                            raise ScrapeError(names.ENGINE_FAIL_TOO_LARGE, f"body past engine.max_bytes {e.max_bytes}")
+                    ctype = resp.headers.get("Content-Type")
+        except TimeoutError:
+            raise ScrapeError(names.ENGINE_FAIL_TIMEOUT, f"no complete answer in engine.timeout_s {e.timeout_s} s") from None
+        except aiohttp.ClientPayloadError as exc:  # truncated body, bad chunking
+            raise ScrapeError(names.ENGINE_FAIL_PARSE, f"broken body: {exc}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ScrapeError(names.ENGINE_FAIL_CONNECT, f"{type(exc).__name__}: {exc}") from None
+        try:
+            return buf.decode("utf-8"), ctype
+        except UnicodeDecodeError as exc:
+            raise ScrapeError(names.ENGINE_FAIL_PARSE, f"not UTF-8 at byte {exc.start}") from None
+
+    async def scrape(self, target: Target) -> tuple[EngineSnapshot, float]:
+        """Fetch, parse and adapt one replica; the snapshot has the replica's counter state
+        applied (hit rate over the interval, resets) and comes with the preemptions since the
+        previous one."""
+        ts = time.time()
+        body, ctype = await self.fetch(target)
+        try:
+            expo = await asyncio.to_thread(parse, body, ctype, READS)
+            snap = snapshot(expo, target.engine, replica=target.replica, pool=target.pool, ts=ts)
+        except ParseError as exc:
+            raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None
+        except UnknownEngine as exc:
+            raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, str(exc)) from None
+        return self.status[target.replica].state.update(snap)
+
+    async def scrape_all_once(self) -> dict[str, tuple[EngineSnapshot, float] | ScrapeError]:
+        """Every target once, concurrently (``llmsla engines --once``)."""
+        async with self._session_ctx():
+            results = await asyncio.gather(*(self._one(t) for t in self.targets))
+        return {t.replica: r for t, r in zip(self.targets, results, strict=True)}
+
+    async def _one(self, target: Target) -> tuple[EngineSnapshot, float] | ScrapeError:
+        st = self.status[target.replica]
+        start = time.monotonic()
+        try:
+            snap, preempted = await self.scrape(target)
+        except ScrapeError as exc:
+            st.up, st.failures, st.last_error, st.last_reason = False, st.failures + 1, str(exc), exc.reason
+            st.last_duration_s = time.monotonic() - start
+            if st.failures == 1 or st.failures % 10 == 0:
+                log.warning("engine %s (%s): scrape failed (%s, %d in a row): %s", target.replica, target.url,
+                            exc.reason, st.failures, exc)
+            if self.on_failure is not None:
+                self.on_failure(target, exc, st.last_duration_s)
+            return exc
+        st.up, st.failures, st.last_error, st.last_reason = True, 0, "", ""
+        st.last_duration_s = time.monotonic() - start
+        st.scrapes += 1
+        if self.on_sample is not None:
+            self.on_sample(target, snap, preempted, st.last_duration_s)
+        return snap, preempted
+
+    # -- the loop --------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _session_ctx(self) -> Any:
+        import aiohttp
+
+        if self._session is not None:
+            yield self._session
+            return
+        # no pool limit: one connection per replica; no proxy from the environment; no
+        # compression asked for (a gzip bomb would pass the size check decompressed).
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False,
+                                         headers={"Accept-Encoding": "identity"}) as session:
+            self._session = session
+            try:
+                yield session
+            finally:
+                self._session = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Scrape every target on its own schedule until ``stop`` is set."""
+        async with self._session_ctx():
+            n = max(1, len(self.targets))
+            tasks = [asyncio.create_task(self._loop(t, stop, i / n * self.cfg.engine.scrape_interval_s),
+                                         name=f"engine-scrape-{t.replica}")
+                     for i, t in enumerate(self.targets)]
+            try:
+                await stop.wait()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _loop(self, target: Target, stop: asyncio.Event, phase_s: float) -> None:
+        e = self.cfg.engine
+        st = self.status[target.replica]
+        loop = asyncio.get_running_loop()
+        due = loop.time() + phase_s
+        while not stop.is_set():
+            wait = due - loop.time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)
+                if stop.is_set():
+                    return
+            started = loop.time()
+            try:
+                await self._one(target)
+            except Exception:  # a bug in an adapter must not end this replica's loop
+                log.exception("engine %s: scrape crashed", target.replica)
+                st.up, st.failures = False, st.failures + 1
+            st.delay_s = e.scrape_interval_s if st.up else backoff_s(st.failures, e.scrape_interval_s, e.backoff_max_s)
+            due = max(started + st.delay_s, loop.time())  # a scrape longer than the interval: next at once

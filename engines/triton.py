@@ -1,0 +1,64 @@
+"""Triton with the TensorRT-LLM backend (``nv_trt_llm_*``), from the backend's
+``inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc`` and the metrics
+section of its README (``triton-inference-server/tensorrtllm_backend``).
+
+Each family is a gauge with one series per category label and ``model``/``version``:
+``nv_trt_llm_request_metrics{request_type=waiting|active|...}``,
+``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|free|used|tokens_per|fraction|reused|alloc_total|alloc_new}``.
+The ``reused`` and ``alloc_total`` block values are the executor's cumulative ``KvCacheStats``
+(reusedBlocks, allocTotalBlocks) set into gauges, read as the prefix-cache hits and queries.
+Triton core's TTFT histogram ``nv_inference_first_response_histogram_ms`` (opt-in,
+``--metrics-config histogram_latencies=true``; time to the first *response*, in ms) is read for
+the models that report ``nv_trt_llm_*`` and converted to seconds. Triton exposes no ITL, E2E or
+queue histogram (its request and queue times are cumulative counters or summaries): None, as are
+preemptions and LoRA adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llmsla import names
+
+from .parse import Exposition
+from .record import as_int
+
+ENGINE = names.ENGINE_TRITON
+_REQ = "nv_trt_llm_request_metrics"
+_KV = "nv_trt_llm_kv_cache_block_metrics"
+#: The families this adapter reads (only these are parsed, :func:`llmsla.engines.parse.select`).
+READS: tuple[str, ...] = (_REQ, _KV, "nv_inference_first_response_histogram_ms")
+
+
+def _is(label: str, value: str) -> Callable[[Any], bool]:
+    return lambda labels: labels.get(label) == value
+
+
+def read(expo: Exposition) -> dict[str, Any]:
+    def kv(kind: str) -> float | None:
+        return expo.total(_KV, _is("kv_cache_block_type", kind))
+
+    blocks = as_int(kv("max"))
+    size = as_int(expo.first(_KV, _is("kv_cache_block_type", "tokens_per")))
+    usage = expo.mean(_KV, _is("kv_cache_block_type", "fraction"))
+    if usage is None and blocks:
+        used = kv("used")
+        usage = None if used is None else used / blocks
+    reused, alloc_total = kv("reused"), kv("alloc_total")
+    models = {labels.get("model") for labels, _ in expo.series(_REQ) + expo.series(_KV)}
+    ttft = expo.histogram("nv_inference_first_response_histogram_ms", lambda labels: labels.get("model") in models)
+    return {
+        "waiting": expo.total(_REQ, _is("request_type", "waiting")),
+        "running": expo.total(_REQ, _is("request_type", "active")),
+        "kv_usage": usage,
+        "kv_blocks_total": blocks,
+        "kv_block_size": size,
+        "kv_capacity_tokens": blocks * size if blocks is not None and size is not None else None,
+        "preemptions_total": None,
+        "prefix_cache_hits_total": reused if alloc_total is not None else None,
+        "prefix_cache_queries_total": alloc_total if reused is not None else None,
+        "prefix_cache_hit_rate": None,
+        "lora_adapters": None,
+        "histograms": {"ttft": None if ttft is None else ttft.scaled(0.001), "itl": None, "e2e": None, "queue": None},
+    }

@@ -1,0 +1,91 @@
+"""vLLM (``vllm:*``), from ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``).
+
+Every series carries ``model_name`` and ``engine`` (the engine-core index under data
+parallelism): the record sums them per replica (requests, blocks, counters, histogram buckets)
+and averages the KV usage ratio over the engine indices. ``vllm:cache_config_info`` is an info
+gauge whose labels hold the cache config (``num_gpu_blocks``, ``block_size``), one per engine.
+``vllm:lora_requests_info`` is a gauge set to the current time, labelled with the running and
+waiting adapters (comma-separated): the most recent series is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmsla import names
+
+from .parse import Exposition
+
+ENGINE = names.ENGINE_VLLM
+#: The families this adapter reads (only these are parsed, :func:`llmsla.engines.parse.select`).
+READS: tuple[str, ...] = (
+    "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+    "vllm:cache_config_info", "vllm:num_preemptions", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hit_rate",
+    "vllm:lora_requests_info", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+)
+
+
+def _label_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "", "None") else None  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
+def _cache_config(expo: Exposition) -> tuple[int | None, int | None]:
+    """(KV blocks summed over engines, block size) from ``vllm:cache_config_info``."""
+    blocks: dict[str, int] = {}
+    size: int | None = None
+    for labels, _ in expo.series("vllm:cache_config_info"):
+        n = _label_int(labels.get("num_gpu_blocks"))
+        if n is not None:
+            blocks[labels.get("engine", "")] = n
+        size = size if size is not None else _label_int(labels.get("block_size"))
+    return (sum(blocks.values()) if blocks else None), size
+
+
+def _lora(expo: Exposition) -> tuple[str, ...] | None:
+    rows = [r for r in expo.series("vllm:lora_requests_info")]
+    if not rows:
+        return None
+    labels, _ = max(rows, key=lambda r: r[1] if r[1] == r[1] else float("-inf"))  # most recent
+    out: set[str] = set()
+    for key in ("running_lora_adapters", "waiting_lora_adapters"):
+        out.update(a for a in (labels.get(key) or "").split(",") if a)
+    return tuple(sorted(out))
+
+
+def _counter(expo: Exposition, name: str, deprecated: str) -> float | None:
+    value = expo.total(name)
+    return value if value is not None else expo.total(deprecated)
+
+
+def read(expo: Exposition) -> dict[str, Any]:
+    blocks, size = _cache_config(expo)
+    usage = expo.mean("vllm:kv_cache_usage_perc")
+    itl = expo.histogram("vllm:inter_token_latency_seconds") or expo.histogram("vllm:time_per_output_token_seconds")
+    return {
+        "waiting": expo.total("vllm:num_requests_waiting"),
+        "running": expo.total("vllm:num_requests_running"),
+        "kv_usage": usage if usage is not None else expo.mean("vllm:gpu_cache_usage_perc"),
+        "kv_blocks_total": blocks,
+        "kv_block_size": size,
+        "kv_capacity_tokens": blocks * size if blocks is not None and size is not None else None,
+        "preemptions_total": expo.total("vllm:num_preemptions_total"),
+        "prefix_cache_hits_total": _counter(expo, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        "prefix_cache_queries_total": _counter(expo, "vllm:prefix_cache_queries_total",
+                                               "vllm:gpu_prefix_cache_queries_total"),
+        # the V0 engine's gauge, used only where no counters exist (older releases)
+        "prefix_cache_hit_rate": expo.mean("vllm:gpu_prefix_cache_hit_rate"),
+        "lora_adapters": _lora(expo),
+        "histograms": {
+            "ttft": expo.histogram("vllm:time_to_first_token_seconds"),
+            "itl": itl,
+            "e2e": expo.histogram("vllm:e2e_request_latency_seconds"),
+            "queue": expo.histogram("vllm:request_queue_time_seconds"),
+        },
+    }
+
+

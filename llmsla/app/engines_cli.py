@@ -1,0 +1,125 @@
+"""``llmsla engines``: scrape each replica's own /metrics, export ``llmsla_engine_*``, spool
+``EngineSample`` lines (docs/engines.md).
+
+A composition-root module: the replicas and their ids come from the gateway's configuration
+through the gateway's own function (``r0, r1, ...`` in ``gateway.upstreams``,
+``gateway.student_upstreams``, ``gateway.pools`` order), so an ``EngineSample``'s ``replica`` is the
+``RequestEvent``'s; the scraping itself is ``llmsla.engines``, which imports core only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+from typing import Any
+
+from llmsla.config import Config
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("engines", help="engine adapters: scrape replicas' /metrics (vLLM, SGLang, "
+                                              "trtllm-serve, Triton), /metrics and EngineSample events")
+    p.add_argument("--upstream", action="append", metavar="[POOL=]URL",
+                   help="replica base URL to scrape instead of the gateway's replicas; repeat "
+                        "(ids r0, r1, ... in this order; pool gateway.pool unless POOL= is given)")
+    p.add_argument("--type", dest="engine_type", metavar="ENGINE",
+                   help="engine type of every replica (auto|vllm|sglang|trtllm|triton), over engine.types")
+    p.add_argument("--path", default="/metrics", help="metrics path on each replica (default /metrics)")
+    p.add_argument("--host", help="listen address (engine.host)")
+    p.add_argument("--port", type=int, help="listen port (engine.port); 0 = a free one")
+    p.add_argument("--once", action="store_true",
+                   help="scrape every replica once, print the EngineSamples as JSON, exit 1 if any failed")
+    p.set_defaults(handler=engines_main)
+
+
+def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, path: str) -> list[Any]:
+    """The replicas to scrape, with the gateway's ids and each pool's engine type."""
+    from llmsla import names
+    from llmsla.config import ConfigError, split_pool_spec, url_problem
+    from llmsla.engines.scrape import Target
+    from llmsla.redaction import redact
+
+    if engine_type is not None and engine_type not in names.ENGINE_TYPES:
+        raise ConfigError(f"--type: must be one of {', '.join(names.ENGINE_TYPES)}, got {engine_type!r}")
+    if upstreams:
+        pairs = []
+        for spec in upstreams:
+            pool, url = cfg.gateway.pool, spec
+            if "=" in spec.split("://", 1)[0]:
+                try:
+                    pool, url = split_pool_spec(spec)
+                except ValueError as exc:
+                    raise ConfigError(f"--upstream {redact(spec)!r}: {exc}") from None
+            elif (problem := url_problem(url)) is not None:
+                raise ConfigError(f"--upstream {redact(spec)!r}: {problem}")
+            pairs.append((f"r{len(pairs)}", pool, url.rstrip("/")))
+    else:
+        from llmsla.exporters.gateway import replicas_from_config
+
+        pairs = [(r.id, r.pool, r.url) for r in replicas_from_config(cfg)]
+    if not pairs:
+        raise ConfigError("no replicas: set gateway.upstreams / gateway.pools or pass --upstream URL")
+    suffix = path if path.startswith("/") else "/" + path
+    return [Target(rid, pool, url + suffix, engine_type or cfg.engine.engine_of(pool)) for rid, pool, url in pairs]
+
+
+def engines_main(args: argparse.Namespace, cfg: Config) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from llmsla import names
+    from llmsla.config import check_host, check_port
+    from llmsla.engines.recorder import EngineRecorder
+    from llmsla.engines.scrape import ScrapeError, Scraper
+    from llmsla.spool import SpoolWriter
+
+    if args.host is not None:
+        cfg.engine.host = check_host(args.host, "--host")
+    if args.port is not None:
+        cfg.engine.port = check_port(args.port, "--port", allow_zero=True)
+    tgts = targets(cfg, args.upstream, args.engine_type, args.path)
+
+    if args.once:
+        scraper = Scraper(cfg, tgts)
+        results = asyncio.run(scraper.scrape_all_once())
+        out: dict[str, Any] = {}
+        for t in tgts:
+            r = results[t.replica]
+            out[t.replica] = ({"up": False, "reason": r.reason, "error": str(r)} if isinstance(r, ScrapeError)
+                              else {"up": True, "sample": r[0].to_event().to_dict()})
+        print(json.dumps(out, indent=2))
+        return 0 if all(v["up"] for v in out.values()) else 1
+
+    from aiohttp import web
+
+    from llmsla.httpkit import Limits, add_metrics, serve
+
+    registry = CollectorRegistry()  # this exporter shows the engine series and nothing else
+    spool = SpoolWriter.from_config(cfg, names.SPOOL_ENGINE, registry=registry)
+    recorder = EngineRecorder(registry=registry, spool=spool)
+    scraper = Scraper(cfg, tgts, on_sample=recorder.sample, on_failure=recorder.failure)
+
+    async def healthz(_request: Any) -> Any:
+        return web.json_response({"status": "ok", "replicas": {
+            rid: {"up": st.up, "failures": st.failures, "reason": st.last_reason}
+            for rid, st in scraper.status.items()}})
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        app = web.Application()
+        add_metrics(app, registry)
+        app.router.add_get("/healthz", healthz)
+        served = await serve(app, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg))
+        print(f"llmsla engines listening on {served.url}/metrics, scraping {len(tgts)} replicas", flush=True)
+        try:
+            await scraper.run(stop)
+        finally:
+            await served.stop()
+            spool.close()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,209 @@
+"""The scraper against real loopback HTTP servers: a healthy engine keeps its 1-per-interval
+cadence while others answer garbage, hang, stream forever or refuse connections; those back off
+and are marked down, and come back when they recover."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import choose_encoder
+
+from llmsla import config as config_mod
+from llmsla import names
+from llmsla.engines.record import EngineSnapshot
+from llmsla.engines.recorder import EngineRecorder
+from llmsla.engines.scrape import ScrapeError, Scraper, Target, backoff_s
+
+from . import expositions as ex
+
+INTERVAL = 0.2
+
+
+def _cfg() -> config_mod.Config:
+    cfg = config_mod.Config()
+    cfg.engine.scrape_interval_s = INTERVAL
+    cfg.engine.timeout_s = 0.15
+    cfg.engine.backoff_max_s = 0.8
+    cfg.engine.max_bytes = 256 * 1024
+    return cfg
+
+
+class Engines:
+    """One aiohttp server with a route per behaviour; ``mode`` switches the flaky one."""
+
+    def __init__(self) -> None:
+        self.vllm = ex.vllm()
+        self.flaky_mode = "html"
+        self.hits: dict[str, int] = {}
+        self.ctypes: set[str] = set()
+
+    async def healthy(self, request: web.Request) -> web.StreamResponse:
+        self.hits["healthy"] = self.hits.get("healthy", 0) + 1
+        # content negotiation as a prometheus-client engine does it, on the scraper's Accept header
+        encoder, ctype = choose_encoder(request.headers.get("Accept", ""))
+        self.ctypes.add(ctype)
+        return web.Response(body=encoder(self.vllm.registry), headers={"Content-Type": ctype})
+
+    async def flaky(self, request: web.Request) -> web.StreamResponse:
+        self.hits["flaky"] = self.hits.get("flaky", 0) + 1
+        mode = self.flaky_mode
+        if mode == "500":
+            return web.Response(status=500, text="internal error")
+        if mode == "html":
+            return web.Response(text="<html><body>oops</body></html>", content_type="text/html")
+        if mode == "truncated":
+            body = self.vllm.openmetrics.encode()[:-200]
+            return web.Response(body=body, headers={"Content-Type": "application/openmetrics-text; version=1.0.0"})
+        return await self.healthy(request)
+
+    async def hang(self, request: web.Request) -> web.StreamResponse:
+        self.hits["hang"] = self.hits.get("hang", 0) + 1
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        self.hits["stream"] = self.hits.get("stream", 0) + 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4"})
+        await resp.prepare(request)
+        line = b"# HELP vllm:x " + b"x" * 1000 + b"\n"
+        while True:  # an endless /metrics, fast
+            await resp.write(line * 64)
+
+
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[tuple[str, Engines]]:
+    eng = Engines()
+    app = web.Application()
+    app.router.add_get("/healthy/metrics", eng.healthy)
+    app.router.add_get("/flaky/metrics", eng.flaky)
+    app.router.add_get("/hang/metrics", eng.hang)
+    app.router.add_get("/stream/metrics", eng.stream)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", eng
+    finally:
+        await runner.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    assert [backoff_s(n, 1.0, 30.0) for n in (1, 2, 3, 4, 5, 6, 7, 100)] == [1, 2, 4, 8, 16, 30, 30, 30]
+
+
+def test_healthy_replica_keeps_its_cadence_while_others_fail() -> None:
+    asyncio.run(_cadence())
+
+
+async def _cadence() -> None:
+      async with serving() as (base, eng):
+        targets = [
+            Target("r0", "p", f"{base}/healthy/metrics"),
+            Target("r1", "p", f"{base}/flaky/metrics", names.ENGINE_VLLM),
+            Target("r2", "p", f"{base}/hang/metrics"),
+            Target("r3", "p", f"{base}/stream/metrics"),
+            Target("r4", "p", f"http://127.0.0.1:{_free_port()}/metrics"),  # nothing listens
+        ]
+        samples: dict[str, list[tuple[float, EngineSnapshot]]] = {t.replica: [] for t in targets}
+        failures: dict[str, list[str]] = {t.replica: [] for t in targets}
+        registry = CollectorRegistry()
+        recorder = EngineRecorder(registry=registry)
+
+        def on_sample(t: Target, snap: EngineSnapshot, preempted: float, seconds: float) -> None:
+            samples[t.replica].append((time.monotonic(), snap))
+            recorder.sample(t, snap, preempted, seconds)
+
+        def on_failure(t: Target, err: ScrapeError, seconds: float) -> None:
+            failures[t.replica].append(err.reason)
+            recorder.failure(t, err, seconds)
+
+        scraper = Scraper(_cfg(), targets, on_sample=on_sample, on_failure=on_failure)
+        stop = asyncio.Event()
+        task = asyncio.create_task(scraper.run(stop))
+        await asyncio.sleep(3.0)
+        # the flaky replica recovers: it is scraped again within its (capped) backoff and comes back up
+        eng.flaky_mode = "ok"
+        await asyncio.sleep(1.5)
+        stop.set()
+        await asyncio.wait_for(task, 2.0)
+
+        ok = [t for t, _ in samples["r0"]]
+        assert len(ok) >= int(4.5 / INTERVAL) - 3, len(ok)  # ~22 in 4.5 s
+        gaps = [b - a for a, b in zip(ok, ok[1:], strict=False)]
+        assert max(gaps) < INTERVAL + 0.15, gaps  # never held up by the hanging or streaming replicas
+        assert samples["r0"][-1][1].engine == "vllm" and samples["r0"][-1][1].waiting == 5.0
+        assert eng.ctypes == {"application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8"}
+
+        assert set(failures["r1"]) <= {names.ENGINE_FAIL_PARSE} and failures["r1"]
+        assert set(failures["r2"]) == {names.ENGINE_FAIL_TIMEOUT}
+        assert set(failures["r3"]) <= {names.ENGINE_FAIL_TOO_LARGE, names.ENGINE_FAIL_TIMEOUT} and failures["r3"]
+        assert set(failures["r4"]) == {names.ENGINE_FAIL_CONNECT}
+        # backed off: in 4.5 s at 0.2 s a healthy replica gets ~22 tries; 0.2+0.4+0.8+0.8+... gives ~7
+        for rid in ("r2", "r3", "r4"):
+            assert 3 <= len(failures[rid]) <= 9, (rid, failures[rid])
+            assert not scraper.status[rid].up and scraper.status[rid].failures == len(failures[rid])
+        assert scraper.status["r1"].up and samples["r1"], "the flaky replica came back"
+        assert scraper.status["r0"].up
+
+        text = generate_latest(registry).decode()
+        assert 'llmsla_engine_up{engine="vllm",pool="p",replica="r0"} 1.0' in text
+        assert 'llmsla_engine_up{engine="auto",pool="p",replica="r2"} 0.0' in text
+        assert 'llmsla_engine_requests_waiting{engine="vllm",pool="p",replica="r0"} 5.0' in text
+        assert 'replica="r2"' not in text.split("llmsla_engine_requests_waiting")[1].split("# HELP")[0]
+        assert 'llmsla_engine_scrape_failures_total{pool="p",reason="timeout",replica="r2"}' in text
+
+
+def test_500_and_html_and_truncated_are_failures() -> None:
+    asyncio.run(_failures())
+
+
+async def _failures() -> None:
+    async with serving() as (base, eng):
+        scraper = Scraper(_cfg(), [Target("r1", "p", f"{base}/flaky/metrics")])
+        for mode, reason in (("500", names.ENGINE_FAIL_HTTP), ("html", names.ENGINE_FAIL_PARSE),
+                             ("truncated", names.ENGINE_FAIL_PARSE)):
+            eng.flaky_mode = mode
+            result = (await scraper.scrape_all_once())["r1"]
+            assert isinstance(result, ScrapeError) and result.reason == reason, (mode, result)
+        eng.flaky_mode = "ok"
+        snap, _ = (await scraper.scrape_all_once())["r1"]  # type: ignore[misc]
+        assert snap.engine == "vllm" and snap.kv_blocks_total == 2000
+
+
+def test_content_length_over_the_limit_is_refused_before_reading() -> None:
+    asyncio.run(_too_large())
+
+
+async def _too_large() -> None:
+    big = b"#" * (300 * 1024)
+
+    async def handler(_request: web.Request) -> web.Response:
+        return web.Response(body=big, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        r: Any = (await Scraper(_cfg(), [Target("r0", "p", f"http://127.0.0.1:{port}/metrics")]).scrape_all_once())["r0"]
+        assert isinstance(r, ScrapeError) and r.reason == names.ENGINE_FAIL_TOO_LARGE
+    finally:
+        await runner.cleanup()
