@@ -395,6 +395,14 @@ def static_rules(prof: Profile) -> list[StaticRule]:
                    "streaming job and the store miss them (disk full or read-only, or the consumer behind): see llmsla doctor"),
         StaticRule("LlmslaForecasterSilent", f"absent_over_time({names.FORECAST_RISK}[{r(900)}])", 300,
                    "no forecaster risk sample for 15 minutes: the forecaster is down or not scraped"),
+        # the gateway is the instrument of the SLA: when it is the bottleneck, requests wait before
+        # it can time them and the SLO pages may stay quiet, so this one pages
+        StaticRule("LlmslaGatewaySaturated",
+                   f"histogram_quantile(0.99, sum by (instance, le) (rate({names.GATEWAY_LOOP_LAG_SECONDS}_bucket"
+                   f"[{r(300)}]))) > 0.05", 300,
+                   "gateway {{ $labels.instance }}: its event loop runs p99 more than 50 ms late for 5 minutes: "
+                   "it is the bottleneck (add gateway.workers or replicas of it; see llmsla_gateway_accept_backlog)",
+                   severity=names.SEVERITY_PAGE),
         StaticRule("LlmslaGateway5xx",
                    f"sum by (model, pool) (rate({err}[{r(300)}]))\n/\n"
                    f"sum by (model, pool) (rate({names.REQUESTS}_total[{r(300)}])) > 0.05", 300,

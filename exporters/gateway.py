@@ -66,8 +66,10 @@ from llmsla.exporters.openai import (
     with_usage,
 )
 from llmsla.exporters.recorder import RequestRecorder, StreamTimer
+from llmsla.exporters.saturation import SaturationMonitor
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
 from llmsla.httpkit import (
+    HEAD_READ,
     REQUEST_ID,
     ApiError,
     Limits,
@@ -345,7 +347,9 @@ class Gateway:
         return resp
 
     async def handle_completion(self, request: web.Request) -> web.StreamResponse:
-        arrival = time.perf_counter()
+        # the clock starts when the request's head was read, not when this handler got to run: a
+        # saturated gateway's own queueing is in the TTFT and E2E it reports (and in its queue time)
+        arrival = request.get(HEAD_READ) or time.perf_counter()
         # the per-client bound, before the body is read: a client trickling bodies holds at most
         # client_cap slots, the rest are refused at once
         client: str | None = None
@@ -593,6 +597,7 @@ class RunningGateway:
     gateway: Gateway
     served: Served
     spool: SpoolWriter | None
+    saturation: SaturationMonitor | None = None
 
     @property
     def host(self) -> str:
@@ -607,6 +612,8 @@ class RunningGateway:
         return self.served.url
 
     async def stop(self) -> None:
+        if self.saturation is not None:
+            await self.saturation.stop()
         await self.served.stop()
         if self.spool is not None:
             self.spool.close()
@@ -634,7 +641,9 @@ async def start(cfg: Config, host: str | None = None, port: int | None = None, *
         if own is not None:
             own.close()
         raise
-    return RunningGateway(gw, served, own)
+    monitor = SaturationMonitor(registry, list(served.server.sockets))
+    monitor.start()
+    return RunningGateway(gw, served, own, monitor)
 
 
 @contextlib.asynccontextmanager

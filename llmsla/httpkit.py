@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
 import random
 import re
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +131,10 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
 #: puts its trace id there); without one, :func:`add_request_id` derives it.
 REQUEST_ID: Any = web.RequestKey("llmsla_request_id", str) if hasattr(web, "RequestKey") else "llmsla_request_id"
 REQUEST_ID_HEADER = "X-Request-Id"
+#: ``time.perf_counter()`` of the socket read that completed the request's head (its first byte,
+#: for any head that arrives in one read: all but a slowloris's), set by every llmsla server
+#: before the handler runs: the start of the clock of what the client feels, queueing included.
+HEAD_READ: Any = web.RequestKey("llmsla_head_read", float) if hasattr(web, "RequestKey") else "llmsla_head_read"
 
 
 def request_id(request: web.Request) -> str:
@@ -353,6 +360,21 @@ class _GuardedHandler(RequestHandler):
         self._admitted = False
         self._heads = 0  # complete heads seen, to tell "a new head started" from "body bytes"
         self._head_timer: asyncio.TimerHandle | None = None
+        # when each parsed head was read, in the order aiohttp hands them to its request factory
+        # (one per message, error placeholders included), so a request waiting behind others,
+        # or for a busy event loop to run its handler, is timed from when it arrived
+        self._head_reads: deque[float] = deque()
+        make = self._request_factory
+        assert make is not None
+        reads = self._head_reads
+
+        def stamped(*args: Any) -> web.BaseRequest:
+            request = make(*args)
+            if reads:
+                request[HEAD_READ] = reads.popleft()
+            return request
+
+        self._request_factory = stamped  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
@@ -367,9 +389,11 @@ class _GuardedHandler(RequestHandler):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
         super().data_received(data)
         count = self._request_count
         if count != self._heads:  # the head (or several pipelined ones) is complete
+            self._head_reads.extend(itertools.repeat(now, count - self._heads))
             self._heads = count
             self._disarm()
         elif self._head_timer is None and not self._request_in_progress:

@@ -75,6 +75,11 @@ GATEWAY_BAD_REQUESTS = "llmsla_gateway_bad_requests"  # counter, label reason; 4
 #: ``reason`` (and ``error.code`` of the 429) of a request refused because its client already
 #: holds its share of the gateway's in-flight slots (gateway.client_share of max_in_flight)
 REASON_CLIENT_OVER_SHARE = "client_over_share"
+#: Is the gateway itself the bottleneck (exporters/saturation.py): how late its event loop runs a
+#: 100 ms timer (histogram), and its listening socket's accept queue (gauges, Linux)
+GATEWAY_LOOP_LAG_SECONDS = "llmsla_gateway_event_loop_lag_seconds"
+GATEWAY_ACCEPT_BACKLOG = "llmsla_gateway_accept_backlog"
+GATEWAY_ACCEPT_BACKLOG_MAX = "llmsla_gateway_accept_backlog_max"
 #: Request header naming the unit a request belongs to (a session or user), for the student
 #: split and A/B bucketing; the body's OpenAI ``user`` field takes precedence, else the trace id.
 UNIT_HEADER = "X-Session-Id"

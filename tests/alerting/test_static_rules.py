@@ -62,6 +62,50 @@ def test_spool_dropping_fires_on_a_drop_and_only_then(tmp_path: Path) -> None:
     assert "SUCCESS" in res.stdout + res.stderr
 
 
+def test_gateway_saturated_pages_for_a_late_loop_only(tmp_path: Path) -> None:
+    """A gateway whose loop runs its 100 ms timer 200 ms late from minute 5 pages after 5 more
+    minutes; one whose loop stays within 1 ms never does."""
+    from llmsla.exporters.saturation import LAG_BUCKETS
+
+    rule = _rule("LlmslaGatewaySaturated")
+    per_step = 150  # 10 samples a second, 15 s apart
+
+    def buckets(instance: str, late_from: int | None) -> list[dict]:
+        """Cumulative bucket series: every sample at 0.5 ms, or at 200 ms from step ``late_from``."""
+        out = []
+        for le in (*LAG_BUCKETS, float("inf")):
+            vals, total = [], 0
+            for step in range(81):
+                lag = 0.2 if late_from is not None and step > late_from else 0.0005
+                total += per_step if lag <= le else 0
+                vals.append(str(total))
+            name = f'{names.GATEWAY_LOOP_LAG_SECONDS}_bucket{{instance="{instance}",le="{"+Inf" if le == float("inf") else le}"}}'
+            out.append({"series": name, "values": " ".join(vals)})
+        return out
+
+    labels = {"instance": "gw-2", names.L_SEVERITY: names.SEVERITY_PAGE, names.L_SOURCE: names.SOURCE_STATIC}
+    firing = [{"exp_labels": labels, "exp_annotations": {"summary": rule_tests._render(rule.summary, labels)}}]
+    test = {
+        "rule_files": [str(RULE_FILE)],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": buckets("gw-1", None) + buckets("gw-2", 20),
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": rule.alert, "exp_alerts": []},
+                {"eval_time": "9m", "alertname": rule.alert, "exp_alerts": []},  # pending (for: 5m)
+                {"eval_time": "11m", "alertname": rule.alert, "exp_alerts": firing},
+                {"eval_time": "20m", "alertname": rule.alert, "exp_alerts": firing},
+            ],
+        }],
+    }
+    path = tmp_path / "gateway-saturated.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_promtool_accepts_the_static_rule_file() -> None:
     res = subprocess.run([services.find_binary("promtool"), "check", "rules", str(RULE_FILE)],
                          capture_output=True, text=True, timeout=60)
