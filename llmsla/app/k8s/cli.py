@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -16,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--check", action="store_true", help="write nothing; exit 1 if the generated files are stale")
     r.set_defaults(handler=cmd_render)
     v = ds.add_parser("validate", help="kustomize the base and every overlay; check every object offline")
-    v.add_argument("--dir", type=Path, default=None,
+    v.add_argument("--dir", type=argtypes.input_dir, default=None,
                    help="manifest root (default deploy/k8s, else the installed one)")
     v.add_argument("--kube-version", action="append", metavar="X.Y.Z",
                    help="Kubernetes schema version (repeatable; default 1.30.0 and 1.37.0)")
