@@ -305,16 +305,24 @@ output_file_or_stdout = _typed("output file", output_file_or_stdout)
 
 
 def writable_dir(text: str) -> Path:
-    """A directory to write into, created (with its parents) if missing."""
+    """A directory to write into: an existing one that takes new files, or a missing one that
+    can be created (its nearest existing parent is a directory that takes new entries). Nothing
+    is created here: the command creates it when it first writes (``simulate --no-events
+    --spool D`` leaves no D behind)."""
     p = Path(text)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise _error(f"{text}: exists and is not a directory") from None
-    except OSError as exc:
-        raise _error(f"{text}: cannot create the directory: {exc.strerror or exc}") from None
-    if (why := _probe_writable(p)) is not None:
-        raise _error(f"{text}: cannot write into the directory: {why}")
+    if p.exists():
+        if not p.is_dir():
+            raise _error(f"{text}: exists and is not a directory")
+        if (why := _probe_writable(p)) is not None:
+            raise _error(f"{text}: cannot write into the directory: {why}")
+        return p
+    parent = p.absolute().parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise _error(f"{text}: cannot create the directory: {parent} is not a directory")
+    if (why := _probe_writable(parent)) is not None:
+        raise _error(f"{text}: cannot create the directory: cannot write into {parent}: {why}")
     return p
 
 
