@@ -184,9 +184,9 @@ def _one_line_error(out: subprocess.CompletedProcess, needle: str) -> None:
     assert needle in out.stderr, out.stderr
 
 
-def test_gateway_port_in_use(busy_port: int, tmp_path: Path) -> None:
-    out = llmsla("gateway", "--upstream", "http://127.0.0.1:9", "--port", str(busy_port),
-                 env=_env(LLMSLA_SPOOL_DIR=str(tmp_path)))
+@pytest.mark.parametrize("server", [["gateway", "--upstream", "http://127.0.0.1:9"], ["gpu"]])
+def test_port_in_use(server: list[str], busy_port: int, tmp_path: Path) -> None:
+    out = llmsla(*server, "--port", str(busy_port), env=_env(LLMSLA_SPOOL_DIR=str(tmp_path)))
     _one_line_error(out, f"llmsla: error: cannot listen on 127.0.0.1:{busy_port}: Address already in use")
 
 
