@@ -17,8 +17,8 @@ def register(subparsers: Any) -> None:
     g.add_argument("--specs", type=argtypes.input_dir, default=None,
                    help="directory of SLO specs: openslo/v1, openslo/v1alpha, Sloth prometheus/v1 "
                         "(default slo.dir: deploy/slo, else the installed defaults)")
-    g.add_argument("--rules-out", type=Path, default=Path("deploy/prometheus/rules"))
-    g.add_argument("--tests-out", type=Path, default=Path("deploy/prometheus/tests"))
+    g.add_argument("--rules-out", type=argtypes.writable_dir, default=Path("deploy/prometheus/rules"))
+    g.add_argument("--tests-out", type=argtypes.writable_dir, default=Path("deploy/prometheus/tests"))
     g.add_argument("--default-slo-period", default="30d",
                    help="period of Sloth prometheus/v1 specs (they carry none; Sloth's flag of the same name)")
     g.add_argument("--window-scale", type=argtypes.positive_float, default=1.0,

@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("dashboards", help="Grafana dashboards as code")
     ds = d.add_subparsers(dest="dashboards_cmd", required=True, metavar="ACTION")
     b = ds.add_parser("build", help="write deploy/grafana: dashboard JSON, datasource and dashboard provisioning")
-    b.add_argument("--out", default=None, help="output folder (default deploy/grafana)")
+    b.add_argument("--out", type=argtypes.writable_dir, default=None, help="output folder (default deploy/grafana)")
     b.add_argument("--check", action="store_true", help="exit 2 naming the stale files instead of writing")
     b.set_defaults(handler=cmd_build)
 

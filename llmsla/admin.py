@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmsla import argtypes, events, names, spool
 from llmsla import config as config_mod
-from llmsla import events, names, spool
 from llmsla.errors import CliError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(handler=cmd_config_doc)
 
     sch = sub.add_parser("schemas", help="write JSON Schemas of the event contracts")
-    sch.add_argument("--out", default=str(SCHEMA_DIR))
+    sch.add_argument("--out", type=argtypes.writable_dir, default=None, help=f"output folder (default {SCHEMA_DIR})")
     sch.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
     sch.set_defaults(handler=cmd_schemas)
 
@@ -209,14 +209,17 @@ def cmd_config_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_config_doc(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(config_mod.render_doc())
+    try:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(config_mod.render_doc())
+    except OSError as exc:
+        raise CliError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
     print(f"wrote {args.out}")
     return 0
 
 
 def cmd_schemas(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    out = Path(args.out)
+    out = Path(args.out or SCHEMA_DIR)
     stale = []
     for fname, text in events.render_schemas().items():
         path = out / fname

@@ -88,6 +88,10 @@ PARSE_ROWS: list[tuple[list[str], str]] = [
     (["forecast", "eval", "--json", "{file}/x.json"], "not a directory"),
     (["demo", "--json", "{tmp}"], "is a directory"),
     (["demo", "--workdir", "{file}/w"], "cannot create the directory"),
+    (["deploy", "render", "--out", "{file}/k8s"], "argument --out: {file}/k8s: cannot create the directory"),
+    (["dashboards", "build", "--out", "{file}/g"], "cannot create the directory"),
+    (["schemas", "--out", "{file}/s"], "cannot create the directory"),
+    (["slo", "generate", "--rules-out", "{file}/r"], "argument --rules-out: {file}/r: cannot create the directory"),
     (["--data-dir", "{file}/pg", "store", "status"], "argument --data-dir: {file}/pg: cannot create the directory"),
     (["--data-dir", "/proc/llmsla-pg", "store", "status"], "/proc/llmsla-pg: cannot create the directory"),
 ]
