@@ -171,6 +171,18 @@ def each(parse: Callable[[str], Any], n: int, names: str) -> Callable[[str], lis
     return _typed(f"{n} values", parse_all)
 
 
+def memory_size(text: str) -> str:
+    """A process memory size as the JVM and Flink write it: a positive whole number of
+    megabytes or gigabytes (``1536m``, ``2g``)."""
+    m = re.fullmatch(r"(\d+)([mg])", text.strip())
+    if not m or int(m.group(1)) == 0:
+        raise _error(f"expected a size such as 1536m or 2g, got {text!r}")
+    return m.group(0)
+
+
+memory_size = _typed("memory size", memory_size)
+
+
 # -- time -------------------------------------------------------------------------------------------
 def time(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     """A point in time (UTC): ``now``; an offset back from now, ``now-6h`` or ``-6h`` (units s, m,

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--rpc-port", type=argtypes.port, default=6123, help="JobManager RPC port (default 6123)")
     s.add_argument("--checkpoint-dir", default="", help="cluster default checkpoint dir (default <dir>/checkpoints); "
                    "the llmsla job uses stream.checkpoint_dir")
-    s.add_argument("--taskmanager-memory", default="1536m", help="process memory per TaskManager (default 1536m)")
+    s.add_argument("--taskmanager-memory", type=argtypes.memory_size, default="1536m", help="process memory per TaskManager (default 1536m)")
     s.set_defaults(handler=cmd_start)
     t = sub.add_parser("stop", help="stop every process of the cluster (Python workers included)")
     _dir(t)
@@ -51,8 +51,6 @@ def cmd_start(args: argparse.Namespace, cfg: Config) -> int:
 
     if args.rest_port == args.rpc_port:
         raise CliError("--rest-port and --rpc-port must differ")
-    if not args.taskmanager_memory[:-1].isdigit() or args.taskmanager_memory[-1] not in "mg":
-        raise CliError(f"--taskmanager-memory: expected e.g. 1536m or 2g, got {args.taskmanager_memory!r}")
     spec = ClusterSpec(root=(args.dir or default_root()).resolve(), rest_port=args.rest_port,
                        rpc_port=args.rpc_port, taskmanagers=args.taskmanagers, slots=args.slots, checkpoint_dir=args.checkpoint_dir,
                        taskmanager_memory=args.taskmanager_memory)

@@ -70,6 +70,7 @@ PARSE_ROWS: list[tuple[list[str], str]] = [
     (["replay", "--url", "ftp://x", "--duration", "5"], "must start with http://"),
     (["replay", "--url", "http://127.0.0.1:1", "--duration", "-5"], "must be > 0"),
     (["flink", "start", "--taskmanagers", "0"], "must be >= 1"),
+    (["flink", "start", "--taskmanager-memory", "0m"], "expected a size such as 1536m or 2g, got '0m'"),
     (["demo", "--minutes", "nan"], "expected a finite number"),
     (["slo", "generate", "--window-scale", "0"], "must be > 0"),
     # paths: files to read exist and are regular files; outputs can be written; dirs can be made
