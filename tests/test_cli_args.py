@@ -219,6 +219,13 @@ def test_ab_report_range_is_bounded_before_the_store_opens() -> None:
     _one_line_error(out, "--from/--to: the range is 200.0 days; at most 120")
 
 
+def test_data_dir_from_the_environment_that_cannot_be_made(tmp_path: Path) -> None:
+    """--data-dir is refused by argparse; the same key from the environment, where the store starts."""
+    (tmp_path / "file").write_text("")
+    out = llmsla("migrate", env=_env(LLMSLA_STORE_DATA_DIR=str(tmp_path / "file" / "pg")))
+    _one_line_error(out, f"store.data_dir {tmp_path}/file/pg: cannot create {tmp_path}/file: File exists")
+
+
 # -- the spool commands over entries that are not segments -------------------------------------------
 @pytest.fixture()
 def odd_spool(tmp_path: Path) -> Path:
