@@ -37,6 +37,8 @@ PARSE_ROWS: list[tuple[list[str], str]] = [
     (["gateway", "--port", "-1"], "port must be 0..65535"),
     (["gateway", "--port", "http"], "expected an integer"),
     (["gpu", "--port", "65536"], "port must be 0..65535"),
+    (["engines", "--port", "99999"], "port must be 0..65535"),
+    (["engines", "--host", "bad host"], "neither an IP address nor a host name"),
     (["worker", "--port", "99999"], "port must be 0..65535"),
     (["receiver", "--port", "70000"], "port must be 0..65535"),
     (["control", "serve", "--port", "99999"], "port must be 0..65535"),
