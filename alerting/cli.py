@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -13,29 +14,29 @@ def register(subparsers: Any) -> None:
     slo = subparsers.add_parser("slo", help="SLO specs -> Prometheus burn-rate rules and rule tests")
     ss = slo.add_subparsers(dest="slo_command", metavar="ACTION")
     g = ss.add_parser("generate", help="write deploy/prometheus/rules and tests from deploy/slo/*.yaml")
-    g.add_argument("--specs", type=Path, default=None,
+    g.add_argument("--specs", type=argtypes.input_dir, default=None,
                    help="directory of SLO specs: openslo/v1, openslo/v1alpha, Sloth prometheus/v1 "
                         "(default slo.dir: deploy/slo, else the installed defaults)")
-    g.add_argument("--rules-out", type=Path, default=Path("deploy/prometheus/rules"))
-    g.add_argument("--tests-out", type=Path, default=Path("deploy/prometheus/tests"))
+    g.add_argument("--rules-out", type=argtypes.writable_dir, default=Path("deploy/prometheus/rules"))
+    g.add_argument("--tests-out", type=argtypes.writable_dir, default=Path("deploy/prometheus/tests"))
     g.add_argument("--default-slo-period", default="30d",
                    help="period of Sloth prometheus/v1 specs (they carry none; Sloth's flag of the same name)")
-    g.add_argument("--window-scale", type=float, default=1.0,
+    g.add_argument("--window-scale", type=argtypes.positive_float, default=1.0,
                    help="test profile: multiply every window and `for` (e.g. 0.004 makes 1h 14.4 s); "
                         "rule tests are only written at 1")
-    g.add_argument("--scrape-interval-s", type=float, default=None,
+    g.add_argument("--scrape-interval-s", type=argtypes.positive_duration_s, default=None,
                    help="with --window-scale: refuse a scale whose 5m window holds fewer than 4 scrapes")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 if the files are stale")
     g.set_defaults(handler=cmd_generate)
     slo.set_defaults(handler=lambda args, cfg: (slo.print_help(), 2)[1])
 
     r = subparsers.add_parser("receiver", help="Alertmanager webhook receiver acting on the control API")
-    r.add_argument("--host", help="listen address (receiver.host; loopback by default)")
-    r.add_argument("--port", type=int, help="listen port (receiver.port; 0 = a free one)")
-    r.add_argument("--policy", help="policy file (receiver.policy; default: the built-in policy)")
+    r.add_argument("--host", type=argtypes.host, help="listen address (receiver.host; loopback by default)")
+    r.add_argument("--port", type=argtypes.port0, help="listen port (receiver.port; 0 = a free one)")
+    r.add_argument("--policy", type=argtypes.input_file, help="policy file (receiver.policy; default: the built-in policy)")
     r.add_argument("--control-url", action="append", metavar="URL", help="control API base URL (repeatable; receiver.control_urls)")
     r.add_argument("--check-policy", action="store_true", help="validate the policy file and exit")
-    r.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (0 = until SIGTERM)")
+    r.add_argument("--duration-s", type=argtypes.duration_s, default=0.0, help="stop after this long (0 = until SIGTERM)")
     r.set_defaults(handler=cmd_receiver)
 
 

@@ -11,12 +11,12 @@ from llmsla.config import Config
 
 def main(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.alerting import policy as policy_mod
-    from llmsla.config import check_host, check_port, set_value
+    from llmsla.config import set_value
     from llmsla.errors import CliError
     from llmsla.yamlsrc import SourceError
 
     rc = cfg.receiver
-    path = args.policy if args.policy is not None else rc.policy
+    path = str(args.policy) if args.policy is not None else rc.policy
     try:
         pol = policy_mod.load(path or None)
     except SourceError as exc:
@@ -25,9 +25,9 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{pol.source}: OK, {len(pol.rules)} rules ({', '.join(r.name for r in pol.rules)})")
         return 0
     if args.host is not None:
-        rc.host = check_host(args.host, "--host")
+        rc.host = args.host
     if args.port is not None:
-        rc.port = check_port(args.port, "--port", allow_zero=True)
+        rc.port = args.port
     if args.control_url:  # the check receiver.control_urls declares, as in the file
         set_value(cfg, "receiver.control_urls", list(args.control_url), "--control-url")
     if not rc.control_urls:

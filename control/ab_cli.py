@@ -11,14 +11,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import sys
 from typing import Any
 
+from llmsla import argtypes
 from llmsla.config import Config
-
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def register(subparsers: Any) -> None:
@@ -27,32 +24,19 @@ def register(subparsers: Any) -> None:
     r = sub.add_parser("report", help="per-arm SLA, sample-ratio test, effects with intervals, verdicts, breach attribution",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("--experiment", required=True, help="experiment key ([ab.experiments.<key>])")
-    r.add_argument("--from", dest="start", default="-1h", help="range start: ISO 8601 time, or an offset such as --from=-6h (-30m, -7d; default -1h)")
-    r.add_argument("--to", dest="end", default="now", help="range end: ISO 8601 time, an offset (--to=-10m), or now (default)")
+    r.add_argument("--from", dest="start", type=argtypes.time, default="-1h", metavar="TIME",
+                   help="range start: ISO 8601 time, epoch seconds, or an offset such as --from=-6h "
+                        "(-30m, -7d, now-6h; default -1h)")
+    r.add_argument("--to", dest="end", type=argtypes.time, default="now", metavar="TIME",
+                   help="range end: the same forms, or now (default)")
     r.add_argument("--sequential", action="store_true",
                    help="always-valid mode: confidence sequences, safe to re-run (peek) as often as you like")
     r.add_argument("--rollback", action="store_true",
                    help="with --sequential: set a failing arm's weight to 0 through the control API (also ab.auto_rollback)")
-    r.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE ('-' = stdout, no table)")
+    r.add_argument("--json", metavar="FILE", type=argtypes.output_file_or_stdout, help="write the report as JSON to FILE ('-' = stdout, no table)")
     r.add_argument("--no-results", action="store_true", help="do not write rows into ab_results")
     r.set_defaults(handler=report)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
-
-
-def parse_time(value: str, option: str, now: dt.datetime) -> dt.datetime:
-    """``now``, ``-90m`` style offsets, or ISO 8601 (UTC when no offset is given)."""
-    from llmsla.errors import CliError
-
-    if value == "now":
-        return now
-    m = _RELATIVE.match(value)
-    if m:
-        return now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
-    try:
-        t = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(f"{option}: expected an ISO 8601 time, 'now' or an offset like -30m/-6h/-7d, got {value!r}") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def report(args: argparse.Namespace, cfg: Config) -> int:
@@ -66,10 +50,16 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
     if exp is None:
         raise CliError(f"--experiment: unknown experiment {args.experiment!r} (configured: {', '.join(exps) or 'none'}; "
                        "see [ab.experiments] in docs/ab.md)")
-    now = dt.datetime.now(dt.UTC)
-    start, end = parse_time(args.start, "--from", now), parse_time(args.end, "--to", now)
+    start, end = args.start, args.end
     if end <= start:
         raise CliError(f"--from/--to: the range is empty ({start.isoformat()} .. {end.isoformat()})")
+    # the report holds per-minute arrays over the range: bound it by what the store keeps, before
+    # anything is allocated (a --from of year 1 asked for 31.8 GiB)
+    max_days = ab_data.max_range_days(cfg)
+    if end - start > dt.timedelta(days=max_days):
+        raise CliError(f"--from/--to: the range is {(end - start).total_seconds() / 86400:,.1f} days; at most {max_days} "
+                       "(the store keeps its 1-minute roll-up store.retention_days x "
+                       f"{ab_data.ROLLUP_RETENTION_FACTOR} days)")
     rollback = args.rollback or cfg.ab.auto_rollback
     if rollback and not args.sequential:
         raise CliError("--rollback (or ab.auto_rollback) needs --sequential: only the always-valid mode may act on a "

@@ -18,6 +18,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -26,6 +27,7 @@ from llmsla import histogram as H
 from llmsla import names
 from llmsla.events import RequestEvent
 from llmsla.experiments import Experiment, parse_label
+from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR
 
 DEFAULT_GROUP = names.DEFAULT_ARM
 FORCED_GROUP = "forced"
@@ -76,6 +78,12 @@ class ArmMinutes:
 def _floor_minute(t: dt.datetime) -> dt.datetime:
     t = t.astimezone(UTC)
     return t.replace(second=0, microsecond=0)
+
+
+def max_range_days(cfg: Any) -> int:
+    """The longest range a report may ask for: what the store keeps of the 1-minute roll-up it
+    reads (older minutes are deleted); a report holds arrays per minute of the range."""
+    return cfg.store.retention_days * ROLLUP_RETENTION_FACTOR
 
 
 def minute_range(start: dt.datetime, end: dt.datetime) -> tuple[dt.datetime, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -16,11 +17,11 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("control", help="router and distillation control API")
     sub = p.add_subparsers(dest="control_command", metavar="SUBCOMMAND")
     s = sub.add_parser("serve", help="serve the control API (127.0.0.1:control.port by default)")
-    s.add_argument("--host", help="listen address (default control.host)")
-    s.add_argument("--port", type=int, help="listen port (default control.port; 0 = any free port)")
+    s.add_argument("--host", type=argtypes.host, help="listen address (default control.host)")
+    s.add_argument("--port", type=argtypes.port0, help="listen port (default control.port; 0 = any free port)")
     s.add_argument("--upstream", action="append", default=None, metavar="URL",
                    help="replica base URL (repeatable; default gateway.upstreams)")
-    s.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (0 = until Ctrl-C)")
+    s.add_argument("--duration-s", type=argtypes.duration_s, default=0.0, help="stop after this long (0 = until Ctrl-C)")
     s.set_defaults(handler=serve)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
 
@@ -31,7 +32,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     import signal
     import sys
 
-    from llmsla.config import check_host, check_port, set_value
+    from llmsla.config import set_value
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
@@ -48,8 +49,8 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
         raise CliError("no replicas: pass --upstream URL or set gateway.upstreams")
     pool = cfg.gateway.pool
     router = from_config(cfg, [Replica(f"r{i}", pool, url=u) for i, u in enumerate(upstreams)])
-    host = cfg.control.host if args.host is None else check_host(args.host, "--host")
-    port = cfg.control.port if args.port is None else check_port(args.port, "--port", allow_zero=True)
+    host = cfg.control.host if args.host is None else args.host
+    port = cfg.control.port if args.port is None else args.port
     # every change is audited in the store's action_log: the embedded PostgreSQL by default
     store = open_store(cfg)
     audit = AuditLog(store.dsn)

@@ -17,43 +17,42 @@ import tempfile
 import time
 from typing import Any
 
+from llmsla import argtypes
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("gateway", help="instrumented OpenAI-compatible proxy in front of the upstreams")
-    p.add_argument("--host", help="listen address (gateway.host)")
-    p.add_argument("--port", type=int, help="listen port (gateway.port); 0 = a free one")
+    p.add_argument("--host", type=argtypes.host, help="listen address (gateway.host)")
+    p.add_argument("--port", type=argtypes.port0, help="listen port (gateway.port); 0 = a free one")
     p.add_argument("--upstream", action="append", metavar="URL", help="replica base URL; repeat (gateway.upstreams)")
-    p.add_argument("--pool", help="pool name of the upstreams (gateway.pool)")
-    p.add_argument("--workers", type=int, help="processes sharing the port with SO_REUSEPORT (gateway.workers)")
-    p.add_argument("--control-port", type=int, metavar="PORT",
+    p.add_argument("--pool", type=argtypes.key("gateway.pool"), help="pool name of the upstreams (gateway.pool)")
+    p.add_argument("--workers", type=argtypes.key("gateway.workers"),
+                   help="processes sharing the port with SO_REUSEPORT (gateway.workers)")
+    p.add_argument("--control-port", type=argtypes.port0, metavar="PORT",
                    help="also serve the control API for this gateway's router on control.host:PORT "
                         "(loopback by default; bearer token control.token); single-process only")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=gateway_main)
 
     g = subparsers.add_parser("gpu", help="NVML GPU collector: /metrics and GpuSample events")
-    g.add_argument("--host", help="listen address (gpu.host)")
-    g.add_argument("--port", type=int, help="listen port (gpu.port)")
+    g.add_argument("--host", type=argtypes.host, help="listen address (gpu.host)")
+    g.add_argument("--port", type=argtypes.port0, help="listen port (gpu.port); 0 = a free one")
     g.add_argument("--once", action="store_true", help="take one sample, print it as JSON, exit")
     g.set_defaults(handler=gpu_main)
 
 
 def _apply(args: argparse.Namespace, cfg: Any) -> None:
-    from llmsla.config import check_host, check_port, set_value
+    from llmsla.config import set_value
 
     if args.host is not None:
-        cfg.gateway.host = check_host(args.host, "--host")
+        cfg.gateway.host = args.host
     if args.port is not None:
-        cfg.gateway.port = check_port(args.port, "--port", allow_zero=True)
+        cfg.gateway.port = args.port
     if args.upstream:  # the checks the keys declare, as in the file
         set_value(cfg, "gateway.upstreams", list(args.upstream), "--upstream")
     if args.pool:
         set_value(cfg, "gateway.pool", args.pool, "--pool")
     if args.workers is not None:
-        if args.workers < 1:
-            from llmsla.errors import CliError
-
-            raise CliError("--workers must be >= 1")
         cfg.gateway.workers = args.workers
 
 
@@ -213,14 +212,13 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
     from prometheus_client import CollectorRegistry
 
     from llmsla import names
-    from llmsla.config import check_host, check_port
     from llmsla.exporters.gpu import GpuCollector
     from llmsla.spool import SpoolWriter
 
     if args.host is not None:
-        cfg.gpu.host = check_host(args.host, "--host")
+        cfg.gpu.host = args.host
     if args.port is not None:
-        cfg.gpu.port = check_port(args.port, "--port", allow_zero=True)
+        cfg.gpu.port = args.port
     registry = CollectorRegistry()  # this exporter shows the GPU series and nothing else
     if args.once:
         col = GpuCollector(cfg, registry=registry)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -29,43 +30,43 @@ def register(subparsers: Any) -> None:
     load = p.add_argument_group("load")
     load.add_argument("--trace", help="azure_code, azure_conv, mooncake or a trace file path")
     load.add_argument("--load", choices=("poisson", "bursty", "burst"), help="synthetic load instead of a trace")
-    load.add_argument("--rate", type=float, default=5.0, help="synthetic: mean requests/s (default 5)")
-    load.add_argument("--duration", type=float, help="seconds of load (synthetic default 300; trace: all)")
-    load.add_argument("--start", type=float, default=0.0, help="trace: skip this many seconds first")
-    load.add_argument("--prompt", type=int, default=512, help="synthetic: mean prompt tokens")
-    load.add_argument("--output", type=int, default=128, help="synthetic: mean output tokens")
-    load.add_argument("--sigma", type=float, default=0.0, help="synthetic: log-normal sigma of token counts (0 = fixed)")
-    load.add_argument("--burst-n", type=int, default=800, help="burst: requests arriving together")
-    load.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
-    load.add_argument("--rate-mult", type=float, default=1.0, help="multiply the request rate, keeping the duration")
-    load.add_argument("--sessions", type=float, default=0.0, metavar="TURNS",
+    load.add_argument("--rate", type=argtypes.positive_float, default=5.0, help="synthetic: mean requests/s (default 5)")
+    load.add_argument("--duration", type=argtypes.positive_duration_s, help="seconds of load (synthetic default 300; trace: all)")
+    load.add_argument("--start", type=argtypes.duration_s, default=0.0, help="trace: skip this many seconds first")
+    load.add_argument("--prompt", type=argtypes.positive_int, default=512, help="synthetic: mean prompt tokens")
+    load.add_argument("--output", type=argtypes.positive_int, default=128, help="synthetic: mean output tokens")
+    load.add_argument("--sigma", type=argtypes.non_negative_float, default=0.0, help="synthetic: log-normal sigma of token counts (0 = fixed)")
+    load.add_argument("--burst-n", type=argtypes.positive_int, default=800, help="burst: requests arriving together")
+    load.add_argument("--time-scale", type=argtypes.positive_float, default=1.0, help="multiply arrival times (0.5 = twice as fast)")
+    load.add_argument("--rate-mult", type=argtypes.positive_float, default=1.0, help="multiply the request rate, keeping the duration")
+    load.add_argument("--sessions", type=argtypes.non_negative_float, default=0.0, metavar="TURNS",
                       help="group requests into sessions (A/B units) of this mean number of turns (0 = each request its own unit)")
-    load.add_argument("--think-s", type=float, default=30.0, help="sessions: mean seconds between a session's turns")
+    load.add_argument("--think-s", type=argtypes.duration_s, default=30.0, help="sessions: mean seconds between a session's turns")
     fl = p.add_argument_group("fleet")
     fl.add_argument("--fleet", default="6b:8", help="replicas, e.g. 6b:8 or 70b/teacher:1,6b/student:2 or 6b:4,canary=6b:4 "
                     "(a named pool gets requests only through an A/B arm; default 6b:8)")
-    fl.add_argument("--policy", help="router policy (default control.route_policy)")
-    fl.add_argument("--student-share", type=float, help="share of requests for role 'student' (0..1)")
-    fl.add_argument("--timeout-s", type=float, help="request timeout (default gateway.request_timeout_s)")
+    fl.add_argument("--policy", type=argtypes.key("control.route_policy"), help="router policy (default control.route_policy)")
+    fl.add_argument("--student-share", type=argtypes.fraction, help="share of requests for role 'student' (0..1)")
+    fl.add_argument("--timeout-s", type=argtypes.key("gateway.request_timeout_s"), help="request timeout (default gateway.request_timeout_s)")
     fl.add_argument("--fault", action="append", default=[], metavar="KIND:REPLICA:START:END[:FACTOR]",
                     help="inject a fault (slowdown|memory|crash|jitter); repeatable")
     out = p.add_argument_group("output")
-    out.add_argument("--spool", help="spool directory (default spool.dir)")
+    out.add_argument("--spool", type=argtypes.writable_dir, help="spool directory (default spool.dir)")
     out.add_argument("--no-events", action="store_true", help="do not write events (summary only)")
-    out.add_argument("--labels", help="fault label file (default <spool>/labels/sim-<start_ms>.json)")
-    out.add_argument("--start-ms", type=int, help="epoch ms of simulated time 0 (default: ends now)")
-    out.add_argument("--seed", type=int, default=0)
-    out.add_argument("--realtime", type=float, default=0.0, metavar="X",
+    out.add_argument("--labels", type=argtypes.output_file, help="fault label file (default <spool>/labels/sim-<start_ms>.json)")
+    out.add_argument("--start-ms", type=argtypes.epoch_ms, help="epoch ms of simulated time 0 (default: ends now)")
+    out.add_argument("--seed", type=argtypes.non_negative_int, default=0)
+    out.add_argument("--realtime", type=argtypes.non_negative_float, default=0.0, metavar="X",
                      help="pace the run at X simulated seconds per wall second (live demos)")
-    out.add_argument("--metrics-port", type=int,
+    out.add_argument("--metrics-port", type=argtypes.port0,
                      help="serve the recorders' Prometheus metrics on 127.0.0.1:PORT while running (with --live-from: from the live part on)")
-    out.add_argument("--live-from", type=float, default=0.0, metavar="S",
+    out.add_argument("--live-from", type=argtypes.duration_s, default=0.0, metavar="S",
                      help="with --realtime: simulated seconds replayed as fast as they compute before the "
                           "paced part, which then starts now (history first, then live)")
-    out.add_argument("--control-port", type=int, metavar="PORT",
+    out.add_argument("--control-port", type=argtypes.port0, metavar="PORT",
                      help="serve the control API for the simulator's router and distillation controls on "
                           "control.host:PORT while it runs (bearer token control.token; a paced run only)")
-    out.add_argument("--json", help="write the summary as JSON to this file ('-' = stdout)")
+    out.add_argument("--json", type=argtypes.output_file_or_stdout, help="write the summary as JSON to this file ('-' = stdout)")
     p.set_defaults(handler=run)
 
     r = subparsers.add_parser(
@@ -74,24 +75,24 @@ def register(subparsers: Any) -> None:
         description="Send a trace's arrivals (built as `llmsla simulate` builds them) to URL/v1/chat/completions "
                     "in real time, open loop, request sizes scaled to the endpoint; see docs/fleet.md.",
     )
-    r.add_argument("--url", required=True, help="base URL of the endpoint, e.g. the gateway's http://127.0.0.1:8000")
+    r.add_argument("--url", required=True, type=argtypes.url, help="base URL of the endpoint, e.g. the gateway's http://127.0.0.1:8000")
     r.add_argument("--trace", default="azure_conv", help="azure_code, azure_conv, mooncake or a trace file path")
-    r.add_argument("--duration", type=float, required=True, help="seconds of load (after --time-scale)")
-    r.add_argument("--start", type=float, default=0.0, help="skip this many trace seconds first")
-    r.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the rate, stretched)")
-    r.add_argument("--rate-mult", type=float, default=1.0, help="multiply the request rate, keeping the duration")
-    r.add_argument("--sessions", type=float, default=0.0, metavar="TURNS",
+    r.add_argument("--duration", type=argtypes.positive_duration_s, required=True, help="seconds of load (after --time-scale)")
+    r.add_argument("--start", type=argtypes.duration_s, default=0.0, help="skip this many trace seconds first")
+    r.add_argument("--time-scale", type=argtypes.positive_float, default=1.0, help="multiply arrival times (2 = half the rate, stretched)")
+    r.add_argument("--rate-mult", type=argtypes.positive_float, default=1.0, help="multiply the request rate, keeping the duration")
+    r.add_argument("--sessions", type=argtypes.non_negative_float, default=0.0, metavar="TURNS",
                    help="group requests into sessions (sent as the OpenAI `user`, the A/B unit) of this mean number of turns")
-    r.add_argument("--think-s", type=float, default=30.0, help="sessions: mean seconds between a session's turns")
-    r.add_argument("--prompt-scale", type=float, default=1.0, help="prompt characters per trace prompt token")
-    r.add_argument("--output-scale", type=float, default=1.0, help="generated tokens per trace output token")
-    r.add_argument("--max-prompt-chars", type=int, default=8192, help="cap on a prompt's characters")
-    r.add_argument("--max-tokens", type=int, default=1024, help="cap on a request's max_tokens")
-    r.add_argument("--model", default="llmsla-tiny", help="model name sent (default llmsla-tiny, the reference worker's)")
-    r.add_argument("--start-at-ms", type=int, help="epoch ms of the first arrival's t = 0 (default: now)")
-    r.add_argument("--timeout-s", type=float, default=60.0, help="give up on one request after this long")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--json", help="write the summary (sent, HTTP statuses, lateness) to this file")
+    r.add_argument("--think-s", type=argtypes.duration_s, default=30.0, help="sessions: mean seconds between a session's turns")
+    r.add_argument("--prompt-scale", type=argtypes.positive_float, default=1.0, help="prompt characters per trace prompt token")
+    r.add_argument("--output-scale", type=argtypes.positive_float, default=1.0, help="generated tokens per trace output token")
+    r.add_argument("--max-prompt-chars", type=argtypes.positive_int, default=8192, help="cap on a prompt's characters")
+    r.add_argument("--max-tokens", type=argtypes.positive_int, default=1024, help="cap on a request's max_tokens")
+    r.add_argument("--model", type=argtypes.label, default="llmsla-tiny", help="model name sent (default llmsla-tiny, the reference worker's)")
+    r.add_argument("--start-at-ms", type=argtypes.epoch_ms, help="epoch ms of the first arrival's t = 0 (default: now)")
+    r.add_argument("--timeout-s", type=argtypes.positive_duration_s, default=60.0, help="give up on one request after this long")
+    r.add_argument("--seed", type=argtypes.non_negative_int, default=0)
+    r.add_argument("--json", type=argtypes.output_file, help="write the summary (sent, HTTP statuses, lateness) to this file")
     r.set_defaults(handler=run_replay)
 
 
@@ -138,7 +139,6 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     from prometheus_client import CollectorRegistry
 
     from llmsla import names
-    from llmsla.config import check_port
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
@@ -192,8 +192,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     store = None
     try:
         limits = Limits.from_config(cfg)
-        metrics_port = None if args.metrics_port is None else check_port(args.metrics_port, "--metrics-port",
-                                                                         allow_zero=True)
+        metrics_port = args.metrics_port
 
         def open_metrics() -> None:
             app = web.Application()
@@ -210,8 +209,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             store = open_store(cfg)  # the audit trail: action_log in the configured (or embedded) store
             distill.audit = AuditLog(store.dsn)
             app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
-            served = background.serve(app, cfg.control.host, check_port(args.control_port, "--control-port",
-                                                                        allow_zero=True), limits)
+            served = background.serve(app, cfg.control.host, args.control_port, limits)
             print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)
 
         wall = [time.monotonic()]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmsla import argtypes, events, names, spool
 from llmsla import config as config_mod
-from llmsla import events, names, spool
 from llmsla.errors import CliError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(handler=cmd_config_doc)
 
     sch = sub.add_parser("schemas", help="write JSON Schemas of the event contracts")
-    sch.add_argument("--out", default=str(SCHEMA_DIR))
+    sch.add_argument("--out", type=argtypes.writable_dir, default=None, help=f"output folder (default {SCHEMA_DIR})")
     sch.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
     sch.set_defaults(handler=cmd_schemas)
 
@@ -208,14 +209,17 @@ def cmd_config_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_config_doc(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(config_mod.render_doc())
+    try:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(config_mod.render_doc())
+    except OSError as exc:
+        raise CliError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
     print(f"wrote {args.out}")
     return 0
 
 
 def cmd_schemas(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    out = Path(args.out)
+    out = Path(args.out or SCHEMA_DIR)
     stale = []
     for fname, text in events.render_schemas().items():
         path = out / fname
@@ -231,18 +235,31 @@ def cmd_schemas(args: argparse.Namespace, cfg: config_mod.Config) -> int:
     return 0
 
 
+def _report_skipped(root: Path) -> list[tuple[Path, str]]:
+    """Name, on stderr, each entry of the spool that looks like a segment but is none (a FIFO,
+    socket, directory or dangling link): the spool commands leave them alone."""
+    skipped = spool.skipped_entries(root)
+    for path, why in skipped:
+        print(f"llmsla spool: skipped {path}: {why}, not a segment", file=sys.stderr)
+    return skipped
+
+
 def cmd_spool_stats(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    print(json.dumps({"dir": str(cfg.spool_dir()), **spool.spool_stats(cfg.spool_dir())}, indent=2))
+    skipped = _report_skipped(cfg.spool_dir())
+    print(json.dumps({"dir": str(cfg.spool_dir()), **spool.spool_stats(cfg.spool_dir()),
+                      "skipped": [{"path": str(p), "reason": why} for p, why in skipped]}, indent=2))
     return 0
 
 
 def cmd_spool_recover(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    _report_skipped(cfg.spool_dir())
     for kind in names.SPOOL_ALL_KINDS:
         print(f"{kind}: published {spool.recover(cfg.spool_dir(), kind)} abandoned segments")
     return 0
 
 
 def cmd_spool_prune(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    _report_skipped(cfg.spool_dir())
     for kind in names.SPOOL_ALL_KINDS:
         n = spool.prune(cfg.spool_dir(), kind, older_than_s=cfg.spool.retention_s)
         print(f"{kind}: removed {n} segments")
@@ -250,6 +267,7 @@ def cmd_spool_prune(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_spool_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    skipped = _report_skipped(cfg.spool_dir())
     bad = good = 0
     for kind in names.SPOOL_ALL_KINDS:
         for path in spool.published_segments(cfg.spool_dir(), kind):
@@ -259,5 +277,5 @@ def cmd_spool_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
                     print(item)
                 else:
                     good += 1
-    print(f"{good} good, {bad} bad lines")
+    print(f"{good} good, {bad} bad lines" + (f", {len(skipped)} entries skipped (not segments)" if skipped else ""))
     return 1 if bad else 0

@@ -600,85 +600,105 @@ def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -
         if from_env and isinstance(value, str):  # comma separated
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: {key}: expected a list, got {type(value).__name__}")
+            raise ConfigError(f"{_at(where)}{key}: expected a list, got {type(value).__name__}")
         return [_coerce(v, item_tp, where, f"{key}[{i}]", from_env) for i, v in enumerate(value)]
     if origin is dict:  # a table (experiments): checked by its own parser in _set
         if from_env and isinstance(value, str):
             try:
                 value = json.loads(value)
             except ValueError as exc:
-                raise ConfigError(f"{where}: {key}: expected a JSON object: {exc}") from None
+                raise ConfigError(f"{_at(where)}{key}: expected a JSON object: {exc}") from None
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {key}: expected a table, got {type(value).__name__}")
+            raise ConfigError(f"{_at(where)}{key}: expected a table, got {type(value).__name__}")
         return value
     if isinstance(tp, types.UnionType):  # pragma: no cover - no optional keys today
         tp = typing.get_args(tp)[0]
     if not from_env and tp is not str and isinstance(value, str):
-        raise ConfigError(f"{where}: {key}: expected {getattr(tp, '__name__', tp)}, got a string {value!r}")
+        raise ConfigError(f"{_at(where)}{key}: expected {getattr(tp, '__name__', tp)}, got a string {value!r}")
     if tp is bool:
         if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return value.lower() in ("1", "true", "yes", "on")
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {key}: expected true/false, got {value!r}")
+            raise ConfigError(f"{_at(where)}{key}: expected true/false, got {value!r}")
         return value
     if tp is int:
         if isinstance(value, str):
             try:
                 value = int(value.replace("_", ""))
             except ValueError:
-                raise ConfigError(f"{where}: {key}: expected an integer, got {value!r}") from None
+                raise ConfigError(f"{_at(where)}{key}: expected an integer, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{_at(where)}{key}: expected an integer, got {value!r}")
         return value
     if tp is float:
         if isinstance(value, str):
             try:
                 value = float(value)
             except ValueError:
-                raise ConfigError(f"{where}: {key}: expected a number, got {value!r}") from None
+                raise ConfigError(f"{_at(where)}{key}: expected a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ConfigError(f"{where}: {key}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{_at(where)}{key}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
             # the type only: a string key may be a secret (a DSN given as a list, a token as a number)
-            raise ConfigError(f"{where}: {key}: expected a string, got {type(value).__name__}")
+            raise ConfigError(f"{_at(where)}{key}: expected a string, got {type(value).__name__}")
         return value
     raise AssertionError(tp)  # pragma: no cover
 
 
+def _at(where: str) -> str:
+    """The prefix of a message about a value from ``where`` ("" for a command-line argument,
+    which argparse names itself)."""
+    return f"{where}: " if where else ""
+
+
 def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> None:
+    setattr(section_obj, key, _checked(section_obj, section, key, value, where, from_env))
+
+
+def check_value(key: str, value: Any, where: str = "") -> Any:
+    """``value`` for ``section.key`` after the key's own coercion and checks (a string is read as
+    the environment's would be), or a :class:`ConfigError`: what a command-line flag that sets a
+    key runs, so the flag and the key refuse the same values (llmsla.argtypes)."""
+    section, _, name = key.partition(".")
+    if section not in SECTIONS:
+        raise KeyError(key)
+    return _checked(SECTIONS[section](), section, name, value, where, from_env=isinstance(value, str))
+
+
+def _checked(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> Any:
     fmap = {f.name: f for f in fields(section_obj)}
     if key not in fmap:
         close = difflib.get_close_matches(key, fmap, n=1)
         hint = f"did you mean '{section}.{close[0]}'? " if close else ""
-        raise ConfigError(f"{where}: unknown key '{section}.{key}' ({hint}known: {', '.join(sorted(fmap))})")
+        raise ConfigError(f"{_at(where)}unknown key '{section}.{key}' ({hint}known: {', '.join(sorted(fmap))})")
     f = fmap[key]
     hints = typing.get_type_hints(type(section_obj))
     value = _coerce(value, hints[key], where, f"{section}.{key}", from_env)
     meta = f.metadata
     name = f"{section}.{key}"
     if meta.get("choices") and value not in meta["choices"]:
-        raise ConfigError(f"{where}: {name}: must be one of {', '.join(meta['choices'])}, got {value!r}")
+        raise ConfigError(f"{_at(where)}{name}: must be one of {', '.join(meta['choices'])}, got {value!r}")
     if meta.get("minimum") is not None and isinstance(value, int | float) and value < meta["minimum"]:
-        raise ConfigError(f"{where}: {name}: must be >= {meta['minimum']}, got {value!r}")
+        raise ConfigError(f"{_at(where)}{name}: must be >= {meta['minimum']}, got {value!r}")
     if meta.get("maximum") is not None and isinstance(value, int | float) and value > meta["maximum"]:
-        raise ConfigError(f"{where}: {name}: must be <= {meta['maximum']}, got {value!r}")
+        raise ConfigError(f"{_at(where)}{name}: must be <= {meta['maximum']}, got {value!r}")
     if meta.get("kind") == "experiments":
         try:
             value = experiments.normalised(value, name)
         except experiments.ExperimentError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+            raise ConfigError(f"{_at(where)}{exc}") from None
     elif meta.get("kind") == "host":
-        check_host(value, f"{where}: {name}")
+        check_host(value, f"{_at(where)}{name}")
     elif meta.get("kind") in ("port", "port0"):
-        check_port(value, f"{where}: {name}", allow_zero=meta["kind"] == "port0")
+        check_port(value, f"{_at(where)}{name}", allow_zero=meta["kind"] == "port0")
     elif meta.get("kind") == "deprecated":  # accepted for one release, so old files still load
-        log.warning("%s: %s is %s", where, name, meta["doc"])
+        log.warning("%s: %s is %s", where or "command line", name, meta["doc"])
     if meta.get("check") is not None and (problem := meta["check"](value)) is not None:
         got = f" (got {_shown_value(value)})" if isinstance(value, str) and meta.get("kind") != "secret" else ""
-        raise ConfigError(f"{where}: {name}: {problem}{got}")
-    setattr(section_obj, key, value)
+        raise ConfigError(f"{_at(where)}{name}: {problem}{got}")
+    return value
 
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?$")
@@ -688,7 +708,7 @@ def check_host(value: str, where: str) -> str:
     """A listen address: an IP literal or a host name. Empty is an error, not "every interface"
     (aiohttp would bind 0.0.0.0 and [::]); say 0.0.0.0 to mean that."""
     if not value:
-        raise ConfigError(f"{where}: empty listen address; use 127.0.0.1 (this machine only) "
+        raise ConfigError(f"{_at(where)}empty listen address; use 127.0.0.1 (this machine only) "
                           "or 0.0.0.0 (every interface)")
     try:
         ipaddress.ip_address(value)
@@ -696,14 +716,14 @@ def check_host(value: str, where: str) -> str:
     except ValueError:
         pass
     if not _HOSTNAME.match(value):
-        raise ConfigError(f"{where}: {value!r} is neither an IP address nor a host name")
+        raise ConfigError(f"{_at(where)}{value!r} is neither an IP address nor a host name")
     return value
 
 
 def check_port(value: int, where: str, *, allow_zero: bool = False) -> int:
     """1..65535 (``allow_zero``: 0 = a free port, for command-line use)."""
     if not (0 if allow_zero else 1) <= value <= 65535:
-        raise ConfigError(f"{where}: port must be {'0' if allow_zero else '1'}..65535, got {value}")
+        raise ConfigError(f"{_at(where)}port must be {'0' if allow_zero else '1'}..65535, got {value}")
     return value
 
 

@@ -16,12 +16,15 @@ by time.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import itertools
 import json
 import logging
+import os
 import random
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -37,6 +40,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmsla.errors import UserError
 from llmsla.events import string_problem
 from llmsla.exposition import exposition
 
@@ -466,6 +470,30 @@ class Served:
         await self.runner.cleanup()
 
 
+class BindError(UserError):
+    """A server could not listen where it was told to; the message says where and why, and
+    ``errno`` keeps the cause's (EADDRINUSE, ...)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+def bind_problem(host: str, port: int, exc: OSError) -> str:
+    """One line for a failed listen on ``host:port``: what every server command prints."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot listen on {shown}: cannot resolve host {host!r} ({exc.strerror or exc})"
+    if not 0 <= port <= 65535:
+        return f"cannot listen on {shown}: port must be 0..65535"
+    hint = {errno.EADDRINUSE: " (another process listens there; pick another port, or 0 for a free one)",
+            errno.EACCES: " (ports below 1024 need privileges)" if 0 < port < 1024 else "",
+            errno.EADDRNOTAVAIL: " (not an address of this machine)"}.get(exc.errno or 0, "")
+    # asyncio re-raises with its own long strerror; the errno's text is the short one
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+    return f"cannot listen on {shown}: {reason}{hint}"
+
+
 async def serve(app: web.Application, host: str, port: int, limits: Limits = DEFAULT_LIMITS, *,
                 reuse_port: bool = False, handler_cancellation: bool = True,
                 on_listening: Callable[[int], None] | None = None) -> Served:
@@ -482,6 +510,9 @@ async def serve(app: web.Application, host: str, port: int, limits: Limits = DEF
 
     try:
         srv = await loop.create_server(factory, host, port, reuse_port=reuse_port or None, backlog=1024)
+    except OSError as exc:  # in use, unresolvable, not ours, permission denied: one line, not a traceback
+        await runner.cleanup()
+        raise BindError(bind_problem(host, port, exc), exc.errno) from None
     except BaseException:
         await runner.cleanup()
         raise

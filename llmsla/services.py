@@ -51,7 +51,12 @@ def find_binary(*candidates: str) -> str:
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError as exc:  # unresolvable, not an address here: one line, as httpkit.serve says it
+            from llmsla.httpkit import BindError, bind_problem
+
+            raise BindError(bind_problem(host, 0, exc), exc.errno) from None
         return s.getsockname()[1]
 
 

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -640,19 +641,76 @@ def drop_records(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return out
 
 
-def published_segments(root: str | os.PathLike[str], kind: str) -> list[Path]:
-    """Published segments of a kind, oldest first (names start with the creation time)."""
-    d = kind_dir(root, kind)
-    if not d.is_dir():
+def not_a_segment(path: Path) -> str | None:
+    """Why the entry ``path`` (named like a segment) is not one, else None: a directory, FIFO,
+    socket or device, or a symbolic link to nothing. Decided by stat alone: opening a FIFO to
+    look would block until a writer comes."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "a dangling symbolic link" if os.path.islink(path) else "gone"
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror or exc}"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(st.st_mode):
+        return "a socket"
+    return "not a regular file (a device)"
+
+
+def _segment_files(d: Path, skipped: list[tuple[Path, str]] | None) -> list[Path]:
+    """The segment files in directory ``d`` (``*.jsonl``, not hidden), sorted; any other entry
+    named like one is left alone and, with ``skipped``, appended there with the reason."""
+    try:
+        entries = list(d.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(p for p in d.iterdir() if p.suffix == SUFFIX and not p.name.startswith((".", "_")))
+    out = []
+    for p in entries:
+        if p.suffix != SUFFIX or p.name.startswith((".", "_")):
+            continue
+        if (why := not_a_segment(p)) is None:
+            out.append(p)
+        elif skipped is not None:
+            skipped.append((p, why))
+    return sorted(out)
+
+
+def published_segments(root: str | os.PathLike[str], kind: str,
+                       skipped: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Published segments of a kind, oldest first (names start with the creation time); what is
+    named like one but is no regular file is left out (and listed in ``skipped``)."""
+    return _segment_files(kind_dir(root, kind), skipped)
+
+
+def skipped_entries(root: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """Every entry of the spool, published or in progress, named like a segment that is none
+    (a FIFO, socket, directory, dangling link), with the reason: what the spool commands skip."""
+    skipped: list[tuple[Path, str]] = []
+    for kind in ALL_EVENT_TYPES:
+        d = kind_dir(root, kind)
+        _segment_files(d, skipped)
+        _segment_files(d / INPROGRESS, skipped)
+    return skipped
 
 
 def read_segment(path: Path, kind: str) -> Iterator[Any | BadLine]:
     """Events of one segment in order; a line that fails its contract yields a ``BadLine``
-    (file and 1-based line number) instead of stopping the read."""
+    (file and 1-based line number) instead of stopping the read. A path that is not a regular
+    file is a :class:`SpoolError` (opened non-blocking: a FIFO put there is never waited on)."""
     cls = ALL_EVENT_TYPES[kind]
-    with open(path, "rb") as fh:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise SpoolError(f"{path}: cannot read the segment: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SpoolError(f"{path}: not a regular file")
+    with os.fdopen(fd, "rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
             if not raw.endswith(b"\n"):
                 yield BadLine(path, line_no, "truncated line (no newline at end)", _shown(raw))
@@ -703,8 +761,11 @@ def recover(root: str | os.PathLike[str], kind: str, *, older_than_s: float = 60
     the same name is never replaced: the recovered one gets a fresh sequence number."""
     d = kind_dir(root, kind)
     count, now = 0, time.time()
-    for p in sorted((d / INPROGRESS).glob(f"*{SUFFIX}")):
-        if now - p.stat().st_mtime < older_than_s:
+    for p in _segment_files(d / INPROGRESS, None):
+        try:
+            if now - p.stat().st_mtime < older_than_s:
+                continue
+        except FileNotFoundError:  # its writer published it meanwhile
             continue
         data = p.read_bytes()
         cut = data.rfind(b"\n") + 1

@@ -85,11 +85,17 @@ def load_docs(text: str, file: str) -> Iterator[Doc]:
 
 
 def load_file(path: str | Path) -> list[Doc]:
+    from llmsla.argtypes import file_problem
+
     p = Path(path)
+    if (why := file_problem(p)) is not None:  # a directory or a FIFO: a message, never a traceback or a hang
+        raise SourceError(f"{p}: {why}")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SourceError(f"{p}: file not found") from None
+    except OSError as exc:
+        raise SourceError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise SourceError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return list(load_docs(text, str(p)))

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -21,13 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="flink_command", required=True, metavar="SUBCOMMAND")
     s = sub.add_parser("start", help="start a JobManager and N TaskManagers on loopback; prints the --jobmanager address")
     _dir(s)
-    s.add_argument("--taskmanagers", type=int, default=2, help="TaskManager processes (default 2)")
-    s.add_argument("--slots", type=int, default=1, help="task slots per TaskManager (default 1)")
-    s.add_argument("--rest-port", type=int, default=8081, help="JobManager REST port (default 8081)")
-    s.add_argument("--rpc-port", type=int, default=6123, help="JobManager RPC port (default 6123)")
+    s.add_argument("--taskmanagers", type=argtypes.positive_int, default=2, help="TaskManager processes (default 2)")
+    s.add_argument("--slots", type=argtypes.positive_int, default=1, help="task slots per TaskManager (default 1)")
+    s.add_argument("--rest-port", type=argtypes.port, default=8081, help="JobManager REST port (default 8081)")
+    s.add_argument("--rpc-port", type=argtypes.port, default=6123, help="JobManager RPC port (default 6123)")
     s.add_argument("--checkpoint-dir", default="", help="cluster default checkpoint dir (default <dir>/checkpoints); "
                    "the llmsla job uses stream.checkpoint_dir")
-    s.add_argument("--taskmanager-memory", default="1536m", help="process memory per TaskManager (default 1536m)")
+    s.add_argument("--taskmanager-memory", type=argtypes.memory_size, default="1536m", help="process memory per TaskManager (default 1536m)")
     s.set_defaults(handler=cmd_start)
     t = sub.add_parser("stop", help="stop every process of the cluster (Python workers included)")
     _dir(t)
@@ -43,21 +44,13 @@ def _dir(p: argparse.ArgumentParser) -> None:
 
 def cmd_start(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla import extras
-    from llmsla.config import check_port
     from llmsla.errors import CliError
 
     extras.require("stream", "llmsla flink start")
     from llmsla.streaming.cluster import Cluster, ClusterSpec
 
-    for option, value in (("--taskmanagers", args.taskmanagers), ("--slots", args.slots)):
-        if value < 1:
-            raise CliError(f"{option} must be >= 1, got {value}")
-    check_port(args.rest_port, "--rest-port")
-    check_port(args.rpc_port, "--rpc-port")
     if args.rest_port == args.rpc_port:
         raise CliError("--rest-port and --rpc-port must differ")
-    if not args.taskmanager_memory[:-1].isdigit() or args.taskmanager_memory[-1] not in "mg":
-        raise CliError(f"--taskmanager-memory: expected e.g. 1536m or 2g, got {args.taskmanager_memory!r}")
     spec = ClusterSpec(root=(args.dir or default_root()).resolve(), rest_port=args.rest_port,
                        rpc_port=args.rpc_port, taskmanagers=args.taskmanagers, slots=args.slots, checkpoint_dir=args.checkpoint_dir,
                        taskmanager_memory=args.taskmanager_memory)

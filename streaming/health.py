@@ -89,7 +89,7 @@ def serving(cfg: Config, store: StoreHandle | None) -> Iterator[None]:
     from aiohttp import web
 
     from llmsla.errors import CliError
-    from llmsla.httpkit import BackgroundServer, add_metrics
+    from llmsla.httpkit import BackgroundServer, BindError, add_metrics
 
     app = web.Application()
     add_metrics(app, registry_for(store))
@@ -97,9 +97,8 @@ def serving(cfg: Config, store: StoreHandle | None) -> Iterator[None]:
     try:
         try:
             served = bg.serve(app, cfg.stream.metrics_host, cfg.stream.metrics_port)
-        except OSError as exc:
-            raise CliError(f"{cfg.origin('stream.metrics_port')}: cannot listen on "
-                           f"{cfg.stream.metrics_host}:{cfg.stream.metrics_port}: {exc.strerror or exc}") from None
+        except BindError as exc:  # the one line every server says, naming the key that chose the port
+            raise CliError(f"{cfg.origin('stream.metrics_port')}: {exc}") from None
         logging.getLogger(__name__).info("stream metrics on http://%s:%d/metrics", cfg.stream.metrics_host, served.port)
         yield
     finally:

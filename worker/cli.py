@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llmsla import argtypes
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -13,14 +15,15 @@ def register(subparsers: Any) -> None:
         description="Serve /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
         "/healthz and /metrics from a tiny byte-level transformer on CPU. Flags override [worker].",
     )
-    p.add_argument("--host", help="listen address (worker.host; loopback by default)")
-    p.add_argument("--port", type=int, help="listen port (worker.port; 0 = any free port)")
-    p.add_argument("--model", help="model name served (worker.model)")
-    p.add_argument("--max-batch", type=int, help="continuous-batching limit (worker.max_batch)")
-    p.add_argument("--seed", type=int, help="seed of the deterministic weights (worker.seed)")
-    p.add_argument("--train-steps", type=int, help="warm-up training steps on bundled text (worker.train_steps)")
-    p.add_argument("--policy", help="default temperature policy (worker.policy)")
-    p.add_argument("--admin-port", type=int, metavar="PORT",
+    p.add_argument("--host", type=argtypes.host, help="listen address (worker.host; loopback by default)")
+    p.add_argument("--port", type=argtypes.port0, help="listen port (worker.port; 0 = any free port)")
+    p.add_argument("--model", type=argtypes.key("worker.model"), help="model name served (worker.model)")
+    p.add_argument("--max-batch", type=argtypes.key("worker.max_batch"), help="continuous-batching limit (worker.max_batch)")
+    p.add_argument("--seed", type=argtypes.key("worker.seed"), help="seed of the deterministic weights (worker.seed)")
+    p.add_argument("--train-steps", type=argtypes.key("worker.train_steps"),
+                   help="warm-up training steps on bundled text (worker.train_steps)")
+    p.add_argument("--policy", type=argtypes.key("worker.policy"), help="default temperature policy (worker.policy)")
+    p.add_argument("--admin-port", type=argtypes.key("worker.admin_port"), metavar="PORT",
                    help="serve the fault-injection endpoint POST /admin/fault on 127.0.0.1:PORT (worker.admin_port; "
                         "bearer token worker.admin_token / LLMSLA_WORKER_ADMIN_TOKEN)")
     p.set_defaults(handler=run)
@@ -33,9 +36,6 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
     import asyncio
     import signal
 
-    from llmsla.config import check_host, check_port
-    from llmsla.errors import CliError
-    from llmsla.temperature import SCHEDULES
     from llmsla.worker.server import serve
 
     w = cfg.worker
@@ -45,16 +45,6 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
         value = getattr(args, attr)
         if value is not None:
             setattr(w, key, value)
-    if w.max_batch < 1:
-        raise CliError(f"--max-batch must be >= 1, got {w.max_batch}")
-    if args.host is not None:
-        check_host(w.host, "--host")
-    if args.port is not None:
-        check_port(w.port, "--port", allow_zero=True)
-    if args.admin_port is not None:
-        check_port(w.admin_port, "--admin-port")
-    if w.policy not in SCHEDULES:
-        raise CliError(f"--policy must be one of {', '.join(SCHEDULES)}, got {w.policy!r}")
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from llmsla import argtypes
 from llmsla import config as config_mod
 from llmsla.errors import UserError
 
@@ -49,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="FILE", help="TOML config file (default: $LLMSLA_CONFIG)")
     parser.add_argument("--dsn", help="PostgreSQL/TimescaleDB DSN (default: $LLMSLA_DSN, else embedded)")
-    parser.add_argument("--data-dir", help="data dir of the embedded PostgreSQL")
+    parser.add_argument("--data-dir", type=argtypes.writable_dir,
+                        help="data dir of the embedded PostgreSQL (created if missing)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for spec in REGISTRARS:
         module_name, func = spec.split(":")
@@ -68,7 +70,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
     if args.dsn:
         config_mod.set_value(cfg, "store.dsn", args.dsn, "--dsn")
     if args.data_dir:
-        config_mod.set_value(cfg, "store.data_dir", args.data_dir, "--data-dir")
+        config_mod.set_value(cfg, "store.data_dir", str(args.data_dir), "--data-dir")
     return cfg
 
 

@@ -24,8 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from llmsla import argtypes, names, slo_catalog
 from llmsla import config as config_mod
-from llmsla import names, slo_catalog
 from llmsla.app import demo_real
 from llmsla.app.demo_stack import DemoError, Proc, Scale, Stack, prom_query
 from llmsla.app.demo_story import (
@@ -469,11 +469,11 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole closed loop on one machine (embedded defaults)",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
-    p.add_argument("--workdir", help="the demo's store, spool, logs and outputs (default: <user data dir>/demo)")
+    p.add_argument("--workdir", type=argtypes.writable_dir, help="the demo's store, spool, logs and outputs (default: <user data dir>/demo)")
     p.add_argument("--keep", action="store_true", help="leave the embedded PostgreSQL running afterwards "
                    "(`llmsla --data-dir <workdir>/pg store stop` stops it)")
-    p.add_argument("--json", metavar="FILE", help="also write the run's facts and summary as JSON")
-    p.add_argument("--minutes", type=float, default=4.0, help="minutes of live traffic after the history (default 4, at least 2)")
+    p.add_argument("--json", metavar="FILE", type=argtypes.output_file, help="also write the run's facts and summary as JSON")
+    p.add_argument("--minutes", type=argtypes.number(float, above=0, maximum=24 * 60), default=4.0, help="minutes of live traffic after the history (default 4, at least 2)")
     p.add_argument("--real", action="store_true",
                    help="two reference workers behind the gateway, sent the trace as real requests in real time, "
                         "instead of the fleet simulator (docs/demo.md)")

@@ -15,6 +15,7 @@ import json
 import signal
 from typing import Any
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -27,8 +28,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--type", dest="engine_type", metavar="ENGINE",
                    help="engine type of every replica (auto|vllm|sglang|trtllm|triton), over engine.types")
     p.add_argument("--path", default="/metrics", help="metrics path on each replica (default /metrics)")
-    p.add_argument("--host", help="listen address (engine.host)")
-    p.add_argument("--port", type=int, help="listen port (engine.port); 0 = a free one")
+    p.add_argument("--host", type=argtypes.host, help="listen address (engine.host)")
+    p.add_argument("--port", type=argtypes.port0, help="listen port (engine.port); 0 = a free one")
     p.add_argument("--once", action="store_true",
                    help="scrape every replica once, print the EngineSamples as JSON, exit 1 if any failed")
     p.set_defaults(handler=engines_main)
@@ -69,15 +70,14 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
     from prometheus_client import CollectorRegistry
 
     from llmsla import names
-    from llmsla.config import check_host, check_port
     from llmsla.engines.recorder import EngineRecorder
     from llmsla.engines.scrape import ScrapeError, Scraper
     from llmsla.spool import SpoolWriter
 
     if args.host is not None:
-        cfg.engine.host = check_host(args.host, "--host")
+        cfg.engine.host = args.host
     if args.port is not None:
-        cfg.engine.port = check_port(args.port, "--port", allow_zero=True)
+        cfg.engine.port = args.port
     tgts = targets(cfg, args.upstream, args.engine_type, args.path)
 
     if args.once:

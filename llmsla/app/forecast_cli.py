@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmsla import extras
+from llmsla import argtypes, extras
 from llmsla.config import Config
 
 
@@ -22,36 +22,37 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, run (docs/forecaster.md)")
     sub = p.add_subparsers(dest="forecast_command", metavar="SUBCOMMAND")
     d = sub.add_parser("dataset", help="simulate trace replays with random faults into a labelled data set")
-    d.add_argument("--out", help="data set file (default <forecast.dir>/dataset.npz)")
+    d.add_argument("--out", type=argtypes.output_file, help="data set file (default <forecast.dir>/dataset.npz)")
     d.add_argument("--traces", default="azure_conv,azure_code", help="comma-separated traces (default azure_conv,azure_code)")
-    d.add_argument("--runs", default="16,10,10", help="runs per trace for train,val,test (default 16,10,10)")
-    d.add_argument("--duration-s", default="1500,1200,1500", help="seconds per run for train,val,test")
-    d.add_argument("--seed", type=int, default=0, help="offset of every split's seed range")
+    d.add_argument("--runs", default="16,10,10", type=argtypes.each(argtypes.positive_int, 3, "train,val,test"), help="runs per trace for train,val,test (default 16,10,10)")
+    d.add_argument("--duration-s", default="1500,1200,1500",
+                   type=argtypes.each(argtypes.positive_duration_s, 3, "train,val,test"), help="seconds per run for train,val,test")
+    d.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="offset of every split's seed range")
     d.set_defaults(handler=cmd_dataset)
     t = sub.add_parser("train", help="train the LSTM; threshold from validation; write the artifact")
-    t.add_argument("--data", help="data set (default <forecast.dir>/dataset.npz)")
-    t.add_argument("--out", help="artifact directory (default <forecast.dir>/model)")
-    t.add_argument("--epochs", type=int, help="maximum epochs (default forecast.epochs)")
-    t.add_argument("--seed", type=int, help="training seed (default forecast.seed)")
+    t.add_argument("--data", type=argtypes.input_file, help="data set (default <forecast.dir>/dataset.npz)")
+    t.add_argument("--out", type=argtypes.writable_dir, help="artifact directory (default <forecast.dir>/model)")
+    t.add_argument("--epochs", type=argtypes.key("forecast.epochs"), help="maximum epochs (default forecast.epochs)")
+    t.add_argument("--seed", type=argtypes.key("forecast.seed"), help="training seed (default forecast.seed)")
     t.set_defaults(handler=cmd_train)
     e = sub.add_parser("eval", help="every method on held-out data: (a) simulated test runs, (b) --nab")
-    e.add_argument("--data", help="data set (default <forecast.dir>/dataset.npz)")
-    e.add_argument("--model", help="artifact directory (default <forecast.dir>/model)")
-    e.add_argument("--nab", metavar="DIR", help="a NAB-style folder (*.csv timestamp,value + labels_windows.json)")
-    e.add_argument("--folds", type=int, default=4, help="--nab: cross-validation folds over series (default 4)")
-    e.add_argument("--nab-epochs", type=int, default=8, help="--nab: LSTM epochs per fold (default 8)")
-    e.add_argument("--nab-stride", type=int, default=4,
+    e.add_argument("--data", type=argtypes.input_file, help="data set (default <forecast.dir>/dataset.npz)")
+    e.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model)")
+    e.add_argument("--nab", metavar="DIR", type=argtypes.input_dir, help="a NAB-style folder (*.csv timestamp,value + labels_windows.json)")
+    e.add_argument("--folds", type=argtypes.number(int, minimum=2), default=4, help="--nab: cross-validation folds over series (default 4)")
+    e.add_argument("--nab-epochs", type=argtypes.positive_int, default=8, help="--nab: LSTM epochs per fold (default 8)")
+    e.add_argument("--nab-stride", type=argtypes.positive_int, default=4,
                    help="--nab: every n-th window trains the fold's LSTM (default 4; validation every 2nd)")
-    e.add_argument("--learned-max-windows", type=int, default=12000,
+    e.add_argument("--learned-max-windows", type=argtypes.non_negative_int, default=12000,
                    help="training windows of a learned baseline, evenly spaced (default 12000; 0 = every 3rd)")
     e.add_argument("--methods", help="comma-separated baselines (default all)")
     e.add_argument("--doc", default="docs/forecaster-eval.md", help="write the markdown table here ('' = none)")
-    e.add_argument("--json", help="write all results as JSON")
+    e.add_argument("--json", type=argtypes.output_file, help="write all results as JSON")
     e.set_defaults(handler=cmd_eval)
     r = sub.add_parser("run", help="score every target online: metrics, forecasts table, alerts to the receiver")
-    r.add_argument("--model", help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
-    r.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = until Ctrl-C)")
-    r.add_argument("--receiver", help="webhook v4 URL (default forecast.receiver_url)")
+    r.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
+    r.add_argument("--steps", type=argtypes.non_negative_int, default=0, help="stop after this many steps (0 = until Ctrl-C)")
+    r.add_argument("--receiver", type=argtypes.key("forecast.receiver_url"), help="webhook v4 URL (default forecast.receiver_url)")
     r.set_defaults(handler=cmd_run)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
 
@@ -63,19 +64,6 @@ def _paths(cfg: Config, args: argparse.Namespace) -> tuple[Path, Path]:
     data = getattr(args, "out", None) if cmd == "dataset" else getattr(args, "data", None)
     model = getattr(args, "out", None) if cmd == "train" else getattr(args, "model", None)
     return Path(data or root / "dataset.npz"), Path(model or root / "model")
-
-
-def _triple(text: str, what: str, typ: type) -> dict[str, Any]:
-    from llmsla.errors import CliError
-
-    parts = text.split(",")
-    try:
-        vals = [typ(v) for v in parts]
-    except ValueError:
-        raise CliError(f"{what}: expected three numbers train,val,test, got {text!r}") from None
-    if len(vals) != 3 or min(vals) <= 0:
-        raise CliError(f"{what}: expected three positive numbers train,val,test, got {text!r}")
-    return dict(zip(("train", "val", "test"), vals, strict=True))
 
 
 def _log(msg: str) -> None:
@@ -93,7 +81,9 @@ def cmd_dataset(args: argparse.Namespace, cfg: Config) -> int:
     for t in traces:
         if t not in scenarios.TRACES:
             raise CliError(f"--traces: unknown trace {t!r} (known: {', '.join(scenarios.TRACES)})")
-    spec = DataSpec(traces, _triple(args.runs, "--runs", int), _triple(args.duration_s, "--duration-s", float), args.seed)
+    splits = ("train", "val", "test")
+    spec = DataSpec(traces, dict(zip(splits, args.runs, strict=True)), dict(zip(splits, args.duration_s, strict=True)),
+                    args.seed)
     t0 = time.perf_counter()
     try:
         ds = build(cfg, spec, log=_log)

@@ -79,7 +79,11 @@ def start_embedded(data_dir: Path, *, keep_running: bool = False) -> tuple[str, 
     """
     extras.require("embedded", "the embedded PostgreSQL (no store.dsn / --dsn)")
     data_dir = Path(data_dir).expanduser()
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # store.data_dir from the file or the environment: --data-dir is checked earlier
+        raise StoreError(f"store.data_dir {data_dir}: cannot create {exc.filename or data_dir.parent}: "
+                         f"{exc.strerror or exc}") from None
     try:
         server = embedded.start(data_dir, keep=keep_running)
     except Exception as exc:

@@ -136,7 +136,7 @@ def test_rules_use_sloth_names_and_bucket_bounds(monkeypatch) -> None:
     assert 'le="20.0"' in R.sli_error_expr(spec, "5m", ("model", "pool"))
 
 
-def test_window_scale_keeps_names_and_scales_ranges() -> None:
+def test_window_scale_keeps_names_and_scales_ranges(tmp_path: Path) -> None:
     spec = load_specs(spec_files(ROOT / G.SPECS_DIR), _cfg())[-1]
     prof = R.Profile(1 / 240)
     assert prof.range(3600) == "15s" and prof.range(300) == "1250ms" and prof.range(30 * 86400) == "3h"
@@ -145,7 +145,8 @@ def test_window_scale_keeps_names_and_scales_ranges() -> None:
     with pytest.raises(ValueError, match="less than 4 scrapes"):
         R.check_windows(R.Profile(0.001), scrape_interval_s=0.25)
     assert main(["slo", "generate", "--window-scale", "0.001", "--scrape-interval-s", "0.25",
-                 "--specs", str(ROOT / G.SPECS_DIR), "--rules-out", "/nonexistent/never-written"]) == 2
+                 "--specs", str(ROOT / G.SPECS_DIR), "--rules-out", str(tmp_path / "never-written")]) == 2
+    assert not (tmp_path / "never-written").exists()
 
 
 _GOOD = """\

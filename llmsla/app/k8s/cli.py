@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from llmsla import argtypes
 from llmsla.config import Config
 
 
@@ -12,11 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = subparsers.add_parser("deploy", help="Kubernetes manifests: render the generated parts, validate offline")
     ds = d.add_subparsers(dest="deploy_command", required=True, metavar="SUBCOMMAND")
     r = ds.add_parser("render", help="write deploy/k8s: PrometheusRule, AlertmanagerConfig, strict CRD schemas")
-    r.add_argument("--out", type=Path, default=None, help="manifest root (default deploy/k8s)")
+    r.add_argument("--out", type=argtypes.writable_dir, default=None, help="manifest root (default deploy/k8s)")
     r.add_argument("--check", action="store_true", help="write nothing; exit 1 if the generated files are stale")
     r.set_defaults(handler=cmd_render)
     v = ds.add_parser("validate", help="kustomize the base and every overlay; check every object offline")
-    v.add_argument("--dir", type=Path, default=None,
+    v.add_argument("--dir", type=argtypes.input_dir, default=None,
                    help="manifest root (default deploy/k8s, else the installed one)")
     v.add_argument("--kube-version", action="append", metavar="X.Y.Z",
                    help="Kubernetes schema version (repeatable; default 1.30.0 and 1.37.0)")
