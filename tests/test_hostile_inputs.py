@@ -353,13 +353,14 @@ CONTROL_AUTH = {"Authorization": f"Bearer {CONTROL_TOKEN}", "Content-Type": "app
 ], ids=["nul-in-reason", "x-actor-not-utf8", "actor-lone-surrogate"])
 def test_a_change_that_cannot_be_audited_is_refused_and_not_applied(
         stack: Stack, body: bytes, headers: dict[str, bytes], reason: str) -> None:
-    got = stack.request(stack.control, "/v1/replicas/r1/weight", body, headers={**CONTROL_AUTH, **headers})
-    assert got.status == 400, got.body[:300]
-    assert reason in got.error()["message"], got.error()
-    assert _weight(stack, "r1") == 1.0  # nothing applied ...
-    # ... so nothing to audit: a valid change right after is audited, the refused one is not
-    ok = stack.request(stack.control, "/v1/replicas/r1/weight", b'{"weight": 1.0, "actor": "h39", "reason": "probe"}',
-                       headers=CONTROL_AUTH)
+    try:
+        got = stack.request(stack.control, "/v1/replicas/r1/weight", body, headers={**CONTROL_AUTH, **headers})
+        assert got.status == 400, got.body[:300]
+        assert reason in got.error()["message"], got.error()
+        assert _weight(stack, "r1") == 1.0  # nothing applied ...
+    finally:  # ... so nothing to audit: a valid change right after is audited, the refused one is not
+        ok = stack.request(stack.control, "/v1/replicas/r1/weight",
+                           b'{"weight": 1.0, "actor": "h39", "reason": "probe"}', headers=CONTROL_AUTH)
     assert ok.status == 200, ok.body[:300]
     rows = stack.wait_rows("source = 'control_api' AND actor = 'h39'", 1)
     assert rows and rows[-1]["outcome"] == "applied"
