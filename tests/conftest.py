@@ -12,6 +12,7 @@ data dir under this session's temporary roots) and fails the run if there was on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -141,17 +142,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@contextlib.contextmanager
+def fresh_database(server_dsn: str) -> Iterator[str]:
+    """The DSN of a new, empty database on ``server_dsn``'s server, dropped on exit."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
+    info["dbname"] = name
+    try:
+        yield psycopg.conninfo.make_conninfo(**info)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture()
 def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A fresh, empty database per test, dropped afterwards: tests never see each other's rows."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    info = psycopg.conninfo.conninfo_to_dict(pg_server_dsn)
-    info["dbname"] = name
-    yield psycopg.conninfo.make_conninfo(**info)
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(pg_server_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture()
