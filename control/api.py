@@ -166,7 +166,11 @@ async def _set_weight(request: web.Request) -> web.Response:
     weight = _number(body, "weight")
     with request.app[_LOCK]:
         before = router.replica(rid).weight
-        router.set_weight(rid, weight)
+        try:
+            router.set_weight(rid, weight)
+        except LastReplicaError:  # refused like a drain of the last replica, and audited the same way
+            _replica_record(request, "set_weight", rid, before, before, body, OUTCOME_REFUSED)
+            raise
     rec = _replica_record(request, "set_weight", rid, before, weight, body)
     return web.json_response({"ok": True, "audit": rec})
 

@@ -20,14 +20,17 @@ response (the connection is dropped, so the upstream sees the disconnect and sto
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
+
+from llmsla.redaction import redact
 
 #: Pause reading from the upstream while this many decoded bytes wait for a slow client.
 HIGH_WATER = 256 * 1024
@@ -236,13 +239,21 @@ class UpstreamPool:
         self.connects = 0
 
     def _target(self, base_url: str) -> tuple[str, int, str]:
+        """(host, port, the request head's fixed lines): ``Host`` without the URL's user info, and
+        ``Authorization: Basic`` from it when the URL carries one (what aiohttp sends for the
+        prober and ``/v1/models`` to the same URL), in place of a client's Authorization."""
         t = self._hosts.get(base_url)
         if t is None:
             u = urlsplit(base_url)
             if u.scheme != "http" or not u.hostname:
-                raise ValueError(f"upstream URL must be http://host[:port], got {base_url!r}")
+                raise ValueError(f"upstream URL must be http://host[:port], got {redact(base_url)!r}")
             port = u.port or 80
-            t = self._hosts[base_url] = (u.hostname, port, u.netloc)
+            hostport = u.netloc.rpartition("@")[2]
+            fixed = f"Host: {hostport}\r\n"
+            if u.username is not None:
+                cred = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+                fixed += f"Authorization: Basic {base64.b64encode(cred).decode('ascii')}\r\n"
+            t = self._hosts[base_url] = (u.hostname, port, fixed)
         return t
 
     async def _acquire(self, key: tuple[str, int]) -> tuple[_Conn, bool]:
@@ -266,9 +277,12 @@ class UpstreamPool:
         """Send one request and wait for the response head. A reused keep-alive connection
         that the upstream closed before answering a single byte is retried once on a new one
         (the request never reached a live server)."""
-        host, port, netloc = self._target(base_url)
-        head = [f"{method} {path} HTTP/1.1\r\nHost: {netloc}\r\nContent-Length: {len(body)}\r\n"]
+        host, port, fixed = self._target(base_url)
+        head = [f"{method} {path} HTTP/1.1\r\n{fixed}Content-Length: {len(body)}\r\n"]
+        own_auth = "Authorization" in fixed
         for k, v in headers.items():
+            if own_auth and k.lower() == "authorization":
+                continue
             head.append(f"{k}: {v}\r\n")
         head.append("\r\n")
         req = "".join(head).encode("latin-1") + body

@@ -412,9 +412,10 @@ class _GuardedHandler(RequestHandler):
 
     def log_exception(self, *args: Any, **kwargs: Any) -> None:
         """A client's malformed bytes are its problem: one DEBUG line, not an ERROR traceback
-        per request (log flooding); anything else (a handler's bug) keeps aiohttp's ERROR."""
+        per request (log flooding), also when aiohttp drains a body that does not decode after the
+        handler answered; anything else (a handler's bug) keeps aiohttp's ERROR."""
         exc = kwargs.get("exc_info")
-        if isinstance(exc, HttpProcessingError):
+        if isinstance(exc, HttpProcessingError | RequestPayloadError):
             self._guard.malformed += 1
             log.debug("malformed request: %s", exc)
             return
