@@ -7,7 +7,11 @@ audited to one migrated database, with an upstream password and every token conf
 answer any of them gives is checked for those secrets as it arrives; their logs are checked at
 the end. Other rows run the CLI as a subprocess.
 
-Probe classes, by item of issue 39 (items 4, 6 and 8 are added by their own branches):
+Probe classes, by item of issue 39. Three items have files of their own, each against the real
+processes too: 4, junk model names flooding the store (``tests/streaming/test_label_admission.py``:
+3,000 names through gateway, worker and stream job are one ``other`` series); 6, one client
+holding every in-flight slot (``tests/exporters/test_gateway_client_share.py``); 8, every bad
+command-line value as the user types it (``tests/test_cli_args.py``). The rest are here:
 
 1. Input that is not text or not decodable, at EVERY server (gateway, worker, control API,
    receiver; the worker's admin endpoint for the bearer row): a lone surrogate in a prompt or a
