@@ -810,16 +810,22 @@ def bench_clients_micro(n: int) -> list[dict]:
         "trusted proxy, X-Client-Id": admit(ClientIdentity(["10.0.0.0/8"], "X-Client-Id"), "10.0.0.5",
                                             CIMultiDictProxy(CIMultiDict({"X-Client-Id": "team-a"}))),
     }
-    best = {name: float("inf") for name in cases}
-    names_ = list(cases)
-    for r in range(10):
-        for name in (names_ if r % 2 == 0 else names_[::-1]):
+    return best_of_rounds(cases, n)
+
+
+def best_of_rounds(cases: dict[str, Any], n: int, rounds: int = 10) -> list[dict]:
+    """Each case ``n`` times per round, rounds interleaved (order alternating); the best round of
+    each in us per call, and what it adds to the first case (the anchor)."""
+    best = dict.fromkeys(cases, float("inf"))
+    order = list(cases)
+    for r in range(rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
             fn = cases[name]
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
             best[name] = min(best[name], (time.perf_counter() - t0) / n * 1e6)
-    anchor = best[names_[0]]
+    anchor = best[order[0]]
     return [{"case": name, "us_per_request": round(us, 3), "added_us": round(us - anchor, 3)}
             for name, us in best.items()]
 
@@ -878,18 +884,8 @@ def bench_hardening_micro(n: int) -> list[dict]:
         else:
             del slots[client]
 
-    cases = {"plain json.loads (anchor: before the pass)": before, "encoding check + bounded decode + client step": after}
-    best = dict.fromkeys(cases, float("inf"))
-    order = list(cases)
-    for r in range(10):
-        for name in (order if r % 2 == 0 else order[::-1]):
-            fn = cases[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / n * 1e6)
-    anchor = best[order[0]]
-    return [{"case": name, "us_per_request": round(us, 3), "added_us": round(us - anchor, 3)} for name, us in best.items()]
+    return best_of_rounds({"plain json.loads (anchor: before the pass)": before,
+                           "encoding check + bounded decode + client step": after}, n)
 
 
 def bench_hardening(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: str) -> tuple[list[dict], dict]:

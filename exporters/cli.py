@@ -228,35 +228,13 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
         print(json.dumps({"up": ok, "reason": col.reason, "samples": [s.to_dict() for s in samples]}, indent=2))
         return 0 if ok else 1
 
-    from aiohttp import web
-
-    from llmsla.httpkit import Limits, add_metrics, serve
+    from llmsla.httpkit import Limits, serve_exporter
 
     spool = SpoolWriter.from_config(cfg, names.SPOOL_GPU, registry=registry)
     col = GpuCollector(cfg, registry=registry, spool=spool)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        app = web.Application()
-        add_metrics(app, registry)
-        # liveness for an orchestrator (deploy/k8s probes it), without rendering the metrics
-        app.router.add_get("/healthz", lambda _request: _healthz())
-        served = await serve(app, cfg.gpu.host, cfg.gpu.port, Limits.from_config(cfg))
-        print(f"llmsla gpu listening on {served.url}/metrics", flush=True)
-        try:
-            await col.run(stop)
-        finally:
-            await served.stop()
-            spool.close()
-
-    asyncio.run(main())
+    try:
+        asyncio.run(serve_exporter(registry, cfg.gpu.host, cfg.gpu.port, Limits.from_config(cfg), col.run,
+                                   banner=lambda url: f"llmsla gpu listening on {url}/metrics"))
+    finally:
+        spool.close()
     return 0
-
-
-async def _healthz() -> Any:
-    from aiohttp import web
-
-    return web.json_response({"status": "ok", "pid": os.getpid()})

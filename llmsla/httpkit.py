@@ -24,11 +24,12 @@ import logging
 import os
 import random
 import re
+import signal
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -522,6 +523,32 @@ async def serve(app: web.Application, host: str, port: int, limits: Limits = DEF
     if on_listening is not None:
         on_listening(bound)
     return Served(runner, srv, host, bound, guard)
+
+
+async def serve_exporter(registry: Any, host: str, port: int, limits: Limits,
+                         run: Callable[[asyncio.Event], Awaitable[None]], *, banner: Callable[[str], str],
+                         healthz: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None) -> None:
+    """A collector's process (``llmsla gpu``, ``llmsla engines``): ``registry`` on ``/metrics`` and
+    a liveness ``/healthz`` (default: ok and the pid, without rendering the metrics) on
+    ``host:port``; ``run(stop)`` until SIGTERM or SIGINT sets ``stop``, then the server stops.
+    ``banner(url)`` is printed once listening."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def alive(_request: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok", "pid": os.getpid()})
+
+    app = web.Application()
+    add_metrics(app, registry)
+    app.router.add_get("/healthz", healthz or alive)
+    served = await serve(app, host, port, limits)
+    print(banner(served.url), flush=True)
+    try:
+        await run(stop)
+    finally:
+        await served.stop()
 
 
 class BackgroundServer:

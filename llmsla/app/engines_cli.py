@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 from typing import Any
 
 from llmsla import argtypes
@@ -93,7 +92,7 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
 
     from aiohttp import web
 
-    from llmsla.httpkit import Limits, add_metrics, serve
+    from llmsla.httpkit import Limits, serve_exporter
 
     registry = CollectorRegistry()  # this exporter shows the engine series and nothing else
     spool = SpoolWriter.from_config(cfg, names.SPOOL_ENGINE, registry=registry)
@@ -105,21 +104,10 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
             rid: {"up": st.up, "failures": st.failures, "reason": st.last_reason}
             for rid, st in scraper.status.items()}})
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        app = web.Application()
-        add_metrics(app, registry)
-        app.router.add_get("/healthz", healthz)
-        served = await serve(app, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg))
-        print(f"llmsla engines listening on {served.url}/metrics, scraping {len(tgts)} replicas", flush=True)
-        try:
-            await scraper.run(stop)
-        finally:
-            await served.stop()
-            spool.close()
-
-    asyncio.run(main())
+    try:
+        asyncio.run(serve_exporter(registry, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg), scraper.run,
+                                   banner=lambda url: f"llmsla engines listening on {url}/metrics, scraping "
+                                                      f"{len(tgts)} replicas", healthz=healthz))
+    finally:
+        spool.close()
     return 0
