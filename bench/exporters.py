@@ -910,6 +910,16 @@ def bench_hardening(rounds: int, concurrency: int, per_stream: int, tmp: Path, r
     return rows, info
 
 
+def gateways_vs(bench: Any, inputs: dict, ref: str) -> tuple[list[dict], dict]:
+    """A :func:`bench_otel`-shaped comparison of gateways against ``ref``, without the OTLP
+    sink's fields (these variants export nothing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, info = bench(inputs["otel_rounds"], inputs["otel_concurrency"], inputs["otel_per_stream"], Path(tmp), ref)
+    for k in ("otlp_sink", "target_1pct_ratio", "target_1pct_met"):
+        info.pop(k, None)
+    return rows, info
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run while developing")
@@ -995,21 +1005,13 @@ def main() -> int:
     if "clients" in only:
         micro = bench_clients_micro(inputs["instr_requests"] * 5)
         print_table(micro, "6a. per-client admission step per request, in process")
-        with tempfile.TemporaryDirectory() as tmp:
-            rows, info = bench_clients(inputs["otel_rounds"], inputs["otel_concurrency"], inputs["otel_per_stream"],
-                                       Path(tmp), args.clients_ref)
-        for k in ("otlp_sink", "target_1pct_ratio", "target_1pct_met"):
-            info.pop(k, None)
+        rows, info = gateways_vs(bench_clients, inputs, args.clients_ref)
         print_table(rows, "6b. gateway CPU per proxied stream (8 chunks), per-client bound vs before")
         out["clients"] = {"in_process": micro, "rows": rows, **info}
     if "hardening" in only:
         micro = bench_hardening_micro(inputs["instr_requests"] * 5)
         print_table(micro, "7a. the pass's per-request checks, in process")
-        with tempfile.TemporaryDirectory() as tmp:
-            rows, info = bench_hardening(inputs["otel_rounds"], inputs["otel_concurrency"], inputs["otel_per_stream"],
-                                         Path(tmp), args.hardening_ref)
-        for k in ("otlp_sink", "target_1pct_ratio", "target_1pct_met"):
-            info.pop(k, None)
+        rows, info = gateways_vs(bench_hardening, inputs, args.hardening_ref)
         print_table(rows, "7b. gateway CPU per proxied stream (8 chunks), today vs before the hardening pass")
         for name, p in info["paired"].items():
             print(f"   {name}: before/today {p.get('geomean', float('nan')):.3f} "

@@ -48,24 +48,24 @@ VAR_SLO = _q("var.slo", f"label_values({names.SLO_SLI_ERROR['5m']}{selector(name
 # -- fleet SLA overview ---------------------------------------------------------------------------
 QPS = _q("fleet.qps", f"sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}]))",
          legend="{{pool}}", labels=(names.L_POOL,))
-ERROR_RATIO = _q(
-    "fleet.error_ratio",
-    # "or ... * 0": a pool without a single failure still gets a series (0), not a gap
-    f"(sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{selector(*names.REQUEST_LABELS, extra=_FAILED)}[{RATE}]))"
-    f" or sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}])) * 0)"
-    f" / sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}]))",
-    legend="{{pool}}", labels=(names.L_POOL,),
-)
 
+
+def _pool_ratio(key: str, numerator: str, denominator: str) -> PromQuery:
+    """``numerator / denominator`` per pool, both counter selectors; "or ... * 0": a pool without
+    a single numerator event still gets a series (0), not a gap."""
+    def per_pool(sel: str) -> str:
+        return f"sum by ({names.L_POOL}) (rate({sel}[{RATE}]))"
+
+    return _q(key, f"({per_pool(numerator)} or {per_pool(REQUESTS_TOTAL + REQ)} * 0) / {per_pool(denominator)}",
+              legend="{{pool}}", labels=(names.L_POOL,))
+
+
+ERROR_RATIO = _pool_ratio("fleet.error_ratio", REQUESTS_TOTAL + selector(*names.REQUEST_LABELS, extra=_FAILED),
+                          REQUESTS_TOTAL + REQ)
 #: Share of the requests the availability SLO counts (all but cancelled) that met every latency
 #: objective at once (llmsla_request_goodput_total; AIPerf's --goodput over the SLO specs)
-GOODPUT_RATIO = _q(
-    "fleet.goodput_ratio",
-    f"(sum by ({names.L_POOL}) (rate({names.REQUEST_GOODPUT}_total{REQ}[{RATE}]))"
-    f" or sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{REQ}[{RATE}])) * 0)"
-    f" / sum by ({names.L_POOL}) (rate({REQUESTS_TOTAL}{selector(*names.REQUEST_LABELS, extra=_COUNTED)}[{RATE}]))",
-    legend="{{pool}}", labels=(names.L_POOL,),
-)
+GOODPUT_RATIO = _pool_ratio("fleet.goodput_ratio", f"{names.REQUEST_GOODPUT}_total{REQ}",
+                            REQUESTS_TOTAL + selector(*names.REQUEST_LABELS, extra=_COUNTED))
 
 
 def _quantile(key: str, metric: str, q: float, by: tuple[str, ...] = ()) -> PromQuery:

@@ -57,6 +57,11 @@ class Context:
     store_vars: dict[str, Variable] = field(default_factory=dict)
     annotations: list[tuple[float, str]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    #: the SLO catalog of ``cfg``, read once for every section
+    slo: slo_catalog.Catalog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slo = slo_catalog.load(self.cfg)
 
     @property
     def store_interval_ms(self) -> int:
@@ -249,7 +254,7 @@ def arms_section(ctx: Context) -> Section:
         sec.note = _no_data(q)
         return sec
     arms = [r[0] for r in t.rows]
-    slo = slo_catalog.load(ctx.cfg)
+    slo = ctx.slo
     sec.image = figures.bars(arms, {"TTFT": [r[3] or 0 for r in t.rows], "E2E": [r[4] or 0 for r in t.rows]},
                              title=sec.title, ylabel="share within SLO", objective=slo.latency_target)
     sec.table = _table(["arm", "requests", "share", "TTFT attainment", "E2E attainment", "error ratio"],
@@ -282,7 +287,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 
 def build_sections(ctx: Context) -> list[Section]:
-    slo = slo_catalog.load(ctx.cfg)
+    slo = ctx.slo
     steps: list[Callable[[], Section]] = [
         lambda: heatmap_section(ctx, promql.TTFT_HEATMAP, "TTFT distribution (heatmap)", slo.ttft_ms / 1000),
         lambda: heatmap_section(ctx, promql.E2E_HEATMAP, "E2E distribution (heatmap)", slo.e2e_ms / 1000),
@@ -308,7 +313,7 @@ def render_html(title: str, ctx: Context, sections: list[Section]) -> str:
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p class='meta'>{ctx.rng.start:%Y-%m-%d %H:%M:%S} to {ctx.rng.end:%Y-%m-%d %H:%M:%S} UTC · "
-             f"SLOs: {html.escape(slo_catalog.load(ctx.cfg).summary())} · Prometheus: "
+             f"SLOs: {html.escape(ctx.slo.summary())} · Prometheus: "
              f"{html.escape(ctx.prometheus_url or 'not given')} · variables: All</p>"]
     for i, s in enumerate(sections):
         parts.append(f"<section id='panel-{i}'><h2>{html.escape(s.title)}</h2>")
