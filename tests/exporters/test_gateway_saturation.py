@@ -131,14 +131,16 @@ def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> 
     # the burst saturated the gateway: the last requests waited in it (its own queue time)
     assert client["burst_ms"] < 50 and np.percentile(queue, 99) > 20, (client["burst_ms"], np.percentile(queue, 99))
     # and it counted that wait. What the client still feels on top is the time its bytes sat in the
-    # kernel while the loop ran other handlers (the loop lag, exported below): here 6-14 ms at the
-    # median on a quiet machine, with gateway/client TTFT p99 0.96-0.98, where a clock started by
-    # the handler missed 57-96 ms at the median and read 0.58-0.66 of the client's p99 (and its
-    # queue p99 was 0.2 ms)
+    # kernel while the loop ran other handlers (the loop lag, exported below). Both scale with how
+    # slow the machine is (a busy CI runner took 3x longer for the same burst), so the bounds are
+    # shares of the client's TTFT p99: a clock started by the handler missed 57-96 ms at the median,
+    # a third of that p99, and read 0.58-0.66 of it (its queue p99 was 0.2 ms); the head's clock
+    # misses 2 % on a quiet machine and 6 % on a busy one, and reads 0.94-0.98 of the p99
     print(f"under-read ms p50/p95/p99 {np.percentile(under, [50, 95, 99]).round(1)}, TTFT p99 gateway "
           f"{np.percentile(gw, 99):.1f} client {np.percentile(cl, 99):.1f}, queue p99 {np.percentile(queue, 99):.1f}")
     assert under.min() > -1.0, under.min()  # its clock starts after the client's send, ends before
-    assert np.percentile(under, 50) < 20.0, np.percentile(under, [50, 95, 99])
+    assert np.percentile(under, 50) < 0.1 * np.percentile(cl, 99), (np.percentile(under, [50, 95, 99]),
+                                                                  np.percentile(cl, 99))
     assert np.percentile(gw, 99) / np.percentile(cl, 99) > 0.85, (np.percentile(gw, 99), np.percentile(cl, 99))
     # the loop's lag is exported for the saturation page
     assert f"{names.GATEWAY_LOOP_LAG_SECONDS}_count" in exposition
