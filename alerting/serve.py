@@ -16,7 +16,7 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.yamlsrc import SourceError
 
     rc = cfg.receiver
-    path = str(args.policy) if args.policy is not None else rc.policy
+    path = str(args.action_policy) if args.action_policy is not None else rc.action_policy
     try:
         pol = policy_mod.load(path or None)
     except SourceError as exc:

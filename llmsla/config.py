@@ -364,8 +364,8 @@ class WorkerConfig:
     seed: int = _k(0, "seed of the deterministic weights", minimum=0)
     train_steps: int = _k(0, "steps of warm-up training on the bundled public-domain text at start (deterministic; ~0.15 s each)", minimum=0)
     threads: int = _k(1, "torch intra-op threads of the engine thread", minimum=1)
-    zone: str = _k("default", "zone label of temperature-policy decisions (spans, PolicyEvents, metrics)", check=label_problem)
-    policy: str = _k(names.DEFAULT_POLICY, "default temperature policy; a request may pick one with body field llmsla_policy", choices=names.SCHEDULES)
+    pool: str = _k("default", "the pool this worker serves: the `zone` label of its temperature-policy decisions (spans, PolicyEvents, metrics), which the dashboards join to the pool's requests", check=label_problem)
+    temperature_policy: str = _k(names.DEFAULT_POLICY, "default temperature policy; a request may pick one with body field llmsla_policy", choices=names.TEMPERATURE_POLICIES)
     temperature_min: float = _k(0.1, "policy lower bound T_min (the request's temperature is T_max)", minimum=0)
     policy_decay: float = _k(0.98, "exponential policy: T(s) = max(T_min, T_max * decay^s)", minimum=0)
     entropy_target: float = _k(2.5, "entropy policy: target next-token entropy, nats", minimum=0)
@@ -524,7 +524,7 @@ class ReceiverConfig:
     host: str = _k("127.0.0.1", "listen address (loopback by default)", kind="host")
     port: int = _k(8200, "listen port", kind="port")
     token: str = _k("", "bearer token Alertmanager and the forecaster must send (also LLMSLA_RECEIVER_TOKEN); empty refuses every post; else at least 16 characters, no whitespace", kind="secret", check=token_problem)
-    policy: str = _k("", "policy file (YAML) mapping alerts to actions; empty = the built-in llmsla/alerting/policy.default.yaml")
+    action_policy: str = _k("", "action policy file (YAML) mapping alerts to actions; empty = the built-in llmsla/alerting/policy.default.yaml")
     control_urls: list[str] = _k(["http://127.0.0.1:8100"], "control API base URLs, tried in order (writes need control.token)", check=_each(url_problem))
     control_timeout_s: float = _k(2.0, "timeout of one control API call", minimum=0.01)
     control_retries: int = _k(3, "attempts per control API action before it is audited as failed (the reconciler retries later)", minimum=1)
@@ -591,6 +591,25 @@ SECTIONS: dict[str, type] = {f.name: f.type if isinstance(f.type, type) else glo
                              for f in fields(Config) if f.name not in ("source", "origins")}
 #: Short aliases the architecture names (LLMSLA_DSN is what operators type).
 ENV_ALIASES = {"LLMSLA_DSN": ("store", "dsn")}
+#: Keys renamed because the old name misled (old -> new, docs/architecture.md#glossary): the old
+#: spelling, in a file, the environment or a flag, still sets the new key for one release, with
+#: a warning naming both.
+RENAMED_KEYS = {
+    "worker.zone": "worker.pool",  # it must be the pool's name: the dashboards join on it
+    "worker.policy": "worker.temperature_policy",  # "policy" alone also means routing and actions
+    "receiver.policy": "receiver.action_policy",
+}
+
+
+def current_key(section: str, key: str, where: str) -> str:
+    """``key`` of ``section``, or the key it was renamed to (with a one-line warning naming
+    where the old spelling came from)."""
+    new = RENAMED_KEYS.get(f"{section}.{key}")
+    if new is None:
+        return key
+    log.warning("%s: %s.%s is renamed %s; the old name is read for one more release",
+                where or "command line", section, key, new)
+    return new.partition(".")[2]
 
 
 def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -> Any:
@@ -653,8 +672,11 @@ def _at(where: str) -> str:
     return f"{where}: " if where else ""
 
 
-def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> None:
+def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> str:
+    """Set ``section.key`` (its current name, see :data:`RENAMED_KEYS`) and return that name."""
+    key = current_key(section, key, where)
     setattr(section_obj, key, _checked(section_obj, section, key, value, where, from_env))
+    return key
 
 
 def check_value(key: str, value: Any, where: str = "") -> Any:
@@ -664,6 +686,7 @@ def check_value(key: str, value: Any, where: str = "") -> Any:
     section, _, name = key.partition(".")
     if section not in SECTIONS:
         raise KeyError(key)
+    name = RENAMED_KEYS.get(key, key).partition(".")[2]
     return _checked(SECTIONS[section](), section, name, value, where, from_env=isinstance(value, str))
 
 
@@ -739,8 +762,8 @@ def set_value(cfg: Config, key: str, value: Any, where: str) -> None:
     """Set ``section.key`` from a command-line option with the same checks as the file/env, and
     remember where it came from (messages then say ``store.dsn (from --dsn)``)."""
     section, _, name = key.partition(".")
-    _set(getattr(cfg, section), section, name, value, where)
-    cfg.origins[key] = where
+    name = _set(getattr(cfg, section), section, name, value, where)
+    cfg.origins[f"{section}.{name}"] = where
 
 
 def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | None = None) -> Config:
@@ -761,7 +784,7 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
             if not isinstance(body, dict):
                 raise ConfigError(f"{where}: [{section}] must be a table")
             for key, value in body.items():
-                _set(getattr(cfg, section), section, key, value, where)
+                key = _set(getattr(cfg, section), section, key, value, where)
                 cfg.origins[f"{section}.{key}"] = where
         cfg.source = where
     for var, value in sorted(env.items()):
@@ -775,7 +798,7 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
             if not section:  # LLMSLA_GATWAY_PORT: a typo must not leave the default in force
                 raise ConfigError(f"environment variable {var}: {_unknown_env_hint(var)}")
             key = rest[len(section) + 1:]
-        _set(getattr(cfg, section), section, key, value, f"environment variable {var}", from_env=True)
+        key = _set(getattr(cfg, section), section, key, value, f"environment variable {var}", from_env=True)
         cfg.origins[f"{section}.{key}"] = f"environment variable {var}"
     check_slo_buckets(cfg)
     return cfg
@@ -784,7 +807,8 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
 def env_names() -> list[str]:
     """Every ``LLMSLA_*`` name llmsla reads: a variable per key, the aliases, the non-keys."""
     keys = [f"{ENV_PREFIX}{section.upper()}_{f.name.upper()}" for section, cls in SECTIONS.items() for f in fields(cls)]
-    return keys + sorted(ENV_ALIASES) + sorted(ENV_NOT_KEYS)
+    old = [f"{ENV_PREFIX}{k.replace('.', '_').upper()}" for k in RENAMED_KEYS]
+    return keys + sorted(old) + sorted(ENV_ALIASES) + sorted(ENV_NOT_KEYS)
 
 
 def _unknown_env_hint(var: str) -> str:
@@ -954,4 +978,8 @@ def render_doc() -> str:
             env = f"`{ENV_PREFIX}{section.upper()}_{f.name.upper()}`"
             lines.append(f"| `{f.name}` | `{default!r}` | {env} | {doc} |")
         lines.append("")
+    lines += ["## Renamed keys", "", "The old name still sets the new key for one release, with a warning.", "",
+              "| old | new |", "|---|---|"]
+    lines += [f"| `{old}` | `{new}` |" for old, new in RENAMED_KEYS.items()]
+    lines.append("")
     return "\n".join(lines)

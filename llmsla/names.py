@@ -88,11 +88,12 @@ UNIT_HEADER = "X-Session-Id"
 SCHEDULE_HEADER = "X-Llmsla-Schedule"
 #: ``RequestEvent.replica`` of a request that never reached a replica (429, no replica available).
 NO_REPLICA = "none"
-#: Temperature schedules (``llmsla.temperature`` implements them); the first is the default:
-#: the worker's ``worker.policy``, a pool's schedule and ``RequestEvent.policy`` when neither the
-#: request nor the upstream names one.
-SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine", "exponential", "entropy")
-DEFAULT_POLICY = SCHEDULES[0]
+#: Temperature policies (``llmsla.temperature`` implements them); the first is the default:
+#: the worker's ``worker.temperature_policy``, a pool's temperature schedule (a policy and its
+#: bounds, set over the control API) and ``RequestEvent.policy`` when neither the request nor the
+#: upstream names one.
+TEMPERATURE_POLICIES: tuple[str, ...] = ("constant", "linear", "cosine", "exponential", "entropy")
+DEFAULT_POLICY = TEMPERATURE_POLICIES[0]
 TOKEN_KIND_PROMPT = "prompt"
 TOKEN_KIND_OUTPUT = "output"
 

@@ -25,8 +25,8 @@ from llmsla import names
 from llmsla.events import POLICY_ACTIONS
 
 #: The temperature schedules a pool can run; the first is the default everywhere (the worker's
-#: ``worker.policy``, a pool's schedule, ``RequestEvent.policy`` when nothing else is named).
-SCHEDULES: tuple[str, ...] = names.SCHEDULES
+#: ``worker.temperature_policy``, a pool's schedule, ``RequestEvent.policy`` when nothing else is named).
+TEMPERATURE_POLICIES: tuple[str, ...] = names.TEMPERATURE_POLICIES
 #: Relative change below which two temperatures count as the same (action ``hold``).
 _EPS = 1e-9
 
@@ -177,7 +177,7 @@ class EntropyAdaptive(Policy):
 _CLASSES: dict[str, type[Policy]] = {
     c.name: c for c in (Constant, LinearDecay, CosineAnnealing, ExponentialDecay, EntropyAdaptive)
 }
-assert tuple(_CLASSES) == SCHEDULES
+assert tuple(_CLASSES) == TEMPERATURE_POLICIES
 assert {"set", "raise", "lower", "hold"} <= set(POLICY_ACTIONS)
 
 
@@ -186,14 +186,14 @@ def make_policy(name: str, params: PolicyParams, policy_id: str | None = None) -
     try:
         cls = _CLASSES[name]
     except KeyError:
-        raise ValueError(f"unknown temperature policy {name!r}; expected one of {', '.join(SCHEDULES)}") from None
+        raise ValueError(f"unknown temperature policy {name!r}; expected one of {', '.join(TEMPERATURE_POLICIES)}") from None
     return cls(params, policy_id)
 
 
 @dataclass
 class Schedule:
     """A temperature schedule as the control plane sets it for a pool: a name of
-    :data:`SCHEDULES` and every :class:`PolicyParams` value (normalised by
+    :data:`TEMPERATURE_POLICIES` and every :class:`PolicyParams` value (normalised by
     :func:`validate_schedule`)."""
 
     name: str = names.DEFAULT_POLICY
@@ -205,8 +205,8 @@ class Schedule:
 
 def validate_schedule(name: Any, params: Any) -> Schedule:
     """A normalised schedule (all params filled in), or ValueError naming the bad field."""
-    if not isinstance(name, str) or name not in SCHEDULES:
-        raise ValueError(f"schedule.name: must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    if not isinstance(name, str) or name not in TEMPERATURE_POLICIES:
+        raise ValueError(f"schedule.name: must be one of {', '.join(TEMPERATURE_POLICIES)}, got {name!r}")
     if params is None:
         params = {}
     if not isinstance(params, dict):

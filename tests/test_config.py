@@ -67,6 +67,29 @@ def test_deprecated_slo_keys_load_with_a_warning(tmp_path: Path, caplog: pytest.
     assert str(p) in said
 
 
+def test_renamed_keys_still_set_the_new_key_with_a_warning(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    p = write(tmp_path, '[worker]\nzone = "eu-1"\n[receiver]\npolicy = "/etc/llmsla/actions.yaml"\n')
+    with caplog.at_level("WARNING", logger="llmsla.config"):
+        cfg = config_mod.load(p, env={"LLMSLA_WORKER_POLICY": "entropy"})
+    assert (cfg.worker.pool, cfg.worker.temperature_policy) == ("eu-1", "entropy")
+    assert cfg.receiver.action_policy == "/etc/llmsla/actions.yaml"
+    assert cfg.origins["worker.pool"] == str(p)
+    assert cfg.origins["worker.temperature_policy"] == "environment variable LLMSLA_WORKER_POLICY"
+    said = caplog.text
+    assert f"{p}: worker.zone is renamed worker.pool" in said
+    assert "environment variable LLMSLA_WORKER_POLICY: worker.policy is renamed worker.temperature_policy" in said
+    # the old name keeps the new key's checks
+    with pytest.raises(ConfigError, match="worker.temperature_policy: must be one of"):
+        config_mod.load(None, env={"LLMSLA_WORKER_POLICY": "warm"})
+    # every old name is one the doc lists, and never a current key
+    doc = config_mod.render_doc()
+    for old, new in config_mod.RENAMED_KEYS.items():
+        assert f"| `{old}` | `{new}` |" in doc
+        section, _, key = old.partition(".")
+        assert key not in config_mod.SECTIONS[section].__dataclass_fields__
+
+
 def test_slo_error_fixed_by_adding_the_bucket(tmp_path: Path) -> None:
     p = write(tmp_path, "[slo]\nttft_ms = 750\n[metrics]\nttft_buckets = [0.25, 0.5, 0.75, 1.0]\n")
     assert config_mod.load(p, env={}).slo.ttft_ms == 750

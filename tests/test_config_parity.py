@@ -117,7 +117,7 @@ CASES: list[tuple[str, Any, bool]] = [
     ("metrics.allowed_pools", ["default", "canary"], True),
     ("metrics.allowed_pools", ["x" * 257], False),
     ("worker.model", "m" * 300, False),
-    ("worker.zone", "", False),
+    ("worker.pool", "", False),
     ("gpu.node", "", True),
     ("gpu.node", "n" * 300, False),
     ("control.token", GOOD_TOKEN, True),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from llmsla.events import POLICY_ACTIONS
 from llmsla.temperature import (
-    SCHEDULES,
+    TEMPERATURE_POLICIES,
     Decision,
     PolicyParams,
     make_policy,
@@ -106,7 +106,7 @@ def test_bad_params_and_names_are_rejected() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    name=st.sampled_from(SCHEDULES),
+    name=st.sampled_from(TEMPERATURE_POLICIES),
     t_min=st.floats(0, 2),
     span=st.floats(0, 2),
     horizon=st.integers(1, 300),

@@ -44,7 +44,7 @@ from llmsla.httpkit import (
 )
 from llmsla.httpkit import serve as serve_http
 from llmsla.temperature import (
-    SCHEDULES,
+    TEMPERATURE_POLICIES,
     PolicyParams,
     Schedule,
     make_policy,
@@ -182,9 +182,9 @@ def parse_request(body: Any, *, chat: bool, cfg: Config) -> Parsed:
     if not isinstance(stream, bool):
         raise _bad("'stream' must be true or false", param="stream")
     include_usage = _stream_options(body.get("stream_options"), stream)
-    policy = body.get("llmsla_policy", w.policy)
-    if policy not in SCHEDULES:
-        raise _bad(f"'llmsla_policy' must be one of {', '.join(SCHEDULES)}, got {policy!r}", param="llmsla_policy")
+    policy = body.get("llmsla_policy", w.temperature_policy)
+    if policy not in TEMPERATURE_POLICIES:
+        raise _bad(f"'llmsla_policy' must be one of {', '.join(TEMPERATURE_POLICIES)}, got {policy!r}", param="llmsla_policy")
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise _bad("'ignore_eos' must be true or false", param="ignore_eos")
@@ -295,7 +295,7 @@ class Worker:
                                         model=self.cfg.worker.model)
         req = GenRequest(tokens=p.tokens, max_tokens=p.max_tokens, policy=policy,
                          loop=loop, out=asyncio.Queue(), seed=p.seed, stop=p.stop, span=span, ignore_eos=p.ignore_eos,
-                         zone=self.cfg.worker.zone, received=received)
+                         zone=self.cfg.worker.pool, received=received)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         finished = False
         try:

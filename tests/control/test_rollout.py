@@ -89,7 +89,7 @@ def test_two_experiments_are_independent() -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**40), coverage=st.floats(0, 1),
-       policy=st.sampled_from(names.ROUTE_POLICIES), schedule=st.sampled_from(names.SCHEDULES),
+       policy=st.sampled_from(names.ROUTE_POLICIES), schedule=st.sampled_from(names.TEMPERATURE_POLICIES),
        version=st.text("abc123.", min_size=1, max_size=5))
 def test_a_new_strategy_version_moves_nobody(seed: int, coverage: float, policy: str, schedule: str, version: str) -> None:
     old = rollout({"control": 1, "treatment": 1}, coverage=coverage, seed=seed, versions={"treatment": "1"})
