@@ -33,9 +33,12 @@ def register(subparsers: Any) -> None:
     r = subparsers.add_parser("receiver", help="Alertmanager webhook receiver acting on the control API")
     r.add_argument("--host", type=argtypes.host, help="listen address (receiver.host; loopback by default)")
     r.add_argument("--port", type=argtypes.port0, help="listen port (receiver.port; 0 = a free one)")
-    r.add_argument("--policy", type=argtypes.input_file, help="policy file (receiver.policy; default: the built-in policy)")
+    r.add_argument("--action-policy", type=argtypes.input_file, metavar="FILE",
+                   help="action policy file: alerts -> actions (receiver.action_policy; default: the built-in one)")
+    r.add_argument("--policy", dest="action_policy", action=argtypes.OldSpelling, new="--action-policy",
+                   type=argtypes.input_file)
     r.add_argument("--control-url", action="append", metavar="URL", help="control API base URL (repeatable; receiver.control_urls)")
-    r.add_argument("--check-policy", action="store_true", help="validate the policy file and exit")
+    r.add_argument("--check-policy", action="store_true", help="validate the action policy file and exit")
     r.add_argument("--duration-s", type=argtypes.duration_s, default=0.0, help="stop after this long (0 = until SIGTERM)")
     r.set_defaults(handler=cmd_receiver)
 

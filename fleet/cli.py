@@ -45,7 +45,10 @@ def register(subparsers: Any) -> None:
     fl = p.add_argument_group("fleet")
     fl.add_argument("--fleet", default="6b:8", help="replicas, e.g. 6b:8 or 70b/teacher:1,6b/student:2 or 6b:4,canary=6b:4 "
                     "(a named pool gets requests only through an A/B arm; default 6b:8)")
-    fl.add_argument("--policy", type=argtypes.key("control.route_policy"), help="router policy (default control.route_policy)")
+    fl.add_argument("--route-policy", type=argtypes.key("control.route_policy"),
+                    help="routing policy (default control.route_policy)")
+    fl.add_argument("--policy", dest="route_policy", action=argtypes.OldSpelling, new="--route-policy",
+                    type=argtypes.key("control.route_policy"))
     fl.add_argument("--student-share", type=argtypes.fraction, help="share of requests for role 'student' (0..1)")
     fl.add_argument("--timeout-s", type=argtypes.key("gateway.request_timeout_s"), help="request timeout (default gateway.request_timeout_s)")
     fl.add_argument("--fault", action="append", default=[], metavar="KIND:REPLICA:START:END[:FACTOR]",
@@ -168,7 +171,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             replicas=replicas,
             rollout=rollout,
             entry_pools=entry,
-            policy=args.policy or cfg.control.route_policy,
+            policy=args.route_policy or cfg.control.route_policy,
             router_params=params_from_config(cfg),  # control.ladr_*, as the gateway's router
             seed=args.seed,
             timeout_s=args.timeout_s or cfg.gateway.request_timeout_s,

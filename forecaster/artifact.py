@@ -27,7 +27,7 @@ from llmsla.forecaster.scaler import RobustScaler
 
 FORMAT = 1
 #: The model that ships with llmsla (trained by scripts/forecast-fixture.sh on simulated Azure
-#: replays; docs/forecaster-eval.md): `llmsla forecast run` uses it until one is trained here.
+#: replays; docs/forecaster-eval.md): `llmsla forecast serve` uses it until one is trained here.
 PRETRAINED = Path(__file__).parent / "pretrained"
 META = "artifact.json"
 WEIGHTS = "model.pt"

@@ -1,4 +1,4 @@
-"""``llmsla forecast run`` as a service: the online scorer behind the HTTP kit.
+"""``llmsla forecast serve`` as a service: the online scorer behind the HTTP kit.
 
 Every llmsla server listens through :func:`llmsla.httpkit.serve` (the slow-client bounds of
 ``[http]``) and serves ``/metrics`` with :func:`llmsla.httpkit.add_metrics`; the forecaster is

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import math
 import os
 import re
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from llmsla import config
+
+log = logging.getLogger(__name__)
 
 #: Longest duration a command accepts (a year): longer is a typo, and some are scheduled as
 #: event-loop timers or sized into arrays.
@@ -339,3 +342,19 @@ def writable_dir(text: str) -> Path:
 
 
 writable_dir = _typed("directory", writable_dir)
+
+
+class OldSpelling(argparse.Action):
+    """A flag's old spelling, kept for one release after a rename (``--policy`` meant three
+    things): it sets the new flag's ``dest`` through the same ``type=``, warns once naming the
+    new spelling, and is hidden from ``--help``."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        self.new = new
+        kwargs.setdefault("help", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        log.warning("%s is renamed %s; the old name works for one more release", option_string, self.new)
+        setattr(namespace, self.dest, values)

@@ -52,20 +52,23 @@ PARSE_ROWS: list[tuple[list[str], str]] = [
     # counts, rates, durations: finite and in range; the same rule as the config key where there is one
     (["gateway", "--workers", "0"], "gateway.workers: must be >= 1"),
     (["worker", "--max-batch", "0"], "worker.max_batch: must be >= 1"),
-    (["worker", "--policy", "warm"], "worker.policy: must be one of"),
+    (["worker", "--temperature-policy", "warm"], "worker.temperature_policy: must be one of"),
+    (["worker", "--policy", "warm"], "worker.temperature_policy: must be one of"),  # the old spelling
     (["worker", "--model", ""], "worker.model: must not be empty"),
     (["simulate", "--load", "poisson", "--rate", "-5"], "argument --rate: must be > 0, got -5.0"),
     (["simulate", "--load", "poisson", "--rate", "nan"], "expected a finite number"),
     (["simulate", "--load", "poisson", "--duration", "inf"], "expected a finite number"),
     (["simulate", "--load", "poisson", "--duration", "1e12"], "must be <= "),
     (["simulate", "--student-share", "1.5"], "must be <= 1"),
-    (["simulate", "--policy", "fastest"], "control.route_policy: must be one of"),
+    (["simulate", "--route-policy", "fastest"], "control.route_policy: must be one of"),
+    (["simulate", "--policy", "fastest"], "control.route_policy: must be one of"),  # the old spelling
     (["simulate", "--timeout-s", "0"], "gateway.request_timeout_s: must be >= 0.1"),
     (["simulate", "--start-ms", "-1"], "ms since the epoch"),
     (["receiver", "--duration-s", "-5"], "argument --duration-s: must be >= 0"),
     (["control", "serve", "--duration-s", "-5"], "argument --duration-s: must be >= 0"),
-    (["forecast", "run", "--steps", "-5"], "argument --steps: must be >= 0"),
-    (["forecast", "run", "--receiver", "ftp://x"], "forecast.receiver_url: must start with http://"),
+    (["forecast", "serve", "--steps", "-5"], "argument --steps: must be >= 0"),
+    (["forecast", "run", "--steps", "-5"], "argument --steps: must be >= 0"),  # the old spelling
+    (["forecast", "serve", "--receiver", "ftp://x"], "forecast.receiver_url: must start with http://"),
     (["forecast", "dataset", "--runs", "1,2"], "expected 3 comma-separated values"),
     (["forecast", "dataset", "--duration-s", "10,nan,10"], "val: expected a finite number"),
     (["forecast", "eval", "--folds", "1"], "must be >= 2"),
@@ -76,7 +79,8 @@ PARSE_ROWS: list[tuple[list[str], str]] = [
     (["demo", "--minutes", "nan"], "expected a finite number"),
     (["slo", "generate", "--window-scale", "0"], "must be > 0"),
     # paths: files to read exist and are regular files; outputs can be written; dirs can be made
-    (["receiver", "--policy", "{tmp}"], "argument --policy: {tmp}: is a directory"),
+    (["receiver", "--action-policy", "{tmp}"], "argument --action-policy: {tmp}: is a directory"),
+    (["receiver", "--policy", "{tmp}"], "argument --policy: {tmp}: is a directory"),  # the old spelling
     (["receiver", "--policy", "{tmp}/nope.yaml"], "file not found"),
     (["receiver", "--policy", "{fifo}"], "not a regular file"),
     (["forecast", "train", "--data", "{tmp}"], "is a directory"),
@@ -263,3 +267,20 @@ def test_spool_skips_what_is_not_a_segment(action: str, stdout: str, odd_spool: 
                       ("0003-dir.jsonl", "a directory"), ("0004-sock.jsonl", "a socket"), ("0005-fifo.jsonl", "a FIFO")]:
         assert f"{name}: {why}, not a segment" in out.stderr, out.stderr
     assert (odd_spool / "requests" / "0001-fifo.jsonl").exists()  # skipped, not deleted
+
+
+@pytest.mark.parametrize(("argv", "dest", "value", "new"), [
+    (["worker", "--policy", "entropy"], "temperature_policy", "entropy", "--temperature-policy"),
+    (["simulate", "--policy", "p2c"], "route_policy", "p2c", "--route-policy"),
+])
+def test_an_old_flag_spelling_sets_the_new_flag_and_says_so(argv: list[str], dest: str, value: str, new: str,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """``--policy`` meant three things; the renamed flags keep the old spelling for one release."""
+    from llmsla.app.cli import build_parser
+
+    with caplog.at_level("WARNING", logger="llmsla.argtypes"):
+        args = build_parser().parse_args(argv)
+    assert getattr(args, dest) == value
+    assert f"--policy is renamed {new}" in caplog.text
+    sub = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == argv[0])[1]
+    assert new in sub.format_help() and "--policy " not in sub.format_help()  # hidden from --help

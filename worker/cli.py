@@ -22,7 +22,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=argtypes.key("worker.seed"), help="seed of the deterministic weights (worker.seed)")
     p.add_argument("--train-steps", type=argtypes.key("worker.train_steps"),
                    help="warm-up training steps on bundled text (worker.train_steps)")
-    p.add_argument("--policy", type=argtypes.key("worker.policy"), help="default temperature policy (worker.policy)")
+    p.add_argument("--temperature-policy", type=argtypes.key("worker.temperature_policy"),
+                   help="default temperature policy (worker.temperature_policy)")
+    p.add_argument("--policy", dest="temperature_policy", action=argtypes.OldSpelling, new="--temperature-policy",
+                   type=argtypes.key("worker.temperature_policy"))
     p.add_argument("--admin-port", type=argtypes.key("worker.admin_port"), metavar="PORT",
                    help="serve the fault-injection endpoint POST /admin/fault on 127.0.0.1:PORT (worker.admin_port; "
                         "bearer token worker.admin_token / LLMSLA_WORKER_ADMIN_TOKEN)")
@@ -36,15 +39,18 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
     import asyncio
     import signal
 
+    from llmsla.config import set_value
     from llmsla.worker.server import serve
 
     w = cfg.worker
-    for attr, key in (("host", "host"), ("port", "port"), ("model", "model"), ("max_batch", "max_batch"),
-                      ("seed", "seed"), ("train_steps", "train_steps"), ("policy", "policy"),
-                      ("admin_port", "admin_port")):
-        value = getattr(args, attr)
+    if args.host is not None:
+        w.host = args.host
+    if args.port is not None:  # 0 (a free port) is a command-line value only, not the key's
+        w.port = args.port
+    for key in ("model", "max_batch", "seed", "train_steps", "temperature_policy", "admin_port"):
+        value = getattr(args, key)
         if value is not None:
-            setattr(w, key, value)
+            set_value(cfg, f"worker.{key}", value, f"--{key.replace('_', '-')}")
 
     async def main() -> None:
         stop = asyncio.Event()

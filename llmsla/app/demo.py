@@ -418,7 +418,7 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
             stack.llmsla("stream", "stream", ready_url=f"http://127.0.0.1:{stack.port('stream-metrics')}/metrics")
             stack.start_alerting(receiver_port, stack.port("control"),
                                  fleet.scrape_jobs(stack) if fleet is not None else None)
-            stack.llmsla("forecast", "forecast", "run",
+            stack.llmsla("forecast", "forecast", "serve",
                          ready_url=f"http://127.0.0.1:{stack.port('forecast')}/metrics", timeout_s=120)
         console.print(f"[green]✓[/] stack up in {time.monotonic() - t0:.0f} s: {where}; Prometheus "
                       f"{stack.urls['prometheus']}, Alertmanager {stack.urls['alertmanager']}, logs in {work / 'logs'}")

@@ -147,7 +147,7 @@ class Stack:
         self._rule_files = files
         policy = self.workdir / "receiver-policy.yaml"
         policy.write_text(scaled_policy(self.scale))
-        self.llmsla("receiver", "receiver", "--port", str(receiver_port), "--policy", str(policy),
+        self.llmsla("receiver", "receiver", "--port", str(receiver_port), "--action-policy", str(policy),
                     "--control-url", f"http://127.0.0.1:{control_port}",
                     ready_url=f"http://127.0.0.1:{receiver_port}/healthz")
         self.urls["receiver"] = f"http://127.0.0.1:{receiver_port}"

@@ -1,4 +1,4 @@
-"""``llmsla forecast dataset|train|eval|run``: the degradation forecaster's commands.
+"""``llmsla forecast dataset|train|eval|serve``: the degradation forecaster's commands.
 
 A composition-root module (it may import everything): ``dataset`` drives the fleet simulator,
 the rest use the forecaster, which itself imports core only. Heavy imports (torch, sklearn)
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -17,9 +18,11 @@ from typing import Any
 from llmsla import argtypes, extras
 from llmsla.config import Config
 
+log = logging.getLogger(__name__)
+
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, run (docs/forecaster.md)")
+    p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, serve (docs/forecaster.md)")
     sub = p.add_subparsers(dest="forecast_command", metavar="SUBCOMMAND")
     d = sub.add_parser("dataset", help="simulate trace replays with random faults into a labelled data set")
     d.add_argument("--out", type=argtypes.output_file, help="data set file (default <forecast.dir>/dataset.npz)")
@@ -49,11 +52,12 @@ def register(subparsers: Any) -> None:
     e.add_argument("--doc", default="docs/forecaster-eval.md", help="write the markdown table here ('' = none)")
     e.add_argument("--json", type=argtypes.output_file, help="write all results as JSON")
     e.set_defaults(handler=cmd_eval)
-    r = sub.add_parser("run", help="score every target online: metrics, forecasts table, alerts to the receiver")
+    # "serve" like every other service's verb; "run" is its old spelling, kept for one release
+    r = sub.add_parser("serve", aliases=["run"], help="score every target online: metrics, forecasts table, alerts to the receiver")
     r.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
     r.add_argument("--steps", type=argtypes.non_negative_int, default=0, help="stop after this many steps (0 = until Ctrl-C)")
     r.add_argument("--receiver", type=argtypes.key("forecast.receiver_url"), help="webhook v4 URL (default forecast.receiver_url)")
-    r.set_defaults(handler=cmd_run)
+    r.set_defaults(handler=cmd_serve)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
 
 
@@ -293,10 +297,12 @@ def _res_dict(r: Any) -> dict:
             "test": r.test.to_dict(), "seconds": r.seconds, **r.extra}
 
 
-def cmd_run(args: argparse.Namespace, cfg: Config) -> int:
+def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     """Score every target each ``forecast.interval_s``; ``/metrics`` through the HTTP kit like
     every llmsla server; SIGTERM/SIGINT stop it cleanly."""
-    extras.require("forecast", "llmsla forecast run")
+    if args.forecast_command == "run":
+        log.warning("llmsla forecast run is renamed llmsla forecast serve; the old name works for one more release")
+    extras.require("forecast", "llmsla forecast serve")
     import asyncio
     import signal
 

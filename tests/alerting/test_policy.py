@@ -51,8 +51,8 @@ def test_policy_errors_name_file_line_and_field(old: str, new: str, message: str
 def test_check_policy_cli(tmp_path: Path, capsys) -> None:
     good = tmp_path / "p.yaml"
     good.write_text(POLICY)
-    assert main(["receiver", "--policy", str(good), "--check-policy"]) == 0
+    assert main(["receiver", "--action-policy", str(good), "--check-policy"]) == 0
     assert "OK, 2 rules (replica-page, pool-burn)" in capsys.readouterr().out
     good.write_text(POLICY.replace("drain_after_s: 5", "drain_after_s: soon"))
-    assert main(["receiver", "--policy", str(good), "--check-policy"]) == 2
+    assert main(["receiver", "--action-policy", str(good), "--check-policy"]) == 2
     assert f"{good}:15: rules[0].drain_after_s: expected int or float, got str 'soon'" in capsys.readouterr().err

@@ -18,7 +18,7 @@ def test_simulate_writes_events_labels_and_reports_bad_rows(tmp_path: Path, caps
     trace = tmp_path / "t.csv"
     trace.write_text(AZURE_BAD)
     spool, out = tmp_path / "spool", tmp_path / "summary.json"
-    rc = cli.main(["simulate", "--trace", str(trace), "--fleet", "6b:2", "--policy", "p2c",
+    rc = cli.main(["simulate", "--trace", str(trace), "--fleet", "6b:2", "--route-policy", "p2c",
                    "--spool", str(spool), "--json", str(out), "--start-ms", "1790000000000",
                    "--fault", "slowdown:r1:0:5:2", "--seed", "3"])
     assert rc == 0
@@ -103,7 +103,7 @@ def test_simulate_builds_its_router_from_config(tmp_path: Path, monkeypatch, cap
     monkeypatch.setenv("LLMSLA_CONTROL_LADR_SHARPNESS", "2.5")
     monkeypatch.setenv("LLMSLA_CONTROL_LADR_BETA", "0.25")
     out = tmp_path / "s.json"
-    rc = cli.main(["simulate", "--load", "poisson", "--duration", "5", "--fleet", "6b:2", "--policy", "ladr",
+    rc = cli.main(["simulate", "--load", "poisson", "--duration", "5", "--fleet", "6b:2", "--route-policy", "ladr",
                    "--no-events", "--json", str(out)])
     assert rc == 0, capsys.readouterr().err
     params = json.loads(out.read_text())["router_params"]

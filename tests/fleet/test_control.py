@@ -34,7 +34,7 @@ def test_history_then_live_part_driven_through_the_control_api(tmp_path: Path, p
     t_start = time.time()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmsla", "simulate", "--load", "poisson", "--rate", "12", "--duration", "30",
-         "--fleet", "6b:3", "--policy", "round_robin", "--realtime", "1", "--live-from", "20",
+         "--fleet", "6b:3", "--route-policy", "round_robin", "--realtime", "1", "--live-from", "20",
          "--control-port", str(port), "--spool", str(spool), "--json", str(out)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -72,7 +72,7 @@ def test_cli_names_the_corrupt_file(tiny_trained, tmp_path) -> None:
     d = tmp_path / "model"
     shutil.copytree(tiny_trained[2], d)
     (d / "model.pt").write_bytes(b"garbage")
-    out = subprocess.run([sys.executable, "-c", MAIN, "forecast", "run", "--model", str(d), "--steps", "1"],
+    out = subprocess.run([sys.executable, "-c", MAIN, "forecast", "serve", "--model", str(d), "--steps", "1"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert f"llmsla: error: {d}/model.pt: sha256 differs" in out.stderr
