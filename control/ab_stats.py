@@ -5,7 +5,7 @@ load), so every test here treats *time* as the unit of replication; per-request 
 runs them, false-alarm far above their level. The choices (block length, jackknife over a
 bootstrap, long-run variance for the SRM) were made on A/A runs: do not change one without
 re-running the calibration. Special functions are here so the base install needs no scipy.
-See docs/ab.md#3-read-the-verdicts and docs/ab-calibration.md.
+See docs/ab.md#3-read-the-verdicts and docs/ab-calibration.md#false-positives-aa.
 """
 
 from __future__ import annotations
