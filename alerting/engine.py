@@ -1,27 +1,10 @@
 """The receiver's decisions: alerts in, control actions out, one state machine per target.
 
-A target is a replica (``replica:<pool>/<id>``) or a pool (``pool:<pool>``). Its state holds the
-firing alerts that point at it (``causes``, by fingerprint), the last resolved episode of each
-fingerprint (``ended``: a firing that arrives after its own resolve - reordered or replayed -
-is stale and ignored), the stage, and what it needs to undo its changes.
-
-Replica: ``normal -> deweighted -> drained`` while any cause fires (deweight at once, drain after
-``drain_after_s``); when the last cause resolves the hold-down starts (``Policy.hold_down``,
-doubling per re-trip), then ``restoring`` steps the weight through ``restore_weights`` back to
-``normal``. A cause that fires during the hold-down or the restore trips it again.
-
-Pool: ``normal -> shifted``: remember the student share and schedule, switch the schedule, raise
-the share by ``step_pct`` every ``step_s`` up to ``max_pct``; after the hold-down, ``restoring``
-restores the schedule and steps the share back to the baseline. A pool whose replica is under a
-replica action (``skip_if_replica_action``) waits: that replica explains the burn.
-
-Every decision and every control call is audited (the journal commits them with the state). A
-failed control call leaves the stage where it was; the reconciler (:meth:`Engine.tick`) retries
-it with a growing delay, auditing a refusal (409) once while its reason stays the same. A target
-the control API does not know (404, or absent from its state) is permanent: audited once, then
-left alone (``unknown``) until a new episode fires on it. Actions pass the safety bounds first: never the last healthy replica of
-a pool, at most ``max_drained_fraction`` of a pool drained, at most ``rate_actions`` control
-writes per target per ``rate_per_s``.
+A target (``replica:<pool>/<id>`` or ``pool:<pool>``) keeps its firing causes, the last resolved
+episode of each fingerprint (so a reordered or replayed firing is stale, never a re-trip) and what
+it needs to undo its changes. Decisions, control calls and state commit together, and a failed
+call leaves the stage where it was for the reconciler to retry: the receiver, not the sender's
+retry, owns recovery. See docs/alerting.md#the-policy-file.
 """
 
 from __future__ import annotations

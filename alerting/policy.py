@@ -1,21 +1,9 @@
 """The receiver's policy file: which alerts act on what, how hard, and how they are undone.
 
-YAML, validated like the SLO specs (``file:line: field: reason``). Rules are tried in order, the
-first whose ``match`` fits the alert's labels decides (as Alertmanager routes do); an alert that
-fits none is audited as ``no_rule`` and nothing is done. A rule targets either
-
-* a **replica** (labels ``pool`` and ``replica``): deweight to ``deweight_to`` of its weight, drain
-  after ``drain_after_s`` if still firing, and once every cause has resolved and the hold-down has
-  passed, restore through ``restore_weights`` (fractions of the weight it had), one step per
-  ``restore_step_s``; or
-* a **pool** (label ``pool``): raise the student share by ``student_share.step_pct`` every
-  ``step_s`` up to ``max_pct``, optionally switch the temperature schedule, and after the
-  hold-down step the share back to where it was and restore the schedule.
-
-``timing.hold_down_s`` is the hysteresis: the target must stay clear that long before anything is
-restored, and it doubles (to ``max_hold_down_s``) each time the target trips again within
-``backoff_reset_s`` - a flapping replica stays out longer each time, as Envoy's outlier ejection
-does. ``safety`` caps the drained fraction of a pool and the actions per target and window.
+Rules are tried in order and the first whose ``match`` fits decides, as Alertmanager routes do;
+an alert that fits none is audited as ``no_rule``. It is YAML validated like the SLO specs
+(``file:line: field: reason``), so an operator's mistake names its line instead of acting wrongly.
+See docs/alerting.md#the-policy-file.
 """
 
 from __future__ import annotations

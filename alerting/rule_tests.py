@@ -1,24 +1,9 @@
 """Generated ``promtool test rules`` files: burn scenarios and the alerts each must fire, when.
 
-The expectations come from an independent model of the rules, not from Prometheus: counters are
-sampled once a minute from 0, so a ``rate`` ratio over a window is exactly the ratio of counter
-increases between the first and last sample inside ``[t - w, t]`` (Prometheus 2 ranges are closed,
-and both counters start at 0, so extrapolation scales numerator and denominator alike). The model
-evaluates each multiwindow condition in exact rational arithmetic; promtool evaluates the PromQL.
-If they disagree on any checked minute, the rules (or the model) are wrong.
-
-Scenarios per SLO (two replicas r0, r1 in one pool, ``N`` requests per minute each):
-
-* ``healthy``: errors at half the budget for 4 hours: nothing fires;
-* ``pool fast burn``: 2 h healthy, then every request bad on both replicas: the pool page (and,
-  on the way, whatever ticket the partial long windows allow) at the model's minute; no replica
-  page, because no replica is an outlier;
-* ``replica fault``: 2 h healthy, then every request of r1 bad: the replica page for r1;
-* ``slow 2x burn``: 121 min healthy, then 2x the budget (alternating per minute so that no check
-  sits on a tie): only the ticket, at the model's minute, and still no page an hour later;
-* ``low traffic`` (with a low-traffic guard, ``slo.min_requests``): one request an hour per
-  replica, every one bad, for 8 hours: no window holds ``min_requests`` requests, so nothing
-  fires, where the unguarded rules would page every hour.
+The expectations come from an independent exact model of the rules, never from Prometheus: if the
+model and promtool disagree on any checked minute, the rules (or the model) are wrong. Do not
+derive the expectations from a Prometheus run; that would make the tests unable to fail.
+See docs/alerting.md#2-llmsla-slo-generate (rule tests).
 """
 
 from __future__ import annotations

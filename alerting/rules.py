@@ -1,28 +1,9 @@
 """SLO specs -> Prometheus recording and alerting rules, in Sloth's structure and names.
 
-Per SLO three rule groups, as Sloth generates them (so its Grafana dashboards work unchanged):
-``sloth-slo-sli-recordings-<id>`` (``slo:sli_error:ratio_rate<w>`` for 5m, 30m, 1h, 2h, 6h, 1d,
-3d and the 30d period, the period one averaged from the 5m rule as Sloth's optimised mode does),
-``sloth-slo-meta-recordings-<id>`` (objective, error budget, current and period burn rate, budget
-remaining, ``sloth_slo_info``) and ``sloth-slo-alerts-<id>``: multiwindow multi-burn-rate alerts
-from the Google SRE workbook, page = 14.4x over 1h and 5m or 6x over 6h and 30m, ticket = 3x
-over 1d and 2h or 1x over 3d and 6h.
-
-llmsla additions (where Sloth is silent):
-
-* the SLI is computed ``by (model, pool)``; one SLO spec is one objective per model and pool;
-* a fourth group ``llmsla-slo-replica-recordings-<id>`` records the same error ratio per replica
-  (``llmsla_slo:replica_sli_error:ratio_rate<w>``, the page windows only), and the replica page
-  fires when a replica burns at the page rates **and** its error ratio is at least
-  :data:`OUTLIER_FACTOR` times its pool's over the same short window. A replica that merely burns
-  like the rest of its pool is a pool problem (capacity, a bad build); draining it would make
-  that worse, so the pool alert handles it;
-* the alerts drop ``sloth_window`` (Sloth keeps the left operand's), so a page is one alert
-  whichever window pair fires, and carry ``severity``, ``slo``, ``scope`` and ``source`` for
-  Alertmanager routing and the receiver's policy (Sloth's ``sloth_severity`` is kept too).
-
-``window_scale`` compresses every window and ``for`` duration (rule names keep the nominal
-windows), so a real Prometheus can run the same rules in a test: at 1/240 the 1h window is 15 s.
+Sloth's groups and names are kept so its Grafana dashboards work unchanged; llmsla adds only what
+Sloth is silent on (a per-replica outlier page, alerts without ``sloth_window``, a low-traffic
+guard), each for a reason the page gives. ``window_scale`` compresses every window so a real
+Prometheus can run the same rules in a test. See docs/alerting.md#2-llmsla-slo-generate.
 """
 
 from __future__ import annotations

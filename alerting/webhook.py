@@ -1,20 +1,10 @@
 """Alertmanager webhook v4: parse and validate one notification, whoever sent it.
 
-Alertmanager and the forecaster post the same shape. Two levels, because Alertmanager never
-retries a 4xx: a body that is not a webhook v4 envelope (not JSON, wrong version, no alert list)
-is a :class:`WebhookError` (400); a bad *alert* is a :class:`Skipped` entry (audited by the
-engine, the other alerts of the notification are acted on, the answer is 200). Validation is strict
-on what the receiver relies on (types, alertname, RFC 3339 times, storable strings) and lenient on
-what it does not use (annotations, ``generatorURL``, group and common labels: truncated or
-ignored, never a rejection). Label names are any non-empty UTF-8 string, as Alertmanager's default
-mode and Prometheus 3 send them (``k8s.cluster.name`` from ``external_labels``). There is no
-alert-count limit: the body bound (``receiver.max_body_bytes``) is the bound. Every reason names
-the field (``alerts[3].startsAt``), so the sender's log says what to fix.
-
-Idempotency key of an alert: ``(fingerprint, status, startsAt)``. Alertmanager keeps ``startsAt``
-for the alert's whole life and re-sends it every ``repeat_interval`` and from every HA peer, so
-repeats share the key; a new episode of the same alert has a new ``startsAt``. A sender without
-fingerprints gets one computed from the sorted labels (SHA-256, 16 hex digits).
+Two levels, because Alertmanager never retries a 4xx: a bad envelope is a :class:`WebhookError`
+(400), a bad alert is a :class:`Skipped` entry and the rest of the notification is acted on.
+Strict on what the receiver relies on, lenient on what it does not use, and every reason names
+the field so the sender's log says what to fix.
+See docs/alerting.md#the-webhook-contract-and-the-label-set-for-every-sender-the-forecaster-included.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The A/B attribution report: per arm, what it did to the SLA, with statistics that hold up.
 
-Input: :class:`~llmsla.control.ab_data.ArmMinutes` (from the store's 1-minute roll-up, or from
-requests). Output: a :class:`Report` (JSON, a rich table, rows for ``ab_results``):
-
-* per arm: requests, observed vs expected share, TTFT/E2E P50/P95/P99 from the summed histograms,
-  the mean inter-token latency, SLO attainment overall and per minute, availability;
-* the sample-ratio test (:func:`~llmsla.control.ab_stats.srm_test`);
-* per arm against control, for every metric: the difference, its interval, a p-value, an effect
-  size (Cliff's delta for the quantiles, from the histograms) and a verdict (pass / fail /
-  inconclusive; :func:`~llmsla.control.ab_stats.verdict`). Fixed horizon: paired grouped
-  jackknife over time blocks; ``sequential``: always-valid confidence sequences over blocks;
-* the SLA-breach intervals of the experiment's traffic and which arm(s) account for each.
+It turns per-minute arm aggregates (:class:`~llmsla.control.ab_data.ArmMinutes`) into a
+:class:`Report` (JSON, a table, rows for ``ab_results``); the statistics live apart in
+:mod:`llmsla.control.ab_stats` so they stay pure and testable against scipy.
+See docs/ab.md#3-read-the-verdicts.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """The A/B report's statistics, on per-minute arm aggregates: no I/O, numpy only.
 
-Why these tests (docs/ab.md has the long form; docs/ab-calibration.md the A/A evidence):
-
-* Requests are not independent: a user sends several requests minutes apart, and every arm shares
-  the fleet's load, which changes from minute to minute. A per-request test (a chi-square on
-  request counts, a Mann-Whitney on latencies, as Kayenta does) counts one heavy user's correlated
-  requests as independent evidence and false-alarms far above its nominal rate. So every test
-  here treats *time* as the unit of replication:
-* **Intervals** (fixed horizon): a grouped (delete-one-block) jackknife over time blocks of
-  ``ab.fixed_block_minutes`` (10: longer than a session, whose requests must not straddle many
-  blocks; 5-minute blocks let E2E P99 and E2E attainment exclude a true 0 in 9-10 % of A/A runs),
-  *paired by time*: each replicate drops the same minutes from every arm,
-  so load swings shared by the arms cancel in the difference. The statistic is the one reported
-  (e.g. the range's P95 from the summed histograms, compared on the log scale), its standard
-  error the jackknife's, referred to Student's t with (blocks - 1) degrees of freedom. The A/A
-  calibration replaced a moving-block bootstrap here: with a dozen blocks its percentile interval
-  was too narrow (E2E P99 rejected a true null in 12 % of runs at alpha = 5 %).
-* **Sample-ratio mismatch**: the arms' request counts against the configured split, minute by
-  minute, with the residuals' long-run variance (equal-weighted cosine estimate: a request is not
-  a unit, a unit sends many, minutes apart) instead of the multinomial one, an F reference
-  distribution for the estimated variance. Flagged below ``ab.srm_alpha``.
-* **Always-valid mode**: per block, the paired difference of the metric between an arm and
-  control; a confidence sequence for their mean from the scale-invariant normal-mixture
-  ("t-mixture") e-value (Lai 1976; Wang & Ramdas 2023), valid for Gaussian block differences at
-  every block count, not only asymptotically, intersected over time. Valid at every peek, so dashboards may look every
-  minute and act on the first exclusion of 0.
-
-The special functions (chi-square, F, Student's t) are implemented here so the base install needs no scipy;
-``tests/control/test_ab_stats.py`` checks them against scipy.
+Requests are not independent (a user sends many, minutes apart, and every arm shares the fleet's
+load), so every test here treats *time* as the unit of replication; per-request tests, as Kayenta
+runs them, false-alarm far above their level. The choices (block length, jackknife over a
+bootstrap, long-run variance for the SRM) were made on A/A runs: do not change one without
+re-running the calibration. Special functions are here so the base install needs no scipy.
+See docs/ab.md#3-read-the-verdicts and docs/ab-calibration.md#false-positives-aa.
 """
 
 from __future__ import annotations

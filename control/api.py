@@ -1,25 +1,9 @@
 """HTTP control API over the router and the distillation controls (aiohttp).
 
-Reads (``GET /v1/state``, ``/v1/audit``, ``/metrics``, ``/healthz``) are open - the server binds
-127.0.0.1 by default. Every write needs ``Authorization: Bearer <control.token>``, compared in
-constant time; with no token configured all writes are refused (503) rather than left open.
-Bad requests get a 4xx with the OpenAI error shape ``{"error": {"message", "type", "param",
-"code"}}`` (the HTTP kit's, as every llmsla server); every write attempt that reached the state
-(applied, clamped or refused) is audited with who (``actor``) and why (``reason``).
-
-Writes (JSON bodies; ``actor`` and ``reason`` optional strings in each):
-
-* ``POST /v1/replicas/{id}/weight``        ``{"weight": 0.5}`` (409 for 0 on the last serving one)
-* ``POST /v1/replicas/{id}/drain`` / ``/undrain``      409 if it would drain the last healthy one
-* ``POST /v1/router/params``               ``{"alpha": 2, "beta": 0.05, "policy": "ladr", ...}``
-* ``POST /v1/pools/{pool}/student_share``  ``{"pct": 30, "clamp": true}``   (409 if too large and
-  ``clamp`` is false)
-* ``POST /v1/pools/{pool}/temperature_schedule`` ``{"name": "linear", "params": {"t_max": 1.2}}``
-* ``POST /v1/experiments/{key}/arms/{arm}/weight`` ``{"weight": 0}`` (0 rolls the arm back; 409
-  above its configured weight, which would move other units)
-* ``POST /v1/experiments/{key}/coverage``  ``{"coverage": 0.1}`` (ramp)
-
-``GET /v1/experiments`` shows the A/B experiments with the weights and coverage in force.
+Reads are open (the server binds 127.0.0.1 by default); every write needs the bearer
+``control.token``, and with no token configured writes are refused rather than left open. Every
+write that reached the state (applied, clamped or refused) is audited with who and why, so an
+automatic loop's actions can always be traced. See docs/control.md#control-api.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Distillation controls: per pool, the share of traffic to student replicas and the temperature
 schedule in force, changed in bounded steps with every change audited.
 
-Why bounded steps: the alert receiver acts automatically; a runaway loop (or a fat-fingered
-operator) must not move 100 % of traffic onto an untested student in one call. A share change is
-clamped to ``control.max_share_step_pct`` (the audit record says ``clamped`` and what was asked);
-a temperature schedule change whose bounds (``t_min``, ``t_max``, ``t_init``) move by more than
-``control.max_temperature_step`` is refused (clamping a schedule would silently produce one
-nobody asked for).
-
-Student or teacher for a request is a deterministic function of the request key: a 64-bit hash
-of ``pool:key`` mapped to [0, 10000) basis points; the key goes to the student iff its point is
-below ``share * 100``. So p % of keys go to students, a conversation stays on one side, and
-raising the share only moves keys teacher -> student (never back and forth).
+Bounded because the alert receiver acts automatically: a runaway loop (or a fat-fingered
+operator) must not move all traffic onto an untested student in one call. A schedule step is
+refused, not clamped, since clamping would produce a schedule nobody asked for. Student or teacher
+is a hash of ``pool:key``, so raising the share only moves keys teacher -> student.
+See docs/control.md#distillation-controls.
 """
 
 from __future__ import annotations

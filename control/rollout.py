@@ -1,31 +1,11 @@
 """A/B rollout: which arm of which experiment a unit (user or session) is in, by consistent hashing.
 
-A unit's point is ``blake2b("llmsla-ab/<experiment>/<seed>/" + unit)`` read as a 64-bit integer,
-i.e. a uniform point in [0, 2^64). The experiment's arms own consecutive segments of that space in
-configuration order, each as wide as its weight's share; a unit is in arm ``k`` iff its point lies
-in the first ``coverage`` of arm ``k``'s segment. Why this layout:
-
-* **Ramping moves nobody.** Raising the coverage only extends each arm's used part of its own
-  segment: a unit in arm ``k`` at 5 % is in arm ``k`` at 10 % and 50 %; units only join. (Scaling
-  one cumulative range by the coverage, ``point < coverage`` then ``point / coverage`` picks the
-  arm, would move a unit at 5 % from arm B to arm A at 10 %.)
-* **A rollback moves nobody else.** An arm's weight in force can be lowered at run time (to 0:
-  the arm is rolled back) without touching the other arms' segments: the arm's used part shrinks,
-  its units leave the experiment (label ``default``, the pool's own strategy), nobody changes arm.
-  Raising an arm above its configured weight would have to move segments, so it is refused: a new
-  split is a new experiment (or a new seed).
-* **Independent experiments.** The experiment key and seed are hashed with the unit, so two
-  experiments' assignments are independent (blake2b as a pseudo-random function); a new seed
-  reshuffles every unit on purpose.
-* **Versions are labels.** An arm's strategy ``version`` is not hashed: shipping version 3 of the
-  treatment keeps every unit where it was.
-* **Stateless.** Assignment is a pure function of (experiment, seed, coverage, weights, unit):
-  every gateway process and the simulator agree without sharing anything but configuration (and,
-  with several gateways, the operator's weight/coverage changes over the router's shared stream).
-
-One enabled experiment per pool (``llmsla.experiments.parse`` enforces it), so each request gets
-one arm label: ``<experiment>:<arm>``, ``<experiment>:<arm>:forced`` for a forced (test) unit,
-``default`` outside every experiment.
+Each arm owns a segment of the hash space as wide as its weight and coverage uses the first part
+of each segment, so ramping coverage and rolling an arm back move nobody else; versions are
+labels, not hashed. Assignment is a pure function of configuration and unit, so every gateway
+and the simulator agree without sharing state. Do not replace this with one cumulative range
+scaled by coverage: that moves units between arms as coverage grows.
+See docs/ab.md#1-configure-an-experiment.
 """
 
 from __future__ import annotations

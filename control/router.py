@@ -1,43 +1,11 @@
 """Replica selection for the gateway and the fleet simulator: one interface, four policies.
 
-Policies (``control.route_policy``):
-
-* ``round_robin`` - rotate over the eligible replicas of the pool (weights only exclude: weight 0).
-* ``least_outstanding`` - fewest in-flight requests, divided by the weight (ties: the replica
-  that has been at that load longest).
-* ``p2c`` - power of two choices: two distinct random replicas, the one with fewer
-  outstanding/weight wins.
-* ``ladr`` - latency-aware dynamic routing. Per replica
-  ``score = alpha / latency - beta * queue`` in commensurable, dimensionless units:
-  ``latency`` is the replica's EMA latency divided by the fastest fresh replica's of the pool
-  (1 = as fast as the best, 3 = three times slower), ``queue`` is its *live* outstanding count
-  at pick time divided by the pool's mean outstanding when the sampler was built (each refresh,
-  and again when a burst has grown the queues a lot; 1 = a fair share; floored at 1 request). The latency EMA (``L = theta * L_prev + (1 - theta) * window mean``,
-  theta = 0.7) is refreshed every ``refresh_s`` (200 ms, lazily on the first pick after it is
-  due, by the injected clock) from the end-to-end latency of the requests that finished in the
-  window (TTFT alone misses slow decode). A replica is drawn with probability proportional to
-  ``weight * exp(sharpness * score)`` - weighted random sampling by score that is defined for
-  negative scores and invariant to a common shift, so a loaded pool where every score is <= 0
-  still prefers the better replicas instead of collapsing to uniform - clamped from below to
-  ``floor`` (1 %) of the best replica's weight at the sampler's build: never always the top one, so
-  a recovering replica keeps being measured. Sampling uses a Fenwick tree per (pool, role)
-  updated by ``begin``/``end`` (O(log n)), so the queue term is live without herding.
-  Replicas whose last stats (a completed request, an ``observe`` report, or another gateway's
-  report) are older than ``ttl_s`` (1 s) are left out; if every eligible replica is stale, LADR
-  falls back to least-outstanding among the non-drained ones (the traffic itself then refreshes
-  their stats). New replicas start fresh for one TTL and are scored like the pool's average
-  measured replica until measured.
-
-Drained replicas are never picked by any policy, and :meth:`Router.drain` refuses to drain the
-last non-drained replica of a pool. ``shared`` (see :mod:`llmsla.control.shared_state`) is any
-object with ``publish(stats)``, ``latest()``, ``healthy``, ``describe()``, ``broadcast(op)`` and an
-``inbox`` deque of operator actions from other gateways. The router is not thread-safe: one event loop (gateway) or
-one simulation owns it; the optional Redis syncer thread only swaps whole dict references.
-
-The router keeps the bookkeeping (membership, operator actions, the request lifecycle, shared
-ops, the snapshot); ``replica`` holds a replica's state and errors, ``sampler`` the Fenwick
-sampler and the least-outstanding index, ``ladr`` the parameters and the scoring, ``policies``
-the pick of each policy.
+``round_robin``, ``least_outstanding``, ``p2c`` and ``ladr`` share the bookkeeping kept here
+(membership, operator actions, the request lifecycle, shared ops, the snapshot); ``replica``,
+``sampler``, ``ladr`` and ``policies`` hold the state, the Fenwick sampler, the scoring and each
+pick. Drained replicas are never picked and the last one of a pool is never drained. The router
+is not thread-safe by design: one event loop or one simulation owns it, and the Redis syncer
+only swaps whole dict references. See docs/control.md#router.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """Router stats shared by several gateway processes through Redis, off the pick() hot path.
 
-Why: each gateway only sees its own requests. With N gateways in front of the same replicas,
-LADR needs the replica's *total* queue and the latency everyone observed, or each gateway would
-pile onto the replica that merely looks idle from where it stands.
-
-How: :meth:`Router.refresh` (every ``refresh_s``) hands its local per-replica stats to
-:meth:`RedisSharedState.publish` and reads :meth:`RedisSharedState.latest` - both are reference
-swaps, no I/O. A daemon thread (:meth:`start`) runs :meth:`sync_once` at the same cadence: one
-pipeline writes ``HSET llmsla:router:stats:<replica> <gateway_id> <json>`` (key TTL ``ttl_s``,
-refreshed by every write, so a replica nobody reports on disappears) and reads the other
-gateways' fields back. Entries carry the writer's wall-clock write time (older than ``ttl_s``:
-the writer is gone, the entry is ignored) and when the writer last had stats of the replica
-(its age decides freshness, like a local observation); gateway clocks must agree to well under
-a TTL (NTP does). Outstanding counts of live writers always add up to the fleet-wide queue. Redis down: ``healthy``
-turns False, the router counts ``llmsla_router_fallback_total`` and uses local stats; redis-py
-reconnects on the next sync, so service resumes by itself when Redis is back.
-
-Operator actions (weights, drain/undrain, router params) taken on any gateway are appended to
-the stream ``llmsla:router:ops`` (:meth:`broadcast`, sent by the syncer) and every gateway - the
-sender included - reads the stream in order into :attr:`inbox`, which the router applies on its
-next pick (:meth:`Router.apply_shared_ops`). All gateways replay one ordered log of absolute
-settings, so they converge whichever control API took the action; a gateway started later
-replays the stream from the beginning. Actions taken while Redis is down apply locally at once
-and are sent when it is back. Redis without persistence forgets the log on restart (its
-``run_id`` changes; readers then start over from the new, empty stream) - enable AOF in
-production if new gateways must learn older actions.
+Each gateway sees only its own requests; without the fleet-wide queue and latency, N gateways
+would all pile onto the replica that merely looks idle from where each stands. Redis is never on
+the pick path (a syncer thread prepares dicts the router swaps in), and operator actions travel
+as one ordered stream of absolute settings, so every gateway converges whichever API took them.
+See docs/control.md#shared-state-across-gateway-processes-redis.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """Grafana's query-time substitutions, reproduced so a dashboard query runs the same without Grafana.
 
-The tests and ``llmsla report`` execute the dashboards' own query text; this module turns it into
-what Grafana would send, step for step:
-
-1. **Frontend** (``templateSrv.replace``): template variables ``$var``, ``${var}``,
-   ``${var:format}``, ``[[var]]``. The default format is the datasource's own: the PostgreSQL
-   datasource (``SqlDatasource.interpolateVariable``) quotes each value of a multi-value or
-   include-all variable as a SQL literal (``'`` doubled) and joins them with ``,``; a single-value
-   variable only gets ``'`` doubled, with no quotes around it. Prometheus
-   (``interpolateQueryExpr``) escapes regex metacharacters of multi-value variables and joins them
-   as ``(a|b)``. Names that are not variables (``$__timeFilter``) are left alone.
-2. **Backend, global** (``sqleng.Interpolate``): ``$__interval_ms``, ``$__interval`` (as
-   ``gtime.FormatInterval``: the largest whole unit, ``1m``, ``5s``), ``$__unixEpochFrom()``,
-   ``$__unixEpochTo()``.
-3. **Backend, PostgreSQL macro engine** (``pkg/tsdb/grafana-postgresql-datasource/macros.go``):
-   ``$__time``, ``$__timeEpoch``, ``$__timeFilter`` (``col BETWEEN '<from>' AND '<to>'``, RFC 3339
-   with nanosecond precision, trailing zeros trimmed, UTC ``Z``), ``$__timeFrom()``, ``$__timeTo()``,
-   ``$__timeGroup`` / ``$__timeGroupAlias`` (``floor(extract(epoch from col)/s)*s`` with Go's ``%v``
-   for ``s``; ``time_bucket('<s>.000s',col)`` when the datasource has TimescaleDB on), and the
-   ``$__unixEpoch*`` family. A macro's argument list cannot contain ``)`` (Grafana's regex), and a
-   ``$__timeGroup(...)`` directly followed by ``,`` gets ``AS "time"`` (pre-5.3 compatibility).
-
-The dashboards' SQL has no comments: newer Grafana strips them before interpolating, older
-versions do not, and without comments both give the same text. Fill modes (the third
-``$__timeGroup`` argument) post-process the result frame in Grafana; they are refused here.
+The tests and ``llmsla report`` execute the dashboards' own query text; this module turns it
+into what Grafana would send, frontend variables first, then the backend's global and PostgreSQL
+macros, following Grafana's own sources (``templateSrv``, ``sqleng``, ``macros.go``) and checked
+against its ``macros_test.go``. Fill modes are refused rather than imitated.
+See docs/dashboards.md#queries-one-definition-grafanas-expansion-safe-variables.
 """
 
 from __future__ import annotations

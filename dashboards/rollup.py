@@ -1,20 +1,10 @@
 """Pick the 5 s request windows or a roll-up from the dashboard's time range, in the SQL itself.
 
-A panel's query reads ``request_windows`` (5 s), ``request_windows_1m`` or ``request_windows_1h``
-through one ``UNION ALL`` of three branches. Each branch carries a guard on the range length,
-``$__timeTo()::timestamptz - $__timeFrom()::timestamptz``, which Grafana expands to two literals;
-PostgreSQL folds the guard to a constant when it plans the query and drops the false branches
-(an empty Append child), so a 7-day panel never opens a 5 s partition — ``tests/dashboards/
-test_rollup_plan.py`` proves it with EXPLAIN. No function, no dynamic SQL: the choice stays visible
-to the planner and to anyone reading the panel.
-
-Tiers: up to 1 h of range reads the 5 s table (at most 720 windows per series), up to 1 day the
-1 m roll-up (1,440), beyond that the 1 h roll-up (168 per series for 7 days). The forecasts (one
-score per target every 5 s) have the same three tiers (``FORECAST_TIERS``, migration 0006). The roll-ups carry
-counts and sums (exact at any width) and, for percentiles, the worst 5 s window's P99
-(``*_p99_ms_max``): a P99 cannot be merged from P99s. When the store gains mergeable latency
-histogram columns (A/B attribution issue), the roll-up branches can compute an exact P99 per
-bucket from them instead of the worst window's.
+One ``UNION ALL`` of three tiers, each branch guarded by the range length, which Grafana expands
+to literals and PostgreSQL folds when planning, so a 7-day panel never opens a 5 s partition
+(tested with EXPLAIN). No function and no dynamic SQL: the choice stays visible to the planner
+and to anyone reading the panel.
+See docs/dashboards.md#fast-on-7-days-roll-ups-picked-from-the-range.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SLO and error budget: how much budget is left, how fast it burns, and what is firing.
 
-Reads the recording rules Sloth generates (``slo:*``, names in ``llmsla.names``; the alerting
-issue produces them): SLI, burn rate per multiwindow pair, period budget remaining, and
+Reads the recording rules Sloth generates (``slo:*``, names in ``llmsla.names``; ``llmsla slo
+generate`` writes them): SLI, burn rate per multiwindow pair, period budget remaining, and
 Prometheus' own ``ALERTS`` series for what fires. Until those rules are loaded the panels show
 "no data".
 """

@@ -1,18 +1,10 @@
 """A replica's /metrics body -> an :class:`Exposition` the adapters read by sample name.
 
-Both formats an engine may answer in are read with prometheus-client's own parsers: the
-Prometheus text format (0.0.4, ``prometheus_client.parser``) and OpenMetrics 1.0
-(``prometheus_client.openmetrics.parser``, strict: ``# EOF`` required, so a truncated body is an
-error), picked by the response's Content-Type. The adapters look samples up by their *sample*
-name (``vllm:num_preemptions_total``, ``..._bucket``, ``..._sum``), so how a parser groups them
-into families does not matter and ``_created`` samples (OpenMetrics, or prometheus-client's text
-output with created series on) are never read. Label values arrive unescaped (``\\"``, ``\\\\``,
-``\\n``, UTF-8).
-
-Several label sets of one sample name are aggregated per replica: gauges and counters summed
-(requests, blocks, cumulative counts: vLLM's ``engine`` index under data parallelism, SGLang's
-``dp_rank``), ratios averaged (KV usage, hit-rate gauges), histograms summed bucket by bucket when
-their bounds agree. A NaN or infinite value counts as absent (the field becomes None, never 0).
+Both formats are read with prometheus-client's own parsers (no hand-written one), picked by the
+Content-Type; OpenMetrics is strict so a truncated body is an error. Adapters look samples up by
+*sample* name, so how a parser groups families does not matter. Several label sets of one name
+are aggregated per replica (sums, averages for ratios); NaN counts as absent, never 0.
+See docs/engines.md#what-it-reads-from-each-engine.
 """
 
 from __future__ import annotations

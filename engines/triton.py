@@ -1,17 +1,10 @@
-"""Triton with the TensorRT-LLM backend (``nv_trt_llm_*``), from the backend's
-``inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc`` and the metrics
-section of its README (``triton-inference-server/tensorrtllm_backend``).
+"""Triton with the TensorRT-LLM backend (``nv_trt_llm_*``).
 
-Each family is a gauge with one series per category label and ``model``/``version``:
-``nv_trt_llm_request_metrics{request_type=waiting|active|...}``,
-``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|free|used|tokens_per|fraction|reused|alloc_total|alloc_new}``.
-The ``reused`` and ``alloc_total`` block values are the executor's cumulative ``KvCacheStats``
-(reusedBlocks, allocTotalBlocks) set into gauges, read as the prefix-cache hits and queries.
-Triton core's TTFT histogram ``nv_inference_first_response_histogram_ms`` (opt-in,
-``--metrics-config histogram_latencies=true``; time to the first *response*, in ms) is read for
-the models that report ``nv_trt_llm_*`` and converted to seconds. Triton exposes no ITL, E2E or
-queue histogram (its request and queue times are cumulative counters or summaries): None, as are
-preemptions and LoRA adapters.
+Names come from the backend's ``custom_metrics_reporter.cc`` and README, at the commit named on
+the page. Each family is a gauge with one series per category label; Triton core's opt-in TTFT
+histogram is converted from ms, and what Triton does not expose (ITL, E2E, queue histograms,
+preemptions) stays None rather than being guessed.
+See docs/engines.md#what-it-reads-from-each-engine.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Who a request comes from, for the gateway's per-client bound on in-flight slots
-(``gateway.client_share``): the peer address, or, when the peer is one of
-``gateway.trusted_proxies``, the client its ``gateway.client_header`` names.
+"""Who a request comes from, for the gateway's per-client bound on in-flight slots.
 
-* ``X-Forwarded-For``: the rightmost address that is not itself a trusted proxy (each proxy
-  appends the address it received the request from; everything to the left of the first
-  untrusted address is whatever the client chose to send, so it is never believed). Repeated
-  headers are read as one list. An entry that is not an address where one is expected (garbage,
-  ``unknown``) ends the walk: the request counts against the nearest trusted hop.
-* Any other header (an auth proxy's ``X-Client-Id``): its whole value, stripped, when it is
-  1-256 printable characters; else the request counts against the peer (the proxy).
-* An untrusted peer's header is ignored: spoofing it buys nothing.
-
-The per-request cost is a dict lookup: without trusted proxies the key is the peer's address
-string as the transport reports it; with them, each distinct address string is parsed once and
-its (canonical address, trusted?) answer cached (the cache is reset past 4,096 entries, so junk
-headers cannot grow memory).
+The peer address, or, when the peer is a trusted proxy, the client its header names. Only hops
+the operator runs are believed: in ``X-Forwarded-For`` everything left of the first untrusted
+address is whatever the client chose to send, and an untrusted peer's header is ignored, so
+spoofing buys nothing. Parsed answers are cached (bounded) so the hot path pays a dict lookup.
+See docs/gateway.md#one-client-cannot-lock-out-the-rest.
 """
 
 from __future__ import annotations

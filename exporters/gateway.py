@@ -1,29 +1,10 @@
 """The instrumented OpenAI-compatible reverse proxy (``llmsla gateway``).
 
-It sits in front of vLLM-compatible replicas and measures what the user feels: gateway queue
-time (arrival -> dispatch, e.g. waiting for one of ``max_concurrency`` upstream slots), TTFT
-(arrival -> first SSE chunk carrying a token), inter-token gaps, E2E, tokens and the outcome.
-Every request that passed input validation ends in exactly one ``RequestEvent`` (recorded in a
-``finally``, so cancellation and upstream failures cannot lose it); malformed requests get a 4xx
-JSON reason and are counted in ``llmsla_gateway_bad_requests_total{reason}`` instead, since they
-never named a model to serve.
-
-Response bytes are forwarded as they arrive (no re-encoding); the SSE parser only watches them.
-One shared aiohttp client pool carries all upstream traffic. Outcomes:
-
-=====================================  ======  =========
-situation                              HTTP    status
-=====================================  ======  =========
-upstream answered                      200     ok
-over ``max_in_flight``                 429     rejected
-upstream refused the request (4xx)     as is   rejected
-no replica available                   503     error
-upstream 5xx / connection failure      502     error
-slower than ``request_timeout_s``      504     timeout
-client went away                       -       cancelled
-=====================================  ======  =========
-
-Once a stream has started (200 sent), a later failure ends it with an SSE ``error`` event.
+It sits in front of vLLM-compatible replicas and measures what the user feels (queue time, TTFT,
+inter-token gaps, E2E, tokens, outcome). Every request that passed validation ends in exactly one
+``RequestEvent``, recorded in a ``finally`` so cancellation and upstream failures cannot lose it;
+response bytes are forwarded as they arrive, never re-encoded.
+See docs/gateway.md#outcomes and docs/gateway.md#the-hot-path-why-it-is-built-this-way.
 """
 
 from __future__ import annotations

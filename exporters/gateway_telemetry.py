@@ -1,39 +1,10 @@
 """The gateway's OpenTelemetry: two spans per sampled request, and the opt-in OTLP metrics.
 
-* A SERVER span for the request the gateway received, in the HTTP conventions (``POST
-  /v1/chat/completions``: method, route, path, scheme at creation; the response's status code and
-  ``error.type`` for a 5xx at the end), a child of the caller's ``traceparent``. The
-  ``traceparent`` returned to the client carries its span id.
-* A CLIENT span for the hop to the replica, in the GenAI conventions (``chat llmsla-tiny``): the
-  attributes a sampler reads (operation, provider, request model, server address and port) are
-  set when it starts, the request's parameters too; what the response said (model, id, finish
-  reasons, usage as the replica reported it, time to first chunk) and the request's
-  ``RequestEvent`` values (pool, replica, arm, status, queue time, TTFT) when it ends. The
-  ``traceparent`` sent upstream carries its span id, so the worker's request span and its
-  temperature-policy decision spans hang under it. A request that never reached a replica (429,
-  503) has no CLIENT span.
-
-Token counts in ``gen_ai.usage.*`` and ``gen_ai.client.token.usage`` are only ever what the
-replica reported; llmsla's estimates (prompt characters / 4, counted chunks) go on the CLIENT span
-as ``llmsla.usage.estimated_*`` when ``otel.token_estimates`` is on, never under the
-conventions' names.
-
-Cost, by design:
-
-* ``otel.endpoint`` empty: no ``TracerProvider`` exists and no SDK span is made; :meth:`begin`
-  is the trace-context continuation the gateway always did (``httpkit.trace_context``, which
-  also applies ``otel.sample_ratio`` to new traces, so the workers below still sample alike).
-* endpoint set: the sampling decision comes first, by the rule of OpenTelemetry's
-  ``ParentBased(TraceIdRatioBased(otel.sample_ratio))`` (a caller's flags decide for its
-  requests, the ratio for new traces, on the trace id). An unsampled request makes no SDK span
-  either: it gets the same trace context as without an exporter (a fresh span id, the flags
-  not sampled) and nothing happens at its end. (Leaving the decision to the SDK's
-  ``start_span`` cost ~10 us more per dropped request on the bench machine: sampler, id
-  generator, a non-recording span.)
-* sampled: two SDK spans, their attributes and ``end``; a ``BatchSpanProcessor`` encodes and
-  sends off the request path.
-
-Nothing here may cost the request: a failure is logged (rate-limited) and counted.
+A SERVER span for the request received and a CLIENT span for the hop to the replica, so the
+worker's spans hang under the hop. The sampling decision is made before touching the SDK and an
+unsampled request makes no SDK span: without an endpoint the cost is the trace-context
+continuation alone. Token counts under the conventions' names are only what the replica reported.
+Nothing here may cost the request. See docs/opentelemetry.md#the-span-tree.
 """
 
 from __future__ import annotations

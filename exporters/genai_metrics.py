@@ -1,29 +1,9 @@
 """The gateway's requests as OTLP metrics in the GenAI conventions, beside Prometheus (opt-in).
 
-=====================================  =============================================  ==========================
-OTLP metric (conventions)              observations                                   Prometheus twin
-=====================================  =============================================  ==========================
-``gen_ai.server.time_to_first_token``  successful streamed requests, once each        ``llmsla_request_ttft_seconds``
-``gen_ai.server.time_per_output_token````(E2E - TTFT) / (output tokens - 1)``, once    ``llmsla_request_time_per_output_token_seconds``
-                                       per successful streamed request
-``gen_ai.server.request.duration``     every request, ``error.type`` on failures      ``llmsla_request_e2e_seconds``
-``gen_ai.client.token.usage``          the tokens the replica reported (``usage``)    ``llmsla_tokens_total`` (sum)
-=====================================  =============================================  ==========================
-
-Each is an explicit-bucket histogram with the bounds the conventions advise
-(``names.GENAI_*_BUCKETS``; the Prometheus histograms keep the SLO-aligned
-``metrics.*_buckets``). The Prometheus TTFT histogram also counts a streamed request that failed
-after its first token; the conventions' TTFT counts successful responses only. Attribute values
-that Prometheus folds into ``other`` (the label guard) are folded the same way here.
-
-Why not the SDK's ``Histogram.record``: it sanitises and hashes the attribute set on every call
-(~10-30 us with ten attributes on the bench machine). Here a request costs one dict lookup and a
-bisect per value under one lock; a daemon thread turns the cumulative counts into the SDK's
-metric data model every ``otel.metrics_interval_s`` and hands it to the SDK's own
-``OTLPMetricExporter``.
-
-Cumulative temporality, one stream per process (``service.instance.id``): with ``--workers N``
-each process exports its own requests and the collector or backend sums the instances.
+Recording is pre-aggregated here (a dict lookup and a bisect under one lock) and a daemon thread
+hands the counts to the SDK's exporter, because the SDK's ``Histogram.record`` hashes the
+attribute set on every call. Cumulative temporality, one stream per process: the backend sums
+``--workers N`` instances. See docs/opentelemetry.md#otlp-metrics.
 """
 
 from __future__ import annotations

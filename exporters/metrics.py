@@ -1,20 +1,10 @@
 """Every request and GPU metric object, created in one place from ``names.*`` and ``cfg.metrics``.
 
-Like vLLM's ``v1/metrics``, one module owns the metric definitions so the gateway, the ASGI
-middleware, the fleet simulator and the GPU collector cannot drift apart. Two things make it fit
-for a hot path:
-
-* a :class:`LabelGuard` folds label values outside the allow-lists, or past the first ``top_n``
-  distinct values, into ``names.LABEL_OVERFLOW_VALUE`` and counts each fold in
-  ``names.LABEL_OVERFLOW`` (so a client sending random model names cannot blow up Prometheus);
-* :class:`RequestMetrics` caches the labelled children of every family per label tuple, so one
-  request costs a dict lookup plus the ``observe``/``inc`` calls themselves.
-
-Multi-process mode: when ``PROMETHEUS_MULTIPROC_DIR`` is set *before* prometheus_client is
-imported (``llmsla gateway --workers N`` does that), the same objects write to mmap files and
-``llmsla.exposition`` merges every process's files; the in-flight gauge sums live processes.
-The exposition itself (text rendering, the multi-process merge) is core, ``llmsla.exposition``:
-every process serves ``/metrics`` through it, whatever its metrics.
+One module owns the definitions (as vLLM's ``v1/metrics`` does) so the gateway, the ASGI
+middleware, the fleet simulator and the GPU collector cannot drift apart. A label guard folds
+unknown or excess label values so clients cannot blow up Prometheus, and labelled children are
+cached so a request costs a dict lookup. Exposition is core (:mod:`llmsla.exposition`).
+See docs/gateway.md#metrics-exportersmetricspy.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """OpenTelemetry tracing of temperature-policy decisions, exported to the spool (and OTLP).
 
-Each decision is a span named ``names.POLICY_SPAN_NAME``, a child of the request's span (a GenAI
-server span named per the conventions, ``chat llmsla-tiny``), which is itself a child of the
-caller's W3C ``traceparent`` (the gateway's span) — so a decision can be found from the user's
-trace. :class:`SpoolPolicyExporter` is an ordinary OTel ``SpanExporter`` plug-in that turns those
-spans into ``PolicyEvent`` lines in the spool, which the streaming job windows into the store.
-
-Why a private ``TracerProvider`` per :class:`PolicyTracer`: several workers (and tests) live in
-one process, each with its own spool and endpoint; the global provider can be set only once.
-
-Every decision reaches the spool, whatever the incoming trace's sampling flag says: PolicyEvents
-are data (the policy windows are computed from them), not trace samples. Trace backends (OTLP,
-anything added with :meth:`PolicyTracer.add_span_processor`) get decision spans only for sampled
-traces, honouring the caller's ``traceparent`` flags (new traces: ``otel.sample_ratio``). Spans reach the exporters through
-``BatchSpanProcessor``s (off the engine thread) whose queues are sized so that nothing is
-dropped at the worker's token rates; ``force_flush`` drains them.
+Each decision is a span under the request's span, so it can be found from the user's trace, and
+an ordinary OTel ``SpanExporter`` turns those spans into ``PolicyEvent`` lines in the spool.
+Every decision reaches the spool whatever the sampling flag says: PolicyEvents are data for the
+policy windows, not trace samples. A private ``TracerProvider`` per tracer, because the global
+one can be set only once. See docs/opentelemetry.md#decision-spans.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """A lean HTTP/1.1 client for the gateway's proxied requests (keep-alive pool, no framework).
 
-aiohttp's client builds a ``ClientRequest``, a ``ClientResponse``, multidicts, timer handles and a
-``StreamReader`` per request, and wakes a task per read; replacing it took the gateway's CPU per
-proxied 8-chunk stream from ~0.83 to ~0.64 ms in bench/exporters.py, much of it on the TTFT
-path. The gateway needs much less: send one prepared
-request, parse one status line and a few headers, and hand body pieces (chunked or
-content-length framing decoded) to one consumer as they arrive. This module does exactly that
-on an ``asyncio.Protocol``, with llhttp (``httptools``) doing all the framing - no hand-written
-HTTP parser on the hot path, where a framing bug would be a request-smuggling bug; ``TCP_NODELAY`` is set on every connection so a small SSE chunk is
-never held back by Nagle. The health prober and ``/v1/models`` keep using aiohttp (off the hot
-path).
-
-Errors surface as ``ConnectionError`` / ``OSError`` (connect refused, reset, truncated body,
-malformed response), which the gateway maps to 502; timeouts and cancellation come from the
-caller's ``asyncio.timeout`` / task cancellation, after which the caller must :meth:`close` the
-response (the connection is dropped, so the upstream sees the disconnect and stops generating).
+aiohttp's client costs a handful of objects and task wake-ups per request, much of it on the
+TTFT path; the gateway needs one prepared request and body pieces handed on as they arrive.
+llhttp (``httptools``) does all the framing: do not add a hand-written parser here, where a
+framing bug would be a request-smuggling bug. After a timeout or cancellation the caller must
+``close`` the response so the upstream sees the disconnect and stops generating.
+See docs/gateway.md#the-hot-path-why-it-is-built-this-way.
 """
 
 from __future__ import annotations

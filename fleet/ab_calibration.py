@@ -1,19 +1,10 @@
 """Calibration of the A/B report's statistics on the fleet simulator.
 
-A test that stays valid under time-correlated traffic rejects a true null (an A/A experiment:
-both arms run the same strategy) at most at its nominal rate, and a useful one detects a real
-slowdown. Each run here is one experiment as a user would run it: the Azure LLM conversation
-trace (its real arrival bursts) scaled to ``rate`` times its rate, grouped into sessions (units
-that send several requests minutes apart, each with its own heaviness: the time correlation of
-real users), assigned to arms by the production rollout with a fresh experiment seed, routed by
-the production router, and judged by the production report on the per-minute aggregates the
-store would hold (``llmsla.control.ab_data.from_arrays``, the store's definitions). Replicas are
-slowed 3x for 5 random minutes in every run, so the traffic is not stationary; where the arms
-have their own pools, one replica of each pool is slowed at the same time (an A/A run must not
-hand one arm a real fault).
-
-``bench/ab_calibration.py`` runs hundreds of these and writes ``docs/ab-calibration.md``;
-``tests/fleet/test_ab_calibration.py`` checks this machinery on a few small runs.
+A valid test rejects a true null (an A/A run) at most at its level under time-correlated
+traffic, and a useful one detects a real slowdown. Each run is one experiment as a user would run
+it, through the production rollout, router and report on the aggregates the store would hold,
+so the calibration measures the code that ships, not a model of it. An A/A run must never hand
+one arm a real fault. See docs/ab-calibration.md#false-positives-aa (by ``bench/ab_calibration.py``).
 """
 
 from __future__ import annotations

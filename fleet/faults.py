@@ -1,33 +1,10 @@
 """Injected faults and their ground-truth labels.
 
-A fault is ``(start, end, kind, replica)`` in simulated seconds plus a strength. The same list is
-written next to the events as the label file (epoch ms, so it lines up with ``ts_ms`` of the
-events), which is what the forecaster's early-warning evaluation scores against.
-
-Kinds and what they do to the replica during ``[start, end)``:
-
-* ``slowdown`` - every iteration takes ``factor`` times longer (thermal throttling, a noisy
-  neighbour on the PCIe switch);
-* ``memory`` - the KV cache shrinks to ``factor`` of its capacity (another process grabbed GPU
-  memory), so running sequences are preempted and recomputed: a preemption storm;
-* ``crash`` - the replica dies: in-flight requests fail, new ones get connection errors until
-  it is back (empty) at ``end``; the simulated health checker drains it after ``detect_s``;
-* ``jitter`` - each request to/from the replica waits an extra exponential delay with mean
-  ``factor`` seconds on the network (``replica`` ``*`` = all replicas).
-
-Gradual kinds, whose strength grows over ``[start, end)`` so that they have precursors (what the
-forecaster must learn to see coming; ``crash`` is the kind that has none):
-
-* ``ramp`` - a slow ramp: iterations take ``1 + (factor - 1) * p`` times longer, ``p`` going
-  linearly from 0 at ``start`` to 1 at ``end`` (a degrading NVLink, a growing noisy neighbour);
-* ``leak`` - a memory leak: the KV cache shrinks linearly from its capacity to ``factor`` of it,
-  so usage creeps up until running sequences are preempted;
-* ``thermal`` - thermal throttling: the GPU heats up by up to 30 C over the window (its samples
-  show it) and past a third of the window the clocks drop, iterations growing quadratically to
-  ``factor`` times longer;
-* ``surge`` - a load surge on the pool (replica ``*``): the request rate grows linearly to
-  ``factor`` times the trace's rate (the extra arrivals are added by
-  :func:`llmsla.fleet.workload.surge`; the engine only keeps the label).
+A fault is ``(start, end, kind, replica)`` plus a strength; the same list is written next to the
+events as the label file (epoch ms, aligned with the events' ``ts_ms``), which is what the
+forecaster's early-warning evaluation scores against. Gradual kinds (``ramp``, ``leak``,
+``thermal``, ``surge``) have precursors on purpose; ``crash`` has none.
+See docs/fleet.md#the-model (Faults).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Trace replay over HTTP: the simulator's arrivals sent as real streaming chat requests.
 
-Why: the fleet simulator replays a public trace (Azure LLM 2023, Mooncake) through a model of a
-GPU fleet; ``llmsla replay`` sends the same arrivals, built by the same transforms
-(:mod:`llmsla.fleet.workload`: window, time stretch, rate multiplier, sessions), to a real
-OpenAI-compatible endpoint - the gateway in front of reference workers in ``llmsla demo --real``.
-The trace's request sizes are scaled down to what the endpoint can serve (``Fit``): a tiny CPU
-model cannot prefill 4k-token prompts at trace rate, but the arrival times keep the trace's shape
-(its bursts and lulls), and each request carries its session as the OpenAI ``user`` field, so an
-A/B experiment buckets sessions by consistent hashing as it would real users.
-
-The load is open-loop: a request is sent at its arrival time whether or not earlier ones have
-finished (a generator that waits for slots would hide exactly the latency an overloaded replica
-causes). How late each send was is measured and reported; nothing here is the source of the
-demo's latency figures - the gateway measures those - this side only counts what it sent and how
-each ended.
+The same arrivals and transforms as the simulator (:mod:`llmsla.fleet.workload`), sent to a real
+OpenAI-compatible endpoint, with request sizes scaled to what it can serve but the trace's
+arrival shape kept. The load is open-loop: a request goes at its arrival time whether or not
+earlier ones finished, since waiting for slots would hide the latency an overloaded replica
+causes. Latency figures come from the gateway; this side only counts what it sent.
+See docs/fleet.md#replay-a-trace-against-a-real-endpoint-llmsla-replay.
 """
 
 from __future__ import annotations

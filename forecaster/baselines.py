@@ -1,20 +1,9 @@
 """Baselines scored in the same harness, on the same windows, as the LSTM.
 
-Forecasting rules (no training, a few parameters tuned on validation): they look at the SLI
-signals of the window (fleet: TTFT quantile / threshold, E2E quantile / threshold, error ratio /
-error budget; univariate: the value's deviation from the window's median in IQRs) and score the
-largest predicted signal, as an alert rule on that SLI would:
-
-* ``persistence`` - the signal now (what a plain threshold alert sees);
-* ``ewma`` - an exponentially weighted moving average of the signal (a smoothed threshold);
-* ``predict_linear`` - least-squares line over the last ``span`` steps, extrapolated H steps
-  ahead, as Prometheus ``predict_linear(x[span], H)``;
-* ``holt_winters`` - double exponential smoothing (level + trend, no season: 64 steps of 5 s
-  hold no daily period), forecast H steps ahead, as Prometheus ``holt_winters`` /
-  ``double_exponential_smoothing``.
-
-Learned on the flattened input window (the LSTM's exact input): ``logistic_regression`` and
-``gradient_boosting`` (scikit-learn's histogram GBDT), both with balanced class weights.
+Forecasting rules score the SLI signals as an alert rule on that SLI would (persistence, EWMA,
+Prometheus's ``predict_linear`` and double exponential smoothing); learned baselines see the
+LSTM's exact flattened input. A forecaster earns its keep only by beating these under the same
+alarm policy and false-alarm budget. See docs/forecaster.md#evaluation.
 """
 
 from __future__ import annotations

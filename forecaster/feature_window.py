@@ -1,18 +1,10 @@
 """The online scorer's features, rolled forward: each step builds only the steps that changed.
 
-Every step scores the last W steps of every target, but between two steps only the newest
-windows change: the window cache re-reads the rows from ``reread_s`` before its frontier and
-keeps the older ones as read. Building all W x targets cells again every step cost most of the
-scoring budget (the p99 target is 5 ms for 64 targets); this keeps the last series, shifts it
-by the steps the window moved, and builds with :func:`features.build` only the steps from the
-first one whose rows may have changed (``changed_from_ms``, from the cache), then splices them in.
-
-The result equals ``features.build`` over the whole window (``tests/forecaster/test_window_cache.py``
-checks it step by step): a step's cells depend only on that step's rows, except a pool's GPU
-features, which depend on the replicas seen anywhere in the window. So whenever the set of
-targets changes (a row of a new replica or pool, or a target without rows left in the window),
-the whole window is built again, as it is on the first step, after a gap or when the clock goes
-back.
+Building every cell of the window each step cost most of the scoring budget, so the previous
+series is shifted and only the steps from the first changed window are built again. The result
+must equal ``features.build`` over the whole window (a test checks it step by step); since a
+pool's GPU features depend on every replica seen in the window, any change in the set of targets
+rebuilds the whole window. See docs/forecaster.md#online-and-alerts.
 """
 
 from __future__ import annotations

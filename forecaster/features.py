@@ -1,23 +1,11 @@
 """The 12 features per target and 5 s step, from the store's windows: one function for the
 training sets and the online scorer, so both see the same numbers.
 
-Targets are replicas and pools. A replica target may have several rows per step (one per arm
-or model); a pool target has one per replica plus the gateway's ``replica = none`` row
-(rejections). Rows of a target are merged exactly where the store keeps counts and sums
-(requests, errors, tokens, SLO counts, ITL mean and jitter from ``itl_sum``/``itl_sumsq``); a
-percentile cannot be merged from percentiles, so a merged percentile is the **maximum** over the
-rows - an upper bound of the pooled percentile (a mixture's quantile lies between its
-components'), i.e. the worst replica, which is what an SRE looks at.
-
-GPU features come from the replica's GPU (``gpu_map``: replica -> (node, gpu)); a pool takes the
-fullest GPU's memory ratio and the mean utilisation. Temperature jitter comes from the policy
-windows of zone = pool; a 60 s window counts from the step after the minute it covers ended
-(what the online scorer can have read by then), for the minutes after.
-
-Missing data stays NaN here, with a per-source presence mask (requests, GPU, policy); the
-scaler turns NaN into the training median after scaling (0), so a NaN never reaches a model.
-A step without a request window has ``qps = output_tps = 0`` (nothing was served) and NaN
-latencies.
+Rows are merged exactly where the store keeps counts and sums; a merged percentile is the
+**maximum** over the rows (an upper bound of the pooled one, the worst replica), because
+percentiles cannot be averaged. Missing data stays NaN with a per-source presence mask, and the
+scaler turns it into the training median, so a NaN never reaches a model.
+See docs/forecaster.md#design.
 """
 
 from __future__ import annotations

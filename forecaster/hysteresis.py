@@ -1,18 +1,10 @@
 """The alarm policy: when a stream of risk scores is an alert, online and in evaluation alike.
 
-An SRE sees alerts, not scores, so a forecaster is judged by the alarm it raises: it fires after
-``fire_steps`` consecutive scores at or above the threshold and resolves after
-``resolve_steps`` consecutive scores below ``resolve_ratio`` x threshold (a score inside the
-band resets both counts); while it fires, the notification is repeated every ``repeat_s``
-(Alertmanager's repeat interval), so an alarm left on for hours is not one notification but
-many (:func:`notifications`). The online loop steps :class:`AlarmState` once per scored window;
-the evaluation computes the same states for a whole series at once with :func:`alarm_series`
-(tested equal). Judging methods on raw per-step crossings instead would count every flap of a
-noisy score as a new false alarm and pick thresholds for an alarm nobody deploys.
-
-Both are pure functions of the score sequence: the consecutive-above and consecutive-below
-counts do not depend on the state, so the state at a step is "firing" exactly when the last
-fire condition at or before it came after the last resolve condition.
+An SRE sees alerts, not scores, so methods are thresholded and judged by the alarm they raise;
+judging raw per-step crossings counts every flap of a noisy score as a false alarm and picks
+thresholds for an alarm nobody deploys. The online step (:class:`AlarmState`) and the vectorised
+form (:func:`alarm_series`) must stay equal; both are pure functions of the score sequence.
+See docs/forecaster.md#design (Alarms).
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """Scores of a forecaster over whole series: threshold-free, event-based and false alarms.
 
-* **AUC-PR** (average precision) over every scored step: threshold-free, honest under heavy
-  class imbalance (unlike ROC AUC). Most positive steps lie inside a breach that is already on
-  (it goes on within H steps), which persistence alone predicts; **AUC-PR ahead** is the same
-  over the steps whose own SLO window does not breach, where a positive needs foresight.
-* **Alarms** are what the online loop would raise from the scores: the alarm policy of
-  :mod:`llmsla.forecaster.hysteresis` (fire after ``fire_steps`` steps at or above the
-  threshold, resolve after ``resolve_steps`` below ``resolve_ratio`` x threshold); ``RAW``
-  (every crossing is an alarm step) is the degenerate policy.
-* **Events** are breach episodes: runs of breaching steps, runs closer than H steps merged; the
-  onset is the first breaching step. An event is *warned* when the alarm is on at some step in
-  ``[onset - lead_max, onset - 1]`` - at least one step of lead; its lead time is ``onset -
-  first such step``. Events are reported by cause: a precursor fault, a crash, or none
-  injected (the load itself). A fault causes the episodes whose onset lies from the step
-  *holding* its start (a crash breaches in the very window it starts in) to ``tail`` steps
-  after its end.
-* **False alarms per day**: the alarm's notifications - its onset and a repeat every
-  ``repeat_s`` while it stays on, as the online loop sends them - outside every event's
-  ``[onset - lead_max, end]``, per day of healthy time (scored steps outside those spans). Counting
-  onsets alone would let an alarm that never resolves score zero false alarms (a threshold search
-  then finds "always on"); how many start while an injected fault is on (a real degradation
-  that did not break the SLO) is reported apart.
-* **Chance recall**: the share of healthy steps that the alarm covers in the ``lead_max``
-  steps before them - the recall an alarm with no foresight gets on events that strike at
-  random (crashes): a crash recall well above it means a leak.
-* **Point-adjusted F1** (secondary; it flatters detectors): every step of a positive-label run
-  counts as caught when any of its steps alarms.
+AUC-PR (and AUC-PR ahead, where a positive needs foresight), breach events warned ahead by the
+alarm the online loop would raise, false alarms per healthy day counted per notification (so an
+alarm that never resolves cannot score zero), and chance recall to tell foresight from a leak.
+See docs/forecaster.md#evaluation.
 """
 
 from __future__ import annotations

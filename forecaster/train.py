@@ -1,17 +1,9 @@
 """Training the LSTM: time-ordered splits, class weighting, early stopping, determinism.
 
-The split is by series (runs), fixed when the data set is built; the scaler is fitted on the
-train split only; early stopping and the alarm threshold use the validation split; the test
-split is only ever scored. Class imbalance: ``BCEWithLogitsLoss(pos_weight = negatives /
-positives)`` on the train split.
-
-Most positive windows lie inside a breach that is already on (the breach goes on within H
-steps): they are easy and they are not what an early warning is for. With ``balance_onsets``
-the positives that need foresight - a breach within H steps while the SLO window is still good
-now - carry half of the positive class's weight and the "still breaching" ones the other half
-(the total is unchanged, so ``pos_weight`` keeps balancing the classes), so the loss does not
-spend itself on persistence. Deterministic for a seed on the CPU: fixed torch seed and
-thread count, deterministic algorithms, and a numpy generator for batch order.
+The scaler is fitted on the train split only, early stopping and the threshold use validation,
+and the test split is only ever scored. With ``balance_onsets`` the positives that need
+foresight carry half of the positive weight, so the loss does not spend itself on persistence.
+Deterministic for a seed on the CPU. See docs/forecaster.md#design.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """A/B experiments as configured: the contract between the config file, the rollout (control),
 the gateway, the simulator and the report.
 
-Core, not control: ``llmsla.config`` validates ``[ab.experiments.<key>]`` tables at load time with
-:func:`parse` (a typo fails at startup with the key named), and the report reads the same specs.
-
-An experiment (TOML)::
-
-    [ab.experiments.p2c-routing]
-    seed = 7                # part of the hash: a new seed reshuffles every unit (a new experiment)
-    pool = "default"        # the pool whose requests it covers (the gateway's gateway.pool)
-    coverage = 0.05         # share of units in the experiment; ramp it 0.05 -> 0.1 -> 0.5 -> 1
-    control = "baseline"    # the arm the others are compared with (default: the first arm)
-    enabled = true          # one enabled experiment per pool (one arm label per request)
-
-    [ab.experiments.p2c-routing.arms.baseline]
-    weight = 1
-    [ab.experiments.p2c-routing.arms.p2c]
-    weight = 1
-    version = "2"           # a label of the strategy, not hashed: a new version moves nobody
-    route_policy = "p2c"    # strategy: route policy, pool, student share, temperature schedule
-    pool = "canary"
-    student_share_pct = 20
-    schedule = { name = "cosine", params = { t_min = 0.3 } }
-
-    [ab.experiments.p2c-routing.forced]   # test units pinned to an arm (left out of the report)
-    "qa-user-1" = "p2c"
-
-Arms own consecutive segments of [0, 1) in file order, each as wide as its weight's share; a unit
-is in arm ``k`` when its hash point falls in the first ``coverage`` of arm ``k``'s segment (see
-``llmsla.control.rollout`` for why this, and not one range scaled by coverage, keeps every unit in
-its arm while the coverage ramps).
+Core, not control: ``llmsla.config`` validates ``[ab.experiments.<key>]`` at load time with
+:func:`parse` (a typo fails at startup with the key named), and the report and the simulator
+read the same specs. How arms map to units is :mod:`llmsla.control.rollout`'s.
+See docs/ab.md#1-configure-an-experiment.
 """
 
 from __future__ import annotations

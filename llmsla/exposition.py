@@ -1,17 +1,11 @@
 """The Prometheus text exposition every llmsla process serves on ``/metrics``.
 
-Core, not exporters: the gateway, the worker, the GPU collector, the control API, the receiver
-and the forecaster all expose metrics, and :func:`llmsla.httpkit.add_metrics` serves them all
-through :func:`exposition`. Two paths:
-
-* multi-process mode (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus_client is imported, as
-  ``llmsla gateway --workers N`` does): the merge of every process's mmap files;
-* otherwise :func:`render_fast`, which renders prometheus-client's own Counter, Gauge and
-  Histogram objects from their internals with cached line prefixes (16x faster than
-  ``generate_latest`` with 2,000 label sets) and falls back to ``generate_latest`` one collector
-  at a time for anything else. It reads private fields of prometheus-client; the dependency is
-  pinned to a tested range and ``tests/exporters/test_metrics_exposition.py`` fails loudly the
-  day its samples stop matching ``generate_latest``.
+Core, not exporters, because every component exposes metrics through
+:func:`llmsla.httpkit.add_metrics`. Outside multi-process mode :func:`render_fast` renders
+prometheus-client's objects from their internals with cached prefixes, many times faster than
+``generate_latest``; it reads private fields, so the dependency is pinned and a test fails
+loudly the day its output stops matching ``generate_latest``.
+See docs/gateway.md#metrics-exportersmetricspy.
 """
 
 from __future__ import annotations

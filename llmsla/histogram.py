@@ -1,19 +1,10 @@
 """Mergeable latency histograms on the one fixed log-spaced layout of ``names.HIST_*``.
 
-Why a fixed layout: counts on the same buckets add, so a 1-minute, 1-hour or 30-day histogram is
-the exact sum of its 5 s windows' histograms and its quantiles are within ``HIST_REL_ERROR`` of the
-exact ones, whatever the range. Percentiles of windows cannot be merged (a roll-up's P99 would
-otherwise be the worst window's, not the range's).
-
-A histogram is stored as a PostgreSQL array whose subscripts are the bucket indices
-(``'[312:315]={4,0,1,7}'``): only the range between a window's smallest and largest value is
-stored. In Python it is a :class:`Hist` (first index + dense counts); a matrix of many histograms
-over the whole index space is what the A/B report computes with.
-
-The quantile definition is the one the SQL function ``llmsla_hist_quantile`` implements (the
-migration renders it from :data:`VALUES`, so the two return the same float): the value of the
-bucket holding the ``k``-th smallest count, ``k = max(1, ceil(q * n))`` (numpy's
-``inverted_cdf``: an order statistic, never an interpolation between two).
+A fixed layout makes counts add, so any roll-up is the exact sum of its 5 s windows and its
+quantiles stay within ``HIST_REL_ERROR`` whatever the range; percentiles of windows cannot be
+merged. The quantile definition must stay identical to the SQL function
+``llmsla_hist_quantile`` (the migration renders it from :data:`VALUES`).
+See docs/store.md#tables-llmslastoremigrations0001_coresql-names-in-llmslanamespy.
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 to read a request body, to answer an error (the OpenAI shape), to continue a W3C trace and to
 serve ``/metrics``.
 
-aiohttp alone leaves three doors open that a hostile or broken client walks through: a
-connection that sends its request head a byte at a time is kept as long as aiohttp's keep-alive
-timeout (an hour by default), the number of connections is unbounded, and a body can be
-trickled forever. :func:`serve` closes them for every server (gateway, worker, control API,
-receiver, exporters): the request line and headers must arrive within ``header_timeout_s`` of
-their first byte (and a new connection must send one within that time), at most
-``max_connections`` are open (the next ones get a bare 503 and are closed), and idle keep-alive
-connections close after ``keepalive_timeout_s``. :func:`read_body` bounds the body by size and
-by time.
+aiohttp alone leaves slow heads, unbounded connections and trickled bodies open to a hostile or
+broken client; :func:`serve` and :func:`read_body` close them once for every server, so no
+server can forget a bound. See docs/gateway.md#slow-and-numerous-clients.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The SLO catalog: the one loaded, validated model of the SLO specs that every component reads.
 
-The OpenSLO files in ``slo.dir`` (default: ``deploy/slo``, a copy in the working directory
-first, else the packaged defaults) are the source. The ``[slo]`` section only supplies what a
-spec delegates to it (``value: slo.e2e_ms``). The burn-rate rules, the stream job's within-SLO
-counts, the forecaster's labels, the A/B report, the dashboards and the HTML report take their
-thresholds, targets and the meaning of "failed" from here, so editing a spec changes every one.
-
-What a store-side reader can evaluate, per SLI (the definitions, written once):
-
-* latency (``thresholdMetric`` over a request histogram): good = a request whose value is at most
-  the threshold; total = the requests the histogram holds (TTFT: those with a first token).
-* availability (``ratioMetric`` over ``llmsla_requests_total`` with ``status`` matchers): failed =
-  the statuses its bad selector matches (or those of the total its good selector does not);
-  total = the statuses its total selector matches. The shipped spec leaves ``cancelled`` out of
-  the total and counts ``rejected`` (the gateway's own 429s, upstream 4xx) as served.
-
-Specs over other queries (Sloth's ``prometheus/v1``, custom PromQL) generate rules but have no
-store-side reading; they are in :attr:`Catalog.specs` and nowhere else.
+The OpenSLO files in ``slo.dir`` are the source; the rules, the stream job, the forecaster, the
+A/B report, the dashboards and the HTML report take their thresholds, targets and the meaning of
+"failed" from here, so editing a spec changes every one of them. The per-SLI definitions a
+store-side reader evaluates are written here once; specs over other queries generate rules only.
+See docs/alerting.md#one-catalog-for-every-component.
 """
 
 from __future__ import annotations

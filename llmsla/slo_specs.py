@@ -1,22 +1,9 @@
 """SLO specs: the OpenSLO v1 subset llmsla reads from ``deploy/slo/*.yaml``, plus Sloth's
-``prometheus/v1`` (:func:`parse_sloth`) and ``openslo/v1alpha`` (:func:`parse_v1alpha`) as
-Sloth reads them, all into the one :class:`SloSpec`.
+``prometheus/v1`` and ``openslo/v1alpha`` as Sloth reads them, all into one :class:`SloSpec`.
 
-One ``kind: SLO`` document per objective. Supported (everything else is an error naming the
-file, line and field, so a typo never silently means a default):
-
-* ``spec.indicator.spec.ratioMetric`` with ``counter: true`` and ``good`` or ``bad`` plus
-  ``total``, each a Prometheus series selector (``metricSource.type: Prometheus``);
-* ``spec.indicator.spec.thresholdMetric`` over one of the gateway's request histograms, with
-  ``objectives[0].op: lte`` and ``value`` in seconds - a number, or ``slo.ttft_ms`` /
-  ``slo.e2e_ms`` / ``slo.itl_ms`` to take it from the configuration. The value must be a bucket
-  bound of that histogram (``metrics.*_buckets``): PromQL can only count ``le`` exactly;
-* ``timeWindow``: one rolling window in days (``30d``); ``budgetingMethod: Occurrences``;
-  exactly one objective with ``target`` in (0, 1);
-* ``metadata.labels``: ``model`` / ``pool`` restrict the selectors, any other label is copied
-  onto every generated rule (Sloth's ``labels``).
-
-The SLI is always computed per (model, pool), and per replica for the replica page.
+Anything outside the subset is an error naming file, line and field, so a typo never silently
+means a default. A latency threshold must be a bucket bound of its histogram, because PromQL can
+only count ``le`` exactly. See docs/alerting.md#1-slo-specs-deploysloyaml.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The spool: a directory of JSON-lines segment files, the embedded event transport.
 
-Layout: ``<root>/<kind>/`` holds published segments (``*.jsonl``); ``<root>/<kind>/.inprogress/``
-holds the one open segment of each writer. A writer appends whole lines to its own file only, and
-publishes it by an atomic ``rename`` into the kind directory when it reaches a size or an age. So
-readers (the Flink file source, ``SpoolReader``) only ever see complete files, several writer
-processes never share a file, and a crashed writer leaves at most its unpublished segment behind
-(``recover`` publishes those). Dot-prefixed paths are hidden from Flink's default file filter.
-
-Disk use is bounded per kind (``max_total_bytes``), and no event is lost silently: a write that
-fails (the bound reached, the disk full, an I/O error) keeps its lines in memory (at most
-``max_pending_bytes``) and is retried with backoff for ``retry_s``; only then are they dropped,
-each one counted in ``llmsla_spool_dropped_total{kind,reason}`` and in the writer's drop record
-(``<kind>/.dropped/``, which ``llmsla doctor`` reads). The writer's background thread catches
-everything, so it cannot die. A directory that cannot be written, or is full, at start-up is a
-start-up error (:func:`check_writable`).
+One writer per file and publication by atomic ``rename``: readers only ever see complete files,
+processes never share a file, and a crashed writer leaves at most its unpublished segment. Disk
+use is bounded and no event is lost silently: a failed write is kept and retried, and only then
+dropped and counted; the writer thread catches everything so it cannot die.
+See docs/spool.md#no-event-is-lost-silently.
 """
 
 from __future__ import annotations

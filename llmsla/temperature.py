@@ -1,18 +1,10 @@
 """Dynamic-temperature policies: what temperature to sample the next token at, and why.
 
 A policy is a small stateful object per request: ``decide(step, entropy)`` returns a
-:class:`Decision` (temperature, action, trigger). Schedules are closed forms of the decode step,
-bounded by ``[t_min, t_max]``; the entropy-adaptive policy is a bounded multiplicative controller
-on the entropy of the model's next-token distribution. Pure Python on floats so that one decision
-costs about a microsecond; the caller (the worker's engine) computes entropies for a whole batch
-in one tensor op and only for policies that ask for it (``needs_entropy``).
-
-Core, not a component: the worker applies these policies, the control plane validates a pool's
-schedule against them and the gateway names them, so all three share this one vocabulary.
-
-Actions (``events.POLICY_ACTIONS``): ``set`` for the first decision of a request, then ``raise``,
-``lower`` or ``hold`` relative to the previous temperature. Triggers say why: ``schedule`` for
-the step schedules; ``entropy_low`` / ``entropy_high`` / ``entropy_ok`` for the adaptive one.
+:class:`Decision`. Pure Python on floats so one decision costs about a microsecond; the engine
+computes entropies for a batch in one tensor op. Core, not a component: the worker applies the
+policies, the control plane validates schedules against them and the gateway names them.
+See docs/temperature-policy.md#schedules.
 """
 
 from __future__ import annotations

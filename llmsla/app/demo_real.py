@@ -1,17 +1,10 @@
 """``llmsla demo --real``: reference workers behind the gateway instead of the fleet simulator.
 
-Two ``llmsla worker`` processes (a tiny torch LM on CPU each) are replicas r0 and r1 of the
-default pool; ``llmsla gateway`` proxies to them, spools a RequestEvent per request into the
-demo's spool, serves ``/metrics`` (scraped as job ``gateway``) and its router's control API,
-which the receiver acts on exactly as on the simulator's. ``llmsla replay`` sends the Azure
-conversation trace as real streaming chat requests, in real time, its sizes scaled to two CPU
-workers (``Replay``). The fault is injected on r1 over the worker's loopback admin endpoint
-(worker/fault.py) at known times: its iterations slow down gradually, then it crashes, then it
-comes back; the times each change was applied are the fault label (what, where, when) the
-summary's timeline is built from, in the shape of the simulator's label rows.
-
-Everything after that - windows, alerts, actions, the summary, the A/B report, the HTML report
-and the dashboards - is the simulated demo's, from the same spool and store.
+Two ``llmsla worker`` processes are replicas r0 and r1 behind ``llmsla gateway``, ``llmsla
+replay`` sends the Azure trace as real streaming requests, and the fault is injected on r1 over
+the worker's admin endpoint at known times, recorded as a label in the simulator's shape.
+Everything after that (windows, alerts, actions, reports, dashboards) is the simulated demo's,
+so both demos exercise one loop. See docs/demo.md#--real-reference-workers-behind-the-gateway.
 """
 
 from __future__ import annotations

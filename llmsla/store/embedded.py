@@ -1,22 +1,10 @@
 """Who stops the embedded PostgreSQL, and when.
 
-pgserver shares one postmaster per data dir between every handle on the machine (its
-``.handle_pids.json`` lists the processes holding one) but leaves the decision to stop it to
-each caller's ``cleanup_mode``, never forgets a process that died without its ``atexit`` (a
-SIGTERM, a SIGKILL), and so a server outlived everything that used it. Here the rule is:
-
-* the **last live llmsla process** to release the data dir stops the server, if an llmsla
-  process started it (``llmsla-owner.json`` in the data dir names that postmaster) and nobody
-  asked to keep it;
-* ``keep`` (``llmsla store start``, ``llmsla demo --keep``) marks the running postmaster as kept:
-  releases leave it up until ``llmsla store stop``;
-* a server this code did not start (no owner record for that postmaster: started by hand, by an
-  older llmsla) is never stopped by a release, only by ``store stop``.
-
-A process releases its handles explicitly (:meth:`EmbeddedServer.close`), at interpreter exit,
-and on SIGTERM when nothing else handles that signal, so Ctrl-C, an error and a plain ``kill``
-all stop a server the command started for itself. Dead processes in the pid list are dropped
-whenever a process releases, so a crash no longer pins the server forever.
+pgserver shares one postmaster per data dir but leaves stopping it to each caller and never
+forgets a process that died, so a server outlived everything that used it. Here the last live
+llmsla process to release the data dir stops a server llmsla started, unless it was kept; a
+server llmsla did not start is stopped only by ``llmsla store stop``.
+See docs/store.md#the-embedded-server-who-stops-it.
 """
 
 from __future__ import annotations

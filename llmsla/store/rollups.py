@@ -1,17 +1,10 @@
 """The 1-minute and 1-hour roll-ups of ``request_windows``, from one column list.
 
-Plain PostgreSQL gets tables kept current by a trigger (views before migration 0004); TimescaleDB
-gets continuous aggregates (``time_bucket``). Both expose the same names and columns. Counts and
-sums roll up exactly, so attainment (``ttft_within_slo / requests``) and means (``ttft_sum_ms /
-ttft_count``, ITL pooled variance from ``itl_sumsq_ms2``) are exact at any width. A percentile
-cannot be merged from percentiles: since migration 0005 the roll-ups sum the windows' latency
-histograms (``ttft_hist``, ``e2e_hist``; :mod:`llmsla.histogram`) and their ``*_p50/p95/p99_ms``
-are the bucket's own quantiles from the summed counts; the worst 5 s window's P99
-(``*_p99_ms_max``) stays beside them.
-
-The column set is versioned: migrations 0001 and 0004 render the shape they had
-(``hist=False``), 0005 adds the histogram columns, so replaying the migrations on an empty
-database builds exactly what an upgraded one has.
+Tables kept current by a trigger on plain PostgreSQL, continuous aggregates on TimescaleDB, with
+the same names and columns. Counts, sums and histograms roll up exactly; a percentile cannot be
+merged, so the worst window's P99 stays beside the histograms' quantiles. The column set is
+versioned per migration so replaying them builds exactly what an upgraded store has.
+See docs/store.md#tables-llmslastoremigrations0001_coresql-names-in-llmslanamespy.
 """
 
 from __future__ import annotations

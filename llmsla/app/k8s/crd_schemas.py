@@ -1,21 +1,11 @@
 """Strict JSON Schemas for the custom resources in ``deploy/k8s``.
 
-``kubernetes-validate --strict`` knows only Kubernetes' built-in kinds and skips a custom
-resource without a word, and a Kubernetes API server prunes an unknown field of a CRD whose
-schema preserves unknown fields (the operators' child routes, Flink configuration, pod
-templates) -- so a misspelled ``entryclass`` would deploy a job without an entry class. These
-schemas are written from the fields the operators document, with ``additionalProperties:
-false`` at every level llmsla uses, so such a typo fails ``llmsla deploy validate``:
-
-* ``FlinkDeployment`` ``flink.apache.org/v1beta1``: Flink Kubernetes Operator 1.15.0, plus
-  ``flinkVersion`` ``v2_3``/``v2_4`` and ``jobManager``/``taskManager.resources`` of 1.16
-  (operator main at 6e9caeb, July 2026; PyFlink 2.3 needs ``v2_3``). ``podTemplate`` is a core
-  ``v1`` Pod: :mod:`llmsla.app.k8s.validate` checks it with Kubernetes' own strict schema.
-* ``ServiceMonitor``, ``PodMonitor``, ``PrometheusRule`` ``monitoring.coreos.com/v1`` and
-  ``AlertmanagerConfig`` ``monitoring.coreos.com/v1alpha1``: Prometheus Operator v0.93.0.
-
-Levels llmsla does not use (TLS, OAuth2, other receivers' configurations) are typed objects
-without a field list; use one and add its fields here first.
+``kubernetes-validate`` skips custom resources without a word and API servers prune unknown
+fields where the operators' CRDs preserve them, so a misspelled field would deploy silently.
+These schemas, written from the operators' documented fields with ``additionalProperties:
+false`` at every level llmsla uses, make such a typo fail ``llmsla deploy validate``. To use a
+level listed without fields (TLS, OAuth2, ...), add its fields here first.
+See docs/deploy.md#regenerate-and-validate.
 """
 
 from __future__ import annotations

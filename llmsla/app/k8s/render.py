@@ -1,19 +1,10 @@
 """``llmsla deploy render``: the generated files of ``deploy/k8s``.
 
-Three things in the manifests are derived, so they are generated rather than hand-kept, and
-``--check`` (a test runs it) fails when the committed copies are stale:
-
-* ``base/prometheus-rule.yaml``: one ``PrometheusRule`` with exactly the rule groups ``llmsla
-  slo generate`` writes into ``deploy/prometheus/rules/`` (the same specs through the same
-  functions; the static group too);
-* ``base/alertmanager-config.yaml``: ``deploy/alertmanager/alertmanager.yml`` as the Prometheus
-  Operator's ``AlertmanagerConfig``: the same route tree, receivers and inhibitions, with the
-  receiver reached through its in-cluster Service and its bearer token read from the
-  ``llmsla-tokens`` Secret instead of a file;
-* ``schemas/*.json``: the strict custom-resource schemas (:mod:`.crd_schemas`), for other tools
-  (kubeconform ``-schema-location``) and for review.
-
-The rest of ``deploy/k8s`` is hand-written YAML; :mod:`.validate` checks all of it.
+The PrometheusRule, the AlertmanagerConfig and the custom-resource schemas are derived from
+files llmsla already generates or owns, so they are rendered rather than hand-kept, and
+``--check`` (a test runs it) fails when the committed copies are stale. The rest of
+``deploy/k8s`` is hand-written YAML, checked by :mod:`.validate`.
+See docs/deploy.md#regenerate-and-validate.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """``llmsla deploy validate``: every object of every kustomization, checked offline.
 
-1. ``kubectl kustomize`` renders the base and each overlay (a broken reference or patch fails
-   here).
-2. Built-in kinds: ``kubernetes-validate`` with ``strict`` (no unknown field at any level)
-   against each Kubernetes version in :data:`KUBE_VERSIONS`.
-3. Custom resources: the strict schemas of :mod:`.crd_schemas`; a pod template inside one is a
-   core ``v1`` Pod for step 2. A kind with no schema is an error, never a silent pass (that is
-   what ``kubernetes-validate`` does with custom resources).
-4. Policy (:func:`policy_problems`): what the manifests promise in docs/deploy.md -- every
-   pod meets the "restricted" Pod Security profile, every llmsla container has requests, a
-   memory limit and (long-running services) probes; tokens and passwords come from Secrets,
-   never from a ConfigMap or a literal ``env`` value.
+Render with ``kubectl kustomize``, check built-in kinds strictly against each supported
+Kubernetes version, custom resources against :mod:`.crd_schemas`, then the policy the manifests
+promise (restricted pods, resources, probes, secrets never in a ConfigMap). A kind with no
+schema is an error, never a silent pass. See docs/deploy.md#regenerate-and-validate.
 """
 
 from __future__ import annotations
