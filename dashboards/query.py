@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Pending:
-    """The data comes from a component another issue is building; until its artefact exists the
-    panel shows "no data" and the tests only check that the query parses (and say so)."""
+    """The data comes from another component's artefact that a deployment must load first (the
+    SLO recording rules into Prometheus); until it does the panel shows "no data", and the
+    dashboard's description names what to load."""
 
     component: str  # e.g. "alerting (`llmsla slo generate`)"
     artefact: str  # what must exist before the data can: e.g. "Sloth recording rules"

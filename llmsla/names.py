@@ -235,7 +235,7 @@ ROUTER_DRAINED = "llmsla_router_drained"
 ROUTER_FALLBACK = "llmsla_router_fallback"  # counter: shared state unavailable, local stats used
 DISTILL_STUDENT_SHARE_RATIO = "llmsla_distill_student_share_ratio"
 
-# --- forecaster and alerting (later issues reserve these) ---------------------------------------
+# --- forecaster and alerting ---------------------------------------------------------------------
 FORECAST_RISK = "llmsla_forecast_risk"  # gauge 0..1, labels target, model, pool, replica
 ALERT_ACTIONS = "llmsla_alert_actions"  # counter; llmsla_alert_actions_total
 FORECAST_SCORE_SECONDS = "llmsla_forecast_score_seconds"  # histogram: one batch scored
