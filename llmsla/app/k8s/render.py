@@ -1,7 +1,7 @@
 """``llmsla deploy render``: the generated files of ``deploy/k8s``.
 
 Three things in the manifests are derived, so they are generated rather than hand-kept, and
-``--check`` (a test runs it) fails when the committed copies are stale:
+``--check`` (a test runs it) exits 1 when the committed copies are stale (:mod:`llmsla.generated`):
 
 * ``base/prometheus-rule.yaml``: one ``PrometheusRule`` with exactly the rule groups ``llmsla
   slo generate`` writes into ``deploy/prometheus/rules/`` (the same specs through the same
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from llmsla import slo_catalog
+from llmsla import generated, slo_catalog
 from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
 from llmsla.alerting.generate import SPECS_DIR
@@ -148,17 +148,6 @@ def files(cfg: Config, root: Path = K8S_DIR) -> dict[Path, str]:
     return out
 
 
-def stale(generated: dict[Path, str]) -> list[str]:
-    """Files that are missing or differ, one line each."""
-    return [f"{p}: {'missing' if not p.exists() else 'differs from what `llmsla deploy render` writes'}"
-            for p, text in sorted(generated.items()) if not p.exists() or p.read_text() != text]
-
-
-def write(generated: dict[Path, str]) -> list[Path]:
-    written = []
-    for path, text in sorted(generated.items()):
-        if not path.exists() or path.read_text() != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            written.append(path)
-    return written
+GENERATOR = generated.Generator(
+    "k8s", "llmsla deploy render", K8S_DIR, files,
+    lambda root: ["-m", "llmsla", "deploy", "render", "--out", str(root), "--check"])
