@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
-    from llmsla import slo_catalog
+    from llmsla import generated, slo_catalog
     from llmsla.alerting import generate as G
     from llmsla.errors import CliError
     from llmsla.resources import deploy
@@ -66,20 +66,8 @@ def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
     for name, reason in sorted(out.skipped.items()):
         print(f"rule tests for SLO {name} skipped: {reason}")
     dirs = [args.rules_out] + ([args.tests_out] if args.window_scale == 1 else [])
-    if args.check:
-        problems = G.stale(out, dirs)
-        for p in problems:
-            print(p)
-        if problems:
-            print("run `llmsla slo generate` and commit the result")
-            return 1
-        print(f"{len(out.files)} generated files are current ({len(out.specs)} SLOs)")
-        return 0
-    written = G.write(out, dirs)
-    for p in written:
-        print(f"wrote {p}")
-    print(f"{len(out.specs)} SLOs, {len(out.files)} files ({len(written)} changed)")
-    return 0
+    return generated.run(out.files, check=args.check, command=G.GENERATOR.command,
+                         owned=G.generated_on_disk(dirs), summary=f"{len(out.specs)} SLOs")
 
 
 def cmd_receiver(args: argparse.Namespace, cfg: Config) -> int:

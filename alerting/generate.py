@@ -1,8 +1,8 @@
-"""``llmsla slo generate``: write (or ``--check``) the rule and rule-test files from the specs.
+"""``llmsla slo generate``: render the rule and rule-test files from the specs.
 
-Generated files are committed (golden files, as Sloth's examples are): a test regenerates them in
-memory and fails when the committed ones are stale, so a spec change without regenerating, or a
-generator change that moves the rules, shows up in review as a diff.
+Generated files are committed (golden files, as Sloth's examples are) and go through
+:mod:`llmsla.generated` (``--check`` exits 1 when stale), so a spec change without regenerating,
+or a generator change that moves the rules, shows up in review as a diff.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmsla import generated, slo_catalog
 from llmsla.alerting import rule_tests
 from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
@@ -88,27 +89,14 @@ def generated_on_disk(dirs: list[Path]) -> set[Path]:
     return found
 
 
-def stale(out: Output, dirs: list[Path]) -> list[str]:
-    """Human-readable problems: files that differ, are missing, or should not exist."""
-    problems = []
-    for path, text in sorted(out.files.items()):
-        if not path.exists():
-            problems.append(f"{path}: missing")
-        elif path.read_text() != text:
-            problems.append(f"{path}: differs from what the specs generate")
-    for path in sorted(generated_on_disk(dirs) - set(out.files)):
-        problems.append(f"{path}: generated file without a spec (delete it)")
-    return problems
+def render(cfg: Config, root: Path) -> dict[Path, str]:
+    """The generator's files under ``root`` (``rules/`` and ``tests/``), from the configured specs."""
+    return generate(cfg, specs_dir=slo_catalog.specs_dir(cfg), rules_dir=root / RULES_DIR.name,
+                    tests_dir=root / TESTS_DIR.name).files
 
 
-def write(out: Output, dirs: list[Path]) -> list[Path]:
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-    for path in sorted(generated_on_disk(dirs) - set(out.files)):
-        path.unlink()
-    written = []
-    for path, text in sorted(out.files.items()):
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-            written.append(path)
-    return written
+GENERATOR = generated.Generator(
+    "slo-rules", "llmsla slo generate", RULES_DIR.parent, render,
+    lambda root: ["-m", "llmsla", "slo", "generate", "--rules-out", str(root / RULES_DIR.name),
+                  "--tests-out", str(root / TESTS_DIR.name), "--check"],
+    owned=lambda root: generated_on_disk([root / RULES_DIR.name, root / TESTS_DIR.name]))

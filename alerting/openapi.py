@@ -1,14 +1,14 @@
 """OpenAPI 3.1 document of the receiver, served at ``/openapi.json`` and committed as
-``deploy/openapi/receiver.json`` (a test keeps the two equal; ``python -m llmsla.alerting.openapi``
-rewrites the file)."""
+``deploy/openapi/receiver.json`` (a test keeps the two equal; ``python -m llmsla.alerting.openapi
+[--check]`` rewrites or checks the file, :mod:`llmsla.generated`)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from llmsla import generated
 from llmsla.alerting import webhook
 from llmsla.openapi import ERROR_RESPONSE, common_paths, error_schema
 
@@ -110,8 +110,10 @@ def render() -> str:
     return json.dumps(document(), indent=2, sort_keys=True) + "\n"
 
 
+GENERATOR = generated.Generator(
+    "openapi-receiver", "python -m llmsla.alerting.openapi", COMMITTED, lambda cfg, root: {root: render()},
+    lambda root: ["-m", "llmsla.alerting.openapi", str(root), "--check"])
+
+
 if __name__ == "__main__":  # pragma: no cover
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else COMMITTED
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render())
-    print(f"wrote {out}")
+    raise SystemExit(generated.module_main(GENERATOR))

@@ -1,15 +1,16 @@
 """OpenAPI 3.0 document of the control API, served at ``/openapi.json`` and committed as
-``deploy/openapi/control.json`` (a test keeps them equal; ``python -m llmsla.control.openapi``
-rewrites the file). Written from the handlers in ``api.py``: bodies are closed objects (unknown
-fields are a 400 there), every write needs the bearer token."""
+``deploy/openapi/control.json`` (a test keeps them equal; ``python -m llmsla.control.openapi
+[--check]`` rewrites or checks the file, :mod:`llmsla.generated`). Written from the handlers in
+``api.py``: bodies are closed objects (unknown fields are a 400 there), every write needs the
+bearer token."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from llmsla import generated
 from llmsla.control.api import MAX_BODY_BYTES
 from llmsla.control.router import DEFAULT_PARAMS, POLICIES
 from llmsla.openapi import ERROR_RESPONSE, common_paths, error_schema
@@ -93,8 +94,10 @@ def render() -> str:
     return json.dumps(document(), indent=2, sort_keys=True) + "\n"
 
 
+GENERATOR = generated.Generator(
+    "openapi-control", "python -m llmsla.control.openapi", COMMITTED, lambda cfg, root: {root: render()},
+    lambda root: ["-m", "llmsla.control.openapi", str(root), "--check"])
+
+
 if __name__ == "__main__":  # pragma: no cover
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else COMMITTED
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render())
-    print(f"wrote {out}")
+    raise SystemExit(generated.module_main(GENERATOR))

@@ -1,6 +1,7 @@
 """``llmsla dashboards build``: dashboard JSON plus Grafana provisioning, rendered from code.
 
-Output (committed under ``deploy/grafana/``; a test fails when it is stale):
+Output (committed under ``deploy/grafana/``; ``--check`` exits 1 and a test fails when it is
+stale; :mod:`llmsla.generated`):
 
 * ``dashboards/<name>.json`` — the dashboards, serialised by the SDK's encoder;
 * ``provisioning/datasources/llmsla.yaml`` — Prometheus and the store with the uids the dashboards
@@ -19,7 +20,7 @@ from typing import Any
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from llmsla import names
+from llmsla import generated, names
 from llmsla.config import Config
 from llmsla.dashboards.catalog import build_all
 
@@ -141,22 +142,16 @@ def render(cfg: Config) -> dict[str, str]:
     return out
 
 
-def stale(cfg: Config, out: Path = DEFAULT_OUT) -> list[str]:
-    """Files that differ from what ``build`` would write, are missing, or are no longer built."""
-    files = render(cfg)
-    bad = [str(out / rel) for rel, text in files.items()
-           if not (out / rel).exists() or (out / rel).read_text() != text]
-    extra = out / "dashboards"
-    if extra.is_dir():
-        bad += [str(p) for p in sorted(extra.glob("*.json")) if f"dashboards/{p.name}" not in files]
-    return bad
+def files(cfg: Config, root: Path = DEFAULT_OUT) -> dict[Path, str]:
+    """:func:`render` under ``root``, for :mod:`llmsla.generated`."""
+    return {root / rel: text for rel, text in render(cfg).items()}
 
 
-def write(cfg: Config, out: Path = DEFAULT_OUT) -> list[Path]:
-    written = []
-    for rel, text in render(cfg).items():
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+def owned(root: Path) -> list[Path]:
+    """Dashboard JSON in ``root``: one no longer built is stale, and ``build`` deletes it."""
+    return sorted((root / "dashboards").glob("*.json"))
+
+
+GENERATOR = generated.Generator(
+    "dashboards", "llmsla dashboards build", DEFAULT_OUT, files,
+    lambda root: ["-m", "llmsla", "dashboards", "build", "--out", str(root), "--check"], owned=owned)

@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ds = d.add_subparsers(dest="dashboards_cmd", required=True, metavar="ACTION")
     b = ds.add_parser("build", help="write deploy/grafana: dashboard JSON, datasource and dashboard provisioning")
     b.add_argument("--out", type=argtypes.writable_dir, default=None, help="output folder (default deploy/grafana)")
-    b.add_argument("--check", action="store_true", help="exit 2 naming the stale files instead of writing")
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale files")
     b.set_defaults(handler=cmd_build)
 
     r = sub.add_parser("report", help="self-contained HTML report with the dashboards' key panels")
@@ -35,21 +35,14 @@ def cmd_build(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.extras import require
 
     require("dashboards", "llmsla dashboards build")  # one line, not a ModuleNotFoundError
+    from llmsla import generated
     from llmsla.dashboards import build
-    from llmsla.errors import CliError
     from llmsla.resources import LOCAL, deploy
 
     # --check compares with the installed dashboards when there is no deploy/grafana here
     out = Path(args.out) if args.out else (deploy("grafana") if args.check else LOCAL / "grafana")
-    if args.check:
-        stale = build.stale(cfg, out)
-        if stale:
-            raise CliError(f"stale dashboard files: {', '.join(stale)}; run `llmsla dashboards build`")
-        print(f"{out}: up to date")
-        return 0
-    for path in build.write(cfg, out):
-        print(f"wrote {path}")
-    return 0
+    return generated.run(build.files(cfg, out), check=args.check, command=build.GENERATOR.command,
+                         owned=build.owned(out))
 
 
 def cmd_report(args: argparse.Namespace, cfg: Config) -> int:

@@ -20,22 +20,18 @@ import numpy as np
 
 from llmsla import names
 from llmsla.events import GpuSample, RequestEvent
+from llmsla.store import schema
 
 Frame = dict[str, np.ndarray]
 
-REQUEST_KEYS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS)
-REQUEST_VALUES: tuple[str, ...] = (
-    "requests", "ok", "errors", "timeouts", "cancelled", "rejected", "qps",
-    "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms",
-    "itl_mean_ms", "itl_jitter_ms", "queue_p99_ms", "prompt_tokens", "output_tokens", "output_tps",
-    "ttft_slo_ms", "e2e_slo_ms", "ttft_within_slo", "e2e_within_slo", "ttft_count", "ttft_sum_ms",
-    "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2",
-)
-GPU_KEYS: tuple[str, ...] = ("bucket", "node", "gpu")
-GPU_VALUES: tuple[str, ...] = ("samples", "mem_used_max_bytes", "mem_used_mean_bytes", "mem_total_bytes",
-                               "util_mean", "temp_max_c", "power_mean_w")
-POLICY_KEYS: tuple[str, ...] = ("bucket", "zone", "policy_id")
-POLICY_VALUES: tuple[str, ...] = ("decisions", "traces", "temperature_mean", "temperature_jitter")
+#: The store's columns (:mod:`llmsla.store.schema`); the request frame has no histograms.
+REQUEST_KEYS = schema.REQUEST_KEYS
+REQUEST_VALUES = schema.REQUEST_VALUES
+GPU_KEYS = schema.GPU_KEYS
+GPU_VALUES = schema.GPU_VALUES
+POLICY_KEYS = schema.POLICY_KEYS
+#: The policy columns the features read: decision counts and temperatures, not the latencies.
+POLICY_VALUES: tuple[str, ...] = tuple(c for c in schema.POLICY_VALUES if not c.endswith("_ms"))
 
 
 

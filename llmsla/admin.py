@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmsla import argtypes, events, names, spool
+from llmsla import argtypes, events, generated, names, spool
 from llmsla import config as config_mod
 from llmsla.errors import CliError
 
@@ -16,6 +16,25 @@ if TYPE_CHECKING:
     from llmsla.store import StoreHandle
 
 SCHEMA_DIR = Path("deploy") / "schemas"
+CONFIG_DOC = Path("docs") / "config.md"
+
+
+def render_schemas(cfg: config_mod.Config, root: Path) -> dict[Path, str]:
+    """The event contracts' JSON Schemas under ``root``."""
+    return {root / fname: text for fname, text in events.render_schemas().items()}
+
+
+def render_config_doc(cfg: config_mod.Config, root: Path) -> dict[Path, str]:
+    """The key reference; ``root`` is the file itself."""
+    return {root: config_mod.render_doc()}
+
+
+SCHEMAS = generated.Generator(
+    "schemas", "llmsla schemas", SCHEMA_DIR, render_schemas,
+    lambda root: ["-m", "llmsla", "schemas", "--out", str(root), "--check"])
+CONFIG_DOCS = generated.Generator(
+    "config-doc", "llmsla config doc", CONFIG_DOC, render_config_doc,
+    lambda root: ["-m", "llmsla", "config", "doc", "--out", str(root), "--check"])
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,12 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     cs.add_parser("show", help="the effective configuration as TOML-like text").set_defaults(handler=cmd_config_show)
     cs.add_parser("check", help="validate --config FILE and the LLMSLA_* environment").set_defaults(handler=cmd_config_check)
     d = cs.add_parser("doc", help="write the key reference (docs/config.md)")
-    d.add_argument("--out", default="docs/config.md")
+    d.add_argument("--out", default=str(CONFIG_DOC))
+    d.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is stale")
     d.set_defaults(handler=cmd_config_doc)
 
     sch = sub.add_parser("schemas", help="write JSON Schemas of the event contracts")
     sch.add_argument("--out", type=argtypes.writable_dir, default=None, help=f"output folder (default {SCHEMA_DIR})")
-    sch.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
+    sch.add_argument("--check", action="store_true", help="write nothing; exit 1 if the files are stale")
     sch.set_defaults(handler=cmd_schemas)
 
     sp = sub.add_parser("spool", help="spool statistics and upkeep")
@@ -209,30 +229,16 @@ def cmd_config_check(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 
 def cmd_config_doc(args: argparse.Namespace, cfg: config_mod.Config) -> int:
+    files = CONFIG_DOCS.render(cfg, Path(args.out))
     try:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(config_mod.render_doc())
+        return generated.run(files, check=args.check, command=CONFIG_DOCS.command)
     except OSError as exc:
         raise CliError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
-    print(f"wrote {args.out}")
-    return 0
 
 
 def cmd_schemas(args: argparse.Namespace, cfg: config_mod.Config) -> int:
-    out = Path(args.out or SCHEMA_DIR)
-    stale = []
-    for fname, text in events.render_schemas().items():
-        path = out / fname
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-    if stale:
-        raise CliError(f"stale JSON Schemas: {', '.join(stale)}; run `llmsla schemas`")
-    return 0
+    root = Path(args.out or SCHEMA_DIR)
+    return generated.run(SCHEMAS.render(cfg, root), check=args.check, command=SCHEMAS.command)
 
 
 def _report_skipped(root: Path) -> list[tuple[Path, str]]:

@@ -15,29 +15,17 @@ from dataclasses import dataclass
 from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.events import EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
-from llmsla.store import rollups
+from llmsla.store import rollups, schema
 
 #: Output kind of dead letters in the unioned output stream.
 DEAD_LETTERS = names.T_DEAD_LETTERS
 
 #: Columns the job writes, per target table, in payload order: a window row's payload is its
 #: line of COPY text (:func:`_copy_line`), which the sink COPYs as is.
-REQUEST_COLUMNS: tuple[str, ...] = (
-    "bucket", "model", "pool", "replica", "arm", "requests", "ok", "errors", "timeouts",
-    "cancelled", "rejected", "qps", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "e2e_p50_ms",
-    "e2e_p95_ms", "e2e_p99_ms", "itl_mean_ms", "itl_jitter_ms", "queue_p99_ms", "prompt_tokens",
-    "output_tokens", "output_tps", "ttft_slo_ms", "e2e_slo_ms", "ttft_within_slo", "e2e_within_slo",
-    "ttft_count", "ttft_sum_ms", "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2",
-    names.C_TTFT_HIST, names.C_E2E_HIST,
-)
-POLICY_COLUMNS: tuple[str, ...] = (
-    "bucket", "zone", "policy_id", "decisions", "traces", "temperature_mean", "temperature_jitter",
-    "latency_p50_ms", "latency_p99_ms", "decide_p99_ms",
-)
-GPU_COLUMNS: tuple[str, ...] = (
-    "bucket", "node", "gpu", "samples", "mem_used_max_bytes", "mem_used_mean_bytes",
-    "mem_total_bytes", "util_mean", "temp_max_c", "power_mean_w",
-)
+#: (The tables' column lists: :mod:`llmsla.store.schema`.)
+REQUEST_COLUMNS = schema.REQUEST_COLUMNS
+POLICY_COLUMNS = schema.POLICY_COLUMNS
+GPU_COLUMNS = schema.GPU_COLUMNS
 #: Dead-letter payload: spool kind, file, verdict (invalid|future|past|late), the format's problem
 #: (json_error; null on the fallback), and the raw line's bytes in base64: the line as read, even
 #: when it is not UTF-8 or holds a NUL, so the sink asks the contract about the exact bytes.
@@ -45,7 +33,7 @@ DEAD_COLUMNS: tuple[str, ...] = ("source", "file", "verdict", "problem", "raw_ba
 
 #: The job's 1 m roll-up rows (Java path): the roll-up's key, its values up to the histograms,
 #: and the quantiles of the summed histograms (computed on the JVM, HistogramQuantile.java).
-MINUTE_COLUMNS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS, *rollups.VALUE_COLUMNS,
+MINUTE_COLUMNS: tuple[str, ...] = (*schema.REQUEST_KEYS, *rollups.VALUE_COLUMNS,
                                    *(c for c, _, _ in rollups.QUANTILES))
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -55,10 +43,10 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     names.T_GPU_WINDOWS: GPU_COLUMNS,
 }
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    names.T_REQUEST_WINDOWS: ("bucket", *names.REQUEST_LABELS),
-    names.T_REQUEST_WINDOWS_1M: ("bucket", *names.REQUEST_LABELS),
-    names.T_POLICY_WINDOWS: ("bucket", names.L_ZONE, names.L_POLICY_ID),
-    names.T_GPU_WINDOWS: ("bucket", names.L_NODE, names.L_GPU),
+    names.T_REQUEST_WINDOWS: schema.REQUEST_KEYS,
+    names.T_REQUEST_WINDOWS_1M: schema.REQUEST_KEYS,
+    names.T_POLICY_WINDOWS: schema.POLICY_KEYS,
+    names.T_GPU_WINDOWS: schema.GPU_KEYS,
 }
 # the sink finds a row's key in the leading fields of its line (StoreWriter._window_rows)
 assert all(TABLE_COLUMNS[t][:len(k)] == k for t, k in TABLE_KEYS.items())

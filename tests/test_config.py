@@ -113,11 +113,6 @@ def test_missing_file() -> None:
         config_mod.load("/nonexistent/llmsla.toml", env={})
 
 
-def test_config_doc_is_current() -> None:
-    path = ROOT / "docs" / "config.md"
-    assert path.read_text() == config_mod.render_doc(), "docs/config.md is stale; run `llmsla config doc`"
-
-
 def test_ab_experiments_from_file_and_env_name_the_key(tmp_path: Path) -> None:
     p = write(tmp_path, """
 [ab.experiments.checkout]

@@ -123,13 +123,6 @@ def test_to_json_refuses_nan_from_direct_construction() -> None:
         broken.validate()
 
 
-def test_schemas_on_disk_are_current() -> None:
-    for fname, text in events.render_schemas().items():
-        path = ROOT / "deploy" / "schemas" / fname
-        assert path.exists(), f"{path} missing; run `llmsla schemas`"
-        assert path.read_text() == text, f"{path} is stale; run `llmsla schemas`"
-
-
 @pytest.mark.parametrize("kind", names.SPOOL_KINDS)
 def test_schema_agrees_with_validator(kind: str) -> None:
     """jsonschema (independent) accepts what we accept and rejects type/range/enum violations."""

@@ -213,3 +213,22 @@ def test_connect_waits_between_attempts(tmp_path) -> None:
         connect(f"postgresql://alice@/llmsla?host={tmp_path}", timeout_s=1.0)
     assert time.monotonic() - t0 >= 1.0
     assert time.process_time() - cpu0 < 0.3
+
+
+def test_window_tables_have_the_declared_columns(pg_dsn: str, cfg) -> None:
+    """The migrations create exactly the columns of ``llmsla.store.schema``, in its order: the
+    list the stream job, the forecaster and the roll-ups derive theirs from."""
+    from llmsla.store import rollups, schema
+
+    with connect(pg_dsn) as conn:
+        migrate(conn, cfg)
+
+        def columns(table: str) -> tuple[str, ...]:
+            return tuple(r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
+                "AND table_name = %s AND column_name <> %s ORDER BY ordinal_position", (table, schema.UPDATED_AT)))
+
+        assert columns(names.T_REQUEST_WINDOWS) == schema.REQUEST_COLUMNS
+        assert columns(names.T_POLICY_WINDOWS) == schema.POLICY_COLUMNS
+        assert columns(names.T_GPU_WINDOWS) == schema.GPU_COLUMNS
+        assert columns(names.T_REQUEST_WINDOWS_1M) == (*schema.REQUEST_KEYS, *rollups.rollup_columns())

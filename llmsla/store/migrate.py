@@ -4,11 +4,12 @@ Each ``migrations/NNNN_name.sql`` holds the common DDL; ``NNNN_name.plain.sql`` 
 ``NNNN_name.timescale.sql`` the flavour's part, with markers where SQL generated from Python
 stands. A migration is rendered once, when it is written, into
 ``migrations/frozen/<flavour>/NNNN_name.sql``, and ``migrate`` applies exactly those bytes: editing
-the Python that renders an old migration cannot change what it creates on a new database (a test
-fails when the renderer and the frozen files disagree; ``python -m llmsla.store.migrate --write``
-freezes a new migration). The flavour is decided once, on the first migration, and recorded in
-``llmsla_migrations`` so a later run never mixes the two. An advisory lock serialises concurrent
-``migrate`` calls (several services starting at once).
+the Python that renders an old migration cannot change what it creates on a new database. The
+frozen files are the renderer's golden files (:mod:`llmsla.generated`): ``--check`` and a test fail
+when the two disagree; ``python -m llmsla.store.migrate --write`` freezes a new migration. The
+flavour is decided once, on the first migration, and recorded in ``llmsla_migrations`` so a
+later run never mixes the two. An advisory lock serialises concurrent ``migrate`` calls (several
+services starting at once).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-from llmsla import names
+from llmsla import generated, names
 from llmsla.config import Config
 from llmsla.store import forecast_rollups, maintenance
 from llmsla.store.connection import StoreError
@@ -245,16 +246,20 @@ def render_frozen() -> dict[str, str]:
             for m in load_migrations() for flavor in FLAVORS}
 
 
-def frozen_differences() -> list[str]:
-    """Frozen files that are missing or differ from what the renderer gives, and frozen files of
-    no migration."""
-    root = Path(str(_migrations_root()))
-    rendered = render_frozen()
-    out = [rel for rel, text in rendered.items()
-           if not (root / rel).is_file() or (root / rel).read_text(encoding="utf-8") != text]
-    out += [str(p.relative_to(root)) for p in sorted((root / FROZEN_DIR).glob("*/*.sql"))
-            if str(p.relative_to(root)) not in rendered]
-    return out
+def frozen_files(cfg: Config | None, root: Path) -> dict[Path, str]:
+    """:func:`render_frozen` under ``root`` (a ``migrations/`` folder), for :mod:`llmsla.generated`."""
+    return {root / rel: text for rel, text in render_frozen().items()}
+
+
+def _frozen_on_disk(root: Path) -> list[Path]:
+    return sorted((root / FROZEN_DIR).glob("*/*.sql"))
+
+
+#: The frozen SQL is the renderer's golden files; unlike the other generators ``--write`` only adds
+#: (a frozen file that differs is a released migration: add a new one instead).
+GENERATOR = generated.Generator(
+    "migrations", "python -m llmsla.store.migrate --write", Path("llmsla/store/migrations"), frozen_files,
+    lambda root: ["-m", "llmsla.store.migrate", "--check", "--dir", str(root)], owned=_frozen_on_disk)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,29 +267,27 @@ def main(argv: list[str] | None = None) -> int:
     check that the renderer still gives every frozen file (``--check``, exit 1 when not)."""
     ap = argparse.ArgumentParser(prog="python -m llmsla.store.migrate")
     mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--check", action="store_true", help="exit 1 if a frozen migration differs")
+    mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if a frozen migration differs")
     mode.add_argument("--write", action="store_true", help="freeze migrations that have no frozen SQL yet")
     ap.add_argument("--force", action="store_true", help="with --write: also rewrite frozen migrations that differ")
+    ap.add_argument("--dir", type=Path, default=None, help="migrations folder (default: the package's)")
     args = ap.parse_args(argv)
-    root = Path(str(_migrations_root()))
-    diff = frozen_differences()
+    root = args.dir or Path(str(_migrations_root()))
+    files = frozen_files(None, root)
     if args.check:
-        for rel in diff:
-            print(f"frozen migration differs from its renderer: {rel}", file=sys.stderr)
-        return 1 if diff else 0
-    rendered = render_frozen()
-    for rel in diff:
-        path = root / rel
-        if rel not in rendered:
+        return generated.run(files, check=True, command=GENERATOR.command, owned=_frozen_on_disk(root))
+    fix = []
+    for p in generated.stale(files, _frozen_on_disk(root)):
+        rel = p.path.relative_to(root)
+        if p.kind == generated.ORPHAN:
             print(f"no migration for {rel}; remove it by hand", file=sys.stderr)
-            continue
-        if path.exists() and not args.force:
+        elif p.kind == generated.DIFFERS and not args.force:
             print(f"{rel} is frozen and the renderer now differs: add a new migration instead "
                   f"(or --force before it was ever released)", file=sys.stderr)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(rendered[rel], encoding="utf-8")
-        print(f"wrote {rel}")
+        else:
+            fix.append(p)
+    for path in generated.write(files, fix):
+        print(f"wrote {path.relative_to(root)}")
     return 0
 
 

@@ -10,24 +10,22 @@ See docs/store.md#tables-llmslastoremigrations0001_coresql-names-in-llmslanamesp
 from __future__ import annotations
 
 from llmsla import names
+from llmsla.store import schema
 
 #: Bucket origin of the plain flavour's date_bin (epoch-aligned like time_bucket).
 ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
-KEYS = ("model", "pool", "replica", "arm")
+KEYS = names.REQUEST_LABELS
 
 ROLLUPS: dict[str, str] = {
     names.T_REQUEST_WINDOWS_1M: "1 minute",
     names.T_REQUEST_WINDOWS_1H: "1 hour",
 }
 
-SUMS = (
-    "requests", "ok", "errors", "timeouts", "cancelled", "rejected", "prompt_tokens",
-    "output_tokens", "ttft_within_slo", "e2e_within_slo", "ttft_count", "ttft_sum_ms",
-    "e2e_sum_ms", "itl_n", "itl_sum_ms", "itl_sumsq_ms2",
-)
-_MAXES = ("ttft_p99_ms", "e2e_p99_ms", "queue_p99_ms", "ttft_slo_ms", "e2e_slo_ms")
-#: Histogram columns (migration 0005): summed by ``llmsla_hist_sum``.
-HISTS = (names.C_TTFT_HIST, names.C_E2E_HIST)
+#: The 5 s columns each roll-up sums, keeps the maximum of, and merges (histograms, migration
+#: 0005, summed by ``llmsla_hist_sum``): declared with the columns in :mod:`llmsla.store.schema`.
+SUMS = schema.REQUEST_SUMS
+_MAXES = schema.REQUEST_MAXES
+HISTS = schema.REQUEST_HISTS
 #: Quantile columns of the roll-ups from the summed histograms: (column, histogram, q).
 QUANTILES: tuple[tuple[str, str, float], ...] = tuple(
     (f"{h.removesuffix('_hist')}_p{round(q * 100)}_ms", h, q) for h in HISTS for q in (0.5, 0.95, 0.99)

@@ -44,11 +44,8 @@ class Served:
         self.thread.join(10)
 
 
-def test_committed_documents_are_current_and_served(pg_dsn: str) -> None:
-    assert (ROOT / receiver_openapi.COMMITTED).read_text() == receiver_openapi.render(), \
-        "run `python -m llmsla.alerting.openapi`"
-    assert (ROOT / control_openapi.COMMITTED).read_text() == control_openapi.render(), \
-        "run `python -m llmsla.control.openapi`"
+def test_served_documents_are_the_rendered_ones(pg_dsn: str) -> None:
+    """(The committed copies equal the render: tests/test_generated.py.)"""
     srv = Served(migrated(pg_dsn))
     try:
         assert requests.get(srv.h.url + "/openapi.json", timeout=5).json() == receiver_openapi.document()

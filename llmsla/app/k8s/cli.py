@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_render(args: argparse.Namespace, cfg: Config) -> int:
+    from llmsla import generated
     from llmsla.app.k8s import render
     from llmsla.errors import CliError
     from llmsla.resources import LOCAL, deploy
@@ -32,21 +33,10 @@ def cmd_render(args: argparse.Namespace, cfg: Config) -> int:
     # --check compares with the installed manifests when there is no deploy/k8s here
     out = args.out or (deploy("k8s") if args.check else LOCAL / "k8s")
     try:
-        generated = render.files(cfg, out)
+        files = render.files(cfg, out)
     except (SourceError, ValueError) as exc:
         raise CliError(str(exc)) from None
-    if args.check:
-        problems = render.stale(generated)
-        for p in problems:
-            print(p)
-        if problems:
-            print("run `llmsla deploy render` and commit the result")
-            return 1
-        print(f"{len(generated)} generated files are current")
-        return 0
-    for p in render.write(generated):
-        print(f"wrote {p}")
-    return 0
+    return generated.run(files, check=args.check, command=render.GENERATOR.command)
 
 
 def cmd_validate(args: argparse.Namespace, cfg: Config) -> int:

@@ -2,7 +2,7 @@
 
 The PrometheusRule, the AlertmanagerConfig and the custom-resource schemas are derived from
 files llmsla already generates or owns, so they are rendered rather than hand-kept, and
-``--check`` (a test runs it) fails when the committed copies are stale. The rest of
+``--check`` (a test runs it) exits 1 when the committed copies are stale (:mod:`llmsla.generated`). The rest of
 ``deploy/k8s`` is hand-written YAML, checked by :mod:`.validate`.
 See docs/deploy.md#regenerate-and-validate.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from llmsla import slo_catalog
+from llmsla import generated, slo_catalog
 from llmsla.alerting import rules as R
 from llmsla.alerting.emit import dump
 from llmsla.alerting.generate import SPECS_DIR
@@ -139,17 +139,6 @@ def files(cfg: Config, root: Path = K8S_DIR) -> dict[Path, str]:
     return out
 
 
-def stale(generated: dict[Path, str]) -> list[str]:
-    """Files that are missing or differ, one line each."""
-    return [f"{p}: {'missing' if not p.exists() else 'differs from what `llmsla deploy render` writes'}"
-            for p, text in sorted(generated.items()) if not p.exists() or p.read_text() != text]
-
-
-def write(generated: dict[Path, str]) -> list[Path]:
-    written = []
-    for path, text in sorted(generated.items()):
-        if not path.exists() or path.read_text() != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            written.append(path)
-    return written
+GENERATOR = generated.Generator(
+    "k8s", "llmsla deploy render", K8S_DIR, files,
+    lambda root: ["-m", "llmsla", "deploy", "render", "--out", str(root), "--check"])

@@ -1,0 +1,55 @@
+"""Column lists of the store's window tables, declared once.
+
+Three components must agree on them: the stream job writes the rows (``streaming/sql.py``), the
+forecaster computes the same rows in memory and reads them back (``forecaster/windowing.py``,
+``store_io.py``), and the roll-ups aggregate them (:mod:`llmsla.store.rollups`, rendered into the
+migrations). Each keeps no list of its own, so a column cannot be added to one and missed by the
+others. The migrations create these columns (docs/store.md); order is table order.
+"""
+
+from __future__ import annotations
+
+from llmsla import names
+
+#: How a ``request_windows`` value rolls up into the 1 m / 1 h tiers: counts and sums add exactly;
+#: a worst-window P99 and the SLO thresholds keep their maximum; rates, means and the other
+#: percentiles are not carried (the roll-ups recompute them from sums and histograms).
+SUM = "sum"
+MAX = "max"
+NONE = "none"
+
+#: Each window table's last write time: the store sets it (``DEFAULT now()`` and on upsert), no
+#: writer lists it, so it is in none of the column lists below.
+UPDATED_AT = "updated_at"
+
+REQUEST_KEYS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS)
+#: ``request_windows`` values before the histograms, in table order, with their roll-up.
+REQUEST_VALUE_ROLLUP: dict[str, str] = {
+    "requests": SUM, "ok": SUM, "errors": SUM, "timeouts": SUM, "cancelled": SUM, "rejected": SUM,
+    "qps": NONE,
+    "ttft_p50_ms": NONE, "ttft_p95_ms": NONE, "ttft_p99_ms": MAX,
+    "e2e_p50_ms": NONE, "e2e_p95_ms": NONE, "e2e_p99_ms": MAX,
+    "itl_mean_ms": NONE, "itl_jitter_ms": NONE, "queue_p99_ms": MAX,
+    "prompt_tokens": SUM, "output_tokens": SUM, "output_tps": NONE,
+    "ttft_slo_ms": MAX, "e2e_slo_ms": MAX, "ttft_within_slo": SUM, "e2e_within_slo": SUM,
+    "ttft_count": SUM, "ttft_sum_ms": SUM, "e2e_sum_ms": SUM,
+    "itl_n": SUM, "itl_sum_ms": SUM, "itl_sumsq_ms2": SUM,
+}
+REQUEST_VALUES: tuple[str, ...] = tuple(REQUEST_VALUE_ROLLUP)
+#: Latency histograms (migration 0005; :mod:`llmsla.histogram`), summed when rolled up.
+REQUEST_HISTS: tuple[str, ...] = (names.C_TTFT_HIST, names.C_E2E_HIST)
+REQUEST_COLUMNS: tuple[str, ...] = (*REQUEST_KEYS, *REQUEST_VALUES, *REQUEST_HISTS)
+REQUEST_SUMS: tuple[str, ...] = tuple(c for c, r in REQUEST_VALUE_ROLLUP.items() if r == SUM)
+REQUEST_MAXES: tuple[str, ...] = tuple(c for c, r in REQUEST_VALUE_ROLLUP.items() if r == MAX)
+
+POLICY_KEYS: tuple[str, ...] = ("bucket", names.L_ZONE, names.L_POLICY_ID)
+POLICY_VALUES: tuple[str, ...] = (
+    "decisions", "traces", "temperature_mean", "temperature_jitter",
+    "latency_p50_ms", "latency_p99_ms", "decide_p99_ms",
+)
+POLICY_COLUMNS: tuple[str, ...] = (*POLICY_KEYS, *POLICY_VALUES)
+
+GPU_KEYS: tuple[str, ...] = ("bucket", names.L_NODE, names.L_GPU)
+GPU_VALUES: tuple[str, ...] = ("samples", "mem_used_max_bytes", "mem_used_mean_bytes", "mem_total_bytes",
+                               "util_mean", "temp_max_c", "power_mean_w")
+GPU_COLUMNS: tuple[str, ...] = (*GPU_KEYS, *GPU_VALUES)
