@@ -2,8 +2,9 @@
 
 The PrometheusRule, the AlertmanagerConfig and the custom-resource schemas are derived from
 files llmsla already generates or owns, so they are rendered rather than hand-kept, and
-``--check`` (a test runs it) exits 1 when the committed copies are stale (:mod:`llmsla.generated`). The rest of
-``deploy/k8s`` is hand-written YAML, checked by :mod:`.validate`.
+``--check`` (a test runs it) exits 1 when the committed copies are stale
+(:mod:`llmsla.generated`). The rest of ``deploy/k8s`` is hand-written YAML, checked by
+:mod:`.validate`.
 See docs/deploy.md#regenerate-and-validate.
 """
 
