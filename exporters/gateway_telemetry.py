@@ -13,6 +13,10 @@
   temperature-policy decision spans hang under it. A request that never reached a replica (429,
   503) has no CLIENT span.
 
+The ASGI middleware and the fleet simulator emit the same spans through the same object (see
+``exporters/recording.py``): the middleware's GenAI span is INTERNAL (the model is in process),
+and the simulator's are replayed from each finished event (:meth:`GatewayTelemetry.replay`).
+
 Token counts in ``gen_ai.usage.*`` and ``gen_ai.client.token.usage`` are only ever what the
 replica reported; llmsla's estimates (prompt characters / 4, counted chunks) go on the CLIENT span
 as ``llmsla.usage.estimated_*`` when ``otel.token_estimates`` is on, never under the
