@@ -419,8 +419,8 @@ def bench_scrape(label_sets: int, scrapes: int) -> list[dict]:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
+    from llmsla.app import wiring
     from llmsla.events import ItlSummary, RequestEvent
-    from llmsla.exporters import gateway as gw_mod
     from llmsla.exposition import render_fast
 
     cfg = config_mod.load(env={})
@@ -430,7 +430,7 @@ def bench_scrape(label_sets: int, scrapes: int) -> list[dict]:
     result: dict = {}
 
     async def main() -> None:
-        async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg, spool=None) as gw:
+        async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg, spool=None) as gw:
             rec = gw.gateway.recorder
             for i in range(label_sets):
                 ev = RequestEvent(ts_ms=1_700_000_000_000, trace_id="a" * 32, model=f"model-{i % 20}", pool="p",

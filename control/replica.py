@@ -4,8 +4,9 @@ routing to it."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from llmsla.replicas import Replica  # the identity is core (one numbering for every command)
 
 if TYPE_CHECKING:
     from llmsla.control.sampler import LadrSampler, LoadLevels
@@ -26,15 +27,6 @@ class UnknownReplica(LookupError):
 
 class LastReplicaError(RuntimeError):
     """Draining this replica would leave its pool with no healthy (non-drained) replica."""
-
-
-@dataclass
-class Replica:
-    id: str  # unique within the router, e.g. "r0"
-    pool: str  # pool name (names.DEFAULT_POOL if single pool)
-    url: str = ""  # base URL for the real gateway; "" in simulation
-    role: str = ""  # "teacher" | "student" | ""
-    weight: float = 1.0
 
 
 class ReplicaState:

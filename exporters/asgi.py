@@ -8,8 +8,11 @@ re-encoded: the body is read once (bounded), replayed to the app, and the app's 
 through unchanged. Requests the middleware cannot parse are passed through untouched (the app owns
 its error messages) and counted in ``llmsla_gateway_bad_requests_total``.
 
-There is no gateway queue in front of an in-process app, so ``queue_ms`` is the time spent
-reading the request body; ``replica`` is this process (constructor argument).
+It emits through the gateway's :class:`~llmsla.exporters.recording.Recorder`, so the spans (an
+HTTP SERVER span and, under it, a GenAI span of kind INTERNAL: the model is in process) and the
+OTLP metrics are the gateway's too. There is no gateway queue in front of an in-process app, so
+``queue_ms`` is the time spent reading the request body; ``replica`` is this process
+(constructor argument). Docs: docs/gateway.md (ASGI middleware).
 """
 
 from __future__ import annotations
@@ -17,15 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.exporters.gateway import ArmAssigner
+from llmsla.exporters.arms import ArmAssigner
 from llmsla.exporters.openai import CHAT_COMPLETIONS, COMPLETIONS, parse_request, prompt_estimate
-from llmsla.exporters.recorder import RequestRecorder, StreamTimer
-from llmsla.httpkit import ApiError, trace_context
+from llmsla.exporters.recorder import StreamTimer
+from llmsla.exporters.recording import Recorder
+from llmsla.httpkit import ApiError
 from llmsla.spool import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -38,15 +43,27 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class InstrumentedASGI:
-    """``app = InstrumentedASGI(app, cfg, replica="pod-3")``."""
+    """``app = InstrumentedASGI(app, recorder, cfg, replica="pod-3")``, or
+    ``InstrumentedASGI.from_config(app, cfg, spool=writer, replica="pod-3")`` to build the
+    recorder from ``cfg``."""
 
-    def __init__(self, app: ASGIApp, cfg: Config, *, registry: Any = None, spool: SpoolWriter | None = None,
-                 recorder: RequestRecorder | None = None, replica: str = "local", pool: str | None = None,
-                 arm_assigner: ArmAssigner | None = None,
-                 paths: tuple[str, ...] = (COMPLETIONS, CHAT_COMPLETIONS)) -> None:
+    def __init__(self, app: ASGIApp, recorder: Recorder | Config, cfg: Config | None = None, *,
+                 replica: str = "local", pool: str | None = None, arm_assigner: ArmAssigner | None = None,
+                 paths: tuple[str, ...] = (COMPLETIONS, CHAT_COMPLETIONS), **old: Any) -> None:
+        """``recorder``: where each request's event, metrics and spans go; ``cfg``: the
+        gateway's request bounds (``max_body_bytes``, ``max_prompt_chars``) and pool."""
+        if isinstance(recorder, Config):  # the old spelling InstrumentedASGI(app, cfg, registry=, spool=)
+            warnings.warn("InstrumentedASGI(app, cfg, registry=, spool=) is deprecated: pass a Recorder, or "
+                          "use InstrumentedASGI.from_config(app, cfg, ...)", DeprecationWarning, stacklevel=2)
+            cfg, recorder = recorder, Recorder.from_config(recorder, registry=old.pop("registry", None),
+                                                           spool=old.pop("spool", None))
+        if old:
+            raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(old))}")
+        if cfg is None:
+            raise TypeError("InstrumentedASGI needs the configuration (cfg)")
         self.app = app
-        self.recorder = recorder or RequestRecorder(cfg, registry=registry, spool=spool)
-        self.metrics = self.recorder.metrics
+        self.recorder = recorder
+        self.metrics = recorder.metrics
         self.replica = replica
         self.pool = pool or cfg.gateway.pool
         self.arms = arm_assigner or ArmAssigner()
@@ -54,6 +71,13 @@ class InstrumentedASGI:
         self.max_body = cfg.gateway.max_body_bytes
         self.max_prompt_chars = cfg.gateway.max_prompt_chars
         self._in_flight = self.metrics.in_flight_child(self.pool)
+
+    @classmethod
+    def from_config(cls, app: ASGIApp, cfg: Config, *, registry: Any = None, spool: SpoolWriter | None = None,
+                    **kw: Any) -> InstrumentedASGI:
+        """The middleware with a recorder of ``cfg`` (metrics in ``registry``, events to
+        ``spool``, spans and OTLP metrics as ``otel.*`` says); other keywords as the constructor."""
+        return cls(app, Recorder.from_config(cfg, registry=registry, spool=spool), cfg, **kw)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http" or scope.get("method") != "POST" or scope.get("path") not in self.paths:
@@ -97,11 +121,10 @@ class InstrumentedASGI:
             return
 
         incoming = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        trace_id, traceparent = trace_context(incoming)
-        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"traceparent"]
-        headers.append((b"traceparent", traceparent.encode()))
-        scope = {**scope, "headers": headers}
-        arm = self.arms.assign(trace_id=trace_id, body=req.body, headers={**incoming, "traceparent": traceparent})
+        rec = self.recorder
+        tel = rec.begin(incoming, "POST", scope["path"], req, arrival)  # the SERVER span, when traced
+        trace_id = tel.trace_id
+        arm = self.arms.assign(trace_id=trace_id, body=req.body, headers={**incoming, "traceparent": tel.traceparent})
         timer = StreamTimer(arrival, streaming=req.stream)
 
         async def watch(message: Message) -> None:
@@ -125,6 +148,11 @@ class InstrumentedASGI:
         status = names.STATUS_ERROR
         self._in_flight.inc()
         timer.dispatch = time.perf_counter()
+        # the app's spans hang under the GenAI span (as a replica's under the gateway's hop)
+        traceparent = rec.hop(tel, None, req, incoming, timer.dispatch)
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"traceparent"]
+        headers.append((b"traceparent", traceparent.encode()))
+        scope = {**scope, "headers": headers}
         try:
             await self.app(scope, replay, watch)
             code = state["code"] or 500
@@ -145,10 +173,17 @@ class InstrumentedASGI:
         finally:
             self._in_flight.dec()
             end = time.perf_counter()
+            valid = None  # the event the metrics saw, for the spans and OTLP
+            admit = status == names.STATUS_OK
             try:
                 ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
                                  pool=self.pool, replica=self.replica, arm=arm, policy=req.policy, status=status,
                                  prompt_estimate=prompt_estimate(req.prompt_chars))
-                self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms, first_token=timer.first_token is not None)
+                ev.validate()
+                valid = ev
+                rec.record(ev, itl_gaps_ms=timer.gaps_ms, validate=False, first_token=timer.first_token is not None,
+                           admit=admit)
             except Exception:
                 log.exception("could not record request %s", trace_id)
+            rec.end(tel, valid, timer, None, admit=admit)
+            rec.finish(tel, state["code"])

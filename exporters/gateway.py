@@ -16,24 +16,21 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
-from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config, check_key
-from llmsla.control.distill import DistillControls
-from llmsla.control.probe import HealthProber
+from llmsla.control.plane import ControlPlane
 from llmsla.control.rollout import OUTSIDE, Assignment, Rollout
-from llmsla.control.router import NoReplicaAvailable, Replica, Router
-from llmsla.control.router import from_config as router_from_config
+from llmsla.control.router import NoReplicaAvailable, Replica
 from llmsla.events import RequestEvent
 from llmsla.exporters.clients import ClientIdentity
-from llmsla.exporters.gateway_telemetry import GatewayTelemetry, RequestTelemetry
+from llmsla.exporters.gateway_telemetry import RequestTelemetry
 from llmsla.exporters.openai import (
     CHAT_COMPLETIONS,
     COMPLETIONS,
@@ -46,7 +43,8 @@ from llmsla.exporters.openai import (
     wants_usage,
     with_usage,
 )
-from llmsla.exporters.recorder import RequestRecorder, StreamTimer
+from llmsla.exporters.recorder import StreamTimer
+from llmsla.exporters.recording import Recorder
 from llmsla.exporters.saturation import SaturationMonitor
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
 from llmsla.httpkit import (
@@ -62,7 +60,6 @@ from llmsla.httpkit import (
     read_body,
 )
 from llmsla.httpkit import serve as serve_http
-from llmsla.spool import SpoolWriter
 from llmsla.temperature import Schedule
 
 log = logging.getLogger(__name__)
@@ -78,42 +75,6 @@ _HEX = frozenset("0123456789abcdef")
 _rand = random.getrandbits
 
 
-# -- A/B arms ----------------------------------------------------------------------------------
-class ArmAssigner:
-    """The arm label of a request, for instrumentation that labels but does not route (the ASGI
-    middleware): the rollout's assignment of the request's unit. Without a rollout every request
-    is ``default``. The gateway asks its :class:`~llmsla.control.rollout.Rollout` directly, since
-    it also applies the arm's strategy."""
-
-    def __init__(self, rollout: Rollout | None = None, pool: str = names.DEFAULT_POOL) -> None:
-        self.rollout = rollout
-        self.pool = pool
-
-    def assign(self, *, trace_id: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
-        if self.rollout is None:
-            return names.DEFAULT_ARM
-        return self.rollout.assign(self.pool, unit_key(dict(body), headers, trace_id)).label
-
-
-def replicas_from_config(cfg: Config) -> list[Replica]:
-    """``gateway.upstreams`` (teachers when students are configured) then
-    ``gateway.student_upstreams``, then ``gateway.pools`` (other pools' replicas, for A/B arms),
-    named r0, r1, ... in that order."""
-    from llmsla.config import ConfigError, split_pool_spec
-    from llmsla.redaction import redact
-
-    g = cfg.gateway
-    teacher = "teacher" if g.student_upstreams else ""
-    urls = [(g.pool, u, teacher) for u in g.upstreams] + [(g.pool, u, "student") for u in g.student_upstreams]
-    for i, spec in enumerate(g.pools):
-        try:  # the check gateway.pools declares (config check runs it); here for a Config built in code
-            pool, url = split_pool_spec(spec)
-        except ValueError as exc:
-            raise ConfigError(f"{cfg.origin('gateway.pools')}: [{i}] {redact(spec)!r}: {exc}") from None
-        urls.append((pool, url, ""))
-    return [Replica(id=f"r{i}", pool=pool, url=u.rstrip("/"), role=role) for i, (pool, u, role) in enumerate(urls)]
-
-
 def check_arm_pools(rollout: Rollout, pool: str, pools: list[str], where: str = "configuration") -> None:
     """Every arm of the experiment on ``pool`` must send its units to a pool this gateway has
     (the rule is :func:`llmsla.config.check_arm_pools`, which ``config check`` runs too)."""
@@ -126,35 +87,33 @@ def check_arm_pools(rollout: Rollout, pool: str, pools: list[str], where: str = 
 class Gateway:
     """The aiohttp application and its per-request logic; one instance per process."""
 
-    def __init__(self, cfg: Config, *, router: Router | None = None, registry: CollectorRegistry | None = None,
-                 spool: SpoolWriter | None = None, rollout: Rollout | None = None) -> None:
+    def __init__(self, cfg: Config, *, plane: ControlPlane, recorder: Recorder,
+                 registry: CollectorRegistry | None = None) -> None:
+        """``plane``: the router it picks replicas from, the pools' distillation controls and
+        the A/B rollout it applies (and the prober it runs); ``recorder``: where every finished
+        request goes (metrics, spool, spans); ``registry``: what its /metrics shows (None: the
+        process's default, or the multi-process merge). ``llmsla.app.wiring.gateway`` builds
+        them from the configuration."""
         g = cfg.gateway
         self.cfg = cfg
         self.pool = g.pool
         self.registry = registry
-        self._own_router = router is None
-        # router and distillation metrics go where the request metrics go: this gateway's
-        # /metrics shows picks, weights, drains and the student share (multi-process: merged)
-        exposed = registry if registry is not None else DEFAULT_REGISTRY
-        # the policy and LADR parameters of cfg.control; Redis-shared stats when control.redis_url
-        # is set, so several gateway processes see each other's queues
-        self.router = router or router_from_config(cfg, replicas_from_config(cfg), registry=exposed)
+        self.plane = plane
+        self.router = plane.router
         # the pool's student share and temperature schedule, set through the control API (or its
         # Redis stream with several gateways) and applied to every request here
-        self.distill = DistillControls.from_config(cfg, self.router.pools(), registry=exposed, router=self.router)
+        self.distill = plane.distill
+        # A/B arms of the experiment on this pool: label, strategy (pool, route policy, student
+        # share, schedule); weight/coverage changes ride the router's shared stream like distill's
+        self.rollout = plane.rollout
+        check_arm_pools(self.rollout, self.pool, self.router.pools(), cfg.source or "configuration")
+        self.prober = plane.prober
         # schedule header texts by schedule object: the pool's (changed by the control plane) and
         # each arm's; the identity check makes a reused id() harmless
         self._schedule_cache: dict[int, tuple[Schedule, str]] = {}
-        self.recorder = RequestRecorder(cfg, registry=registry, spool=spool)
-        self.metrics = self.recorder.metrics
-        # GenAI request spans (otel.endpoint) and OTLP metrics (otel.metrics_endpoint); with
-        # neither, only the W3C trace context continuation it always did
-        self.telemetry = GatewayTelemetry(cfg, self.metrics.guard)
-        # A/B arms of the experiment on this pool: label, strategy (pool, route policy, student
-        # share, schedule); weight/coverage changes ride the router's shared stream like distill's
-        self.rollout = rollout or Rollout.from_config(cfg, audit=self.distill.audit, registry=exposed,
-                                                      router=self.router)
-        check_arm_pools(self.rollout, self.pool, self.router.pools(), cfg.source or "configuration")
+        self.recorder = recorder
+        self.metrics = recorder.metrics
+        self.telemetry = recorder.telemetry
         self.timeout_s = g.request_timeout_s
         self.max_in_flight = g.max_in_flight
         self.max_body = g.max_body_bytes
@@ -184,9 +143,6 @@ class Gateway:
         self.request_usage = g.request_usage
         self.record_errors = 0
         self._record_error_logged = 0.0
-        # keeps LADR's per-replica stats fresh between requests (an idle replica must not go
-        # stale and drop out; a dead one must)
-        self.prober = HealthProber(self.router)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -223,10 +179,7 @@ class Gateway:
             await self.upstream.close()
         if self.session is not None:
             await self.session.close()
-        await asyncio.to_thread(self.telemetry.shutdown)  # last spans and metric points out
-        shared = getattr(self.router, "shared", None)
-        if self._own_router and shared is not None:
-            shared.close()
+        await asyncio.to_thread(self.recorder.shutdown)  # last spans and metric points out
 
     # -- simple endpoints ------------------------------------------------------------------------
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -352,7 +305,7 @@ class Gateway:
                 req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
             except ApiError as exc:
                 return self._bad(exc)
-            tel = self.telemetry.begin(request.headers, request.method, request.path, req, arrival)
+            tel = self.recorder.begin(request.headers, request.method, request.path, req, arrival)
             trace_id = tel.trace_id
             request[REQUEST_ID] = trace_id  # X-Request-Id: the trace id, to find the request's spans
             key = unit_key(req.body, request.headers, trace_id)
@@ -376,7 +329,7 @@ class Gateway:
             self.in_flight -= 1
             self._in_flight_gauge.dec()
             if tel is not None:  # the SERVER span ends with the status the client got (none: it left)
-                self.telemetry.finish(tel, resp.status if resp is not None else None)
+                self.recorder.finish(tel, resp.status if resp is not None else None)
 
     def _pool_of(self, a: Assignment) -> str:
         """The pool serving an assignment: its arm's strategy pool, else this gateway's."""
@@ -438,7 +391,7 @@ class Gateway:
                     self.router.begin(rep.id)
                     timer.dispatch = time.perf_counter()
                     # the hop's CLIENT span (when traced): the replica's spans are its children
-                    headers["traceparent"] = self.telemetry.hop(tel, rep.url, req, request.headers, timer.dispatch)
+                    headers["traceparent"] = self.recorder.hop(tel, rep.url, req, request.headers, timer.dispatch)
                     out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id, **arm_headers}
                     up = await self.upstream.request(rep.url, "POST", request.path, headers, upstream_body)
                     if up.status >= 400:
@@ -569,7 +522,7 @@ class Gateway:
                 log.error("could not record %d requests so far; latest: %s: %s", self.record_errors,
                           type(exc).__name__, exc)
                 self._record_error_logged = now
-        self.telemetry.end(tel, valid, timer, upstream_url, admit=admit)
+        self.recorder.end(tel, valid, timer, upstream_url, admit=admit)
 
 
 # -- running it ---------------------------------------------------------------------------------
@@ -577,8 +530,10 @@ class Gateway:
 class RunningGateway:
     gateway: Gateway
     served: Served
-    spool: SpoolWriter | None
     saturation: SaturationMonitor | None = None
+    #: what stops with it, in order, after the listener (the spool and the control plane its
+    #: builder opened for it)
+    closers: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def host(self) -> str:
@@ -596,42 +551,24 @@ class RunningGateway:
         if self.saturation is not None:
             await self.saturation.stop()
         await self.served.stop()
-        if self.spool is not None:
-            self.spool.close()
+        for close in self.closers:
+            close()
 
 
-def open_spool(cfg: Config, registry: CollectorRegistry | None = None) -> SpoolWriter:
-    """The request spool; raises a one-line SpoolError when it cannot take writes (start-up)."""
-    return SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, registry=registry)
-
-
-async def start(cfg: Config, host: str | None = None, port: int | None = None, *, router: Router | None = None,
-                registry: CollectorRegistry | None = None, spool: SpoolWriter | None | bool = True,
-                rollout: Rollout | None = None, reuse_port: bool = False) -> RunningGateway:
-    """Start a gateway on ``host:port`` (port 0 = a free one). ``spool=True`` opens the request
-    spool from ``cfg`` (closed on stop); pass a writer to share one, or None for metrics only."""
-    own = open_spool(cfg, registry) if spool is True else None
-    writer = own if spool is True else (spool or None)
-    gw = Gateway(cfg, router=router, registry=registry, spool=writer, rollout=rollout)  # type: ignore[arg-type]
+async def start(gateway: Gateway, host: str | None = None, port: int | None = None, *,
+                reuse_port: bool = False, closers: Sequence[Callable[[], None]] = ()) -> RunningGateway:
+    """Serve ``gateway`` on ``host:port`` (port 0 = a free one; None: ``gateway.host/port``).
+    ``closers`` run when it stops (they also run if it cannot start)."""
+    cfg = gateway.cfg
     # handler_cancellation: a client that disconnects cancels its handler, which records
     # ``cancelled`` and aborts the upstream request instead of generating for nobody.
     try:
-        served = await serve_http(gw.app(), cfg.gateway.host if host is None else host,
-                                  cfg.gateway.port if port is None else port, gw.limits, reuse_port=reuse_port)
+        served = await serve_http(gateway.app(), cfg.gateway.host if host is None else host,
+                                  cfg.gateway.port if port is None else port, gateway.limits, reuse_port=reuse_port)
     except BaseException:
-        if own is not None:
-            own.close()
+        for close in closers:
+            close()
         raise
-    monitor = SaturationMonitor(registry, list(served.server.sockets))
+    monitor = SaturationMonitor(gateway.registry, list(served.server.sockets))
     monitor.start()
-    return RunningGateway(gw, served, own, monitor)
-
-
-@contextlib.asynccontextmanager
-async def serve(cfg: Config, host: str | None = None, port: int | None = None, **kw: Any) -> AsyncIterator[RunningGateway]:
-    """``async with serve(cfg, "127.0.0.1", 0) as gw: gw.url`` - stopped (and spool flushed) on exit."""
-    gw = await start(cfg, host, port, **kw)
-    try:
-        yield gw
-    finally:
-        await gw.stop()
+    return RunningGateway(gateway, served, monitor, list(closers))

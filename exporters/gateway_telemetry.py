@@ -1,10 +1,12 @@
 """The gateway's OpenTelemetry: two spans per sampled request, and the opt-in OTLP metrics.
 
 A SERVER span for the request received and a CLIENT span for the hop to the replica, so the
-worker's spans hang under the hop. The sampling decision is made before touching the SDK and an
-unsampled request makes no SDK span: without an endpoint the cost is the trace-context
-continuation alone. Token counts under the conventions' names are only what the replica reported.
-Nothing here may cost the request. See docs/opentelemetry.md#the-span-tree.
+worker's spans hang under the hop. The ASGI middleware (INTERNAL span: the model is in process)
+and the fleet simulator (spans replayed from each finished event, :meth:`replay`) emit the same
+spans through the same object (``exporters/recording.py``). The sampling decision is made before
+touching the SDK and an unsampled request makes no SDK span. Token counts under the conventions'
+names are only what the replica reported. Nothing here may cost the request.
+See docs/opentelemetry.md#the-span-tree.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from llmsla.events import RequestEvent, string_problem
 from llmsla.exporters import genai, otel_sdk
 from llmsla.exporters.genai_metrics import GenAIMetrics
 from llmsla.exporters.metrics import LabelGuard, tpot_seconds
-from llmsla.exporters.openai import ParsedRequest
+from llmsla.exporters.openai import CHAT_COMPLETIONS, COMPLETIONS, ParsedRequest
 from llmsla.exporters.recorder import StreamTimer
-from llmsla.httpkit import next_hop, trace_context
+from llmsla.httpkit import next_hop, ratio_sampled, trace_context
 
 log = logging.getLogger(__name__)
 
@@ -131,20 +133,23 @@ class GatewayTelemetry:
         trace_id = f"{ctx.trace_id:032x}"
         return RequestTelemetry(trace_id, _traceparent(ctx), span, op, start_ns, arrival)
 
-    def hop(self, tel: RequestTelemetry, upstream_url: str, req: ParsedRequest, headers: Mapping[str, str],
+    def hop(self, tel: RequestTelemetry, upstream_url: str | None, req: ParsedRequest, headers: Mapping[str, str],
             dispatch: float) -> str:
         """The replica was picked: start the CLIENT span of the call to it (when the request is
-        traced) and return the ``traceparent`` to send it."""
+        traced) and return the ``traceparent`` to send it. ``upstream_url`` None: the model is
+        served in this process (the ASGI middleware), an INTERNAL span with no server address."""
         if tel.span is None or self._tracer is None:
             return tel.traceparent
         try:
             attrs = genai.request_attributes(tel.operation, req.body, req.model)
-            attrs[genai.SERVER_ADDRESS], attrs[genai.SERVER_PORT] = self._server(upstream_url)
+            if upstream_url is not None:
+                attrs[genai.SERVER_ADDRESS], attrs[genai.SERVER_PORT] = self._server(upstream_url)
             conversation = genai.conversation_id(headers)
             if conversation is not None:
                 attrs[genai.CONVERSATION_ID] = conversation
             start_ns = tel.start_ns + int((dispatch - tel.arrival) * 1e9)
-            tel.hop = self._tracer.start_span(genai.span_name(tel.operation, req.model), kind=SpanKind.CLIENT,
+            kind = SpanKind.CLIENT if upstream_url is not None else SpanKind.INTERNAL
+            tel.hop = self._tracer.start_span(genai.span_name(tel.operation, req.model), kind=kind,
                                               context=trace.set_span_in_context(tel.span), start_time=start_ns,
                                               attributes=attrs)
             return _traceparent(tel.hop.get_span_context())
@@ -192,6 +197,45 @@ class GatewayTelemetry:
         except Exception as exc:
             self._failed(exc)
 
+    def replay(self, ev: RequestEvent, *, operation: str = genai.CHAT) -> None:
+        """A request that finished elsewhere (the fleet simulator's): the same SERVER and GenAI
+        CLIENT spans and OTLP metrics as a proxied one, timed from the event (arrival =
+        ``ts_ms - e2e_ms``, dispatch ``queue_ms`` later, end ``ts_ms``), sampled by the ratio
+        rule on its trace id. There is no response body: the event's token counts stand for
+        the replica's usage report."""
+        if self._tracer is None and self.metrics is None:
+            return
+        try:
+            end_ns = ev.ts_ms * 1_000_000
+            start_ns = end_ns - round(ev.e2e_ms * 1e6)
+            tid = int(ev.trace_id, 16)
+            if self._tracer is not None and ratio_sampled(tid, self.sample_ratio):
+                path = CHAT_COMPLETIONS if operation == genai.CHAT else COMPLETIONS
+                self._ids.decided = tid  # the span carries the event's trace id
+                server = self._tracer.start_span(
+                    f"POST {path}", kind=SpanKind.SERVER, start_time=start_ns,
+                    attributes={_http.HTTP_REQUEST_METHOD: "POST", _http.HTTP_ROUTE: path, _url.URL_PATH: path,
+                                _url.URL_SCHEME: "http"})
+                if ev.replica != names.NO_REPLICA:
+                    attrs = genai.request_attributes(operation, {}, ev.model)
+                    hop = self._tracer.start_span(genai.span_name(operation, ev.model), kind=SpanKind.CLIENT,
+                                                  context=trace.set_span_in_context(server),
+                                                  start_time=start_ns + round(ev.queue_ms * 1e6), attributes=attrs)
+                    hop.set_attributes({genai.USAGE_INPUT_TOKENS: ev.prompt_tokens,
+                                        genai.USAGE_OUTPUT_TOKENS: ev.output_tokens})
+                    self._event_attributes(hop, ev)
+                    hop.end(end_time=end_ns)
+                server.set_attribute(names.OTEL_ATTR_STATUS, ev.status)
+                if ev.status in _FAILED:
+                    server.set_status(Status(StatusCode.ERROR, ev.status))
+                server.end(end_time=end_ns)
+            if self.metrics is not None:
+                ok = ev.status == names.STATUS_OK
+                ttft_s = ev.ttft_ms / 1000.0 if ok and ev.ttft_ms is not None else None
+                self._metrics(operation, ev, None, ttft_s, None, ok, ev.prompt_tokens, ev.output_tokens)
+        except Exception as exc:  # telemetry must never cost the simulation or the event
+            self._failed(exc)
+
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
         now = time.monotonic()
@@ -228,27 +272,41 @@ class GatewayTelemetry:
                 attrs[names.OTEL_ATTR_ESTIMATED_INPUT_TOKENS] = ev.prompt_tokens
             if self.token_estimates and reported_out is None:
                 attrs[names.OTEL_ATTR_ESTIMATED_OUTPUT_TOKENS] = ev.output_tokens
-            attrs[names.OTEL_ATTR_POOL] = ev.pool
-            attrs[names.OTEL_ATTR_REPLICA] = ev.replica
-            attrs[names.OTEL_ATTR_ARM] = ev.arm
-            attrs[names.OTEL_ATTR_POLICY] = ev.policy
-            attrs[names.OTEL_ATTR_STATUS] = ev.status
-            attrs[names.OTEL_ATTR_QUEUE_MS] = ev.queue_ms
-            if ev.ttft_ms is not None:
-                attrs[names.OTEL_ATTR_TTFT_MS] = ev.ttft_ms
-            if ev.status != names.STATUS_OK:
-                attrs[genai.ERROR_TYPE] = ev.status
-            if ev.status in _FAILED:
-                span.set_status(Status(StatusCode.ERROR, ev.status))
             end_ns = tel.end_ns
         span.set_attributes(attrs)
+        if ev is not None:
+            self._event_attributes(span, ev)
         span.end(end_time=end_ns)
+
+    @staticmethod
+    def _event_attributes(span: trace.Span, ev: RequestEvent) -> None:
+        """The RequestEvent's values on the GenAI span (and its status when it failed)."""
+        attrs: dict[str, Any] = {
+            names.OTEL_ATTR_POOL: ev.pool, names.OTEL_ATTR_REPLICA: ev.replica, names.OTEL_ATTR_ARM: ev.arm,
+            names.OTEL_ATTR_POLICY: ev.policy, names.OTEL_ATTR_STATUS: ev.status,
+            names.OTEL_ATTR_QUEUE_MS: ev.queue_ms}
+        if ev.ttft_ms is not None:
+            attrs[names.OTEL_ATTR_TTFT_MS] = ev.ttft_ms
+        if ev.status != names.STATUS_OK:
+            attrs[genai.ERROR_TYPE] = ev.status
+        if ev.status in _FAILED:
+            span.set_status(Status(StatusCode.ERROR, ev.status))
+        span.set_attributes(attrs)
 
     def _record_metrics(self, tel: RequestTelemetry, ev: RequestEvent, timer: StreamTimer,
                         server: tuple[str, int] | None, admit: bool) -> None:
         """The semconv metrics: TTFT and TPOT of successful responses that streamed a first
         token (once per request), the duration of every request (``error.type`` on failures),
         token usage as the replica reported it."""
+        ok = ev.status == names.STATUS_OK
+        ttft_s = (timer.first_token - tel.arrival) if ok and timer.first_token is not None else None
+        reported_in, reported_out = timer.reported_usage()
+        self._metrics(tel.operation, ev, timer.model, ttft_s, server, admit, reported_in, reported_out)
+
+    def _metrics(self, operation: str, ev: RequestEvent, response_model: str | None, ttft_s: float | None,
+                 server: tuple[str, int] | None, admit: bool, reported_in: int | None,
+                 reported_out: int | None) -> None:
+        """The OTLP points of one finished request (live or replayed)."""
         assert self.metrics is not None
         ok = ev.status == names.STATUS_OK
         fold = self.guard.fold
@@ -257,11 +315,10 @@ class GatewayTelemetry:
         pool = fold(names.L_POOL, ev.pool)[0]
         replica = fold(names.L_REPLICA, ev.replica)[0]
         arm = fold(names.L_ARM, ev.arm)[0]
-        response_model = self.response_guard.fold(names.L_MODEL, timer.model, admit=ok)[0] if timer.model else None
-        key = (tel.operation, model, response_model, pool, replica, arm, server, None if ok else ev.status)
-        ttft_s = (timer.first_token - tel.arrival) if ok and timer.first_token is not None else None
+        if response_model:
+            response_model = self.response_guard.fold(names.L_MODEL, response_model, admit=ok)[0]
+        key = (operation, model, response_model or None, pool, replica, arm, server, None if ok else ev.status)
         e2e_s = ev.e2e_ms / 1000.0
-        reported_in, reported_out = timer.reported_usage()
         self.metrics.record(key, lambda: _metric_attributes(key), ttft_s=ttft_s, e2e_s=e2e_s,
                             tpot_s=tpot_seconds(ev.status, ttft_s, e2e_s, ev.output_tokens),
                             input_tokens=reported_in, output_tokens=reported_out)

@@ -160,11 +160,17 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                                          think_s=args.think_s)
         except ValueError as exc:
             raise CliError(f"--sessions/--think-s: {exc}") from None
+    if args.control_port is not None and args.realtime <= 0:
+        raise CliError("--control-port needs a paced run (--realtime X): an unpaced one is over before anyone acts")
+    # with the control API, its changes are audited in the store's action_log (the configured or
+    # the embedded PostgreSQL): the log exists before the controls it audits
+    store = open_store(cfg) if args.control_port is not None else None
+    audit = AuditLog(store.dsn) if store is not None else None
     try:
         fault_list = [faults.parse(s) for s in args.fault]
         replicas = engine.fleet(args.fleet)
         # the experiments of [ab], applied as the gateway does; named pools are arms' pools
-        rollout = Rollout.from_config(cfg) if cfg.ab.experiments else None
+        rollout = Rollout.from_config(cfg, audit=audit) if cfg.ab.experiments else None
         pools = {r.pool for r in replicas}
         entry = [names.DEFAULT_POOL] if len(pools) > 1 and names.DEFAULT_POOL in pools else None
         sim_cfg = engine.SimConfig(
@@ -182,17 +188,19 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         )
         registry = CollectorRegistry()
         # the pools' student share and schedule, changed by the control API while a paced run goes
-        distill = DistillControls.from_config(cfg, sorted({rc.pool for rc in sim_cfg.replicas}), registry=registry)
+        distill = DistillControls.from_config(cfg, sorted({rc.pool for rc in sim_cfg.replicas}), audit=audit,
+                                              registry=registry)
         lock = threading.RLock() if args.control_port is not None else None
         sim = engine.Simulator(sim_cfg, registry=registry, distill=distill, lock=lock)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    if args.control_port is not None and args.realtime <= 0:
-        raise CliError("--control-port needs a paced run (--realtime X): an unpaced one is over before anyone acts")
+    except BaseException as exc:
+        if store is not None:
+            store.close()
+        if isinstance(exc, ValueError):
+            raise CliError(str(exc)) from None
+        raise
     spool_dir = Path(args.spool) if args.spool else cfg.spool_dir()
     sink = None if args.no_events else RecorderSink(cfg, spool_dir=spool_dir, registry=registry)
     background = BackgroundServer() if args.metrics_port is not None or args.control_port is not None else None
-    store = None
     try:
         limits = Limits.from_config(cfg)
         metrics_port = args.metrics_port
@@ -209,8 +217,6 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         if metrics_port is not None and not live_metrics:
             open_metrics()
         if args.control_port is not None:
-            store = open_store(cfg)  # the audit trail: action_log in the configured (or embedded) store
-            distill.audit = AuditLog(store.dsn)
             app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
             served = background.serve(app, cfg.control.host, args.control_port, limits)
             print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)

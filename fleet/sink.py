@@ -1,41 +1,47 @@
-"""Where simulated events go: the gateway's recorders, so metrics and spool lines are identical
-to real traffic (same metric families, same label guard, same spool format)."""
+"""Where simulated events go: the gateway's recorder, so metrics, spool lines, spans and OTLP
+metrics are identical to real traffic (same metric families, same label guard, same spool
+format, same span names)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from opentelemetry.sdk.trace import SpanProcessor
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample, RequestEvent
-from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
+from llmsla.exporters.recorder import GpuRecorder
+from llmsla.exporters.recording import Recorder
 from llmsla.spool import SpoolWriter
 
 
 class RecorderSink:
-    """RequestRecorder + GpuRecorder writing to ``spool_dir`` (default ``cfg.spool_dir()``).
+    """The gateway's :class:`Recorder` + a GpuRecorder writing to ``spool_dir`` (default
+    ``cfg.spool_dir()``); spans and OTLP metrics as ``otel.*`` says (or ``span_processor``).
 
     Writers publish by size and by ``spool.segment_max_age_s`` like the gateway's, so a live
     streaming job picks simulated events up while the simulation runs.
     """
 
     def __init__(self, cfg: Config, *, spool_dir: str | Path | None = None,
-                 registry: CollectorRegistry | None = None, validate: bool = True) -> None:
+                 registry: CollectorRegistry | None = None, validate: bool = True,
+                 span_processor: SpanProcessor | None = None) -> None:
         root = Path(spool_dir) if spool_dir else cfg.spool_dir()
         self.root = root
         self.registry = registry if registry is not None else CollectorRegistry()
         self.req_spool = SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, root=root, registry=self.registry)
         self.gpu_spool = SpoolWriter.from_config(cfg, names.SPOOL_GPU, root=root, registry=self.registry)
-        self.requests = RequestRecorder(cfg, registry=self.registry, spool=self.req_spool)
+        self.requests = Recorder.from_config(cfg, registry=self.registry, spool=self.req_spool,
+                                             span_processor=span_processor)
         self.gpus = GpuRecorder(cfg, registry=self.registry, spool=self.gpu_spool)
         self.validate = validate
         self.n_requests = 0
         self.n_gpu = 0
 
     def request(self, event: RequestEvent) -> None:
-        self.requests.record(event, validate=self.validate)
+        self.requests.record_event(event, validate=self.validate)
         self.n_requests += 1
 
     def gpu(self, sample: GpuSample, model_name: str) -> None:
@@ -43,6 +49,7 @@ class RecorderSink:
         self.n_gpu += 1
 
     def close(self) -> None:
+        self.requests.shutdown()  # the last spans and OTLP points out
         self.req_spool.close()
         self.gpu_spool.close()
 

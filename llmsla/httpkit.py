@@ -312,9 +312,14 @@ def next_hop(parent: otel_trace.SpanContext, sample_ratio: float = 1.0) -> tuple
         trace_id, flags = f"{parent.trace_id:032x}", f"{int(parent.trace_flags):02x}"
     else:
         tid = _rand(128) or 1
-        sampled = sample_ratio >= 1.0 or (tid & _LOW64) < round(sample_ratio * _SPAN64)
-        trace_id, flags = f"{tid:032x}", "01" if sampled else "00"
+        trace_id, flags = f"{tid:032x}", "01" if ratio_sampled(tid, sample_ratio) else "00"
     return trace_id, f"00-{trace_id}-{_rand(64) or 1:016x}-{flags}"
+
+
+def ratio_sampled(trace_id: int, sample_ratio: float) -> bool:
+    """OpenTelemetry's ``TraceIdRatioBased`` rule: a trace is recorded iff the low 64 bits of
+    its id fall below ``ratio * 2**64``, so every process decides alike on the same trace."""
+    return sample_ratio >= 1.0 or (trace_id & _LOW64) < round(sample_ratio * _SPAN64)
 
 
 _LOW64 = (1 << 64) - 1

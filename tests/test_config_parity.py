@@ -46,12 +46,12 @@ def _start(cfg: config_mod.Config, key: str, tmp_path: Path) -> None:
     """The start-up of the component that reads ``key``, from ``cfg``, then its shutdown."""
     section = key.split(".")[0]
     if section in ("gateway", "otel", "metrics") or key == "control.ladr_theta":
-        from llmsla.exporters.gateway import Gateway
+        from llmsla.app.wiring import gateway as build_gateway
 
         cfg.spool.dir = str(tmp_path / "spool")
         if not cfg.gateway.upstreams:
             cfg.gateway.upstreams = ["http://127.0.0.1:9"]
-        gw = Gateway(cfg, registry=CollectorRegistry(), spool=None)
+        gw = build_gateway(cfg, registry=CollectorRegistry(), spool=None)
         gw.telemetry.shutdown()
     elif key == "control.redis_url":
         from llmsla.control.router import Replica
@@ -161,7 +161,7 @@ def test_config_check_refuses_exactly_what_the_component_refuses(
 def test_the_component_itself_refuses_what_config_check_refuses(tmp_path: Path) -> None:
     """A Config built in code (not through load) meets the same declared checks at the
     gateway's and the store's own start-up."""
-    from llmsla.exporters.gateway import replicas_from_config
+    from llmsla.replicas import replicas_from_config
     from llmsla.store import open_store
     from llmsla.store.connection import StoreError
 

@@ -56,7 +56,7 @@ def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, p
                 raise ConfigError(f"--upstream {redact(spec)!r}: {problem}")
             pairs.append((f"r{len(pairs)}", pool, url.rstrip("/")))
     else:
-        from llmsla.exporters.gateway import replicas_from_config
+        from llmsla.replicas import replicas_from_config
 
         pairs = [(r.id, r.pool, r.url) for r in replicas_from_config(cfg)]
     if not pairs:

@@ -31,10 +31,10 @@ from llmsla.alerting.control_client import ControlClient
 from llmsla.alerting.engine import Engine
 from llmsla.alerting.journal import PgJournal
 from llmsla.alerting.receiver import make_app
+from llmsla.app import wiring
 from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
-from llmsla.exporters import gateway as gw_mod
 from llmsla.httpkit import serve as start
 from llmsla.worker.server import WorkerThread
 
@@ -104,7 +104,7 @@ def test_closed_loop_replica_drain_and_pool_shift(pg_dsn: str, tmp_path: Path, s
             proxies = [await LatencyProxy("127.0.0.1", int(u.rsplit(":", 1)[1])).start() for u in worker_urls]
             cfg.gateway.upstreams = [p.url for p in proxies]
             reg = CollectorRegistry()
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg, spool=None) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg, spool=None) as gw:
                 router = gw.gateway.router
                 audit = AuditLog(dsn)
                 # the gateway's registry: its router's metrics carry the distillation gauge too, and the

@@ -26,11 +26,11 @@ from prometheus_client.utils import floatToGoString
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.app import wiring
 from llmsla.dashboards import promql, runner
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
 from llmsla.dashboards.query import REGISTRY, SLOTH_RULES, PromQuery
 from llmsla.events import GpuSample
-from llmsla.exporters import gateway as gw_mod
 from llmsla.exporters.recorder import GpuRecorder
 from llmsla.forecaster.online import Metrics as ForecastMetrics
 from llmsla.services import free_port
@@ -101,7 +101,7 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
         cfg.gateway.upstreams = urls
 
         async def main() -> tuple[str, dt.datetime]:
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg) as gw:
                 targets = [f"127.0.0.1:{gw.port}", *(u.removeprefix("http://") for u in urls), f"127.0.0.1:{gpu_port}"]
                 prom = start_prometheus({"llmsla": targets}, interval_s=SCRAPE_S,
                                         extra_files={"probe.yml": PROBE_RULES, **sloth})

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from llmsla import config as config_mod
 from llmsla import experiments as E
 from llmsla import names
+from llmsla.app import wiring
 from llmsla.config import ConfigError
 from llmsla.control import api
 from llmsla.control.audit import AuditLog
@@ -69,9 +70,8 @@ def test_arms_label_route_and_roll_back(tmp_path: Path, pg_dsn: str) -> None:
         cfg.gateway.pools = [f"canary={canary.url}"]
 
         async def main() -> tuple[dict, dict, str]:
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=registry) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=registry, audit=audit) as gw:
                 g = gw.gateway
-                g.rollout.audit = audit
                 control = await api.start(api.make_app(g.router, g.distill, token=TOKEN, rollout=g.rollout))
                 seen: dict[str, dict[str, tuple[str, str, str | None]]] = {}
                 try:
@@ -156,7 +156,7 @@ def test_an_arm_pool_without_replicas_is_a_config_error() -> None:
     cfg = config_mod.load(env={"LLMSLA_AB_EXPERIMENTS": __import__("json").dumps(spec)})
     cfg.gateway.upstreams = ["http://127.0.0.1:1"]
     with pytest.raises(ConfigError, match=r"ab\.experiments\.exp\.arms\.b\.pool: pool 'nowhere' has no replicas here"):
-        gw_mod.Gateway(cfg, registry=CollectorRegistry())
+        wiring.gateway(cfg, registry=CollectorRegistry())
     cfg.gateway.pools = ["nowhere-http://x"]
     with pytest.raises(ConfigError, match=r"gateway\.pools.*expected pool=http"):
-        gw_mod.Gateway(cfg, registry=CollectorRegistry())
+        wiring.gateway(cfg, registry=CollectorRegistry())

@@ -128,7 +128,7 @@ def test_middleware_records_like_the_gateway(tmp_path: Path) -> None:
     cfg.spool.dir = str(tmp_path / "spool")
     reg = CollectorRegistry()
     spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, background=False)
-    app = InstrumentedASGI(tiny_app, cfg, registry=reg, spool=spool, replica="pod-1")
+    app = InstrumentedASGI.from_config(tiny_app, cfg, registry=reg, spool=spool, replica="pod-1")
     tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     seen_traceparents.clear()
 

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import httpkit, names
+from llmsla.app import wiring
 from llmsla.config import ConfigError
 from llmsla.exporters import gateway as gw_mod
 from llmsla.exporters.clients import ClientIdentity
@@ -100,7 +101,7 @@ def test_one_client_cannot_lock_out_the_rest(tmp_path: Path) -> None:
         registry = CollectorRegistry()
         async with worker_mod.serve(cfg, "127.0.0.1", 0) as worker:
             cfg.gateway.upstreams = [worker.url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=registry) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=registry) as gw:
                 assert gw.gateway.client_cap == 4
                 held = [await _slow(gw.url, A) for _ in range(4)]
                 await _settle(gw, {A: 4})
@@ -133,7 +134,7 @@ def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_cap(tmp_path: 
         registry = CollectorRegistry()
         async with worker_mod.serve(cfg, "127.0.0.1", 0) as worker:
             cfg.gateway.upstreams = [worker.url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=registry) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=registry) as gw:
                 xff = "X-Forwarded-For: {}\r\n"
                 held = [await _slow(gw.url, A, xff.format("10.0.0.1")) for _ in range(2)]
                 # an untrusted peer's X-Forwarded-For is ignored: it is one client, whatever it says
@@ -168,7 +169,7 @@ def test_the_slot_is_given_back_on_408_and_on_upstream_errors(tmp_path: Path) ->
         registry = CollectorRegistry()
         async with worker_mod.serve(cfg, "127.0.0.1", 0) as worker:
             cfg.gateway.upstreams = [worker.url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=registry) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=registry) as gw:
                 held = [await _slow(gw.url, A) for _ in range(4)]
                 answers = await asyncio.gather(*(_answer(r) for r, _ in held))  # 408 after 0.5 s
                 assert all(a.startswith(b"HTTP/1.1 408") for a in answers), answers
@@ -178,7 +179,7 @@ def test_the_slot_is_given_back_on_408_and_on_upstream_errors(tmp_path: Path) ->
                     w.close()
         # a replica that is not there: 502 each time, never 429 (no slot leaks)
         cfg.gateway.upstreams = ["http://127.0.0.1:9"]
-        async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
+        async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
             for _ in range(2 * gw.gateway.client_cap + 1):
                 status, payload = await _post(gw.url, A)
                 assert status == 502, payload
@@ -193,11 +194,11 @@ def test_the_slot_is_given_back_on_408_and_on_upstream_errors(tmp_path: Path) ->
 def test_share_one_turns_the_bound_off(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, client_share=1.0)
     cfg.gateway.upstreams = ["http://127.0.0.1:9"]
-    gw = gw_mod.Gateway(cfg, registry=CollectorRegistry(), spool=None)
+    gw = wiring.gateway(cfg, registry=CollectorRegistry(), spool=None)
     gw.telemetry.shutdown()
     assert gw.client_cap == 0
     cfg.gateway.client_share, cfg.gateway.max_in_flight = 0.01, 8
-    gw = gw_mod.Gateway(cfg, registry=CollectorRegistry(), spool=None)
+    gw = wiring.gateway(cfg, registry=CollectorRegistry(), spool=None)
     gw.telemetry.shutdown()
     assert gw.client_cap == 1  # never below one request
 
@@ -214,7 +215,7 @@ def test_a_config_built_in_code_is_refused_at_start_up(tmp_path: Path, key: str,
     cfg = _cfg(tmp_path, **{key: value})
     cfg.gateway.upstreams = ["http://127.0.0.1:9"]
     with pytest.raises(ConfigError, match=message):
-        gw_mod.Gateway(cfg, registry=CollectorRegistry(), spool=None)
+        wiring.gateway(cfg, registry=CollectorRegistry(), spool=None)
 
 
 # -- the client key, without a server --------------------------------------------------------------

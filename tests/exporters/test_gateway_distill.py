@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.app import wiring
 from llmsla.control import api
 from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import BadLine, published_segments, read_segment
@@ -44,7 +45,7 @@ def test_student_share_and_schedule_reach_traffic(tmp_path: Path) -> None:
         cfg.gateway.upstreams, cfg.gateway.student_upstreams = [teacher.url], [student.url]
 
         async def main() -> tuple[dict[str, dict[str, str]], str]:
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=registry) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=registry) as gw:
                 g = gw.gateway
                 control = await api.start(api.make_app(g.router, g.distill, token=TOKEN))
                 sides: dict[str, dict[str, str]] = {}

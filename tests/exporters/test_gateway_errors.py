@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import httpkit, names
+from llmsla.app import wiring
+from llmsla.control.router import Router
 from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import published_segments, read_segment
 
@@ -131,7 +133,7 @@ def test_malformed_requests_get_4xx_reasons_and_good_ones_survive(tmp_path: Path
     reg = CollectorRegistry()
 
     async def main() -> list[tuple[int, object]]:
-        async with upstream() as (url, _), gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg) as gw:
+        async with upstream() as (url, _), wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg) as gw:
             cfg.gateway.upstreams = [url]
             gw.gateway.router.add_replica(gw_mod.Replica(id="r0", pool=cfg.gateway.pool, url=url))
             async with aiohttp.ClientSession() as s:
@@ -170,8 +172,8 @@ def test_upstream_errors_timeouts_and_cancellation(tmp_path: Path) -> None:
         got: dict = {}
         async with upstream() as (url, up):
             dead = f"http://127.0.0.1:{__import__('llmsla.services').services.free_port()}"
-            router = gw_mod.Router([gw_mod.Replica("r0", cfg.gateway.pool, url)], policy="round_robin", registry=reg)
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg, router=router) as gw, \
+            router = Router([gw_mod.Replica("r0", cfg.gateway.pool, url)], policy="round_robin", registry=reg)
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg, router=router) as gw, \
                     aiohttp.ClientSession() as s:
                 got["ok1"] = await _post(s, gw.url, good())
                 got["boom"] = await _post(s, gw.url, {**good(), "prompt": "boom"})
@@ -235,7 +237,7 @@ def test_overload_rejects_with_429(tmp_path: Path) -> None:
     async def main() -> list:
         async with upstream() as (url, _):
             cfg.gateway.upstreams = [url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
                     aiohttp.ClientSession() as s:
                 slow = [asyncio.create_task(_post(s, gw.url, {**good(n=6), "prompt": "slow"})) for _ in range(2)]
                 await asyncio.sleep(0.1)
@@ -263,7 +265,7 @@ def test_traceparent_propagation_and_models(tmp_path: Path) -> None:
     async def main() -> tuple:
         async with upstream() as (url, up):
             cfg.gateway.upstreams = [url, url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
                     aiohttp.ClientSession() as s:
                 async with s.post(gw.url + "/v1/completions", json=good(), headers={"traceparent": incoming}) as r:
                     await r.read()

@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmsla import config as config_mod
 from llmsla import httpkit, names
+from llmsla.app import wiring
 from llmsla.events import RequestEvent
-from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import BadLine, published_segments, read_segment
 from llmsla.worker import server as worker_mod
 from tests.worker._worker_util import MODEL, worker_cfg
@@ -80,7 +80,7 @@ class Stack:
         await site.start()
         up = f"http://127.0.0.1:{runner.addresses[0][1]}"
         self.cfg.gateway.upstreams = [up]
-        async with gw_mod.serve(self.cfg, "127.0.0.1", 0, registry=self.registry) as gw:
+        async with wiring.serve_gateway(self.cfg, "127.0.0.1", 0, registry=self.registry) as gw:
             self.url = gw.url
             self._ready.set()
             await self._stop.wait()
@@ -154,7 +154,7 @@ def test_junk_model_names_do_not_take_the_label_slots(tmp_path: Path) -> None:
     async def main() -> str:
         async with worker_mod.serve(cfg, "127.0.0.1", 0) as worker:
             cfg.gateway.upstreams = [worker.url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
                     aiohttp.ClientSession() as s:
                 async def post(model: str) -> int:
                     async with s.post(gw.url + "/v1/completions",
@@ -220,7 +220,7 @@ def test_slow_clients_are_closed_and_good_requests_keep_going(tmp_path: Path) ->
         await site.start()
         cfg.gateway.upstreams = [f"http://127.0.0.1:{runner.addresses[0][1]}"]
         try:
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
                     aiohttp.ClientSession() as s:
                 async def good() -> tuple[int, float]:
                     t0 = time.perf_counter()
@@ -271,7 +271,7 @@ def test_body_reads_hold_in_flight_slots_and_connections_are_bounded(tmp_path: P
         await site.start()
         cfg.gateway.upstreams = [f"http://127.0.0.1:{runner.addresses[0][1]}"]
         try:
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
                 _, bodies = await _slowloris(gw.url, 0, 20)  # every in-flight slot held by a body
                 await asyncio.sleep(0.3)
                 async with aiohttp.ClientSession() as s:
@@ -310,7 +310,7 @@ def test_malformed_http_is_answered_without_flooding_the_log(tmp_path: Path, cap
            b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"]
 
     async def main() -> list[bytes]:
-        async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
+        async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
             host, port = gw.host, gw.port
             answers = []
             for i in range(100):
@@ -341,7 +341,7 @@ def test_lone_surrogates_are_refused_before_they_reach_a_replica(tmp_path: Path)
         answers = []
         async with worker_mod.serve(worker_cfg(tmp_path / "w"), "127.0.0.1", 0) as worker:
             cfg.gateway.upstreams = [worker.url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
                     aiohttp.ClientSession() as s:
                 for base in (gw.url, worker.url):
                     for path, body in bodies.items():

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names, slo_catalog
-from llmsla.exporters import gateway as gw_mod
+from llmsla.app import wiring
 from llmsla.spool import published_segments, read_segment
 from llmsla.worker.server import WorkerThread
 
@@ -107,7 +107,7 @@ def test_prometheus_agrees_with_spool(tmp_path: Path, start_prometheus) -> None:
         cfg.gateway.upstreams = [w.start() for w in workers]
 
         async def main() -> tuple[dict[str, dict], str, float]:
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=reg) as gw:
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg) as gw:
                 prom = start_prometheus({"gateway": [f"127.0.0.1:{gw.port}"]}, interval_s=0.5)
                 ext = await _drive(gw.url, cfg.worker.model)
                 # wait until a scrape has seen every request, then stop (flushes the spool)

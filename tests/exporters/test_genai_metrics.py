@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmsla import config as config_mod
 from llmsla import names
-from llmsla.exporters import gateway as gw_mod
+from llmsla.app import wiring
 from llmsla.exporters import genai
 from llmsla.services import free_port
 from llmsla.worker.server import WorkerThread
@@ -128,7 +128,7 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
             async def main() -> tuple[str, list[int], dict[str, bool]]:
                 statuses = []
                 streamed: dict[str, bool] = {}  # X-Request-Id (the trace id) -> the request streamed
-                async with gw_mod.serve(g, "127.0.0.1", 0, registry=reg) as gw, aiohttp.ClientSession() as s:
+                async with wiring.serve_gateway(g, "127.0.0.1", 0, registry=reg) as gw, aiohttp.ClientSession() as s:
                     for i in range(24):
                         chat = i % 2 == 0
                         body: dict[str, Any] = {"model": "no-such-model" if i % 7 == 3 else MODEL,

@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.app import wiring
 from llmsla.events import RequestEvent
-from llmsla.exporters import gateway as gw_mod
 from llmsla.exporters import genai
 from llmsla.exporters.openai import CHAT_COMPLETIONS, parse_request
 from llmsla.spool import published_segments, read_segment
@@ -73,7 +73,7 @@ def test_span_tree_of_a_streamed_chat_completion(tmp_path: Path) -> None:
             gcfg = gateway_cfg(cfg, wt.url)
 
             async def main() -> tuple[int, list, str, str]:
-                async with gw_mod.serve(gcfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
+                async with wiring.serve_gateway(gcfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw:
                     with caller.start_as_current_span("caller", kind=trace.SpanKind.CLIENT):
                         headers: dict[str, str] = {}
                         inject(headers)  # the caller's W3C traceparent, as any instrumented client sends it
@@ -186,8 +186,8 @@ def test_sampling_is_parent_based_and_unsampled_requests_still_carry_a_tracepare
 
             async def main() -> dict[str, str]:
                 out = {}
-                async with gw_mod.serve(never, "127.0.0.1", 0, registry=CollectorRegistry()) as g0, \
-                        gw_mod.serve(always, "127.0.0.1", 0, registry=CollectorRegistry(), spool=None) as g1:
+                async with wiring.serve_gateway(never, "127.0.0.1", 0, registry=CollectorRegistry()) as g0, \
+                        wiring.serve_gateway(always, "127.0.0.1", 0, registry=CollectorRegistry(), spool=None) as g1:
                     for name, url, headers in (("root@0", g0.url, {}), ("sampled-parent@0", g0.url, {"traceparent": caller_on}),
                                                ("unsampled-parent@1", g1.url, {"traceparent": caller_off})):
                         status, _, returned = await chat(url, headers, stream=False)
@@ -239,7 +239,7 @@ def test_without_an_exporter_the_gateway_makes_no_sdk_span(tmp_path: Path) -> No
     req = parse_request(raw, "/v1/completions", max_prompt_chars=100)
     for ratio, flags in ((1.0, "01"), (0.0, "00")):
         cfg.otel.sample_ratio = ratio
-        gw = gw_mod.Gateway(cfg, registry=CollectorRegistry(), spool=None)
+        gw = wiring.gateway(cfg, registry=CollectorRegistry(), spool=None)
         tel = gw.telemetry
         assert tel.provider is None and not tel.tracing and tel.metrics is None
         fresh = tel.begin({}, "POST", "/v1/completions", req, 0.0)

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
-from llmsla.exporters import gateway as gw_mod
+from llmsla.app import wiring
 from llmsla.worker.server import WorkerThread
 from tests.worker._worker_util import MODEL, worker_cfg
 
@@ -38,7 +38,7 @@ def test_the_openai_sdk_sees_openais_api(tmp_path: Path) -> None:
 
         async def main() -> dict[str, Any]:
             out: dict[str, Any] = {}
-            async with gw_mod.serve(g, "127.0.0.1", 0, registry=reg) as gw:
+            async with wiring.serve_gateway(g, "127.0.0.1", 0, registry=reg) as gw:
                 client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
                 # a failure before any success, for a model a replica lists: its own label
                 for _ in range(100):

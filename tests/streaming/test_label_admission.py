@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla import names
+from llmsla.app import wiring
 from llmsla.events import RequestEvent
-from llmsla.exporters import gateway as gw_mod
 from llmsla.spool import published_segments, read_segment
 from llmsla.worker import server as worker_mod
 from tests.worker._worker_util import MODEL
@@ -32,7 +32,7 @@ def test_a_flood_of_junk_model_names_is_one_series_in_the_store(cfg: config_mod.
     async def flood() -> tuple[list[int], int]:
         async with worker_mod.serve(cfg, "127.0.0.1", 0) as worker:
             cfg.gateway.upstreams = [worker.url]
-            async with gw_mod.serve(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
+            async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry()) as gw, \
                     aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as s:
                 async def post(model: str) -> int:
                     async with s.post(gw.url + "/v1/completions",

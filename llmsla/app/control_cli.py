@@ -1,7 +1,9 @@
-"""``llmsla control serve``: the control API over a router of ``gateway.upstreams``.
+"""``llmsla control serve``: the control API over a router of the gateway's replicas.
 
 In a deployment the gateway hosts these routes on its own router (``api.add_routes``); this
 standalone server is for operating a router without a gateway (demos, the simulator, drills).
+Its control plane is the gateway's, built by the same function (``llmsla.app.wiring``) from the
+same replica list (``llmsla.replicas``), so replica ids mean the same replica in both.
 """
 
 from __future__ import annotations
@@ -32,49 +34,45 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
     import signal
     import sys
 
+    from llmsla.app import wiring
     from llmsla.config import set_value
     from llmsla.control import api
     from llmsla.control.audit import AuditLog
-    from llmsla.control.distill import DistillControls
-    from llmsla.control.rollout import Rollout
-    from llmsla.control.router import Replica, from_config
     from llmsla.errors import CliError
     from llmsla.httpkit import Limits
+    from llmsla.replicas import replicas_from_config
     from llmsla.store import open_store
 
     if args.upstream is not None:  # the check gateway.upstreams declares, as in the file
         set_value(cfg, "gateway.upstreams", list(args.upstream), "--upstream")
-    upstreams = cfg.gateway.upstreams
-    if not upstreams:
+    if not cfg.gateway.upstreams:
         raise CliError("no replicas: pass --upstream URL or set gateway.upstreams")
-    pool = cfg.gateway.pool
-    router = from_config(cfg, [Replica(f"r{i}", pool, url=u) for i, u in enumerate(upstreams)])
+    replicas = replicas_from_config(cfg)
     host = cfg.control.host if args.host is None else args.host
     port = cfg.control.port if args.port is None else args.port
     # every change is audited in the store's action_log: the embedded PostgreSQL by default
     store = open_store(cfg)
     audit = AuditLog(store.dsn)
-    distill = DistillControls.from_config(cfg, router.pools(), audit=audit, router=router)
     # A/B weight and coverage changes: applied here and broadcast to the gateways (Redis stream)
-    rollout = Rollout.from_config(cfg, audit=audit, router=router)
+    plane = wiring.control_plane(cfg, replicas, audit=audit)
+    router = plane.router
     if not cfg.control.token:
         print("llmsla control: control.token is empty - every write will be refused (503)")
 
     async def run() -> None:
         import aiohttp
 
-        from llmsla.control.probe import HealthProber
-
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: pending audit rows are written
             loop.add_signal_handler(sig, stop.set)
-        app = api.make_app(router, distill, token=cfg.control.token, limits=Limits.from_config(cfg), rollout=rollout)
+        app = api.make_app(router, plane.distill, token=cfg.control.token, limits=Limits.from_config(cfg),
+                           rollout=plane.rollout)
         served = await api.start(app, host, port, Limits.from_config(cfg))
         session = aiohttp.ClientSession()
-        prober = HealthProber(router)
+        prober = plane.prober
         prober.start(session)
-        print(f"llmsla control API on {served.url} ({len(upstreams)} replicas, policy {router.policy})",
+        print(f"llmsla control API on {served.url} ({len(replicas)} replicas, policy {router.policy})",
               flush=True)
         try:
             if args.duration_s > 0:
@@ -88,8 +86,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
             await served.stop()
             if not audit.flush(10.0):
                 print("llmsla control: some audit rows could not be written to the store", file=sys.stderr)
-            if router.shared is not None:
-                router.shared.close()
+            plane.close()
 
     try:
         asyncio.run(run())

@@ -1,0 +1,121 @@
+"""The composition root's object graphs: every command that runs a gateway, a control plane or
+a recorder gets them from these functions, and components take them built.
+
+Why here: ``llmsla.app`` is the one layer allowed to import every component, so the
+collaborators that cross components (the control plane the gateway routes with, the recorder
+the gateway, the ASGI middleware and the simulator emit through, the store the audit log writes
+to) are put together in one place, once per process, and closed by whoever built them. See
+docs/architecture.md (who builds what).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from opentelemetry.sdk.trace import SpanProcessor
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from prometheus_client import CollectorRegistry
+
+from llmsla import names
+from llmsla.config import Config
+from llmsla.control.audit import AuditLog
+from llmsla.control.distill import DistillControls
+from llmsla.control.plane import ControlPlane
+from llmsla.control.probe import HealthProber
+from llmsla.control.rollout import Rollout
+from llmsla.control.router import Router
+from llmsla.control.router import from_config as router_from_config
+from llmsla.exporters import gateway as gateway_mod
+from llmsla.exporters.recording import Recorder
+from llmsla.replicas import Replica, replicas_from_config
+from llmsla.spool import SpoolWriter
+
+
+def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
+                  registry: CollectorRegistry | None = None, audit: AuditLog | None = None,
+                  router: Router | None = None, rollout: Rollout | None = None,
+                  shared: Any = "auto") -> ControlPlane:
+    """The router of ``replicas`` (default: the configuration's, :func:`replicas_from_config`)
+    with the policy and LADR parameters of ``control.*`` (Redis-shared state when
+    ``control.redis_url`` is set, unless ``shared=None``), the pools' distillation controls
+    and the A/B rollout on it, all auditing to ``audit`` (default: in memory only).
+    ``registry``: where the router, distillation and rollout metrics go (None: a registry
+    of their own each, which the control API shows). ``router``/``rollout``: ones built already (tests, benches). Close with
+    ``ControlPlane.close``."""
+    audit = audit if audit is not None else AuditLog()
+    if router is None:
+        reps = replicas_from_config(cfg) if replicas is None else list(replicas)
+        router = router_from_config(cfg, reps, registry=registry, shared=shared)
+    distill = DistillControls.from_config(cfg, router.pools(), audit=audit, registry=registry, router=router)
+    if rollout is None:
+        rollout = Rollout.from_config(cfg, audit=audit, registry=registry, router=router)
+    return ControlPlane(router, distill, rollout, audit, HealthProber(router))
+
+
+def recorder(cfg: Config, *, registry: CollectorRegistry | None = None, spool: SpoolWriter | None = None,
+             span_processor: SpanProcessor | None = None) -> Recorder:
+    """Metrics (``registry``), request spool lines (``spool``; None: metrics only), spans and
+    OTLP metrics (``otel.*``, or ``span_processor`` in place of OTLP span export)."""
+    return Recorder.from_config(cfg, registry=registry, spool=spool, span_processor=span_processor)
+
+
+def open_spool(cfg: Config, registry: CollectorRegistry | None = None) -> SpoolWriter:
+    """The request spool; raises a one-line SpoolError when it cannot take writes (start-up)."""
+    return SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, registry=registry)
+
+
+def gateway(cfg: Config, *, registry: CollectorRegistry | None = None, spool: SpoolWriter | None = None,
+            plane: ControlPlane | None = None, router: Router | None = None, rollout: Rollout | None = None,
+            audit: AuditLog | None = None, span_processor: SpanProcessor | None = None) -> gateway_mod.Gateway:
+    """A gateway of ``cfg`` with its control plane (built here unless given) and its recorder
+    writing to ``spool``. The caller closes a plane built here (``gateway.plane.close()``);
+    :func:`start_gateway` does it on stop."""
+    if plane is None:
+        # router and distillation metrics go where the request metrics go: this gateway's
+        # /metrics shows picks, weights, drains and the student share (multi-process: merged)
+        exposed = registry if registry is not None else DEFAULT_REGISTRY
+        plane = control_plane(cfg, registry=exposed, router=router, rollout=rollout, audit=audit)
+    rec = recorder(cfg, registry=registry, spool=spool, span_processor=span_processor)
+    return gateway_mod.Gateway(cfg, plane=plane, recorder=rec, registry=registry)
+
+
+async def start_gateway(cfg: Config, host: str | None = None, port: int | None = None, *,
+                        registry: CollectorRegistry | None = None, spool: SpoolWriter | None | bool = True,
+                        plane: ControlPlane | None = None, router: Router | None = None,
+                        rollout: Rollout | None = None, audit: AuditLog | None = None,
+                        span_processor: SpanProcessor | None = None,
+                        reuse_port: bool = False) -> gateway_mod.RunningGateway:
+    """Build and start a gateway on ``host:port`` (port 0 = a free one). ``spool=True`` opens
+    the request spool from ``cfg``; pass a writer to share one, or None for metrics only. What
+    is opened here (the spool, a control plane not given) is closed when it stops."""
+    closers: list[Callable[[], None]] = []
+    writer: SpoolWriter | None = None
+    if spool is True:
+        writer = open_spool(cfg, registry)
+        closers.append(writer.close)
+    elif spool:
+        writer = spool
+    try:
+        gw = gateway(cfg, registry=registry, spool=writer, plane=plane, router=router, rollout=rollout,
+                     audit=audit, span_processor=span_processor)
+    except BaseException:
+        for close in closers:
+            close()
+        raise
+    if plane is None and router is None:  # a router given stays its owner's to close
+        closers.insert(0, gw.plane.close)
+    return await gateway_mod.start(gw, host, port, reuse_port=reuse_port, closers=closers)
+
+
+@contextlib.asynccontextmanager
+async def serve_gateway(cfg: Config, host: str | None = None, port: int | None = None,
+                        **kw: Any) -> AsyncIterator[gateway_mod.RunningGateway]:
+    """``async with serve_gateway(cfg, "127.0.0.1", 0) as gw: gw.url`` - stopped (spool
+    flushed, control plane closed) on exit. Keywords as :func:`start_gateway`."""
+    gw = await start_gateway(cfg, host, port, **kw)
+    try:
+        yield gw
+    finally:
+        await gw.stop()
