@@ -34,10 +34,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmsla import names
-from llmsla.alerting.control_client import ControlClient, Result
 from llmsla.alerting.journal import Journal, Tx
 from llmsla.alerting.policy import TARGET_POOL, Policy, Rule
 from llmsla.alerting.webhook import FIRING, Alert, Notification
+from llmsla.control_client import ControlClient, Result
 
 NORMAL, DEWEIGHTED, DRAINED, RESTORING, SHIFTED = "normal", "deweighted", "drained", "restoring", "shifted"
 #: Decisions (the ``decision`` column of the alert's audit row).

@@ -27,13 +27,13 @@ from prometheus_client import CollectorRegistry
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.alerting import generate as G
-from llmsla.alerting.control_client import ControlClient
 from llmsla.alerting.engine import Engine
 from llmsla.alerting.journal import PgJournal
 from llmsla.alerting.receiver import make_app
 from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
+from llmsla.control_client import ControlClient
 from llmsla.exporters import gateway as gw_mod
 from llmsla.httpkit import serve as start
 from llmsla.worker.server import WorkerThread
