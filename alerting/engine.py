@@ -37,23 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsla.alerting import decide
-from llmsla.alerting.decide import (  # noqa: F401 - the decision names, re-exported for callers
-    ACT,
+from llmsla.alerting.decide import (
     DEFERRED,
-    DEWEIGHTED,
-    DRAINED,
     DUPLICATE,
     INVALID,
-    JOINED,
-    MAX_ENDED,
-    MAX_RETRY_S,
     NO_RULE,
     NORMAL,
-    RESOLVED,
-    RESOLVED_PARTIAL,
-    RESTORING,
-    SHIFTED,
-    STALE,
     UNROUTABLE,
     TargetState,
 )
