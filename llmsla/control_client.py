@@ -6,7 +6,7 @@ Each call tries the configured control APIs in order with exponential backoff be
 unknown replica, last healthy replica, step too large - and is not; a 404, an unknown target, is
 ``permanent``: the receiver audits it once and stops acting on that target). With several gateways
 the client talks to any one of them: the router's Redis operator stream carries the change to all.
-Every call returns a :class:`Result` (with the server's reason in ``error``) rather than raising,
+Every call returns a :class:`Result` (the server's reason in ``error``) rather than raising,
 so the caller audits what happened. The timeout is the caller's: ``receiver.control_timeout_s``
 for the receiver, ``ab.control_timeout_s`` for a rollback. See docs/control.md.
 """
@@ -36,11 +36,6 @@ class Result:
     refused: bool = False  # a 4xx: the control API said no (do not retry blindly)
     #: a 404: the control API does not know the replica or pool; retrying cannot change that
     permanent: bool = False
-
-    def describe(self) -> str:
-        """One line for a person: ``HTTP 409 from <url>: <the server's reason>``."""
-        what = f"HTTP {self.status}" if self.status else "no answer"
-        return f"{what} from {self.url}: {self.error}" if self.error else f"{what} from {self.url}"
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "attempts": self.attempts, "url": self.url}

@@ -1,16 +1,8 @@
-"""The control API client's answer as a caller sees it (no network: Results by hand)."""
+"""The control API client as its callers configure it (no network)."""
 
 from __future__ import annotations
 
-from llmsla.control_client import ControlClient, Result
-
-
-def test_describe_names_status_url_and_the_servers_reason() -> None:
-    res = Result(False, 409, {"error": "last healthy replica"}, 1, 3.0, "http://c/v1/replicas/r1/drain",
-                 "last healthy replica", refused=True)
-    assert res.describe() == "HTTP 409 from http://c/v1/replicas/r1/drain: last healthy replica"
-    assert Result(False, 0, None, 3, 3.0, "http://c/x", "ClientConnectorError: refused").describe() == (
-        "no answer from http://c/x: ClientConnectorError: refused")
+from llmsla.control_client import ControlClient
 
 
 def test_the_timeout_and_actor_are_the_callers() -> None:
