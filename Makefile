@@ -3,7 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.llmsla-installed
 
-.PHONY: demo test test-fast lint bootstrap clean
+.PHONY: demo test test-fast test-quick lint bootstrap clean
+
+# the unit layer (tests/unit: the closed loop's pure decisions) and the other tests that start no
+# service and run in seconds: the edit loop, under a minute
+FAST_TESTS := tests/unit tests/test_architecture.py tests/alerting/test_layering.py \
+	tests/alerting/test_policy.py tests/forecaster/test_layering.py tests/forecaster/test_hysteresis.py \
+	tests/control/test_ab_stats.py tests/test_histogram.py \
+	tests/test_events.py tests/test_slo_catalog.py tests/test_config.py
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	VENV=$(VENV) bash scripts/bootstrap.sh
@@ -18,8 +25,13 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	bash scripts/run-tests.sh
 
-# the edit loop: everything not marked slow (integration runs of Flink, Prometheus, the demo)
 test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	bash scripts/run-tests.sh $(FAST_TESTS)
+
+# everything not marked slow (skips the long integration runs of Flink, Prometheus, the demo;
+# still starts PostgreSQL, Redis and the control API): minutes
+test-quick: $(STAMP)
 	$(VENV)/bin/ruff check .
 	bash scripts/run-tests.sh -m "not slow"
 

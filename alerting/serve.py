@@ -37,10 +37,10 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
 
 
 async def _run(cfg: Config, pol, duration_s: float) -> None:  # noqa: ANN001 - Policy
-    from llmsla.alerting.control_client import ControlClient
     from llmsla.alerting.engine import Engine
     from llmsla.alerting.journal import PgJournal
     from llmsla.alerting.receiver import make_app
+    from llmsla.control_client import ControlClient
     from llmsla.errors import CliError
     from llmsla.httpkit import Limits, serve
     from llmsla.store import open_store

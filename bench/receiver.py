@@ -88,7 +88,6 @@ def _serve(q: Any, dsn: str, replicas: int) -> None:
     from aiohttp import web
 
     from llmsla.alerting import policy as policy_mod
-    from llmsla.alerting.control_client import ControlClient
     from llmsla.alerting.engine import Engine
     from llmsla.alerting.journal import MemoryJournal, PgJournal
     from llmsla.alerting.receiver import make_app
@@ -96,6 +95,7 @@ def _serve(q: Any, dsn: str, replicas: int) -> None:
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
     from llmsla.control.router import Replica, Router
+    from llmsla.control_client import ControlClient
     from llmsla.httpkit import serve as start
     from llmsla.yamlsrc import load_docs
 

@@ -93,33 +93,36 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
 def roll_back(cfg: Config, rep: Any) -> list[dict[str, Any]]:
     """Set each failing arm's weight to 0 through the control API (audited there); never the
     control arm, never on a sample-ratio mismatch (the comparison itself is not to be trusted)."""
-    import urllib.error
-    import urllib.request
+    import asyncio
 
+    from llmsla.control_client import ControlClient
     from llmsla.redaction import redact
 
-    base = (cfg.ab.control_url or f"http://{cfg.control.host}:{cfg.control.port}").rstrip("/")
-    out = []
     if rep.srm["flagged"]:
-        return out
-    for arm in rep.failing_arms():
-        if arm == rep.control:
-            continue
-        failing = [c.metric for c in rep.comparisons if c.arm == arm and c.verdict == "fail"]
-        body = json.dumps({"weight": 0, "actor": "llmsla ab report",
-                           "reason": f"always-valid test failed: {', '.join(failing)} ({rep.start} .. {rep.end})"}).encode()
-        req = urllib.request.Request(f"{base}/v1/experiments/{rep.experiment}/arms/{arm}/weight", data=body, method="POST",
-                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {cfg.control.token}"})
-        rec: dict[str, Any] = {"arm": arm, "metrics": failing, "url": redact(base)}
+        return []
+    base = (cfg.ab.control_url or f"http://{cfg.control.host}:{cfg.control.port}").rstrip("/")
+    todo = [(arm, [c.metric for c in rep.comparisons if c.arm == arm and c.verdict == "fail"])
+            for arm in rep.failing_arms() if arm != rep.control]
+
+    async def run() -> list[dict[str, Any]]:
+        # one attempt, as before: the report is re-run (and the rollback with it) on its schedule
+        client = ControlClient([base], cfg.control.token, timeout_s=cfg.ab.control_timeout_s, retries=1,
+                               actor="llmsla ab report")
+        out = []
         try:
-            with urllib.request.urlopen(req, timeout=cfg.receiver.control_timeout_s) as resp:
-                rec.update(status=resp.status, ok=True)
-        except urllib.error.HTTPError as exc:
-            rec.update(status=exc.code, ok=False, error=exc.read(2000).decode("utf-8", "replace"))
-        except (urllib.error.URLError, OSError) as exc:
-            rec.update(status=None, ok=False, error=str(exc))
-        out.append(rec)
-    return out
+            for arm, failing in todo:
+                why = f"always-valid test failed: {', '.join(failing)} ({rep.start} .. {rep.end})"
+                res = await client.set_arm_weight(rep.experiment, arm, 0, why)
+                rec: dict[str, Any] = {"arm": arm, "metrics": failing, "url": redact(base),
+                                       "status": res.status or None, "ok": res.ok}
+                if not res.ok:
+                    rec["error"] = res.error
+                out.append(rec)
+        finally:
+            await client.close()
+        return out
+
+    return asyncio.run(run()) if todo else []
 
 
 def _fmt(v: Any, unit: str = "") -> str:

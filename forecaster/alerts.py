@@ -19,11 +19,12 @@ import logging
 import urllib.error
 import urllib.request
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from llmsla import names
-from llmsla.forecaster.hysteresis import AlarmPolicy, AlarmState
+from llmsla.forecaster import decide
+from llmsla.forecaster.decide import TargetAlarm
+from llmsla.forecaster.hysteresis import AlarmPolicy
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +65,9 @@ def payload(status: str, alert: dict[str, Any], external_url: str) -> dict[str, 
     }
 
 
-@dataclass
-class TargetState(AlarmState):
-    starts_ms: int = 0
-    last_sent_ms: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-
-
 class Hysteresis:
-    """Per-target firing state; :meth:`update` returns the notifications to send."""
+    """Per-target alarms (:mod:`decide` makes every transition); :meth:`update` returns the
+    notifications to send, rendered as webhook v4 alerts."""
 
     def __init__(self, threshold: float, *, fire_steps: int, resolve_steps: int, resolve_ratio: float,
                  repeat_s: float, horizon_s: int, generator_url: str = "") -> None:
@@ -82,9 +77,9 @@ class Hysteresis:
         self.repeat_ms = int(repeat_s * 1000)
         self.horizon_s = horizon_s
         self.generator_url = generator_url
-        self.states: dict[str, TargetState] = {}
+        self.states: dict[str, TargetAlarm] = {}
 
-    def _alert(self, st: TargetState, status: str, risk: float, now_ms: int, *, why: str = "") -> dict[str, Any]:
+    def _alert(self, st: TargetAlarm, status: str, risk: float, now_ms: int, *, why: str = "") -> dict[str, Any]:
         replica = st.labels.get(names.L_REPLICA, "")
         target = f"{st.labels[names.L_POOL]}/{replica or '*'}"
         what = f"replica {replica}" if replica else "the pool"
@@ -99,27 +94,19 @@ class Hysteresis:
                 "generatorURL": self.generator_url, "fingerprint": fingerprint(st.labels)}
 
     def update(self, key: str, risk: float, now_ms: int, labels: dict[str, str]) -> list[tuple[str, dict]]:
-        st = self.states.setdefault(key, TargetState())
-        out: list[tuple[str, dict]] = []
-        change = st.step(risk, self.threshold, self.policy)
-        if change == "firing":
-            st.starts_ms, st.last_sent_ms, st.labels = now_ms, now_ms, dict(labels)
-            out.append(("firing", self._alert(st, "firing", risk, now_ms)))
-        elif change == "resolved":
-            out.append(("resolved", self._alert(st, "resolved", risk, now_ms)))
-        elif st.firing and now_ms - st.last_sent_ms >= self.repeat_ms:
-            st.last_sent_ms = now_ms
-            out.append(("firing", self._alert(st, "firing", risk, now_ms)))
-        return out
+        status, st = decide.on_score(self.states.get(key, TargetAlarm()), risk, now_ms, labels,
+                                     threshold=self.threshold, policy=self.policy, repeat_ms=self.repeat_ms)
+        self.states[key] = st
+        return [] if status is None else [(status, self._alert(st, status, risk, now_ms))]
 
     def expire(self, key: str, now_ms: int, why: str) -> list[tuple[str, dict]]:
         """The target has nothing left to forecast (no traffic): its alarm is forgotten and a firing
-        alert resolves, so that an alert does not hold the receiver's restore of a replica the
-        receiver itself drained; traffic brings the target back with a fresh alarm state."""
+        alert resolves (:func:`decide.on_idle`); traffic brings the target back with a fresh alarm."""
         st = self.states.pop(key, None)
-        if st is None or not st.firing:
+        status = decide.on_idle(st)
+        if st is None or status is None:
             return []
-        return [("resolved", self._alert(st, "resolved", float("nan"), now_ms, why=why))]
+        return [(status, self._alert(st, status, float("nan"), now_ms, why=why))]
 
     def firing_keys(self) -> list[str]:
         return [k for k, st in self.states.items() if st.firing]

@@ -2,7 +2,7 @@
 
 An SRE sees alerts, not scores, so methods are thresholded and judged by the alarm they raise;
 judging raw per-step crossings counts every flap of a noisy score as a false alarm and picks
-thresholds for an alarm nobody deploys. The online step (:class:`AlarmState`) and the vectorised
+thresholds for an alarm nobody deploys. The online step (:func:`next_alarm`) and the vectorised
 form (:func:`alarm_series`) must stay equal; both are pure functions of the score sequence.
 See docs/forecaster.md#design (Alarms).
 """
@@ -48,9 +48,34 @@ class AlarmPolicy:
 RAW = AlarmPolicy(1, 1, 1.0, float("inf"))
 
 
+@dataclass(frozen=True)
+class Alarm:
+    """One target's alarm: on or off, and the runs of scores above and below the band."""
+
+    firing: bool = False
+    above: int = 0
+    below: int = 0
+
+
+def next_alarm(st: Alarm, risk: float, threshold: float, policy: AlarmPolicy) -> tuple[str | None, Alarm]:
+    """Feed one score: ``("firing" | "resolved" | None, the new alarm)``; the transition only on
+    a change (``fire_steps`` scores at or above the threshold, ``resolve_steps`` below the band)."""
+    if risk >= threshold:
+        above, below = st.above + 1, 0
+    elif risk < threshold * policy.resolve_ratio:
+        above, below = 0, st.below + 1
+    else:  # inside the hysteresis band: neither counts
+        above, below = 0, 0
+    if not st.firing and above >= policy.fire_steps:
+        return "firing", Alarm(True, above, below)
+    if st.firing and below >= policy.resolve_steps:
+        return "resolved", Alarm(False, above, below)
+    return None, Alarm(st.firing, above, below)
+
+
 @dataclass
 class AlarmState:
-    """One target's alarm, stepped once per score (the online loop)."""
+    """:func:`next_alarm` as a mutable object, stepped in place (the evaluation's reference loop)."""
 
     firing: bool = False
     above: int = 0
@@ -58,22 +83,9 @@ class AlarmState:
 
     def step(self, risk: float, threshold: float, policy: AlarmPolicy) -> str | None:
         """Feed one score; ``"firing"`` or ``"resolved"`` on a transition, else ``None``."""
-        if risk >= threshold:
-            self.above += 1
-            self.below = 0
-        elif risk < threshold * policy.resolve_ratio:
-            self.below += 1
-            self.above = 0
-        else:  # inside the hysteresis band: neither counts
-            self.above = 0
-            self.below = 0
-        if not self.firing and self.above >= policy.fire_steps:
-            self.firing = True
-            return "firing"
-        if self.firing and self.below >= policy.resolve_steps:
-            self.firing = False
-            return "resolved"
-        return None
+        change, nxt = next_alarm(Alarm(self.firing, self.above, self.below), risk, threshold, policy)
+        self.firing, self.above, self.below = nxt.firing, nxt.above, nxt.below
+        return change
 
 
 def _runs_at_least(flag: np.ndarray, k: int) -> np.ndarray:

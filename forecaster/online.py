@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.forecaster import alerts, features, store_io
+from llmsla.forecaster import alerts, decide, features, store_io
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.dataset import fleet_inputs
@@ -150,12 +150,12 @@ class OnlineScorer:
         rows, bodies = [], []
         # a target that served nothing for idle_s has nothing to forecast (a drained replica):
         # not scored, its gauge dropped, a firing alert resolved; so is one gone from the windows
-        idle_steps = min(self.window, max(1, round(self.fc.idle_s / names.REQUEST_WINDOW_S)))
+        idle_steps = decide.idle_steps(self.fc.idle_s, self.window)
         served = ts.present[:, -idle_steps:, 0].any(axis=1)
         now_ms = step_ms + STEP_MS
         why = f"no requests for {idle_steps * names.REQUEST_WINDOW_S} s: nothing to forecast"
-        gone = set(self.hyst.firing_keys()) - {t.id for j, t in enumerate(targets) if served[j]}
-        for key in sorted(gone):
+        gone = decide.vanished(self.hyst.firing_keys(), (t.id for j, t in enumerate(targets) if served[j]))
+        for key in gone:
             res.idle.append(key)
             for status, alert in self.hyst.expire(key, now_ms, why):
                 res.notifications.append((status, alert))

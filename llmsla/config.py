@@ -548,6 +548,7 @@ class AbConfig:
     sequential_minutes: int = _k(60, "always-valid mode: the experiment length (minutes) at which its confidence sequences are tightest", minimum=1)
     auto_rollback: bool = _k(False, "llmsla ab report --sequential sets a failing arm's weight to 0 through the control API (audited)")
     control_url: str = _k("", "control API base URL for rollbacks; empty = http://<control.host>:<control.port> (writes need control.token)", check=_optional_url)
+    control_timeout_s: float = _k(2.0, "timeout of the rollback's control API call", minimum=0.01)
 
 
 @dataclass

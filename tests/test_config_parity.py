@@ -64,7 +64,7 @@ def _start(cfg: config_mod.Config, key: str, tmp_path: Path) -> None:
 
         open_store(cfg, migrate=False).close()  # the DSN check; connecting is not start-up's
     elif key == "receiver.control_urls":
-        from llmsla.alerting.control_client import ControlClient
+        from llmsla.control_client import ControlClient
 
         ControlClient(cfg.receiver.control_urls, cfg.control.token, timeout_s=0.1)
     # tokens, worker.* and gpu.node: load() is the whole of their start-up check

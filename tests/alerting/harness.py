@@ -16,7 +16,6 @@ import psycopg
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.alerting import policy as policy_mod
-from llmsla.alerting.control_client import ControlClient
 from llmsla.alerting.engine import Engine
 from llmsla.alerting.journal import Journal, PgJournal
 from llmsla.alerting.receiver import make_app
@@ -25,6 +24,7 @@ from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
 from llmsla.control.router import Replica, Router
+from llmsla.control_client import ControlClient
 from llmsla.httpkit import serve as start
 from llmsla.store.connection import connect
 from llmsla.store.migrate import migrate

@@ -27,7 +27,6 @@ from prometheus_client import CollectorRegistry
 from llmsla import config as config_mod
 from llmsla import names
 from llmsla.alerting import generate as G
-from llmsla.alerting.control_client import ControlClient
 from llmsla.alerting.engine import Engine
 from llmsla.alerting.journal import PgJournal
 from llmsla.alerting.receiver import make_app
@@ -35,6 +34,7 @@ from llmsla.app import wiring
 from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
+from llmsla.control_client import ControlClient
 from llmsla.httpkit import serve as start
 from llmsla.worker.server import WorkerThread
 

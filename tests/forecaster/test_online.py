@@ -151,7 +151,6 @@ def test_forecast_alert_reaches_the_receiver_which_acts_before_the_breach(pg_dsn
     (its built-in policy, its store journal), which deweights r1 through a real control API -
     and that action is in ``action_log`` at a step that ended before r1's first breaching window
     began."""
-    from llmsla.alerting.control_client import ControlClient
     from llmsla.alerting.engine import Engine
     from llmsla.alerting.journal import PgJournal
     from llmsla.alerting.policy import load as load_policy
@@ -160,6 +159,7 @@ def test_forecast_alert_reaches_the_receiver_which_acts_before_the_breach(pg_dsn
     from llmsla.control.audit import AuditLog
     from llmsla.control.distill import DistillControls
     from llmsla.control.router import Replica, Router
+    from llmsla.control_client import ControlClient
     from llmsla.httpkit import serve
 
     ramp = ramp_in_store(pg_dsn)

@@ -1,11 +1,14 @@
-"""HTTP client of the control API: the receiver's only way to act (it never imports control).
+"""The one HTTP client of the control API: the receiver acts through it, ``ab report --rollback``
+rolls an arm back through it (core, because alerting and control may not import each other).
 
 Each call tries the configured control APIs in order with exponential backoff between attempts
 (connection errors, timeouts and 5xx are retried; a 4xx is the control API's considered answer -
 unknown replica, last healthy replica, step too large - and is not; a 404, an unknown target, is
-``permanent``: the engine audits it once and stops acting on that target). With several gateways the
-receiver talks to any one of them: the router's Redis operator stream carries the change to all.
-Every call returns a :class:`Result` rather than raising, so the caller audits what happened.
+``permanent``: the receiver audits it once and stops acting on that target). With several gateways
+the client talks to any one of them: the router's Redis operator stream carries the change to all.
+Every call returns a :class:`Result` (the server's reason in ``error``) rather than raising,
+so the caller audits what happened. The timeout is the caller's: ``receiver.control_timeout_s``
+for the receiver, ``ab.control_timeout_s`` for a rollback. See docs/control.md.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class ControlClient:
     timeout_s: float = 2.0
     retries: int = 3
     backoff_s: float = 0.1
+    #: who the control API's audit log names for each write
+    actor: str = ACTOR
     session: aiohttp.ClientSession | None = None
     calls: int = field(default=0)
 
@@ -96,18 +101,22 @@ class ControlClient:
 
     async def set_weight(self, replica: str, weight: float, reason: str) -> Result:
         return await self._call("POST", f"/v1/replicas/{quote(replica, safe='')}/weight",
-                                {"weight": weight, "actor": ACTOR, "reason": reason})
+                                {"weight": weight, "actor": self.actor, "reason": reason})
 
     async def drain(self, replica: str, reason: str) -> Result:
-        return await self._call("POST", f"/v1/replicas/{quote(replica, safe='')}/drain", {"actor": ACTOR, "reason": reason})
+        return await self._call("POST", f"/v1/replicas/{quote(replica, safe='')}/drain", {"actor": self.actor, "reason": reason})
 
     async def undrain(self, replica: str, reason: str) -> Result:
-        return await self._call("POST", f"/v1/replicas/{quote(replica, safe='')}/undrain", {"actor": ACTOR, "reason": reason})
+        return await self._call("POST", f"/v1/replicas/{quote(replica, safe='')}/undrain", {"actor": self.actor, "reason": reason})
 
     async def set_student_share(self, pool: str, pct: float, reason: str) -> Result:
         return await self._call("POST", f"/v1/pools/{quote(pool, safe='')}/student_share",
-                                {"pct": pct, "clamp": False, "actor": ACTOR, "reason": reason})
+                                {"pct": pct, "clamp": False, "actor": self.actor, "reason": reason})
 
     async def set_schedule(self, pool: str, name: str, params: dict[str, Any], reason: str) -> Result:
         return await self._call("POST", f"/v1/pools/{quote(pool, safe='')}/temperature_schedule",
-                                {"name": name, "params": params, "actor": ACTOR, "reason": reason})
+                                {"name": name, "params": params, "actor": self.actor, "reason": reason})
+
+    async def set_arm_weight(self, experiment: str, arm: str, weight: float, reason: str) -> Result:
+        return await self._call("POST", f"/v1/experiments/{quote(experiment, safe='')}/arms/{quote(arm, safe='')}/weight",
+                                {"weight": weight, "actor": self.actor, "reason": reason})
