@@ -73,8 +73,8 @@ def cmd_generate(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{len(out.files)} generated files are current ({len(out.specs)} SLOs)")
         return 0
     written = G.write(out, dirs)
-    for p in written:
-        print(f"wrote {p}")
+    for path in written:
+        print(f"wrote {path}")
     print(f"{len(out.specs)} SLOs, {len(out.files)} files ({len(written)} changed)")
     return 0
 

@@ -99,7 +99,7 @@ def roll_back(cfg: Config, rep: Any) -> list[dict[str, Any]]:
     from llmsla.redaction import redact
 
     base = (cfg.ab.control_url or f"http://{cfg.control.host}:{cfg.control.port}").rstrip("/")
-    out = []
+    out: list[dict[str, Any]] = []
     if rep.srm["flagged"]:
         return out
     for arm in rep.failing_arms():

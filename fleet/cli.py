@@ -197,6 +197,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         def open_metrics() -> None:
             app = web.Application()
             add_metrics(app, registry)
+            assert background is not None  # made above whenever a port is asked for
             served = background.serve(app, "127.0.0.1", metrics_port, limits)
             print(f"simulator /metrics on {served.url}/metrics", file=sys.stderr, flush=True)
 
@@ -209,6 +210,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             store = open_store(cfg)  # the audit trail: action_log in the configured (or embedded) store
             distill.audit = AuditLog(store.dsn)
             app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
+            assert background is not None  # made above whenever a port is asked for
             served = background.serve(app, cfg.control.host, args.control_port, limits)
             print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)
 

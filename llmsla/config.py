@@ -65,7 +65,10 @@ def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimu
     for the value (see the validators below), run wherever the key is set."""
     meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind, "check": check}
     if isinstance(default, list | dict):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+        def fresh() -> Any:  # each instance its own copy of a mutable default
+            return type(default)(default)
+
+        return field(default_factory=fresh, metadata=meta)
     return field(default=default, metadata=meta)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import json
 import logging
@@ -508,7 +509,7 @@ class SpoolWriter:
         for path in self._unpublished:
             try:
                 with open(path, "rb") as fh:
-                    n += sum(chunk.count(b"\n") for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""))
+                    n += sum(chunk.count(b"\n") for chunk in iter(functools.partial(fh.read, 1 << 20), b""))
             except OSError:
                 continue
         paths = ", ".join(p.name for p in self._unpublished)

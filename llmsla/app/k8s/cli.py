@@ -44,8 +44,8 @@ def cmd_render(args: argparse.Namespace, cfg: Config) -> int:
             return 1
         print(f"{len(generated)} generated files are current")
         return 0
-    for p in render.write(generated):
-        print(f"wrote {p}")
+    for path in render.write(generated):
+        print(f"wrote {path}")
     return 0
 
 
