@@ -34,10 +34,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmsla import names
-from llmsla.alerting.control_client import ControlClient, Result
+from llmsla.alerting.control_client import Result
 from llmsla.alerting.journal import Journal, Tx
 from llmsla.alerting.policy import TARGET_POOL, Policy, Rule
 from llmsla.alerting.webhook import FIRING, Alert, Notification
+from llmsla.seams import ControlApi
 
 NORMAL, DEWEIGHTED, DRAINED, RESTORING, SHIFTED = "normal", "deweighted", "drained", "restoring", "shifted"
 #: Decisions (the ``decision`` column of the alert's audit row).
@@ -109,7 +110,7 @@ class Outcome:
 
 
 class Engine:
-    def __init__(self, policy: Policy, control: ControlClient, journal: Journal, *,
+    def __init__(self, policy: Policy, control: ControlApi, journal: Journal, *,
                  clock: Callable[[], float] = time.time, metrics: Any = None) -> None:
         self.policy = policy
         self.control = control

@@ -68,6 +68,7 @@ from llmsla.control.replica import (
 )
 from llmsla.control.sampler import LoadLevels
 from llmsla.redaction import redact
+from llmsla.seams import SharedState
 
 __all__ = ["DEFAULT_PARAMS", "POLICIES", "ROLES", "LastReplicaError", "NoReplicaAvailable", "Replica", "Router",
            "UnknownReplica", "from_config", "params_from_config"]
@@ -85,7 +86,7 @@ class Router:
         *,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
-        shared: Any = None,
+        shared: SharedState | None = None,
         registry: CollectorRegistry | None = None,
         **params: Any,
     ) -> None:
@@ -263,6 +264,8 @@ class Router:
         naming a replica this router does not have, or one that would drain its last healthy
         replica, is skipped here (counted in ``snapshot()['shared_ops_skipped']``).
         """
+        if self.shared is None:
+            return 0
         inbox = self.shared.inbox
         n = 0
         self._replaying = True

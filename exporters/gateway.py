@@ -81,6 +81,7 @@ from llmsla.httpkit import (
     read_body,
 )
 from llmsla.httpkit import serve as serve_http
+from llmsla.seams import ReplicaRef, RolloutHandle
 from llmsla.spool import SpoolWriter
 from llmsla.temperature import Schedule
 
@@ -104,7 +105,7 @@ class ArmAssigner:
     is ``default``. The gateway asks its :class:`~llmsla.control.rollout.Rollout` directly, since
     it also applies the arm's strategy."""
 
-    def __init__(self, rollout: Rollout | None = None, pool: str = names.DEFAULT_POOL) -> None:
+    def __init__(self, rollout: RolloutHandle | None = None, pool: str = names.DEFAULT_POOL) -> None:
         self.rollout = rollout
         self.pool = pool
 
@@ -415,7 +416,7 @@ class Gateway:
                      tel: RequestTelemetry, a: Assignment, key: str) -> web.StreamResponse:
         traceparent = tel.traceparent  # the gateway's SERVER span, returned to the client
         status = names.STATUS_ERROR
-        rep: Replica | None = None
+        rep: ReplicaRef | None = None
         resp: web.StreamResponse | None = None
         up: UpstreamResponse | None = None
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
@@ -631,7 +632,7 @@ async def start(cfg: Config, host: str | None = None, port: int | None = None, *
     spool from ``cfg`` (closed on stop); pass a writer to share one, or None for metrics only."""
     own = open_spool(cfg, registry) if spool is True else None
     writer = own if spool is True else (spool or None)
-    gw = Gateway(cfg, router=router, registry=registry, spool=writer, rollout=rollout)  # type: ignore[arg-type]
+    gw = Gateway(cfg, router=router, registry=registry, spool=writer, rollout=rollout)
     # handler_cancellation: a client that disconnects cancels its handler, which records
     # ``cancelled`` and aborts the upstream request instead of generating for nobody.
     try:
