@@ -140,7 +140,7 @@ class Router:
         st = self._state(replica_id)
         del self._states[replica_id]
         self._pools[st.rep.pool].remove(st)
-        st.levels.remove(st)  # type: ignore[union-attr]
+        st.levels.remove(st)  # type: ignore[union-attr]  # set when the replica joined its pool
         if not self._pools[st.rep.pool]:
             del self._pools[st.rep.pool]
             del self._levels[st.rep.pool]
@@ -298,7 +298,7 @@ class Router:
     def begin(self, replica_id: str) -> None:
         """The request was dispatched to ``replica_id``."""
         st = self._state(replica_id)
-        st.levels.up(st)  # type: ignore[union-attr]
+        st.levels.up(st)  # type: ignore[union-attr]  # set on joining a pool; per request: no check
         for lad, i in st.slots:  # LADR's queue term is live: no herding within a refresh window
             lad.update(i, st)
 
@@ -308,7 +308,7 @@ class Router:
         if st is None:  # removed while in flight
             return
         if st.outstanding > 0:
-            st.levels.down(st)  # type: ignore[union-attr]
+            st.levels.down(st)  # type: ignore[union-attr]  # as in begin()
             for lad, i in st.slots:
                 lad.update(i, st)
         # end-to-end, not TTFT: a replica that starts fast but decodes slowly (long context, a

@@ -259,10 +259,11 @@ class Gateway:
         if self._models_cache and now - self._models_cache[0] < 5.0:
             return self._models_cache[1]
         assert self.session is not None
+        session = self.session
 
         async def one(rep: Replica) -> list[dict[str, Any]]:
             try:
-                async with asyncio.timeout(5.0), self.session.get(rep.url + "/v1/models") as r:  # type: ignore[union-attr]
+                async with asyncio.timeout(5.0), session.get(rep.url + "/v1/models") as r:
                     if r.status != 200:
                         return []
                     data = await r.json(content_type=None)
@@ -520,9 +521,9 @@ class Gateway:
             status = names.STATUS_CANCELLED
             raise
         except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
-            if writing and isinstance(exc, ConnectionError | RuntimeError):
+            if writing and resp is not None and isinstance(exc, ConnectionError | RuntimeError):
                 status = names.STATUS_CANCELLED
-                return resp  # type: ignore[return-value]
+                return resp
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"
             return await self._fail(request, resp, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",

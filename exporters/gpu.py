@@ -105,7 +105,7 @@ class GpuCollector:
             self._initialised = False
 
     def _reason(self, exc: BaseException) -> str:
-        return _NVML_REASONS.get(getattr(exc, "value", None), REASON_INIT_FAILED)  # type: ignore[arg-type]
+        return _NVML_REASONS.get(getattr(exc, "value", None), REASON_INIT_FAILED)  # type: ignore[arg-type]  # NVMLError.value: an int
 
     def _set_up(self, reason: str) -> None:
         self.reason = reason

@@ -249,7 +249,7 @@ class RequestMetrics:
         if ch is None:
             if len(self._by_folded) >= _CACHE_MAX:
                 self._by_folded.clear()
-            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type]
+            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type]  # the 4 request labels
         if admit or not overflow:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()

@@ -203,7 +203,7 @@ class StreamTimer:
         if self.first_token is None:
             self.first_token = now
         else:
-            self.gaps_ms.append((now - self.last_token) * 1000.0)  # type: ignore[operator]
+            self.gaps_ms.append((now - self.last_token) * 1000.0)  # type: ignore[operator]  # set with first_token; per token: no check
         self.last_token = now
 
     def finish_body(self, now: float) -> None:

@@ -950,7 +950,8 @@ def render_doc() -> str:
     for section, cls in SECTIONS.items():
         lines += [f"## [{section}]", "", (cls.__doc__ or "").strip(), "", "| key | default | env | description |", "|---|---|---|---|"]
         for f in fields(cls):
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not MISSING else (
+                f.default_factory() if f.default_factory is not MISSING else None)
             doc = f.metadata["doc"]
             if f.metadata.get("choices"):
                 doc += f" (one of: {', '.join(f.metadata['choices'])})"

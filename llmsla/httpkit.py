@@ -385,7 +385,7 @@ class _GuardedHandler(RequestHandler):
         guard = self._guard
         if guard.open >= guard.limits.max_connections:
             guard.refused += 1
-            transport.write(_BUSY)  # type: ignore[attr-defined]
+            transport.write(_BUSY)  # type: ignore[attr-defined]  # a stream server's: an asyncio.Transport
             transport.close()
             return
         guard.open += 1

@@ -397,8 +397,9 @@ class SpoolWriter:
         whole = bytes(view[:done]).rfind(b"\n") + 1
         fd, path = self._fd, self._path
         self._fd, self._path, self._size = None, None, 0
-        with contextlib.suppress(OSError):
-            os.close(fd)  # type: ignore[arg-type]
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         view.release()
         del self._pending[:whole]
         self._used += done

@@ -326,7 +326,7 @@ def _stage(cur: psycopg.Cursor, table: str, col_list: str, rows: Sequence[Sequen
     )
     with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
         if rows and isinstance(rows[0], str):
-            copy.write("\n".join(rows) + "\n")  # type: ignore[arg-type]
+            copy.write("\n".join(rows) + "\n")  # type: ignore[arg-type]  # one encoding per batch: all str
         else:
             for row in rows:
                 copy.write_row(row)
