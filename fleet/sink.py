@@ -11,6 +11,7 @@ from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample, RequestEvent
 from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
+from llmsla.seams import MetricsSink
 from llmsla.spool import SpoolWriter
 
 
@@ -28,7 +29,7 @@ class RecorderSink:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.req_spool = SpoolWriter.from_config(cfg, names.SPOOL_REQUESTS, root=root, registry=self.registry)
         self.gpu_spool = SpoolWriter.from_config(cfg, names.SPOOL_GPU, root=root, registry=self.registry)
-        self.requests = RequestRecorder(cfg, registry=self.registry, spool=self.req_spool)
+        self.requests: MetricsSink = RequestRecorder(cfg, registry=self.registry, spool=self.req_spool)
         self.gpus = GpuRecorder(cfg, registry=self.registry, spool=self.gpu_spool)
         self.validate = validate
         self.n_requests = 0
