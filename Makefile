@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.llmsla-installed
 
-.PHONY: demo test test-fast test-quick lint bootstrap clean
+.PHONY: demo test test-fast test-quick lint typecheck bootstrap clean
 
 # the unit layer (tests/unit: the closed loop's pure decisions) and the other tests that start no
 # service and run in seconds: the edit loop, under a minute
@@ -23,20 +23,27 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	PY=$(PY) bash scripts/typecheck.sh
 	bash scripts/run-tests.sh
 
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
+	PY=$(PY) bash scripts/typecheck.sh
 	bash scripts/run-tests.sh $(FAST_TESTS)
 
 # everything not marked slow (skips the long integration runs of Flink, Prometheus, the demo;
 # still starts PostgreSQL, Redis and the control API): minutes
 test-quick: $(STAMP)
 	$(VENV)/bin/ruff check .
+	PY=$(PY) bash scripts/typecheck.sh
 	bash scripts/run-tests.sh -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# mypy over the package as installed (the seams between components: llmsla/seams.py)
+typecheck: $(STAMP)
+	PY=$(PY) bash scripts/typecheck.sh
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

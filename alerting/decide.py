@@ -16,7 +16,7 @@ from typing import Any
 from llmsla import names
 from llmsla.alerting.policy import TARGET_POOL, Policy, Rule
 from llmsla.alerting.webhook import FIRING, Alert
-from llmsla.control_client import Result
+from llmsla.seams import ControlAnswer
 
 NORMAL, DEWEIGHTED, DRAINED, RESTORING, SHIFTED = "normal", "deweighted", "drained", "restoring", "shifted"
 #: Decisions (the ``decision`` column of the alert's audit row).
@@ -123,8 +123,8 @@ def on_alert(st: TargetState, rule: Rule, policy: Policy, alert: Alert, now: flo
             for k in sorted(ended, key=ended.__getitem__)[: len(ended) - MAX_ENDED]:
                 del ended[k]
         st = replace(st, ended=ended)
-    cause = st.causes.get(fp)
-    if cause is None or cause["startsAt"] > starts:
+    known = st.causes.get(fp)
+    if known is None or known["startsAt"] > starts:
         return Verdict(STALE, "no firing episode of this alert is known", st)
     st = replace(st, causes={k: v for k, v in st.causes.items() if k != fp})
     if st.causes:
@@ -147,7 +147,7 @@ def deferred(st: TargetState, status: str) -> str:
 class Facts:
     """What the shell read for this step (``None``: not read yet; the step asks via ``need``)."""
 
-    fleet: Result | None = None  # the control API's ``GET /v1/state``
+    fleet: ControlAnswer | None = None  # the control API's ``GET /v1/state``
     busy: str | None = None  # a replica of the pool under a replica action ("" = none)
 
 
@@ -230,7 +230,7 @@ def refuse(st: TargetState, action: str, decision: str, why: str) -> Step:
                       "reason": reason(st, why)},))
 
 
-def fleet_pool(st: TargetState, fleet: Result, action: str, decision: str, now: float
+def fleet_pool(st: TargetState, fleet: ControlAnswer, action: str, decision: str, now: float
                ) -> tuple[TargetState, tuple[dict, ...], tuple[list[dict], dict] | None]:
     """The target's pool in the control API's state: (replicas, distillation settings), or
     ``None`` with the state and audit of why not (unavailable: retried; absent: forgotten)."""
@@ -387,10 +387,10 @@ def pool_step(st: TargetState, rule: Rule, policy: Policy, now: float, facts: Fa
     if st.stage != RESTORING:
         st = replace(st, stage=RESTORING, stage_since=now)
     if st.schedule_set and st.prev_schedule is not None:
+        prev = st.prev_schedule  # the rate limit only counts calls: the schedule to restore stays
         st, audits, ok = rate_limit(st, policy, now, "set_temperature_schedule")
         if not ok:
             return Step(st, audits)
-        prev = st.prev_schedule
         return Step(st, call=Call("set_schedule", (st.pool, prev.get("name", "constant"), prev.get("params", {}),
                                                    reason(st, "schedule restore")),
                                   "schedule_restore", "set_temperature_schedule", {"pool": st.pool, **prev},
@@ -412,7 +412,7 @@ def pool_step(st: TargetState, rule: Rule, policy: Policy, now: float, facts: Fa
 
 
 # -- the control API's answer ---------------------------------------------------------------------
-def after_call(st: TargetState, call: Call, res: Result, now: float
+def after_call(st: TargetState, call: Call, res: ControlAnswer, now: float
                ) -> tuple[TargetState, tuple[dict, ...], dict[str, Any]]:
     """Fold a write's result into the state: applied (``on_ok``), refused (retried with backoff,
     audited once while the answer stays), failed (retried with backoff) or permanent (a 404:

@@ -32,7 +32,7 @@ from llmsla.alerting.decide import (
 from llmsla.alerting.journal import Journal, Tx
 from llmsla.alerting.policy import Policy, Rule
 from llmsla.alerting.webhook import Alert, Notification
-from llmsla.control_client import ControlClient
+from llmsla.seams import ControlApi
 
 #: audit target of the alerts a notification carried but the receiver could not use, and of the
 #: notification-level rows (``truncated``: Alertmanager's ``max_alerts`` left alerts out)
@@ -53,7 +53,7 @@ class Outcome:
 
 
 class Engine:
-    def __init__(self, policy: Policy, control: ControlClient, journal: Journal, *,
+    def __init__(self, policy: Policy, control: ControlApi, journal: Journal, *,
                  clock: Callable[[], float] = time.time, metrics: Any = None) -> None:
         self.policy = policy
         self.control = control

@@ -135,7 +135,7 @@ def _rule(doc: Doc, path: tuple, value: Any) -> Rule:
         drain = _num(r, "drain_after_s") if r.has("drain_after_s") else None
         if dw is None and drain is None:
             raise r.error(None, "a replica rule needs deweight_to, drain_after_s, or both")
-        weights = (0.25, 0.5, 1.0)
+        weights: tuple[float, ...] = (0.25, 0.5, 1.0)
         if r.has("restore_weights"):
             items = r.items("restore_weights")
             weights = tuple(float(x) if isinstance(x, int | float) and not isinstance(x, bool) else math.nan

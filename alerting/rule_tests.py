@@ -257,13 +257,15 @@ def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, di
                 return lab
         raise ValueError(f"{spec.file}: cannot find test series for {pos_sel!r} / {spec.total!r}")
 
+    def positive_is(p: bool) -> Callable[[dict[str, str]], bool]:
+        return lambda lab: _matches(lab, tot_m) and _matches(lab, pos_m) == p
+
     positive = "bad" if spec.bad else "good"
     out: dict[str, dict[str, dict[str, str]]] = {}
     for kind in ("good", "bad"):
         is_pos = kind == positive
         if pos_name == tot_name:
-            lab = find(lambda lab, p=is_pos: _matches(lab, tot_m) and _matches(lab, pos_m) == p)
-            out[kind] = {pos_name: lab}
+            out[kind] = {pos_name: find(positive_is(is_pos))}
         else:
             fam = {tot_name: find(lambda lab: _matches(lab, tot_m))}
             if is_pos:
@@ -281,10 +283,10 @@ def input_series(spec: SloSpec, model: Model) -> list[dict[str, str]]:
         req, bad = model.req[rep], model.bad[rep]
         good = [a - b for a, b in zip(req, bad, strict=True)]
         if spec.kind == "latency":
-            lab = ", ".join(f'{k}="{v}"' for k, v in base.items())
+            sel = ", ".join(f'{k}="{v}"' for k, v in base.items())
             le = floatToGoString(spec.threshold_s)
-            series.append({"series": f'{spec.histogram}_bucket{{{lab}, le="{le}"}}', "values": compress(good)})
-            series.append({"series": f"{spec.histogram}_count{{{lab}}}", "values": compress(req)})
+            series.append({"series": f'{spec.histogram}_bucket{{{sel}, le="{le}"}}', "values": compress(good)})
+            series.append({"series": f"{spec.histogram}_count{{{sel}}}", "values": compress(req)})
             continue
         counts: dict[tuple[str, tuple[tuple[str, str], ...]], list[int]] = {}
         events = _event_labels(spec, base)
@@ -293,8 +295,8 @@ def input_series(spec: SloSpec, model: Model) -> list[dict[str, str]]:
                 key = (fam, tuple(sorted(lab.items())))
                 cur = counts.setdefault(key, [0] * len(values))
                 counts[key] = [a + b for a, b in zip(cur, values, strict=True)]
-        for (fam, lab), values in sorted(counts.items()):
-            sel = ", ".join(f'{k}="{v}"' for k, v in lab)
+        for (fam, pairs), values in sorted(counts.items()):
+            sel = ", ".join(f'{k}="{v}"' for k, v in pairs)
             series.append({"series": f"{fam}{{{sel}}}", "values": compress(values)})
     return series
 

@@ -17,13 +17,6 @@ from prometheus_client.utils import floatToGoString
 from llmsla import names
 from llmsla.slo_specs import SloSpec
 
-#: Sloth's SLI windows (seconds, name); the SLO period is added per spec.
-WINDOWS: tuple[tuple[int, str], ...] = (
-    (300, "5m"), (1800, "30m"), (3600, "1h"), (7200, "2h"), (21600, "6h"), (86400, "1d"), (259200, "3d"),
-)
-#: A replica pages only if its short-window error ratio is >= this times its pool's.
-OUTLIER_FACTOR = 1.5
-
 
 @dataclass(frozen=True)
 class BurnPair:
@@ -82,6 +75,7 @@ def sli_windows(period_days: int) -> tuple[tuple[int, str], ...]:
 
 #: The 30-day defaults (kept for the docs and dashboards).
 PAGE, TICKET = burn_pairs(30)
+#: Sloth's SLI windows (seconds, name) for a 30-day period; the SLO period is added per spec.
 WINDOWS: tuple[tuple[int, str], ...] = sli_windows(30)
 #: A replica pages only if its short-window error ratio is >= this times its pool's.
 OUTLIER_FACTOR = 1.5

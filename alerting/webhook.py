@@ -263,7 +263,7 @@ def _skipped(i: int, a: Any, reason: str) -> Skipped:
     raw = a.get("labels")
     labels = ({printable(k, 128): printable(v) for k, v in list(raw.items())[:64]}
               if isinstance(raw, dict) else {})
-    fp = a.get("fingerprint")
+    fp, status = a.get("fingerprint"), a.get("status")
     return Skipped(i, printable(reason, 1024), labels.get(names.L_ALERTNAME, ""),
                    printable(fp, 64) if isinstance(fp, str) else "",
-                   a.get("status") if a.get("status") in STATUSES else "", labels)
+                   status if isinstance(status, str) and status in STATUSES else "", labels)

@@ -17,16 +17,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from llmsla import histogram as H
 from llmsla import names
 from llmsla.events import RequestEvent
 from llmsla.experiments import Experiment, parse_label
+from llmsla.seams import StoreReader
 from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR
 
 DEFAULT_GROUP = names.DEFAULT_ARM
@@ -51,13 +51,14 @@ class ArmMinutes:
     hist_lo: int = 0
     #: inter-token gaps and their sum (ms) per group and minute: the token-weighted mean ITL,
     #: which a per-token slowdown moves whatever the mix of output lengths
-    itl_n: np.ndarray | None = None
-    itl_sum_ms: np.ndarray | None = None
+    #: (left out: zeros shaped like ``requests``; never None, so readers need no check)
+    itl_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    itl_sum_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=float))
 
     def __post_init__(self) -> None:
-        if self.itl_n is None:
+        if self.itl_n.size == 0:
             self.itl_n = np.zeros_like(self.requests)
-        if self.itl_sum_ms is None:
+        if self.itl_sum_ms.size == 0:
             self.itl_sum_ms = np.zeros(self.requests.shape, dtype=float)
 
     @property
@@ -183,7 +184,7 @@ def _pools(exp: Experiment) -> list[str]:
     return sorted({exp.pool, *(a.strategy.pool for a in exp.arms if a.strategy.pool)})
 
 
-def from_store(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, end: dt.datetime, *,
+def from_store(conn: StoreReader, exp: Experiment, start: dt.datetime, end: dt.datetime, *,
                failed: frozenset[str]) -> ArmMinutes:
     """Aggregates from ``request_windows_1m``: the experiment's labels, and the ``default`` label
     in the pools its traffic is served in; ``bad`` counts the statuses in ``failed``."""
@@ -232,7 +233,7 @@ def from_store(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, en
     return out
 
 
-def weights_timeline(conn: psycopg.Connection, exp: Experiment, start: dt.datetime, minutes: int) -> tuple[np.ndarray, np.ndarray]:
+def weights_timeline(conn: StoreReader, exp: Experiment, start: dt.datetime, minutes: int) -> tuple[np.ndarray, np.ndarray]:
     """The arms' weights in force each minute, from the audited changes in ``action_log``
     (``set_arm_weight``, applied), and a mask of minutes with no change inside them (a minute in
     which the split changed is left out of the sample-ratio test: its expected split is mixed)."""

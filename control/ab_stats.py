@@ -11,8 +11,10 @@ See docs/ab.md#3-read-the-verdicts and docs/ab-calibration.md#false-positives-aa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -245,13 +247,14 @@ class Jackknife:
     p_value: float  # two-sided, Student's t with df
 
 
-def jackknife(stat: object, totals: tuple[np.ndarray, ...], blocks: tuple[np.ndarray, ...], alpha: float) -> Jackknife:
+def jackknife(stat: Callable[..., Any], totals: tuple[float | np.ndarray, ...], blocks: tuple[np.ndarray, ...],
+              alpha: float) -> Jackknife:
     """Delete-one-block jackknife of ``stat(*totals)``: ``blocks[i][b]`` is block ``b``'s part of
     ``totals[i]``; replicate ``b`` is ``stat(*(t - x[b]))``. A replicate that is not finite (a
     block holding all of an arm's data) is left out. The interval is the estimate +- t(df) SE."""
-    est = float(stat(*totals))  # type: ignore[operator]
+    est = float(stat(*totals))
     nb = blocks[0].shape[0]
-    reps = np.array([float(stat(*(t - x[b] for t, x in zip(totals, blocks, strict=True)))) for b in range(nb)])  # type: ignore[operator]
+    reps = np.array([float(stat(*(t - x[b] for t, x in zip(totals, blocks, strict=True)))) for b in range(nb)])
     reps = reps[np.isfinite(reps)]
     g = reps.size
     if g < 2 or not math.isfinite(est):

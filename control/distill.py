@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_CLAMPED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.metrics import DistillMetrics
+from llmsla.seams import ReplicaRef, ReplicaRouter, SharedOpsHost
 from llmsla.temperature import DEFAULT_SCHEDULE, Schedule, validate_schedule
 
 STUDENT = "student"
@@ -70,7 +72,7 @@ class DistillControls:
         max_temperature_step: float = 0.5,
         audit: AuditLog | None = None,
         registry: CollectorRegistry | None = None,
-        router: Any = None,
+        router: SharedOpsHost | None = None,
     ) -> None:
         self.max_share_step_pct = float(max_share_step_pct)
         self.max_temperature_step = float(max_temperature_step)
@@ -90,7 +92,7 @@ class DistillControls:
 
     @classmethod
     def from_config(cls, cfg: Any, pools: list[str] | None = None, *, audit: AuditLog | None = None,
-                    registry: CollectorRegistry | None = None, router: Any = None) -> DistillControls:
+                    registry: CollectorRegistry | None = None, router: SharedOpsHost | None = None) -> DistillControls:
         c = cfg.control
         return cls(pools, max_share_step_pct=c.max_share_step_pct, max_temperature_step=c.max_temperature_step,
                    audit=audit, registry=registry, router=router)
@@ -150,8 +152,8 @@ class DistillControls:
             share_pct = pc.student_share_pct if pc is not None else 0.0
         return role_for_share(pool, key, share_pct)
 
-    def pick(self, router: Any, pool: str, key: str, *, exclude: Any = (), share_pct: float | None = None,
-             policy: str | None = None) -> Any:
+    def pick(self, router: ReplicaRouter, pool: str, key: str, *, exclude: Collection[str] = (),
+             share_pct: float | None = None, policy: str | None = None) -> ReplicaRef:
         """Route a request: the key's role if the pool has replicas of it, else any replica (a
         pool without a teacher/student split routes as if there were no controls). ``share_pct``
         and ``policy`` are an A/B arm's overrides of the pool's share and the router's policy."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from llmsla import names
 
-_MODE = "livemostrecent"
+_MODE: Final = "livemostrecent"  # Final: mypy reads it as the Literal prometheus_client asks for
 _lock = threading.Lock()
 
 

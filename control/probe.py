@@ -58,7 +58,7 @@ class HealthProber:
         if isinstance(body, dict):
             parts = [body.get(k) for k in ("waiting", "running")]
             if all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
-                queue = sum(parts)  # type: ignore[arg-type]
+                queue = sum(parts)  # type: ignore[arg-type]  # all ints: checked above
         try:
             self.router.observe(rid, queue_length=queue)
         except LookupError:  # removed meanwhile

@@ -25,6 +25,7 @@ from llmsla import names
 from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.metrics import RolloutMetrics
 from llmsla.experiments import Experiment, Strategy
+from llmsla.seams import SharedOpsHost
 
 _SPACE = 1 << 64
 
@@ -95,7 +96,7 @@ class Rollout:
     time (audited, broadcast to other gateways through the router's shared stream)."""
 
     def __init__(self, experiments: Mapping[str, Experiment], *, audit: AuditLog | None = None,
-                 registry: CollectorRegistry | None = None, router: Any = None) -> None:
+                 registry: CollectorRegistry | None = None, router: SharedOpsHost | None = None) -> None:
         self.experiments = dict(experiments)
         self.audit = audit or AuditLog()
         self.metrics = RolloutMetrics.of(registry)
@@ -112,7 +113,7 @@ class Rollout:
 
     @classmethod
     def from_config(cls, cfg: Any, *, audit: AuditLog | None = None, registry: CollectorRegistry | None = None,
-                    router: Any = None) -> Rollout:
+                    router: SharedOpsHost | None = None) -> Rollout:
         return cls(specs.parse(cfg.ab.experiments), audit=audit, registry=registry, router=router)
 
     def _rebuild(self, key: str) -> None:

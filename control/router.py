@@ -36,6 +36,7 @@ from llmsla.control.replica import (
 )
 from llmsla.control.sampler import LoadLevels
 from llmsla.redaction import redact
+from llmsla.seams import SharedState
 
 __all__ = ["DEFAULT_PARAMS", "POLICIES", "ROLES", "LastReplicaError", "NoReplicaAvailable", "Replica", "Router",
            "UnknownReplica", "from_config", "params_from_config"]
@@ -53,7 +54,7 @@ class Router:
         *,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
-        shared: Any = None,
+        shared: SharedState | None = None,
         registry: CollectorRegistry | None = None,
         **params: Any,
     ) -> None:
@@ -107,7 +108,7 @@ class Router:
         st = self._state(replica_id)
         del self._states[replica_id]
         self._pools[st.rep.pool].remove(st)
-        st.levels.remove(st)  # type: ignore[union-attr]
+        st.levels.remove(st)  # type: ignore[union-attr]  # set when the replica joined its pool
         if not self._pools[st.rep.pool]:
             del self._pools[st.rep.pool]
             del self._levels[st.rep.pool]
@@ -231,6 +232,8 @@ class Router:
         naming a replica this router does not have, or one that would drain its last healthy
         replica, is skipped here (counted in ``snapshot()['shared_ops_skipped']``).
         """
+        if self.shared is None:
+            return 0
         inbox = self.shared.inbox
         n = 0
         self._replaying = True
@@ -263,7 +266,7 @@ class Router:
     def begin(self, replica_id: str) -> None:
         """The request was dispatched to ``replica_id``."""
         st = self._state(replica_id)
-        st.levels.up(st)  # type: ignore[union-attr]
+        st.levels.up(st)  # type: ignore[union-attr]  # set on joining a pool; per request: no check
         for lad, i in st.slots:  # LADR's queue term is live: no herding within a refresh window
             lad.update(i, st)
 
@@ -273,7 +276,7 @@ class Router:
         if st is None:  # removed while in flight
             return
         if st.outstanding > 0:
-            st.levels.down(st)  # type: ignore[union-attr]
+            st.levels.down(st)  # type: ignore[union-attr]  # as in begin()
             for lad, i in st.slots:
                 lad.update(i, st)
         # end-to-end, not TTFT: a replica that starts fast but decodes slowly (long context, a

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -173,7 +173,9 @@ class RedisSharedState:
     def _sync_ops(self) -> None:
         """Send queued operator actions, then read the stream past the last id seen."""
         if self._run_id is None or not self.healthy:  # first contact or reconnect
-            run_id = str(self.client.info("server").get("run_id", ""))
+            # redis-py types its commands for the sync and asyncio clients at once; this is the sync one
+            info = cast(dict[str, Any], self.client.info("server"))
+            run_id = str(info.get("run_id", ""))
             if self._run_id is not None and run_id != self._run_id:
                 self._last_id = "0-0"  # a restarted Redis has a new, empty stream
             self._run_id = run_id
@@ -183,7 +185,7 @@ class RedisSharedState:
                              maxlen=OPS_MAXLEN, approximate=True)
             self._outbox.popleft()  # only once Redis has it
         while True:
-            resp = self.client.xread({self.ops_stream: self._last_id}, count=1000)
+            resp = cast(list[Any], self.client.xread({self.ops_stream: self._last_id}, count=1000))
             if not resp:
                 return
             entries = resp[0][1]

@@ -100,7 +100,7 @@ def action_annotations() -> list[dash.AnnotationQuery]:
                            ("Other control actions", storesql.ACTION_ANNOTATIONS, "blue")):
         target = postgres.DataqueryBuilder().raw_sql(q.sql).format(q.fmt).ref_id("Anno").datasource(STORE)
         out.append(dash.AnnotationQuery().name(name).datasource(STORE).enable(True).icon_color(color)
-                   .target(target))  # type: ignore[arg-type]
+                   .target(target))  # type: ignore[arg-type]  # our Postgres dataquery variant (postgres.py)
     return out
 
 

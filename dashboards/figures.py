@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 
@@ -31,7 +31,7 @@ def _times(ts: Sequence[float]) -> list[dt.datetime]:
 
 def _finish(fig: plt.Figure, ax: plt.Axes, annotations: Sequence[tuple[float, str]] = ()) -> bytes:
     for t, _label in annotations:
-        ax.axvline(dt.datetime.fromtimestamp(t, dt.UTC), color="#7f7f7f", lw=0.8, ls=":")
+        ax.axvline(dt.datetime.fromtimestamp(t, dt.UTC), color="#7f7f7f", lw=0.8, ls=":")  # type: ignore[arg-type]  # matplotlib converts datetimes; its stubs say float
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S\n%m-%d", tz=dt.UTC))
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -51,7 +51,7 @@ def bucket_heatmap(times: Sequence[float], bounds: Sequence[float], rates: np.nd
     step = np.median(np.diff(times)) if len(times) > 1 else 1.0
     x = _times([*(t - step / 2 for t in times), times[-1] + step / 2])
     data = np.ma.masked_invalid(np.where(rates > 0, rates, np.nan))
-    mesh = ax.pcolormesh(x, edges, data, cmap="inferno", shading="flat")
+    mesh = ax.pcolormesh(x, edges, data, cmap="inferno", shading="flat")  # type: ignore[arg-type]  # matplotlib converts datetimes; its stubs say float
     ax.set_yscale("log")
     ax.axhline(objective, color=SLO_COLOR, lw=1.2, ls="--", label=f"SLO {objective:g} s")
     ax.set_ylabel("seconds (bucket)")
@@ -71,7 +71,7 @@ def replica_map(times: Sequence[float], replicas: Sequence[str], values: np.ndar
     lo = float(np.nanmin(data)) if data.count() else objective / 10
     hi = float(np.nanmax(data)) if data.count() else objective
     norm = LogNorm(vmin=min(lo, objective / 2), vmax=max(hi, objective * 2))
-    mesh = ax.pcolormesh(x, np.arange(len(replicas) + 1), data, cmap="RdYlGn_r", norm=norm, shading="flat")
+    mesh = ax.pcolormesh(x, np.arange(len(replicas) + 1), data, cmap="RdYlGn_r", norm=norm, shading="flat")  # type: ignore[arg-type]  # matplotlib converts datetimes; its stubs say float
     ax.set_yticks(np.arange(len(replicas)) + 0.5, labels=list(replicas))
     ax.set_title(title)
     bar = fig.colorbar(mesh, ax=ax, label="P99 seconds (log)", pad=0.01)
@@ -79,12 +79,12 @@ def replica_map(times: Sequence[float], replicas: Sequence[str], values: np.ndar
     return _finish(fig, ax, annotations)
 
 
-def lines(series: dict[str, tuple[Sequence[float], Sequence[float]]], *, title: str, ylabel: str,
+def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, title: str, ylabel: str,
           objective: float | None = None, log_y: bool = False, annotations: Sequence[tuple[float, str]] = (),
           styles: dict[str, str] | None = None) -> bytes:
     fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT))
     for name, (ts, vs) in sorted(series.items()):
-        ax.plot(_times(ts), vs, lw=1.2, label=name, ls=(styles or {}).get(name, "-"), marker="o", ms=2.5)
+        ax.plot(_times(ts), vs, lw=1.2, label=name, ls=(styles or {}).get(name, "-"), marker="o", ms=2.5)  # type: ignore[arg-type]  # matplotlib converts datetimes; its stubs say float
     if objective is not None:
         ax.axhline(objective, color=SLO_COLOR, lw=1.2, ls="--", label=f"SLO {objective:g}")
     if log_y:

@@ -10,6 +10,8 @@ per-bucket values and the panel draws them as they are (no re-bucketing).
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmsla import names
 from llmsla.dashboards.query import SLOTH_RULES, PromQuery, register
 
@@ -30,8 +32,8 @@ _FAILED = f'{names.L_STATUS}=~"{names.STATUS_ERROR}|{names.STATUS_TIMEOUT}"'
 _COUNTED = f'{names.L_STATUS}!="{names.STATUS_CANCELLED}"'
 
 
-def _q(key: str, expr: str, **kw: object) -> PromQuery:
-    return register(PromQuery(key, expr, **kw))  # type: ignore[arg-type,return-value]
+def _q(key: str, expr: str, **kw: Any) -> PromQuery:
+    return register(PromQuery(key, expr, **kw))
 
 
 # -- variables ------------------------------------------------------------------------------------

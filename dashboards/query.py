@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,10 @@ Query = PromQuery | SqlQuery
 REGISTRY: dict[str, Query] = {}
 
 
-def register(q: Query) -> Query:
+_Q = TypeVar("_Q", PromQuery, SqlQuery)
+
+
+def register(q: _Q) -> _Q:
     if q.key in REGISTRY and REGISTRY[q.key] != q:
         raise ValueError(f"two queries named {q.key!r}")
     REGISTRY[q.key] = q

@@ -105,9 +105,9 @@ def resolve_variables(ctx: Context) -> None:
     else:
         ctx.store_vars["policy_id"] = Variable(())
     if ctx.prometheus_url:
-        for label, q in zip(names.REQUEST_LABELS, (promql.VAR_MODEL, promql.VAR_POOL, promql.VAR_REPLICA, promql.VAR_ARM),
-                            strict=True):
-            ctx.prom_vars[label] = Variable(tuple(runner.prom_label_values(ctx.prometheus_url, q, ctx.rng, ctx.prom_vars)))
+        for label, pq in zip(names.REQUEST_LABELS, (promql.VAR_MODEL, promql.VAR_POOL, promql.VAR_REPLICA, promql.VAR_ARM),
+                             strict=True):
+            ctx.prom_vars[label] = Variable(tuple(runner.prom_label_values(ctx.prometheus_url, pq, ctx.rng, ctx.prom_vars)))
 
 
 def load_annotations(ctx: Context) -> None:
@@ -190,7 +190,7 @@ def replica_section(ctx: Context, q: SqlQuery, title: str, objective_s: float) -
         notes.append(f"{rep} is above the {objective_s:g} s objective in {len(over)} of {len(times)} intervals, "
                      f"{_fmt_t(times[over[0]])}-{_fmt_t(times[over[-1]])}, worst {np.nanmax(grid[i, over]):.2f} s"
                      + (f" while the other replicas' median was {others_med:.2f} s" if math.isfinite(others_med) else ""))
-    i, j = np.unravel_index(np.nanargmax(grid), grid.shape)
+    i, j = map(int, np.unravel_index(np.nanargmax(grid), grid.shape))
     others = np.delete(grid[:, j], i)
     peak = (f"Highest: {replicas[i]} {grid[i, j]:.2f} s at {_fmt_t(times[j])}"
             + (f" (other replicas' median then {np.nanmedian(others):.2f} s)" if np.isfinite(others).any() else "") + ". ")

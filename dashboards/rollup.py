@@ -83,7 +83,7 @@ def request_windows(columns: list[str], where: str = LABEL_FILTER, *, tiers: tup
     pairs = [(lbl, lbl) for lbl in names.REQUEST_LABELS]
     for c in columns:
         raw, rolled = PER_TIER.get(c, (c, c))
-        pairs.append(tuple(p if p == c else f"{p} AS {c}" for p in (raw, rolled)))  # type: ignore[misc]
+        pairs.append((raw if raw == c else f"{raw} AS {c}", rolled if rolled == c else f"{rolled} AS {c}"))
     return _union(TIERS, tiers, pairs, where)
 
 

@@ -113,7 +113,7 @@ def prom_label_values(base_url: str, q: PromQuery, rng: TimeRange, variables: Ma
         raise QueryError(f"{q.key}: not a label_values() variable query")
     body = expand_promql(inner[len("label_values("):-1], rng, 1000, variables)
     match, _, label = body.rpartition(",")
-    params = {"start": rng.start.timestamp(), "end": rng.end.timestamp()}
+    params: dict[str, float | str] = {"start": rng.start.timestamp(), "end": rng.end.timestamp()}
     if match.strip():
         params["match[]"] = match.strip()
     data = _get(f"{base_url.rstrip('/')}/api/v1/label/{label.strip()}/values?" + urllib.parse.urlencode(params))
@@ -133,7 +133,7 @@ def sql(conn: psycopg.Connection, q: SqlQuery, rng: TimeRange, interval_ms: int,
     try:
         with conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
-            cur = conn.execute(text)  # type: ignore[call-overload]
+            cur = conn.execute(text)
             rows = cur.fetchall()
             columns = [d.name for d in cur.description or []]
     except psycopg.Error as exc:

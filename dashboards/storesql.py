@@ -11,6 +11,7 @@ range; :data:`TIERED` keeps their builders so ``bench/dashboards.py`` can run th
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from llmsla import names
 from llmsla.dashboards.query import SqlQuery, register
@@ -26,8 +27,8 @@ TIERED: dict[str, Callable[[bool], str]] = {}
 TIER_TABLES: dict[str, tuple[str, ...]] = {}
 
 
-def _sql(key: str, sql: str, columns: tuple[str, ...], **kw: object) -> SqlQuery:
-    return register(SqlQuery(key, sql.strip(), columns, **kw))  # type: ignore[arg-type,return-value]
+def _sql(key: str, sql: str, columns: tuple[str, ...], **kw: Any) -> SqlQuery:
+    return register(SqlQuery(key, sql.strip(), columns, **kw))
 
 
 def _tiered(key: str, build: Callable[[tuple[Tier, ...]], str], columns: tuple[str, ...],

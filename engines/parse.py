@@ -126,7 +126,7 @@ class Exposition:
 
 
 def is_openmetrics(content_type: str | None) -> bool:
-    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == OPENMETRICS_TYPE
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == OPENMETRICS_TYPE
 
 
 def _wanted(line: str, keep: tuple[str, ...]) -> bool:

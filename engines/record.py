@@ -51,8 +51,7 @@ class EngineSnapshot:
         def nonneg(v: float | None) -> float | None:
             return None if v is None else max(0.0, v)
 
-        h = {name: (self.histograms.get(name).to_dict() if self.histograms.get(name) else None)  # type: ignore[union-attr]
-             for name in HISTOGRAMS}
+        h = {name: (hist.to_dict() if (hist := self.histograms.get(name)) else None) for name in HISTOGRAMS}
         return EngineSample(
             ts_ms=int(self.ts * 1000), replica=self.replica, pool=self.pool, engine=self.engine,
             waiting=nonneg(self.waiting), running=nonneg(self.running), kv_usage=clip01(self.kv_usage),

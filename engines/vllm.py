@@ -29,7 +29,7 @@ READS: tuple[str, ...] = (
 
 def _label_int(value: str | None) -> int | None:
     try:
-        return int(value) if value not in (None, "", "None") else None  # type: ignore[arg-type]
+        return int(value) if value is not None and value not in ("", "None") else None
     except ValueError:
         return None
 

@@ -60,6 +60,7 @@ from llmsla.httpkit import (
     read_body,
 )
 from llmsla.httpkit import serve as serve_http
+from llmsla.seams import ReplicaRef
 from llmsla.temperature import Schedule
 
 log = logging.getLogger(__name__)
@@ -192,10 +193,11 @@ class Gateway:
         if self._models_cache and now - self._models_cache[0] < 5.0:
             return self._models_cache[1]
         assert self.session is not None
+        session = self.session
 
         async def one(rep: Replica) -> list[dict[str, Any]]:
             try:
-                async with asyncio.timeout(5.0), self.session.get(rep.url + "/v1/models") as r:  # type: ignore[union-attr]
+                async with asyncio.timeout(5.0), session.get(rep.url + "/v1/models") as r:
                     if r.status != 200:
                         return []
                     data = await r.json(content_type=None)
@@ -349,7 +351,7 @@ class Gateway:
                      tel: RequestTelemetry, a: Assignment, key: str) -> web.StreamResponse:
         traceparent = tel.traceparent  # the gateway's SERVER span, returned to the client
         status = names.STATUS_ERROR
-        rep: Replica | None = None
+        rep: ReplicaRef | None = None
         resp: web.StreamResponse | None = None
         up: UpstreamResponse | None = None
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
@@ -453,9 +455,9 @@ class Gateway:
             status = names.STATUS_CANCELLED
             raise
         except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
-            if writing and isinstance(exc, ConnectionError | RuntimeError):
+            if writing and resp is not None and isinstance(exc, ConnectionError | RuntimeError):
                 status = names.STATUS_CANCELLED
-                return resp  # type: ignore[return-value]
+                return resp
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"
             return await self._fail(request, resp, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",

@@ -13,7 +13,7 @@ the package's releases that know schema 1.41.1; pyproject pins the range.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _ga
@@ -79,7 +79,7 @@ def span_name(op: str, model: str) -> str:
     return names.GENAI_SPAN_NAME.format(operation=op, model=model) if model else op
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -30,7 +30,7 @@ from llmsla.config import Config
 from llmsla.events import GpuSample
 from llmsla.exporters.metrics import gpu_metrics
 from llmsla.exporters.recorder import GpuRecorder
-from llmsla.spool import SpoolWriter
+from llmsla.seams import EventSink
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class GpuCollector:
     """Samples every GPU NVML sees; one instance per process (``llmsla gpu`` or a worker)."""
 
     def __init__(self, cfg: Config, *, registry: CollectorRegistry | None = None,
-                 spool: SpoolWriter | None = None, nvml: ModuleType | None | bool = True) -> None:
+                 spool: EventSink | None = None, nvml: ModuleType | None | bool = True) -> None:
         self.cfg = cfg
         self.registry = registry
         self.spool = spool
@@ -105,7 +105,7 @@ class GpuCollector:
             self._initialised = False
 
     def _reason(self, exc: BaseException) -> str:
-        return _NVML_REASONS.get(getattr(exc, "value", None), REASON_INIT_FAILED)  # type: ignore[arg-type]
+        return _NVML_REASONS.get(getattr(exc, "value", None), REASON_INIT_FAILED)  # type: ignore[arg-type]  # NVMLError.value: an int
 
     def _set_up(self, reason: str) -> None:
         self.reason = reason

@@ -15,7 +15,7 @@ import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -235,11 +235,11 @@ class RequestMetrics:
             flags.append(was_folded)
         overflow = [self._overflow_children[lbl] for lbl, f in zip(names.REQUEST_LABELS, flags, strict=True) if f]
         fkey = (*folded, *flags)
-        ch = self._by_folded.get(fkey)  # type: ignore[arg-type]
+        ch = self._by_folded.get(fkey)
         if ch is None:
             if len(self._by_folded) >= _CACHE_MAX:
                 self._by_folded.clear()
-            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type,index]
+            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type]  # the 4 request labels
         if admit or not overflow:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
@@ -309,7 +309,7 @@ class GpuMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         reg = registry
         lbl = (names.L_GPU, names.L_UUID, names.L_MODEL_NAME)
-        mode = "mostrecent"
+        mode: Final = "mostrecent"  # Final: the Literal prometheus_client asks for
 
         def g(name: str, doc: str, labels: Sequence[str] = lbl) -> Gauge:
             return Gauge(name, doc, labels, registry=reg, multiprocess_mode=mode)

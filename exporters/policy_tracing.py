@@ -32,6 +32,7 @@ from llmsla.events import (
     _check_number,  # the contract's own per-field check, reused on the hot path
 )
 from llmsla.exporters import genai, otel_sdk
+from llmsla.seams import EventSink
 from llmsla.spool import SpoolWriter
 from llmsla.temperature import Decision
 
@@ -130,7 +131,7 @@ class SpoolPolicyExporter(SpanExporter):
     so one bad producer never loses the good decisions around it.
     """
 
-    def __init__(self, spool: SpoolWriter) -> None:
+    def __init__(self, spool: EventSink) -> None:
         self.spool = spool
         self.encoder = PolicyLineEncoder()
         self.exported = 0
@@ -177,7 +178,7 @@ class PolicyTracer:
         cfg: Config,
         *,
         registry: CollectorRegistry | None = None,
-        spool: SpoolWriter | None = None,
+        spool: EventSink | None = None,
         service_name: str | None = None,
         otlp_endpoint: str | None = None,
     ) -> None:

@@ -18,7 +18,7 @@ from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.exporters.metrics import gpu_metrics, request_metrics
-from llmsla.spool import SpoolWriter
+from llmsla.seams import EventSink
 
 
 class RequestRecorder:
@@ -26,7 +26,7 @@ class RequestRecorder:
     real traffic look identical downstream."""
 
     def __init__(self, cfg: Config, *, registry: CollectorRegistry | None = None,
-                 spool: SpoolWriter | None = None) -> None:
+                 spool: EventSink | None = None) -> None:
         self.metrics = request_metrics(cfg, registry)
         self.spool = spool
         self.recorded = 0
@@ -66,7 +66,7 @@ class GpuRecorder:
     """One GPU sample -> the NVML gauges (labels gpu, uuid, model_name) + a spool line."""
 
     def __init__(self, cfg: Config, *, registry: CollectorRegistry | None = None,
-                 spool: SpoolWriter | None = None) -> None:
+                 spool: EventSink | None = None) -> None:
         self.cfg = cfg
         self.metrics = gpu_metrics(registry)
         self.spool = spool
@@ -203,7 +203,7 @@ class StreamTimer:
         if self.first_token is None:
             self.first_token = now
         else:
-            self.gaps_ms.append((now - self.last_token) * 1000.0)  # type: ignore[operator]
+            self.gaps_ms.append((now - self.last_token) * 1000.0)  # type: ignore[operator]  # set with first_token; per token: no check
         self.last_token = now
 
     def finish_body(self, now: float) -> None:

@@ -64,7 +64,7 @@ class _Conn(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, tr: asyncio.BaseTransport) -> None:
-        self.tr = tr  # type: ignore[assignment]
+        self.tr = tr  # type: ignore[assignment]  # a stream connection's: an asyncio.Transport
         sock = tr.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -281,7 +281,7 @@ class UpstreamPool:
             c, reused = await self._acquire((host, port))
             self._busy.add(c)
             c.head_fut = asyncio.get_running_loop().create_future()
-            c.tr.write(req)  # type: ignore[union-attr]
+            c.tr.write(req)  # type: ignore[union-attr]  # _acquire returns a connected one
             try:
                 await c.head_fut
             except ConnectionError:

@@ -208,6 +208,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         def open_metrics() -> None:
             app = web.Application()
             add_metrics(app, registry)
+            assert background is not None  # made above whenever a port is asked for
             served = background.serve(app, "127.0.0.1", metrics_port, limits)
             print(f"simulator /metrics on {served.url}/metrics", file=sys.stderr, flush=True)
 
@@ -218,6 +219,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             open_metrics()
         if args.control_port is not None:
             app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
+            assert background is not None  # made above whenever a port is asked for
             served = background.serve(app, cfg.control.host, args.control_port, limits)
             print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)
 

@@ -33,6 +33,7 @@ from llmsla.fleet import models
 from llmsla.fleet.faults import ALL_REPLICAS, GRADUAL, LOAD_KINDS, THERMAL_RISE_C, Fault
 from llmsla.fleet.replica import ReplicaSim, Req
 from llmsla.fleet.workload import Arrival
+from llmsla.seams import RolloutHandle
 
 # event kinds (ints: cheap to compare, and ordering among equal times is by push sequence)
 _DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK = range(8)
@@ -96,7 +97,7 @@ class SimConfig:
     node: str = "sim"  # GPU node name prefix (8 GPUs per node)
     #: A/B rollout (llmsla.control.rollout.Rollout): each arrival's unit is assigned as the
     #: gateway does, and the arm's strategy (pool, route policy, student share, schedule) applied
-    rollout: Any = None
+    rollout: RolloutHandle | None = None
     #: pools that receive arrivals (default: every pool, in proportion to its replicas); an A/B
     #: arm's own pool (a canary) is then reached only through its arm
     entry_pools: list[str] | None = None
@@ -163,6 +164,7 @@ class Simulator:
             clock=self._clock,
             rng=random.Random(cfg.seed + 1),
             registry=registry if registry is not None else CollectorRegistry(),
+            shared=None,  # one simulated router: nothing to share (and router_params cannot set it)
             **cfg.router_params,
         )
         pools: dict[str, int] = {}
@@ -263,7 +265,7 @@ class Simulator:
                     break
                 if pace > 0 and t > live_from_s:
                     if on_live is not None:
-                        on_live, begin = None, on_live
+                        begin, on_live = on_live, None
                         begin()
                     _sleep_until(wall0 + (t - live_from_s) / pace)
                 self.now = t
@@ -277,21 +279,21 @@ class Simulator:
                     with lock:
                         self._on_arrival(r)
                 continue
-            t, _, kind, a, b = pop(heap)
+            t, _, kind, x, y = pop(heap)
             if t > until:
                 break
             popped += 1
             if pace > 0 and t > live_from_s:
                 if on_live is not None:
-                    on_live, begin = None, on_live
+                    begin, on_live = on_live, None
                     begin()
                 _sleep_until(wall0 + (t - live_from_s) / pace)
             self.now = t
             if lock is None:
-                handlers[kind](a, b)
+                handlers[kind](x, y)
             else:
                 with lock:
-                    handlers[kind](a, b)
+                    handlers[kind](x, y)
             if progress is not None and t >= next_progress:
                 progress(t)
                 next_progress = t + 60.0

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from llmsla.data import data_file
 from llmsla.fleet.workload import Arrival
@@ -63,7 +64,7 @@ def resolve(name_or_path: str) -> Path:
     return p
 
 
-def _tokens(raw: str, what: str) -> int:
+def _tokens(raw: Any, what: str) -> int:
     try:
         v = int(raw)
     except (TypeError, ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -89,10 +90,10 @@ class Learned:
     """A fitted scikit-learn classifier over flattened windows."""
 
     name: str
-    model: object = field(repr=False)
+    model: Any = field(repr=False)  # scikit-learn ships no type information
 
     def score(self, x: np.ndarray) -> np.ndarray:
-        return self.model.predict_proba(x.reshape(len(x), -1))[:, 1]  # type: ignore[attr-defined]
+        return self.model.predict_proba(x.reshape(len(x), -1))[:, 1]
 
 
 def fit_learned(name: str, x: np.ndarray, y: np.ndarray, *, seed: int = 0) -> Learned:

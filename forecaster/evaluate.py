@@ -192,7 +192,7 @@ def cross_validate(ds: Dataset, folds: int, make_lstm: Callable[[Dataset], Score
         for name in names_:
             t0 = time.perf_counter()
             if name == LSTM:
-                scorer = make_lstm(fds)  # type: ignore[misc]
+                scorer = make_lstm(fds)  # type: ignore[misc]  # LSTM is in names_ only with make_lstm
             elif name in baselines.RULES:
                 scorer = rule_scorer(fds, name, tune_rule(fds, name))
             else:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmsla.config import ForecastConfig
+
 
 @dataclass(frozen=True)
 class AlarmPolicy:
@@ -30,10 +32,9 @@ class AlarmPolicy:
             raise ValueError(f"repeat_s must be > 0, got {self.repeat_s}")
 
     @classmethod
-    def from_config(cls, fc: object) -> AlarmPolicy:
+    def from_config(cls, fc: ForecastConfig) -> AlarmPolicy:
         """From ``[forecast]`` (``fire_steps``, ``resolve_steps``, ``resolve_ratio``, ``repeat_s``)."""
-        return cls(int(fc.fire_steps), int(fc.resolve_steps), float(fc.resolve_ratio),  # type: ignore[attr-defined]
-                   float(fc.repeat_s))  # type: ignore[attr-defined]
+        return cls(int(fc.fire_steps), int(fc.resolve_steps), float(fc.resolve_ratio), float(fc.repeat_s))
 
     def repeat_steps(self, step_s: float) -> int:
         """The repeat interval in steps of ``step_s`` (at least one: a step is the finest clock)."""

@@ -43,7 +43,8 @@ def read_series(path: Path, skipped: list[int] | None = None) -> tuple[np.ndarra
     after the previous one is skipped and its line number appended to ``skipped`` (real NAB
     files repeat a stamp); any other bad row is an error naming file, line and field."""
     skipped = [] if skipped is None else skipped
-    ts, vs = [], []
+    ts: list[float] = []
+    vs: list[float] = []
     with open(path, newline="", encoding="utf-8") as fh:
         r = csv.reader(fh)
         header = next(r, None)

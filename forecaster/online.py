@@ -64,6 +64,8 @@ class BatchScorer:
     def __init__(self, art: Artifact) -> None:
         if art.meta.get("mode") != "fleet":
             raise ValueError("the online scorer needs a fleet-mode artifact (not a univariate one)")
+        if art.scaler is None:  # artifact.load reads one for every fleet-mode artifact
+            raise ValueError("the online scorer needs a fleet-mode artifact with its scaler")
         self.art = art
         self.model = art.model
         self.scaler = art.scaler

@@ -17,9 +17,10 @@ import psycopg
 
 from llmsla import names
 from llmsla.forecaster import windowing as w
+from llmsla.seams import StoreReader
 
 
-def read_table(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],
+def read_table(conn: StoreReader, table: str, keys: tuple[str, ...], values: tuple[str, ...],
           from_ms: int, to_ms: int) -> w.Frame:
     """Rows of ``table`` with ``from_ms <= bucket < to_ms`` as a frame (NULL -> NaN)."""
     cols = ["(extract(epoch from bucket) * 1000)::bigint", *keys[1:], *values]
@@ -59,11 +60,12 @@ TABLES: tuple[Table, ...] = (
 )
 
 
-def read_windows(conn: psycopg.Connection, from_ms: int, to_ms: int) -> tuple[w.Frame, w.Frame, w.Frame]:
+def read_windows(conn: StoreReader, from_ms: int, to_ms: int) -> tuple[w.Frame, w.Frame, w.Frame]:
     """Request and GPU windows with ``from_ms <= bucket < to_ms``; policy windows from two
     minutes earlier (a 60 s window is used for the minute after it)."""
-    return tuple(read_table(conn, t.table, t.keys, t.values, from_ms - t.lookback_ms, to_ms)  # type: ignore[return-value]
-                 for t in TABLES)
+    requests, gpus, policies = (read_table(conn, t.table, t.keys, t.values, from_ms - t.lookback_ms, to_ms)
+                                for t in TABLES)
+    return requests, gpus, policies
 
 
 def write_frame(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],

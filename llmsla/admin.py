@@ -90,12 +90,13 @@ def cmd_migrate(args: argparse.Namespace, cfg: config_mod.Config) -> int:
 
 def store_status(handle: StoreHandle) -> dict:
     """Flavour, versions, migrations, per-table rows and partitions (plain) or chunks (Timescale)."""
+    from llmsla.store.connection import scalar
     from llmsla.store.migrate import recorded_flavor, timescale_version
 
     with handle.connect() as conn:
         flavor = recorded_flavor(conn)
         info: dict = {
-            "server_version": conn.execute("SHOW server_version").fetchone()[0],
+            "server_version": scalar(conn, "SHOW server_version"),
             "timescaledb": timescale_version(conn),
             "flavor": flavor,
             "migrations": [r[0] for r in conn.execute(
@@ -105,16 +106,16 @@ def store_status(handle: StoreHandle) -> dict:
         if not flavor:
             return info
         for table in names.TIME_TABLES:
-            rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            rows = scalar(conn, f"SELECT count(*) FROM {table}")
             if flavor == "plain":
-                parts = conn.execute(
+                parts = scalar(conn,
                     "SELECT count(*) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = %s",
                     (table,),
-                ).fetchone()[0]
+                )
             else:
-                parts = conn.execute(
+                parts = scalar(conn,
                     "SELECT count(*) FROM timescaledb_information.chunks WHERE hypertable_name = %s", (table,)
-                ).fetchone()[0]
+                )
             info["tables"][table] = {"rows": rows, "partitions": parts}
     return info
 

@@ -23,7 +23,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llmsla import config
 
@@ -41,7 +41,10 @@ _RELATIVE = re.compile(r"^(?:now)?(?:-(\d+(?:\.\d+)?)([smhdw]))?$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def _typed(name: str, fn: Callable[[str], Any]) -> Callable[[str], Any]:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _typed(name: str, fn: _F) -> _F:
     fn.__name__ = name  # argparse names the type in its own messages
     return fn
 
@@ -146,7 +149,7 @@ def key(name: str) -> Callable[[str], Any]:
     """The value of a flag that sets configuration key ``name`` (``worker.max_batch``), read and
     checked as the key is in the file and the environment."""
     section, _, field_name = name.partition(".")
-    if section not in config.SECTIONS or field_name not in config.SECTIONS[section].__dataclass_fields__:
+    if section not in config.SECTIONS or field_name not in getattr(config.SECTIONS[section], "__dataclass_fields__", {}):
         raise KeyError(name)  # a programming error: the flag names a key that does not exist
 
     def parse(text: str) -> Any:

@@ -65,7 +65,10 @@ def _k(default: Any, doc: str, *, choices: tuple[str, ...] | None = None, minimu
     for the value (see the validators below), run wherever the key is set."""
     meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum, "kind": kind, "check": check}
     if isinstance(default, list | dict):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+        def fresh() -> Any:  # each instance its own copy of a mutable default
+            return type(default)(default)
+
+        return field(default_factory=fresh, metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -972,7 +975,8 @@ def render_doc() -> str:
     for section, cls in SECTIONS.items():
         lines += [f"## [{section}]", "", (cls.__doc__ or "").strip(), "", "| key | default | env | description |", "|---|---|---|---|"]
         for f in fields(cls):
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not MISSING else (
+                f.default_factory() if f.default_factory is not MISSING else None)
             doc = f.metadata["doc"]
             if f.metadata.get("choices"):
                 doc += f" (one of: {', '.join(f.metadata['choices'])})"

@@ -156,7 +156,7 @@ def _parse_itl(kind: str, value: Any) -> ItlSummary:
         value = value.to_dict()
     if not isinstance(value, dict):
         raise EventError(kind, "itl_ms", f"expected object or list, got {type(value).__name__}")
-    out = {}
+    out: dict[str, Any] = {}
     for f, check in zip(ITL_FIELDS, _ITL_CHECKS, strict=True):
         if f.name not in value:
             raise EventError(kind, check.name, "missing")
@@ -285,7 +285,7 @@ class _Event:
         unknown = set(data) - {f.name for f in cls.FIELDS} - {"v"}
         if unknown:
             raise EventError(kind, shown_name(sorted(unknown)[0]), "unknown field")
-        event = cls(**values)  # type: ignore[call-arg]
+        event = cls(**values)
         event._check_relations()
         return event
 

@@ -57,6 +57,7 @@ def exposition(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
 # rendered by ``generate_latest`` itself, one collector at a time. A test parses both outputs
 # and compares every sample.
 _LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_KIND_OF: dict[type, str] = {Counter: "counter", Gauge: "gauge", Histogram: "histogram"}
 _INF = float("inf")
 #: parent metric -> {label values: cached prefixes}; weak, so a dropped registry frees it.
 _prefix_cache: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], Any]] = weakref.WeakKeyDictionary()
@@ -101,7 +102,7 @@ def _plain_value(v: Any) -> bool:
 
 def _fast_kind(c: Any) -> str | None:
     """'counter' / 'gauge' / 'histogram' when ``c`` can be rendered from its internals."""
-    kind = {Counter: "counter", Gauge: "gauge", Histogram: "histogram"}.get(type(c))
+    kind = _KIND_OF.get(type(c))
     if kind is None or not _LEGACY_NAME.match(c._name) or c._labelvalues:
         return None
     if not all(_LEGACY_NAME.match(n) for n in c._labelnames):
@@ -188,7 +189,7 @@ def render_fast(registry: CollectorRegistry) -> bytes:
     for c in collectors:
         kind = _fast_kind(c)
         if kind is None or not _render_family(kind, c, out):
-            text = generate_latest(_One(c)).decode("utf-8")  # type: ignore[arg-type]
+            text = generate_latest(_One(c)).decode("utf-8")
             if text:
                 out.append(text[:-1])
     if not out:

@@ -378,13 +378,13 @@ class _GuardedHandler(RequestHandler):
                 request[HEAD_READ] = reads.popleft()
             return request
 
-        self._request_factory = stamped  # type: ignore[assignment]
+        self._request_factory = stamped
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
         if guard.open >= guard.limits.max_connections:
             guard.refused += 1
-            transport.write(_BUSY)  # type: ignore[attr-defined]
+            transport.write(_BUSY)  # type: ignore[attr-defined]  # a stream server's: an asyncio.Transport
             transport.close()
             return
         guard.open += 1
@@ -456,7 +456,7 @@ class Served:
     """A running server: where it listens and how to stop it."""
 
     runner: web.AppRunner
-    server: asyncio.AbstractServer
+    server: asyncio.Server
     host: str
     port: int
     guard: _Guard
@@ -507,7 +507,7 @@ async def serve(app: web.Application, host: str, port: int, limits: Limits = DEF
     loop = asyncio.get_running_loop()
     def factory() -> _GuardedHandler:
         return _GuardedHandler(server, guard=guard, loop=loop, keepalive_timeout=limits.keepalive_timeout_s,
-                               lingering_time=LINGER_S, access_log=None)  # type: ignore[arg-type]
+                               lingering_time=LINGER_S, access_log=None)
 
     try:
         srv = await loop.create_server(factory, host, port, reuse_port=reuse_port or None, backlog=1024)

@@ -13,7 +13,7 @@ ERROR_RESPONSE: dict[str, Any] = {"description": "the reason", "content": {"appl
 def error_schema(openapi: str) -> dict[str, Any]:
     """The OpenAI error shape, ``{"error": {message, type, param, code}}`` (``param`` nullable,
     spelled as the document's OpenAPI version wants)."""
-    param = {"type": ["string", "null"]} if openapi.startswith("3.1") else {"type": "string", "nullable": True}
+    param: dict[str, Any] = {"type": ["string", "null"]} if openapi.startswith("3.1") else {"type": "string", "nullable": True}
     return {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["message", "type", "code"],
         "description": "the OpenAI error shape, as every llmsla server answers",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llmsla import names
 from llmsla.config import Config, ConfigError
@@ -125,7 +126,7 @@ def _metric(selector: str) -> str:
 
 def _objective(spec: SloSpec) -> Objective | None:
     """The store-side reading of one spec, or None for a query the store cannot evaluate."""
-    common = dict(name=spec.name, target=spec.target, window_days=spec.window_days, file=spec.file)
+    common: dict[str, Any] = dict(name=spec.name, target=spec.target, window_days=spec.window_days, file=spec.file)
     if spec.kind == "latency" and spec.histogram in LATENCY_SLIS:
         return Objective(sli=LATENCY_SLIS[spec.histogram], threshold_ms=spec.threshold_s * 1000.0, **common)
     requests_total = names.REQUESTS + "_total"

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from llmsla import names
 from llmsla.config import Config
@@ -251,7 +252,7 @@ def parse_sloth(doc: Doc, cfg: Config, period_days: int = 30) -> list[SloSpec]:
             raise s.error("objective", f"must be a percentage in (0, 100), got {obj!r}")
         sli = s.sub("sli")
         sli.keys({"events", "raw"})
-        q: dict[str, str] = {}
+        q: dict[str, Any] = {}  # SloSpec's query fields, passed as keywords
         if sli.has("events") == sli.has("raw"):
             raise sli.error(None, "expected exactly one of events or raw")
         if sli.has("events"):

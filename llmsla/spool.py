@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import json
 import logging
@@ -387,8 +388,9 @@ class SpoolWriter:
         whole = bytes(view[:done]).rfind(b"\n") + 1
         fd, path = self._fd, self._path
         self._fd, self._path, self._size = None, None, 0
-        with contextlib.suppress(OSError):
-            os.close(fd)  # type: ignore[arg-type]
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         view.release()
         del self._pending[:whole]
         self._used += done
@@ -499,7 +501,7 @@ class SpoolWriter:
         for path in self._unpublished:
             try:
                 with open(path, "rb") as fh:
-                    n += sum(chunk.count(b"\n") for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""))
+                    n += sum(chunk.count(b"\n") for chunk in iter(functools.partial(fh.read, 1 << 20), b""))
             except OSError:
                 continue
         paths = ", ".join(p.name for p in self._unpublished)

@@ -8,7 +8,7 @@ silently overrides an earlier one is exactly the mistake a reviewer misses.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,7 @@ class Reader:
         if not isinstance(self.value, dict):
             raise doc.error(path, f"expected a mapping, got {_tname(self.value)}")
 
-    def keys(self, allowed: set[str], required: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def keys(self, allowed: set[str], required: Collection[str] = frozenset()) -> None:
         for k in self.value:
             if k not in allowed:
                 raise self.doc.error((*self.path, k), f"unknown field (allowed: {', '.join(sorted(allowed))})")

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.store.connection import StoreError, StoreHandle
+from llmsla.store.connection import StoreError, StoreHandle, scalar
 
 #: Window tables whose newest end is exported, with their length (the time column holds starts).
 WINDOW_SECONDS = {names.T_REQUEST_WINDOWS: names.REQUEST_WINDOW_S, names.T_POLICY_WINDOWS: names.POLICY_WINDOW_S,
@@ -54,7 +54,7 @@ class StreamHealth(Collector):
             with self._store.connect(autocommit=True) as conn:
                 letters = conn.execute(
                     f"SELECT source, sum(records) FROM {names.T_DEAD_LETTER_TOTALS} GROUP BY source").fetchall()
-                newest = {t: conn.execute(f"SELECT extract(epoch FROM max({names.TIME_TABLES[t]})) FROM {t}").fetchone()[0]
+                newest = {t: scalar(conn, f"SELECT extract(epoch FROM max({names.TIME_TABLES[t]})) FROM {t}")
                           for t in WINDOW_SECONDS}
         except (StoreError, psycopg.Error, OSError):
             return []

@@ -10,6 +10,7 @@ See docs/streaming.md#time-watermarks-lateness.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmsla import names, slo_catalog
@@ -575,7 +576,7 @@ def dead_letter_query(kind: str, java: bool = True) -> str:
 
 #: The 5 s request windows, typed: read by their payloads and by the minute roll-up rows.
 REQUEST_STATS_VIEW = f"{names.SPOOL_REQUESTS}_window_stats"
-WINDOW_QUERIES = {
+WINDOW_QUERIES: dict[str, Callable[[Config, bool], str]] = {
     names.SPOOL_REQUESTS: lambda cfg, java: request_windows_query(REQUEST_STATS_VIEW),
     names.SPOOL_POLICY: policy_windows_query,
     names.SPOOL_GPU: gpu_windows_query,

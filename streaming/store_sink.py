@@ -161,6 +161,7 @@ class StoreWriter:
         """Write payloads of one output kind: a window kind's are lines of COPY text (one per
         row; a payload may hold a window's rows, ``sql.batched_query``), a dead letter's a JSON
         array (``sql.DEAD_COLUMNS``); returns rows handed to the database."""
+        rows: list[Any]  # COPY text lines, or a dead letter's column tuples
         if kind == sql.DEAD_LETTERS:
             rows = self._dead_letter_rows(payloads)
         else:
@@ -262,7 +263,7 @@ class StoreWriter:
             self._with_retries(probe)
         return bool(self._writes_minutes)
 
-    def _flush(self, conn: psycopg.Connection, kind: str, rows: list[Sequence[Any]], *, minutes: bool) -> None:
+    def _flush(self, conn: psycopg.Connection, kind: str, rows: list[Any], *, minutes: bool) -> None:
         with conn.transaction(), conn.cursor() as cur:
             if minutes:
                 # this transaction's minutes come from the job: the 5 s triggers skip them
@@ -275,7 +276,7 @@ class StoreWriter:
                 self._flush_windows(cur, kind, rows)
 
     @staticmethod
-    def _flush_windows(cur: psycopg.Cursor, table: str, rows: list[Sequence[Any]]) -> None:
+    def _flush_windows(cur: psycopg.Cursor, table: str, rows: Sequence[str]) -> None:
         cols = sql.TABLE_COLUMNS[table]
         keys = sql.TABLE_KEYS[table]
         col_list = ", ".join(cols)
@@ -325,7 +326,7 @@ def _stage(cur: psycopg.Cursor, table: str, col_list: str, rows: Sequence[Sequen
     )
     with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
         if rows and isinstance(rows[0], str):
-            copy.write("\n".join(rows) + "\n")  # type: ignore[arg-type]
+            copy.write("\n".join(rows) + "\n")  # type: ignore[arg-type]  # one encoding per batch: all str
         else:
             for row in rows:
                 copy.write_row(row)

@@ -344,7 +344,12 @@ class Engine:
             t = torch.tensor([temps[i] for i in hot], dtype=logits.dtype).unsqueeze(1)
             probs = torch.softmax(logits[idx] / t, dim=-1)
             cdf = probs.cumsum(dim=-1)
-            u = torch.tensor([[reqs[i].rng.random()] for i in hot], dtype=cdf.dtype) * cdf[:, -1:]
+            draws = []
+            for i in hot:
+                rng = reqs[i].rng
+                assert rng is not None  # given one on admission
+                draws.append([rng.random()])
+            u = torch.tensor(draws, dtype=cdf.dtype) * cdf[:, -1:]
             picked = torch.searchsorted(cdf, u).clamp_(max=lm.VOCAB - 1).squeeze(1).tolist()
             for i, tok in zip(hot, picked, strict=True):
                 toks[i] = tok

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,19 @@ def encode(text: str) -> list[int]:
     return [EOS, *text.encode("utf-8")]
 
 
+class Block(torch.nn.Module):
+    """One decoder layer; a class of its own so its parts are typed (TinyLM sets the weights)."""
+
+    def __init__(self, d: int, ff: int) -> None:
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.fc1 = torch.nn.Linear(d, ff)
+        self.fc2 = torch.nn.Linear(ff, d)
+
+
 class TinyLM(torch.nn.Module):
     """Pre-LN GPT-style decoder; weights are a pure function of ``seed`` (and optional training)."""
 
@@ -55,19 +69,17 @@ class TinyLM(torch.nn.Module):
         self.pos = w(spec.max_ctx, d, std=0.3)
         self.layers = torch.nn.ModuleList()
         for _ in range(spec.n_layers):
-            layer = torch.nn.Module()
-            layer.ln1 = torch.nn.LayerNorm(d)
-            layer.qkv = torch.nn.Linear(d, 3 * d)
-            layer.proj = torch.nn.Linear(d, d)
-            layer.ln2 = torch.nn.LayerNorm(d)
-            layer.fc1 = torch.nn.Linear(d, ff)
-            layer.fc2 = torch.nn.Linear(ff, d)
+            layer = Block(d, ff)
             for lin in (layer.qkv, layer.proj, layer.fc1, layer.fc2):
                 lin.weight = w(*lin.weight.shape, std=1.0 / math.sqrt(lin.weight.shape[1]))
                 lin.bias = torch.nn.Parameter(torch.zeros(lin.bias.shape))
             self.layers.append(layer)
         self.ln_f = torch.nn.LayerNorm(d)
         self.head = w(VOCAB, d, std=spec.logit_scale / math.sqrt(d))
+
+    def blocks(self) -> list[Block]:
+        """The layers, typed (a ModuleList yields plain Modules)."""
+        return [cast(Block, layer) for layer in self.layers]
 
     # -- full recompute (training, prefill, and the reference the KV cache is tested against) ----
     def forward(self, tokens: torch.Tensor, *, return_kv: bool = False):
@@ -77,7 +89,7 @@ class TinyLM(torch.nn.Module):
         h = self.tok[tokens] + self.pos[:T]
         kvs = []
         hd = s.d_model // s.n_heads
-        for layer in self.layers:
+        for layer in self.blocks():
             q, k, v = layer.qkv(layer.ln1(h)).split(s.d_model, dim=-1)
             q, k, v = (t.view(B, T, s.n_heads, hd).transpose(1, 2) for t in (q, k, v))
             kvs.append((k, v))
@@ -151,7 +163,7 @@ def decode_step(model: TinyLM, cache: KVCache, slots: list[int], tokens: list[in
     h = model.tok[torch.tensor(tok_list, dtype=torch.long)] + model.pos[pos_t]  # (R, d)
     # (R, 1, 1, L): key j is visible to row r iff j <= pos[r]
     mask = (torch.arange(L)[None, :] <= pos_t[:, None]).view(R, 1, 1, L)
-    for i, layer in enumerate(model.layers):
+    for i, layer in enumerate(model.blocks()):
         q, k, v = layer.qkv(layer.ln1(h)).split(s.d_model, dim=-1)
         q, k, v = (t.view(R, s.n_heads, hd) for t in (q, k, v))
         ck, cv = cache.k[i, lo : hi + 1], cache.v[i, lo : hi + 1]  # views (R, H, max_ctx, hd)

@@ -127,10 +127,11 @@ def _status_line(stack: Stack, story: Story, t_live: float, acted: int, job: str
 
 def _actions_so_far(dsn: str, since_ms: int) -> int:
     from llmsla.store import connect
+    from llmsla.store.connection import scalar
 
     with connect(dsn) as conn:
-        return conn.execute(f"SELECT count(*) FROM {names.T_ACTION_LOG} WHERE source = 'alert_receiver' "
-                            "AND action <> 'alert' AND ts >= to_timestamp(%s / 1000.0)", (since_ms,)).fetchone()[0]
+        return scalar(conn, f"SELECT count(*) FROM {names.T_ACTION_LOG} WHERE source = 'alert_receiver' "
+                      "AND action <> 'alert' AND ts >= to_timestamp(%s / 1000.0)", (since_ms,))
 
 
 def follow(stack: Stack, story: Story, console: Any, proc: Proc, *, live_at: float, job: str) -> None:
@@ -193,11 +194,12 @@ def wait_for_windows(dsn: str, until_ms: int, timeout_s: float) -> None:
     """Until the stream job has stored windows up to ``until_ms`` (the last one stays open
     until later events: a continuous job's newest window closes on the next data)."""
     from llmsla.store import connect
+    from llmsla.store.connection import scalar
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with connect(dsn) as conn:
-            newest = conn.execute(f"SELECT extract(epoch FROM max(bucket)) * 1000 FROM {names.T_REQUEST_WINDOWS}").fetchone()[0]
+            newest = scalar(conn, f"SELECT extract(epoch FROM max(bucket)) * 1000 FROM {names.T_REQUEST_WINDOWS}")
         if newest is not None and newest >= until_ms - 2 * names.REQUEST_WINDOW_S * 1000:
             return
         time.sleep(1.0)
@@ -205,13 +207,14 @@ def wait_for_windows(dsn: str, until_ms: int, timeout_s: float) -> None:
 
 def summarize(stack: Stack, cfg: config_mod.Config, story: Story, sim: dict[str, Any]) -> tuple[Summary, Timeline]:
     from llmsla.store import connect
+    from llmsla.store.connection import scalar
 
     tl = Timeline.of(story, sim)
     s = Summary()
     s.requests, s.latency = exact_latency(stack.workdir / "spool", tl, story.replica)
     with connect(stack.dsn) as conn:
-        s.windows = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE bucket >= to_timestamp(%s / 1000.0)",
-                                     (tl.start_ms,)).fetchone()[0]
+        s.windows = {t: scalar(conn, f"SELECT count(*) FROM {t} WHERE bucket >= to_timestamp(%s / 1000.0)",
+                                (tl.start_ms,))
                      for t in (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)}
         s.breaches = first_breaches(conn, cfg, tl, story.replica)
         s.alerts, s.actions = audited(conn, tl.live_ms, tl.end_ms)
@@ -356,9 +359,10 @@ def forget_receiver_state(dsn: str) -> None:
     receiver's per-target state from the last run (hold-downs, replicas it drained) must not
     restore or hold anything here. Its audit rows stay in ``action_log``, with the windows."""
     from llmsla.store import connect
+    from llmsla.store.connection import scalar
 
     with connect(dsn) as conn:
-        if conn.execute("SELECT to_regclass(%s)", (names.T_RECEIVER_STATE,)).fetchone()[0] is not None:
+        if scalar(conn, "SELECT to_regclass(%s)", (names.T_RECEIVER_STATE,)) is not None:
             conn.execute(f"DELETE FROM {names.T_RECEIVER_STATE}")
             conn.commit()
 

@@ -70,13 +70,13 @@ def check_java() -> Check:
 def check_store(cfg: config_mod.Config) -> Check:
     from llmsla.redaction import redact
     from llmsla.store import open_store
-    from llmsla.store.connection import StoreError
+    from llmsla.store.connection import StoreError, scalar
     from llmsla.store.migrate import recorded_flavor, timescale_version
 
     try:
         with (open_store(cfg, migrate=False) as handle,  # a server it started for the check stops again
               handle.connect(timeout_s=cfg.store.connect_timeout_s) as conn):
-            version = conn.execute("SHOW server_version").fetchone()[0]
+            version = scalar(conn, "SHOW server_version")
             ts = timescale_version(conn)
             flavor = recorded_flavor(conn)
         where = f"embedded at {handle.data_dir}" if handle.embedded else redact(handle.dsn)
@@ -126,7 +126,7 @@ def check_spool(cfg: config_mod.Config) -> Check:
             if isinstance(n, int) and n > 0:
                 key = f"{rec['kind']}/{reason}"
                 by[key] = by.get(key, 0) + n
-    latest = max(records, key=lambda r: r.get("updated_ms") if isinstance(r.get("updated_ms"), int) else 0)
+    latest = max(records, key=lambda r: u if isinstance(u := r.get("updated_ms"), int) else 0)
     detail = (f"{root}: {state}; {sum(by.values())} events dropped by {len(records)} writer(s) ("
               + ", ".join(f"{k}: {n}" for k, n in sorted(by.items()))
               + f"); latest error: {str(latest.get('last_error', ''))[:300]}")

@@ -44,7 +44,7 @@ def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, p
     if engine_type is not None and engine_type not in names.ENGINE_TYPES:
         raise ConfigError(f"--type: must be one of {', '.join(names.ENGINE_TYPES)}, got {engine_type!r}")
     if upstreams:
-        pairs = []
+        pairs: list[tuple[str, str, str]] = []
         for spec in upstreams:
             pool, url = cfg.gateway.pool, spec
             if "=" in spec.split("://", 1)[0]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.abc import Params
 
 from llmsla import extras
 from llmsla.config import Config, dsn_problem
@@ -89,6 +90,16 @@ def start_embedded(data_dir: Path, *, keep_running: bool = False) -> tuple[str, 
     except Exception as exc:
         raise StoreError(f"embedded PostgreSQL failed to start in {data_dir}: {exc}") from exc
     return server.dsn, server
+
+
+def scalar(conn: psycopg.Connection[Any], query: str, params: Params | None = None) -> Any:
+    """The first column of the one row ``query`` returns (``count(*)``, ``SHOW``, ``to_regclass``).
+    A query of that kind always returns a row; if none comes back the store is not what this code
+    was written for, so say so instead of failing on ``None[0]``."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise StoreError(f"the store returned no row for {query!r}")
+    return row[0]
 
 
 def connect(dsn: str, *, timeout_s: float = 10.0, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:

@@ -14,6 +14,7 @@ import psycopg
 
 from llmsla import names
 from llmsla.config import Config
+from llmsla.store.connection import scalar
 from llmsla.store.forecast_rollups import FORECAST_ROLLUPS
 from llmsla.store.rollups import ROLLUPS
 
@@ -38,11 +39,11 @@ def maintain(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: dt.date
     today = now.date()
     result = MaintainResult()
     for table, col in names.TIME_TABLES.items():
-        row = conn.execute(
+        result.partitions_created += scalar(
+            conn,
             "SELECT llmsla_ensure_partitions(%s, %s, %s, %s)",
             (table, col, today - dt.timedelta(days=1), today + dt.timedelta(days=cfg.store.partitions_ahead_days)),
-        ).fetchone()
-        result.partitions_created += row[0]
+        )
     result.partitions_dropped = apply_retention(conn, cfg, flavor=flavor, now=now)
     return result
 
@@ -58,7 +59,7 @@ def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: 
         return 0
     dropped = 0
     for table, col in names.TIME_TABLES.items():
-        dropped += conn.execute("SELECT llmsla_drop_partitions(%s, %s, %s)", (table, col, cutoff)).fetchone()[0]
+        dropped += scalar(conn, "SELECT llmsla_drop_partitions(%s, %s, %s)", (table, col, cutoff))
     rollup_cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=cfg.store.retention_days * ROLLUP_RETENTION_FACTOR)
     for table in ALL_ROLLUPS:  # tables (request roll-ups: views before migration 0003, nothing to delete)
         if conn.execute("SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (table,)).fetchone() == ("r",):
@@ -82,7 +83,7 @@ def materialize_rollups(conn: psycopg.Connection, views: tuple[str, ...] | None 
     done = []
     try:
         for view in views or tuple(ALL_ROLLUPS):
-            if conn.execute("SELECT to_regclass(%s)", (view,)).fetchone()[0] is not None:
+            if scalar(conn, "SELECT to_regclass(%s)", (view,)) is not None:
                 conn.execute("CALL refresh_continuous_aggregate(%s, NULL, NULL)", (view,))
                 done.append(view)
     finally:
@@ -101,10 +102,10 @@ def compress_chunks(conn: psycopg.Connection, older_than: dt.datetime, tables: t
         return 0
     done = 0
     for table in tables:
-        done += conn.execute(
+        done += scalar(conn,
             "SELECT count(compress_chunk(format('%%I.%%I', chunk_schema, chunk_name)::regclass)) "
             "FROM timescaledb_information.chunks WHERE hypertable_schema = current_schema() "
-            "AND hypertable_name = %s AND NOT is_compressed AND range_end <= %s", (table, older_than)).fetchone()[0]
+            "AND hypertable_name = %s AND NOT is_compressed AND range_end <= %s", (table, older_than))
     return done
 
 
@@ -129,7 +130,7 @@ def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
         conn.execute("CALL remove_columnstore_policy(%s, if_exists => true)", (table,))
         conn.execute("CALL add_columnstore_policy(%s, after => %s)", (table, compress_after))
     for view, width in ALL_ROLLUPS.items():
-        if conn.execute("SELECT to_regclass(%s)", (view,)).fetchone()[0] is None:
+        if scalar(conn, "SELECT to_regclass(%s)", (view,)) is None:
             continue  # a store migrated only part of the way (migrate(upto=...)) has not got it yet
         step = dt.timedelta(minutes=1) if "minute" in width else dt.timedelta(hours=1)
         conn.execute("SELECT remove_continuous_aggregate_policy(%s, if_exists => true)", (view,))

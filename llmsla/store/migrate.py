@@ -26,7 +26,7 @@ import psycopg
 from llmsla import generated, names
 from llmsla.config import Config
 from llmsla.store import forecast_rollups, maintenance
-from llmsla.store.connection import StoreError
+from llmsla.store.connection import StoreError, scalar
 from llmsla.store.rollups import (
     hist_functions_ddl,
     pin_search_path_ddl,
@@ -162,7 +162,7 @@ def _decide_flavor(conn: psycopg.Connection, mode: str) -> str:
 
 
 def recorded_flavor(conn: psycopg.Connection) -> str | None:
-    if conn.execute("SELECT to_regclass(%s)", (names.T_MIGRATIONS,)).fetchone()[0] is None:
+    if scalar(conn, "SELECT to_regclass(%s)", (names.T_MIGRATIONS,)) is None:
         return None
     row = conn.execute(f"SELECT flavor FROM {names.T_MIGRATIONS} ORDER BY version LIMIT 1").fetchone()
     return row[0] if row else None
@@ -185,7 +185,7 @@ def migrate(conn: psycopg.Connection, cfg: Config, *, upto: int | None = None) -
         if flavor == TIMESCALE and cfg.store.timescale == "off":
             raise StoreError("this database was migrated with TimescaleDB; store.timescale = off cannot apply")
         done = {r[0] for r in conn.execute(f"SELECT version FROM {names.T_MIGRATIONS}")}
-        result = MigrateResult(flavor, timescale_version(conn), conn.execute("SHOW server_version").fetchone()[0])
+        result = MigrateResult(flavor, timescale_version(conn), scalar(conn, "SHOW server_version"))
         for m in load_migrations():
             if m.version in done or (upto is not None and m.version > upto):
                 continue
