@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
                    help="action policy file: alerts -> actions (receiver.action_policy; default: the built-in one)")
     r.add_argument("--policy", dest="action_policy", action=argtypes.OldSpelling, new="--action-policy",
                    type=argtypes.input_file)
-    r.add_argument("--control-url", action="append", metavar="URL", help="control API base URL (repeatable; receiver.control_urls)")
+    r.add_argument("--control-url", action="append", metavar="URL", help="control API base URL (repeatable; control.urls)")
     r.add_argument("--check-policy", action="store_true", help="validate the action policy file and exit")
     r.add_argument("--duration-s", type=argtypes.duration_s, default=0.0, help="stop after this long (0 = until SIGTERM)")
     r.set_defaults(handler=cmd_receiver)

@@ -28,10 +28,8 @@ def main(args: argparse.Namespace, cfg: Config) -> int:
         rc.host = args.host
     if args.port is not None:
         rc.port = args.port
-    if args.control_url:  # the check receiver.control_urls declares, as in the file
-        set_value(cfg, "receiver.control_urls", list(args.control_url), "--control-url")
-    if not rc.control_urls:
-        raise CliError("no control API: pass --control-url URL or set receiver.control_urls")
+    if args.control_url:  # the check control.urls declares, as in the file
+        set_value(cfg, "control.urls", list(args.control_url), "--control-url")
     asyncio.run(_run(cfg, pol, args.duration_s))
     return 0
 
@@ -58,7 +56,7 @@ async def _run(cfg: Config, pol, duration_s: float) -> None:  # noqa: ANN001 - P
         print("llmsla receiver: receiver.token is empty - every webhook post will be refused (503)", flush=True)
     if not cfg.control.token:
         print("llmsla receiver: control.token is empty - the control API will refuse every action", flush=True)
-    control = ControlClient(rc.control_urls, cfg.control.token, timeout_s=rc.control_timeout_s,
+    control = ControlClient(cfg.control.client_urls(), cfg.control.token, timeout_s=rc.control_timeout_s,
                             retries=rc.control_retries, backoff_s=rc.control_backoff_s)
     engine = Engine(pol, control, journal)
     limits = Limits.from_config(cfg)
@@ -66,7 +64,7 @@ async def _run(cfg: Config, pol, duration_s: float) -> None:  # noqa: ANN001 - P
                    prune_after_s=cfg.store.retention_days * 86400.0, limits=limits)
     served = await serve(app, rc.host, rc.port, limits)
     print(f"llmsla receiver on {served.url}/v1/alerts (policy {pol.source}, "
-          f"control {', '.join(rc.control_urls)}, {'store' if journal.durable else 'memory'} journal)", flush=True)
+          f"control {', '.join(cfg.control.client_urls())}, {'store' if journal.durable else 'memory'} journal)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -100,20 +100,20 @@ def roll_back(cfg: Config, rep: Any) -> list[dict[str, Any]]:
 
     if rep.srm["flagged"]:
         return []
-    base = (cfg.ab.control_url or f"http://{cfg.control.host}:{cfg.control.port}").rstrip("/")
     todo = [(arm, [c.metric for c in rep.comparisons if c.arm == arm and c.verdict == "fail"])
             for arm in rep.failing_arms() if arm != rep.control]
 
     async def run() -> list[dict[str, Any]]:
         # one attempt, as before: the report is re-run (and the rollback with it) on its schedule
-        client = ControlClient([base], cfg.control.token, timeout_s=cfg.ab.control_timeout_s, retries=1,
+        urls = cfg.control.client_urls()
+        client = ControlClient(urls, cfg.control.token, timeout_s=cfg.ab.control_timeout_s, retries=1,
                                actor="llmsla ab report")
         out = []
         try:
             for arm, failing in todo:
                 why = f"always-valid test failed: {', '.join(failing)} ({rep.start} .. {rep.end})"
                 res = await client.set_arm_weight(rep.experiment, arm, 0, why)
-                rec: dict[str, Any] = {"arm": arm, "metrics": failing, "url": redact(base),
+                rec: dict[str, Any] = {"arm": arm, "metrics": failing, "url": redact(res.url or urls[0]),
                                        "status": res.status or None, "ok": res.ok}
                 if not res.ok:
                     rec["error"] = res.error

@@ -470,6 +470,7 @@ class ControlConfig:
     port: int = _k(8100, "control API port", kind="port")
     token: str = _k("", "bearer token the control API requires (also LLMSLA_CONTROL_TOKEN); empty refuses all writes; else at least 16 characters, no whitespace", kind="secret", check=token_problem)
     route_policy: str = _k("ladr", "router policy", choices=names.ROUTE_POLICIES)
+    urls: list[str] = _k([], "where clients (the receiver, ab report --rollback) reach the control API: base URLs tried in order; empty = http://<host>:<port> of this section (writes need control.token)", check=_each(url_problem))
     redis_url: str = _k("", "Redis URL (redis://, rediss:// or unix://) for router state shared by gateway replicas; empty = in process", check=redis_url_problem)
     ladr_alpha: float = _k(1.0, "LADR score weight of 1 / latency (latency relative to the pool's fastest replica)", minimum=0)
     ladr_beta: float = _k(1.0, "LADR score weight of the queue (live outstanding relative to the pool's mean)", minimum=0)
@@ -479,6 +480,14 @@ class ControlConfig:
     ladr_ttl_s: float = _k(1.0, "LADR drops replicas whose stats are older than this, seconds", minimum=0.001)
     max_share_step_pct: float = _k(10.0, "largest student-share change per control action, percentage points", minimum=0)
     max_temperature_step: float = _k(0.5, "largest change of a temperature schedule bound (t_min/t_max/t_init) per action", minimum=0)
+
+    def client_urls(self) -> list[str]:
+        """The control API as its clients reach it: ``urls``, else this section's own listen
+        address (a wildcard listen address is reached on loopback)."""
+        if self.urls:
+            return [u.rstrip("/") for u in self.urls]
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return [f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"]
 
 
 @dataclass
@@ -528,7 +537,6 @@ class ReceiverConfig:
     port: int = _k(8200, "listen port", kind="port")
     token: str = _k("", "bearer token Alertmanager and the forecaster must send (also LLMSLA_RECEIVER_TOKEN); empty refuses every post; else at least 16 characters, no whitespace", kind="secret", check=token_problem)
     action_policy: str = _k("", "action policy file (YAML) mapping alerts to actions; empty = the built-in llmsla/alerting/policy.default.yaml")
-    control_urls: list[str] = _k(["http://127.0.0.1:8100"], "control API base URLs, tried in order (writes need control.token)", check=_each(url_problem))
     control_timeout_s: float = _k(2.0, "timeout of one control API call", minimum=0.01)
     control_retries: int = _k(3, "attempts per control API action before it is audited as failed (the reconciler retries later)", minimum=1)
     control_backoff_s: float = _k(0.1, "first retry delay; doubles per attempt", minimum=0)
@@ -550,7 +558,6 @@ class AbConfig:
     ratio_margin_pct: float = _k(0.5, "attainment and availability may be this many percentage points worse and still pass", minimum=0)
     sequential_minutes: int = _k(60, "always-valid mode: the experiment length (minutes) at which its confidence sequences are tightest", minimum=1)
     auto_rollback: bool = _k(False, "llmsla ab report --sequential sets a failing arm's weight to 0 through the control API (audited)")
-    control_url: str = _k("", "control API base URL for rollbacks; empty = http://<control.host>:<control.port> (writes need control.token)", check=_optional_url)
     control_timeout_s: float = _k(2.0, "timeout of the rollback's control API call", minimum=0.01)
 
 
@@ -602,18 +609,22 @@ RENAMED_KEYS = {
     "worker.zone": "worker.pool",  # it must be the pool's name: the dashboards join on it
     "worker.policy": "worker.temperature_policy",  # "policy" alone also means routing and actions
     "receiver.policy": "receiver.action_policy",
+    # two keys said where the control API is; every client of it reads control.urls
+    "receiver.control_urls": "control.urls",
+    "ab.control_url": "control.urls",  # a single URL: read as a list of one
 }
 
 
-def current_key(section: str, key: str, where: str) -> str:
-    """``key`` of ``section``, or the key it was renamed to (with a one-line warning naming
-    where the old spelling came from)."""
+def current_key(section: str, key: str, where: str) -> tuple[str, str]:
+    """(section, key) of ``section.key``, or of the key it was renamed to (with a one-line
+    warning naming where the old spelling came from)."""
     new = RENAMED_KEYS.get(f"{section}.{key}")
     if new is None:
-        return key
+        return section, key
     log.warning("%s: %s.%s is renamed %s; the old name is read for one more release",
                 where or "command line", section, key, new)
-    return new.partition(".")[2]
+    new_section, _, new_key = new.partition(".")
+    return new_section, new_key
 
 
 def _coerce(value: Any, tp: Any, where: str, key: str, from_env: bool = False) -> Any:
@@ -676,21 +687,25 @@ def _at(where: str) -> str:
     return f"{where}: " if where else ""
 
 
-def _set(section_obj: Any, section: str, key: str, value: Any, where: str, from_env: bool = False) -> str:
-    """Set ``section.key`` (its current name, see :data:`RENAMED_KEYS`) and return that name."""
-    key = current_key(section, key, where)
-    setattr(section_obj, key, _checked(section_obj, section, key, value, where, from_env))
-    return key
+def _set(cfg: Config, section: str, key: str, value: Any, where: str, from_env: bool = False) -> str:
+    """Set ``section.key`` in ``cfg`` (its current name, see :data:`RENAMED_KEYS`) and return
+    that name, dotted."""
+    new_section, new_key = current_key(section, key, where)
+    obj = getattr(cfg, new_section)
+    if (new_section, new_key) != (section, key) and isinstance(value, str) and not from_env \
+            and typing.get_origin(typing.get_type_hints(type(obj))[new_key]) is list:
+        value = [value] if value else []  # a one-value key renamed into a list key
+    setattr(obj, new_key, _checked(obj, new_section, new_key, value, where, from_env))
+    return f"{new_section}.{new_key}"
 
 
 def check_value(key: str, value: Any, where: str = "") -> Any:
     """``value`` for ``section.key`` after the key's own coercion and checks (a string is read as
     the environment's would be), or a :class:`ConfigError`: what a command-line flag that sets a
     key runs, so the flag and the key refuse the same values (llmsla.argtypes)."""
-    section, _, name = key.partition(".")
+    section, _, name = RENAMED_KEYS.get(key, key).partition(".")
     if section not in SECTIONS:
         raise KeyError(key)
-    name = RENAMED_KEYS.get(key, key).partition(".")[2]
     return _checked(SECTIONS[section](), section, name, value, where, from_env=isinstance(value, str))
 
 
@@ -758,16 +773,14 @@ def check_key(cfg: Config, key: str) -> None:
     """Run ``section.key``'s declared checks on its value in ``cfg`` (a Config built in code
     meets at a component's start-up what :func:`load` refuses); ConfigError names the key."""
     section, _, name = key.partition(".")
-    obj = getattr(cfg, section)
-    _set(obj, section, name, getattr(obj, name), cfg.origins.get(key) or cfg.source or "configuration")
+    _set(cfg, section, name, getattr(getattr(cfg, section), name), cfg.origins.get(key) or cfg.source or "configuration")
 
 
 def set_value(cfg: Config, key: str, value: Any, where: str) -> None:
     """Set ``section.key`` from a command-line option with the same checks as the file/env, and
     remember where it came from (messages then say ``store.dsn (from --dsn)``)."""
     section, _, name = key.partition(".")
-    name = _set(getattr(cfg, section), section, name, value, where)
-    cfg.origins[f"{section}.{name}"] = where
+    cfg.origins[_set(cfg, section, name, value, where)] = where
 
 
 def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | None = None) -> Config:
@@ -788,8 +801,7 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
             if not isinstance(body, dict):
                 raise ConfigError(f"{where}: [{section}] must be a table")
             for key, value in body.items():
-                key = _set(getattr(cfg, section), section, key, value, where)
-                cfg.origins[f"{section}.{key}"] = where
+                cfg.origins[_set(cfg, section, key, value, where)] = where
         cfg.source = where
     for var, value in sorted(env.items()):
         if not var.startswith(ENV_PREFIX) or var in ENV_NOT_KEYS or var.startswith(ENV_NOT_KEY_PREFIXES):
@@ -802,8 +814,8 @@ def load(path: str | os.PathLike[str] | None = None, *, env: dict[str, str] | No
             if not section:  # LLMSLA_GATWAY_PORT: a typo must not leave the default in force
                 raise ConfigError(f"environment variable {var}: {_unknown_env_hint(var)}")
             key = rest[len(section) + 1:]
-        key = _set(getattr(cfg, section), section, key, value, f"environment variable {var}", from_env=True)
-        cfg.origins[f"{section}.{key}"] = f"environment variable {var}"
+        cfg.origins[_set(cfg, section, key, value, f"environment variable {var}", from_env=True)] = \
+            f"environment variable {var}"
     check_slo_buckets(cfg)
     return cfg
 

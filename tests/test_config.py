@@ -90,6 +90,26 @@ def test_renamed_keys_still_set_the_new_key_with_a_warning(tmp_path: Path,
         assert key not in config_mod.SECTIONS[section].__dataclass_fields__
 
 
+def test_one_key_says_where_the_control_api_is(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """receiver.control_urls and ab.control_url both became control.urls; a lone URL is a list
+    of one, and without any the clients reach the control API at its own listen address."""
+    assert config_mod.load(None, env={}).control.client_urls() == ["http://127.0.0.1:8100"]
+    cfg = config_mod.load(None, env={"LLMSLA_CONTROL_HOST": "0.0.0.0", "LLMSLA_CONTROL_PORT": "9100"})
+    assert cfg.control.client_urls() == ["http://127.0.0.1:9100"]  # a wildcard listen is reached on loopback
+    cfg = config_mod.load(None, env={"LLMSLA_CONTROL_HOST": "::1"})
+    assert cfg.control.client_urls() == ["http://[::1]:8100"]
+    p = write(tmp_path, '[ab]\ncontrol_url = "http://ctl:8100/"\n')
+    with caplog.at_level("WARNING", logger="llmsla.config"):
+        cfg = config_mod.load(p, env={})
+    assert cfg.control.urls == ["http://ctl:8100/"] and cfg.control.client_urls() == ["http://ctl:8100"]
+    assert cfg.origins["control.urls"] == str(p)
+    assert "ab.control_url is renamed control.urls" in caplog.text
+    cfg = config_mod.load(None, env={"LLMSLA_RECEIVER_CONTROL_URLS": "http://a:1,http://b:2"})
+    assert cfg.control.client_urls() == ["http://a:1", "http://b:2"]
+    with pytest.raises(ConfigError, match=r"control.urls\[0\]|control.urls"):
+        config_mod.load(write(tmp_path, '[receiver]\ncontrol_urls = ["ctl:8100"]\n'), env={})
+
+
 def test_slo_error_fixed_by_adding_the_bucket(tmp_path: Path) -> None:
     p = write(tmp_path, "[slo]\nttft_ms = 750\n[metrics]\nttft_buckets = [0.25, 0.5, 0.75, 1.0]\n")
     assert config_mod.load(p, env={}).slo.ttft_ms == 750

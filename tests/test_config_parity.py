@@ -63,10 +63,10 @@ def _start(cfg: config_mod.Config, key: str, tmp_path: Path) -> None:
         from llmsla.store import open_store
 
         open_store(cfg, migrate=False).close()  # the DSN check; connecting is not start-up's
-    elif key == "receiver.control_urls":
+    elif key == "control.urls":
         from llmsla.control_client import ControlClient
 
-        ControlClient(cfg.receiver.control_urls, cfg.control.token, timeout_s=0.1)
+        ControlClient(cfg.control.client_urls(), cfg.control.token, timeout_s=0.1)
     # tokens, worker.* and gpu.node: load() is the whole of their start-up check
 
 
@@ -112,8 +112,8 @@ CASES: list[tuple[str, Any, bool]] = [
     ("otel.endpoint", "http://127.0.0.1:1/v1/traces", True),
     ("otel.endpoint", "collector:4318", False),
     ("otel.metrics_endpoint", "ftp://collector/v1/metrics", False),
-    ("receiver.control_urls", ["http://127.0.0.1:8100"], True),
-    ("receiver.control_urls", ["127.0.0.1:8100"], False),
+    ("control.urls", ["http://127.0.0.1:8100"], True),
+    ("control.urls", ["127.0.0.1:8100"], False),
     ("metrics.allowed_pools", ["default", "canary"], True),
     ("metrics.allowed_pools", ["x" * 257], False),
     ("worker.model", "m" * 300, False),

@@ -225,7 +225,7 @@ def test_cli_report_results_rows_errors_and_rollback(pg_dsn: str, cfg, traffic, 
     thread.start()
     try:
         monkeypatch.setenv("LLMSLA_CONTROL_TOKEN", TOKEN)
-        monkeypatch.setenv("LLMSLA_AB_CONTROL_URL", served.url)
+        monkeypatch.setenv("LLMSLA_CONTROL_URLS", served.url)
         monkeypatch.setenv("LLMSLA_AB_BLOCK_MINUTES", "2")  # 10 blocks in 20 minutes for the always-valid mode
         rc, out, err = _report([*base, "--sequential", "--rollback", "--json", str(tmp_path / "r.json")], capsys)
         assert rc == 0, err
