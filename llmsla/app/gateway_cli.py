@@ -42,16 +42,16 @@ def register(subparsers: Any) -> None:
 def _apply(args: argparse.Namespace, cfg: Any) -> None:
     from llmsla.config import set_value
 
-    if args.host is not None:
+    if args.host is not None:  # checked by argtypes.host
         cfg.gateway.host = args.host
-    if args.port is not None:
+    if args.port is not None:  # 0 (a free port) is a command-line value only, not the key's
         cfg.gateway.port = args.port
     if args.upstream:  # the checks the keys declare, as in the file
         set_value(cfg, "gateway.upstreams", list(args.upstream), "--upstream")
     if args.pool:
         set_value(cfg, "gateway.pool", args.pool, "--pool")
     if args.workers is not None:
-        cfg.gateway.workers = args.workers
+        set_value(cfg, "gateway.workers", args.workers, "--workers")
 
 
 def gateway_main(args: argparse.Namespace, cfg: Any) -> int:
