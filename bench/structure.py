@@ -49,7 +49,9 @@ print("RESULT " + json.dumps({r["what"]: r["p99_ms"] / rows[0]["p99_ms"] for r i
 def _run(tree: Path, argv: list[str], timeout: int = 1200) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    res = subprocess.run([sys.executable, *argv], env=env, cwd=tree.parent / "src", capture_output=True,
+    # cwd: the package tree, so ``-c``'s sys.path[0] ("") cannot shadow it with the source layout
+    script = [str(tree.parent / "src" / argv[0]), *argv[1:]] if argv[0].endswith(".py") else argv
+    res = subprocess.run([sys.executable, *script], env=env, cwd=tree, capture_output=True,
                          text=True, timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(f"{argv[0]} in {tree}: exit {res.returncode}\n{res.stderr[-3000:]}")
