@@ -343,6 +343,14 @@ def slo_rule_file(spec: SloSpec, prof: Profile) -> dict:
 
 
 # -- static rules ---------------------------------------------------------------------------------
+#: LlmslaForecasterDrifted: live recall this far below the serving model's validation recall ...
+DRIFT_RECALL_MARGIN = 0.15
+#: ... over at least this many judged breaches in the forecaster's rolling window (fewer cannot
+#: tell drift from chance: at a validation recall of 0.23, 20 breaches with at most one warned
+#: happen by chance about 4 % of the time) ...
+DRIFT_MIN_BREACHES = 20
+#: ... for this long (the window itself is a day: a drift that lasts an hour is not noise).
+DRIFT_FOR_S = 3600
 @dataclass(frozen=True)
 class StaticRule:
     alert: str
@@ -368,6 +376,15 @@ def static_rules(prof: Profile) -> list[StaticRule]:
                    f"sum by (kind, reason) (increase({names.SPOOL_DROPPED}_total[{r(300)}])) > 0", 60,
                    "spool {{ $labels.kind }}: events dropped ({{ $labels.reason }}) in the last 5 minutes; the "
                    "streaming job and the store miss them (disk full or read-only, or the consumer behind): see llmsla doctor"),
+        # the forecaster scores its own alarms against the stored breaches (docs/forecaster.md)
+        StaticRule("LlmslaForecasterDrifted",
+                   f"max by ({names.L_HORIZON}) ({names.FORECAST_RECALL})\n"
+                   f"< max by ({names.L_HORIZON}) ({names.FORECAST_VALIDATION_RECALL}) - {num(DRIFT_RECALL_MARGIN)}\n"
+                   f"and max by ({names.L_HORIZON}) ({names.FORECAST_BREACHES}) >= {DRIFT_MIN_BREACHES}", DRIFT_FOR_S,
+                   "the forecaster has drifted: at the {{ $labels.horizon }} s horizon it warned of "
+                   "{{ $value | humanizePercentage }} of the breaches in its window, "
+                   f"more than {num(DRIFT_RECALL_MARGIN)} below its validation recall: retrain it "
+                   "(llmsla forecast train) on recent data"),
         StaticRule("LlmslaForecasterSilent", f"absent_over_time({names.FORECAST_RISK}[{r(900)}])", 300,
                    "no forecaster risk sample for 15 minutes: the forecaster is down or not scraped"),
         # the gateway is the instrument of the SLA: when it is the bottleneck, requests wait before

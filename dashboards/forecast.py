@@ -8,6 +8,7 @@ other control API changes) as annotations on the time axis and as a table.
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.models import dashboard as dash_m
 
 from llmsla import names
@@ -35,6 +36,27 @@ def build(cfg: Config) -> dash_m.Dashboard:
     d = d.with_panel(c.table_panel(
         "Latest forecasts", [storesql.LATEST_FORECASTS], w=24, h=7,
         description="Newest forecast per forecaster, target, pool, replica and horizon within the last hour of the range."))
+    d = d.with_row(dash.Row("Its own accuracy"))
+    d = d.with_panel(c.timeseries_panel(
+        "Precision and recall vs validation recall", [promql.FORECAST_PRECISION, promql.FORECAST_RECALL,
+                                                       promql.FORECAST_VALIDATION_RECALL],
+        unit="percentunit", w=12, min_val=0, max_val=1,
+        description="Over the forecaster's rolling window (forecast.accuracy_window_s), scored against the breaches "
+                    "the store recorded once each alarm's lead window passed: the share of breaches warned ahead "
+                    "(recall) beside the serving model's validation recall, and the share of alert notifications "
+                    "that were not false alarms (precision). Recall well below validation: LlmslaForecasterDrifted."))
+    d = d.with_panel(c.bargauge_panel(
+        "Lead of warned breaches (rolling window)", [promql.FORECAST_LEAD], unit="short", w=12, min_val=0,
+        description="How many warned breaches had a lead of at most each bound (seconds), cumulative: the "
+                    "minutes of warning an SRE actually got."))
+    d = d.with_panel(c.timeseries_panel(
+        "False alarms per target-day", [promql.FORECAST_FALSE_ALARMS], unit="short", w=12, min_val=0,
+        description="Notifications with no breach within their lead window, per day of healthy target time "
+                    "(the evaluation's definition; its threshold was chosen for forecast.false_alarms_per_day)."))
+    d = d.with_panel(c.timeseries_panel(
+        "Breaches judged (rolling window)", [promql.FORECAST_BREACHES], unit="short", w=12, min_val=0,
+        description="Breaches the recall rests on; the drift alert waits for enough of them."))
+    d = d.with_row(dash.Row("Actions taken"))
     d = d.with_panel(c.table_panel(
         "Actions", [storesql.ACTIONS], w=24, h=9,
         description="The control audit log: who changed what, why (alert), and the outcome."))

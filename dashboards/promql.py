@@ -136,3 +136,21 @@ FIRING_ALERTS = _q("slo.firing_alerts", f'{names.ALERTS}{{{names.L_ALERTSTATE}="
 FORECAST_RISK = _q("forecast.risk_live",
                    f"max by ({names.L_POOL}, {names.L_REPLICA}, {names.L_TARGET}) ({names.FORECAST_RISK}{selector(names.L_MODEL, names.L_POOL)})",
                    legend="{{pool}}/{{replica}} ({{target}})", labels=(names.L_POOL, names.L_TARGET))
+
+
+# -- the forecaster's own accuracy (rolling window, per horizon; docs/forecaster.md) -------------
+def _per_horizon(key: str, metric: str, legend: str) -> PromQuery:
+    return _q(key, f"max by ({names.L_HORIZON}) ({metric})", legend=legend + " ({{horizon}} s)",
+              labels=(names.L_HORIZON,))
+
+
+FORECAST_PRECISION = _per_horizon("forecast.precision", names.FORECAST_PRECISION, "precision")
+FORECAST_RECALL = _per_horizon("forecast.recall", names.FORECAST_RECALL, "recall")
+FORECAST_VALIDATION_RECALL = _per_horizon("forecast.validation_recall", names.FORECAST_VALIDATION_RECALL,
+                                          "validation recall")
+FORECAST_FALSE_ALARMS = _per_horizon("forecast.false_alarms_per_day", names.FORECAST_FALSE_ALARMS_PER_DAY,
+                                     "false alarms/day")
+FORECAST_BREACHES = _per_horizon("forecast.breaches", names.FORECAST_BREACHES, "breaches judged")
+#: a gauge histogram (the window's warned breaches): its buckets are counts already, no rate()
+FORECAST_LEAD = _q("forecast.lead", f"sum by ({names.L_LE}) ({names.FORECAST_LEAD_SECONDS}_bucket)",
+                   legend="{{le}}", fmt="heatmap", instant=True, labels=(names.L_LE,))

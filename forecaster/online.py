@@ -19,17 +19,19 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import psycopg
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from llmsla import names
 from llmsla.config import Config
-from llmsla.forecaster import alerts, decide, features, store_io
+from llmsla.forecaster import accuracy, alerts, decide, features, store_io
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.dataset import fleet_inputs
 from llmsla.forecaster.feature_window import FeatureWindow
 from llmsla.forecaster.hysteresis import AlarmPolicy
+from llmsla.forecaster.live_accuracy import AccuracyMetrics, LiveAccuracy
 from llmsla.forecaster.window_cache import WindowCache
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ class StepResult:
     notifications: list[tuple[str, dict]] = field(default_factory=list)
     seconds: float = 0.0
     score_seconds: float = 0.0
+    #: the forecaster's own accuracy per horizon (s), on the steps it was scored (accuracy_every_steps)
+    accuracy: dict[int, accuracy.Accuracy] | None = None
 
 
 class Metrics:
@@ -95,7 +99,11 @@ class OnlineScorer:
         self.dsn = dsn
         self.name = f"lstm-{art.version}"
         self.horizon_s = art.horizon * names.REQUEST_WINDOW_S
-        self.metrics = Metrics(registry if registry is not None else CollectorRegistry())
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = Metrics(registry)
+        self.accuracy_metrics = AccuracyMetrics(registry)
+        self.accuracy_metrics.validation_recall.labels(self.name, str(self.horizon_s)).set(
+            accuracy.validation_recall(art.meta))
         self.poster = poster
         self.external_url = external_url
         policy = AlarmPolicy.from_config(self.fc)
@@ -107,6 +115,10 @@ class OnlineScorer:
                                       resolve_steps=self.fc.resolve_steps, resolve_ratio=self.fc.resolve_ratio,
                                       repeat_s=self.fc.repeat_s, horizon_s=self.horizon_s,
                                       generator_url=external_url)
+        self.live_accuracy = LiveAccuracy(self.slos, slo_window_steps=self.fc.slo_window_steps, policy=policy,
+                                          lead_max_steps=self.fc.lead_max_steps, window_s=self.fc.accuracy_window_s,
+                                          settle_s=max(self.fc.reread_s, self.fc.lag_s), prefer=self.name)
+        self._steps = 0
         self._conn = None
         self.cache = WindowCache(int(self.fc.reread_s * 1000))
         self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=self.scorer.prepare)
@@ -125,6 +137,18 @@ class OnlineScorer:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+    def score_accuracy(self, conn, step_ms: int) -> dict[int, accuracy.Accuracy] | None:  # noqa: ANN001 - psycopg
+        """The forecaster's own accuracy up to ``step_ms``, exported; a failure is logged and the
+        scoring goes on (its gauges keep their last values)."""
+        try:
+            acc = self.live_accuracy.evaluate(conn, step_ms)
+        except (psycopg.Error, ValueError) as e:
+            conn.rollback()
+            log.warning("forecaster accuracy not scored at %s: %s", alerts.rfc3339(step_ms), e)
+            return None
+        self.accuracy_metrics.set(acc)
+        return acc
 
     def step_for(self, now_ms: int) -> int:
         """Start of the newest window that ended at least ``lag_s`` before ``now_ms``."""
@@ -181,6 +205,10 @@ class OnlineScorer:
                 bodies.append(alerts.payload(status, alert, self.external_url))
         store_io.write_forecasts(conn, rows)
         res.scored = len(rows)
+        every = self.fc.accuracy_every_steps
+        self._steps += 1
+        if every and (self._steps - 1) % every == 0:
+            res.accuracy = self.score_accuracy(conn, step_ms)
         if self.poster is not None and (bodies or self.poster.pending):
             for body, outcome in self.poster.send(bodies):
                 self.metrics.notifications.labels(body["status"], outcome).inc()

@@ -111,3 +111,14 @@ def write_forecasts(conn: psycopg.Connection, rows: Iterable[tuple]) -> int:
         "predicted = EXCLUDED.predicted, threshold = EXCLUDED.threshold, risk = EXCLUDED.risk", columns)
     conn.commit()
     return len(latest)
+
+
+def read_forecasts(conn: StoreReader, from_ms: int, to_ms: int, prefer: str = "") -> list[tuple]:
+    """``(ts_ms, pool, replica, horizon_s, threshold, risk)`` of ``forecasts`` with
+    ``from_ms <= ts < to_ms``, one row per step, target and horizon: where several forecasters
+    scored it (replicated scorers, a model change), ``prefer``'s row, else the first by name."""
+    return conn.execute(
+        f"SELECT DISTINCT ON (ts, pool, replica, horizon_s) (extract(epoch from ts) * 1000)::bigint, pool, replica, "
+        f"horizon_s, threshold, risk FROM {names.T_FORECASTS} WHERE ts >= %s AND ts < %s AND risk IS NOT NULL AND threshold > 0 "
+        "ORDER BY ts, pool, replica, horizon_s, (forecaster = %s) DESC, forecaster",
+        (_ts(from_ms), _ts(to_ms), prefer)).fetchall()

@@ -520,6 +520,8 @@ class ForecastConfig:
     resolve_steps: int = _k(6, "online: consecutive steps below resolve_ratio x threshold before it resolves", minimum=1)
     idle_s: float = _k(60.0, "online: a target that served no request for this long is not scored and its alert resolves (nothing to forecast: a drained replica)", minimum=5.0)
     resolve_ratio: float = _k(0.8, "online: hysteresis, resolve below this share of the threshold", minimum=0)
+    accuracy_window_s: float = _k(86400.0, "online: the forecaster's own precision, recall, lead and false alarms are scored over this rolling window of stored history", minimum=300)
+    accuracy_every_steps: int = _k(60, "online: score the forecaster's own accuracy every this many steps (0 = never)", minimum=0)
     repeat_s: float = _k(300.0, "online: re-send a firing alert this often", minimum=1)
     host: str = _k("127.0.0.1", "online: listen address of /metrics (llmsla_forecast_risk)", kind="host")
     port: int = _k(9465, "online: /metrics port", kind="port")

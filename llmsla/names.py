@@ -240,6 +240,15 @@ FORECAST_RISK = "llmsla_forecast_risk"  # gauge 0..1, labels target, model, pool
 ALERT_ACTIONS = "llmsla_alert_actions"  # counter; llmsla_alert_actions_total
 FORECAST_SCORE_SECONDS = "llmsla_forecast_score_seconds"  # histogram: one batch scored
 FORECAST_NOTIFICATIONS = "llmsla_forecast_notifications"  # counter, label status, outcome
+#: The forecaster's own accuracy over its rolling window (forecast.accuracy_window_s), per
+#: horizon (label ``horizon``, seconds), scored against the stored breaches; docs/forecaster.md.
+FORECAST_PRECISION = "llmsla_forecast_precision"  # gauge: share of judged notifications not false
+FORECAST_RECALL = "llmsla_forecast_recall"  # gauge: share of judged breaches warned ahead
+FORECAST_LEAD_SECONDS = "llmsla_forecast_lead_seconds"  # gauge histogram: lead of each warned breach
+FORECAST_FALSE_ALARMS_PER_DAY = "llmsla_forecast_false_alarms_per_day"  # gauge, per healthy target-day
+FORECAST_BREACHES = "llmsla_forecast_breaches"  # gauge: breaches judged (how much the recall rests on)
+FORECAST_VALIDATION_RECALL = "llmsla_forecast_validation_recall"  # gauge: the serving model's, labels model, horizon
+L_HORIZON = "horizon"
 #: ``target`` label of the risk gauge and ``forecasts.target``: a replica or a whole pool.
 FORECAST_TARGET_REPLICA = "replica"
 FORECAST_TARGET_POOL = "pool"

@@ -106,6 +106,52 @@ def test_gateway_saturated_pages_for_a_late_loop_only(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_forecaster_drifted_fires_when_recall_falls_below_validation_with_enough_breaches(tmp_path: Path) -> None:
+    """Recall 0.25 against a validation recall of 0.227 for 30 minutes, then 0.05: at the 25 s
+    horizon, over 30 judged breaches, the ticket fires an hour later; at the 120 s horizon the
+    recall is 0 but rests on 5 breaches (the low-traffic guard), and at 600 s it is 0.1, inside
+    the margin of its validation recall of 0.2: neither fires."""
+    rule = _rule("LlmslaForecasterDrifted")
+    h = names.L_HORIZON
+
+    def series(name: str, horizon: str, values: str, **extra: str) -> dict:
+        labels = ",".join(f'{k}="{v}"' for k, v in {h: horizon, "instance": "fc-1", **extra}.items())
+        return {"series": f"{name}{{{labels}}}", "values": values}
+
+    labels = {h: "25", names.L_SEVERITY: names.SEVERITY_TICKET, names.L_SOURCE: names.SOURCE_STATIC}
+    summary = rule_tests._render(rule.summary, labels).replace("{{ $value | humanizePercentage }}", "5%")
+    firing = [{"exp_labels": labels, "exp_annotations": {"summary": summary}}]
+    test = {
+        "rule_files": [str(RULE_FILE)],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                series(names.FORECAST_RECALL, "25", "0.25x30 0.05x150"),
+                series(names.FORECAST_VALIDATION_RECALL, "25", "0.227x180", model="lstm-a"),
+                series(names.FORECAST_BREACHES, "25", "30x180"),
+                series(names.FORECAST_RECALL, "120", "0x180"),
+                series(names.FORECAST_VALIDATION_RECALL, "120", "0.3x180", model="lstm-a"),
+                series(names.FORECAST_BREACHES, "120", "5x180"),
+                series(names.FORECAST_RECALL, "600", "0.1x180"),
+                series(names.FORECAST_VALIDATION_RECALL, "600", "0.2x180", model="lstm-a"),
+                series(names.FORECAST_BREACHES, "600", "40x180"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "25m", "alertname": rule.alert, "exp_alerts": []},
+                {"eval_time": "80m", "alertname": rule.alert, "exp_alerts": []},  # pending (for: 1h)
+                {"eval_time": "95m", "alertname": rule.alert, "exp_alerts": firing},
+                {"eval_time": "170m", "alertname": rule.alert, "exp_alerts": firing},
+            ],
+        }],
+    }
+    path = tmp_path / "forecaster-drifted.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_promtool_accepts_the_static_rule_file() -> None:
     res = subprocess.run([services.find_binary("promtool"), "check", "rules", str(RULE_FILE)],
                          capture_output=True, text=True, timeout=60)

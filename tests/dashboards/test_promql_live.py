@@ -32,6 +32,8 @@ from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
 from llmsla.dashboards.query import REGISTRY, SLOTH_RULES, PromQuery
 from llmsla.events import GpuSample
 from llmsla.exporters.recorder import GpuRecorder
+from llmsla.forecaster.accuracy import Accuracy
+from llmsla.forecaster.live_accuracy import AccuracyMetrics
 from llmsla.forecaster.online import Metrics as ForecastMetrics
 from llmsla.services import free_port
 from llmsla.worker.server import WorkerThread
@@ -93,6 +95,11 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     risk = ForecastMetrics(gpu_reg).risk
     risk.labels(names.FORECAST_TARGET_REPLICA, cfg.worker.model, cfg.gateway.pool, "r0").set(0.12)
     risk.labels(names.FORECAST_TARGET_POOL, cfg.worker.model, cfg.gateway.pool, "").set(0.34)
+    # and its own accuracy, as the online scorer exports it after scoring the stored history
+    own = AccuracyMetrics(gpu_reg)
+    own.set({25: Accuracy(25, events=4, warned=2, leads_s=[20.0, 45.0], notifications=3, false_alarms=1,
+                          healthy_days=0.5)})
+    own.validation_recall.labels("lstm-test", "25").set(0.23)
     gpu_port = free_port()
     gpu_server, _ = start_http_server(gpu_port, addr="127.0.0.1", registry=gpu_reg)
     reg = CollectorRegistry()
