@@ -255,3 +255,18 @@ def test_membership_over_dns_serves_only_the_address_that_answers_its_probe():
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_discovery_keys_are_checked_together():
+    def cfg_of(**env: str) -> config_mod.Config:
+        return config_mod.load(env={f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in env.items()})
+
+    with pytest.raises(config_mod.ConfigError, match="needs gateway.discovery_file"):
+        config_mod.check_startup(cfg_of(discovery="file"))
+    with pytest.raises(config_mod.ConfigError, match="needs gateway.discovery_dns"):
+        config_mod.check_startup(cfg_of(discovery="dns"))
+    with pytest.raises(config_mod.ConfigError, match="leave gateway.upstreams"):
+        config_mod.check_startup(cfg_of(discovery="dns", discovery_dns="w:80", upstreams="http://127.0.0.1:9"))
+    with pytest.raises(config_mod.ConfigError, match="gateway.discovery"):
+        cfg_of(discovery="consul")
+    config_mod.check_startup(cfg_of(discovery="dns", discovery_dns="w:80", pools="canary=http://127.0.0.1:9"))
