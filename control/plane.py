@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
+from llmsla.control.membership import Membership
 from llmsla.control.probe import HealthProber
 from llmsla.control.rollout import Rollout
 from llmsla.control.router import Router
@@ -29,6 +30,9 @@ class ControlPlane:
     #: keeps LADR's per-replica stats fresh between requests (an idle replica must not go stale
     #: and drop out; a dead one must); started by the server that owns an HTTP session
     prober: HealthProber
+    #: keeps the router's replicas equal to a discovery source's answer (``gateway.discovery``
+    #: file or dns); None for a static list. Started by the server that owns an HTTP session
+    membership: Membership | None = None
 
     def close(self) -> None:
         """Stop the router's shared-state syncer (Redis), when it has one."""

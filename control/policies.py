@@ -53,7 +53,8 @@ def least_outstanding(g: Group, levels: LoadLevels, role: str | None,
         levels.low = i
         for k in range(i, len(lv)):
             for st in lv[k]:
-                if (not st.drained and not st.down and st.rep.weight > 0 and (role is None or st.rep.role == role)
+                if (not st.drained and not st.down and not st.pending and not st.leaving and st.rep.weight > 0
+                        and (role is None or st.rep.role == role)
                         and (not exclude or st.rep.id not in exclude)):
                     return st
         return None

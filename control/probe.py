@@ -6,7 +6,8 @@ until the TTL ran out. A prober that GETs every replica's ``/healthz`` about twi
 both: a 200 answer is an observation (``Router.observe``, with the replica's own queue length
 when the body carries the reference worker's ``waiting`` / ``running`` counts), and a replica that
 stops answering goes stale within one TTL and leaves LADR's choice. Drained replicas are probed too,
-so they are fresh the moment they are undrained.
+so they are fresh the moment they are undrained. A discovered replica takes no traffic until its
+first 200 (docs/gateway.md#discovery).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Collection
 from typing import Any
 
 import aiohttp
@@ -36,9 +38,10 @@ class HealthProber:
         self.failed = 0
         self._task: asyncio.Task[None] | None = None
 
-    async def probe_once(self, session: aiohttp.ClientSession) -> dict[str, bool]:
-        """Probe all replicas concurrently; returns replica id -> answered 200."""
-        reps = [r for r in self.router.replicas() if r.url]
+    async def probe_once(self, session: aiohttp.ClientSession, only: Collection[str] | None = None) -> dict[str, bool]:
+        """Probe all replicas (or those of ``only``) concurrently; returns replica id -> answered
+        200. A discovered replica's first 200 lets it take traffic (``Router.mark_healthy``)."""
+        reps = [r for r in self.router.replicas() if r.url and (only is None or r.id in only)]
         results = await asyncio.gather(*(self._one(session, r.id, r.url) for r in reps))
         return dict(zip([r.id for r in reps], results, strict=True))
 
@@ -61,6 +64,8 @@ class HealthProber:
                 queue = sum(parts)  # type: ignore[arg-type]  # all ints: checked above
         try:
             self.router.observe(rid, queue_length=queue)
+            if self.router.mark_healthy(rid):
+                log.info("replica %s answered its first health probe: it takes traffic now", rid)
         except LookupError:  # removed meanwhile
             return False
         self.ok += 1

@@ -35,7 +35,7 @@ class ReplicaState:
     __slots__ = (
         "rep", "outstanding", "drained", "down", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
-        "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots",
+        "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots", "pending", "leaving",
     )
 
     def __init__(self, rep: Replica, now: float) -> None:
@@ -43,6 +43,8 @@ class ReplicaState:
         self.outstanding = 0
         self.drained = False  # by an operator (control API, alert receiver)
         self.down = False  # by a health checker (the fleet simulator's); never shared
+        self.pending = False  # discovered, not yet answered a health probe: no traffic yet
+        self.leaving = False  # gone from discovery: no new requests, forgotten once idle
         self.last_seen = now  # a new replica gets one TTL of grace
         self.lat_sum = 0.0
         self.lat_n = 0

@@ -44,6 +44,11 @@ __all__ = ["DEFAULT_PARAMS", "POLICIES", "ROLES", "LastReplicaError", "NoReplica
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # step of the systematic sampling sequence
 
 
+def _serves(st: ReplicaState) -> bool:
+    """Eligible whatever its weight: not drained, not down, not joining, not leaving."""
+    return not st.drained and not st.down and not st.pending and not st.leaving
+
+
 class Router:
     """Pick a replica per request; see the module docstring for the policies."""
 
@@ -85,14 +90,17 @@ class Router:
             self.add_replica(rep)
 
     # -- membership ------------------------------------------------------------------------------
-    def add_replica(self, rep: Replica) -> None:
-        """Add a replica at run time (fresh for one TTL, score unknown until it is measured)."""
+    def add_replica(self, rep: Replica, *, pending: bool = False) -> None:
+        """Add a replica at run time (fresh for one TTL, score unknown until it is measured).
+        ``pending``: picked only once :meth:`mark_healthy` says it answered a health probe (a
+        discovered replica; docs/gateway.md#discovery)."""
         if rep.id in self._states:
             raise ValueError(f"replica {rep.id!r} already exists")
         if rep.role not in ROLES:
             raise ValueError(f"replica {rep.id!r}: role must be one of {ROLES}, got {rep.role!r}")
         check_weight(rep.weight)
         st = ReplicaState(rep, self._clock())
+        st.pending = pending
         labels = (rep.pool, rep.id)
         st.pick_child = self.metrics.picks.labels(*labels)
         st.score_child = self.metrics.score.labels(*labels)
@@ -117,6 +125,42 @@ class Router:
                 g.remove(st.rep.pool, st.rep.id)
         self._invalidate()
         return st.rep
+
+    def mark_healthy(self, replica_id: str) -> bool:
+        """A health probe answered: a pending replica becomes eligible (one TTL of grace).
+        True when this changed something."""
+        st = self._state(replica_id)
+        if not st.pending:
+            return False
+        st.pending = False
+        st.last_seen = max(st.last_seen, self._clock())
+        self._next_refresh = -math.inf
+        self._invalidate()
+        return True
+
+    def retire(self, replica_id: str) -> bool:
+        """The replica left the fleet (discovery no longer names it): it gets no new request,
+        its in-flight requests finish, and it is removed when the last one ends (its gauges go
+        with it: stale in Prometheus, not 0). True when it was removed at once (idle). Unlike
+        :meth:`drain`, the pool's last replica may leave: the fleet, not an operator, decided."""
+        st = self._state(replica_id)
+        if st.outstanding == 0:
+            self.remove_replica(replica_id)
+            return True
+        if not st.leaving:
+            st.leaving = True
+            self._invalidate()
+        return False
+
+    def rejoin(self, replica_id: str) -> None:
+        """A leaving replica is named again before it drained: it keeps its state and serves on."""
+        st = self._state(replica_id)
+        if st.leaving:
+            st.leaving = False
+            self._invalidate()
+
+    def is_leaving(self, replica_id: str) -> bool:
+        return self._state(replica_id).leaving
 
     def replicas(self, pool: str | None = None) -> list[Replica]:
         if pool is None:
@@ -152,7 +196,7 @@ class Router:
         check_weight(weight)
         st = self._state(replica_id)
         if weight == 0:
-            serving = [s for s in self._pools[st.rep.pool] if not s.drained and not s.down and s.rep.weight > 0]
+            serving = [s for s in self._pools[st.rep.pool] if _serves(s) and s.rep.weight > 0]
             if serving == [st]:
                 raise LastReplicaError(
                     f"refusing weight 0 for {replica_id!r}: it is the last serving (non-drained, weight > 0) "
@@ -167,7 +211,7 @@ class Router:
         if st.drained:
             self._broadcast({"op": "drain", "replica": replica_id})  # others may disagree
             return
-        healthy = [s for s in self._pools[st.rep.pool] if not s.drained and not s.down]
+        healthy = [s for s in self._pools[st.rep.pool] if _serves(s)]
         if healthy == [st]:
             raise LastReplicaError(
                 f"refusing to drain {replica_id!r}: it is the last healthy (non-drained) replica "
@@ -198,7 +242,7 @@ class Router:
         if st.down == down:
             return
         if down:
-            eligible = [s for s in self._pools[st.rep.pool] if not s.drained and not s.down]
+            eligible = [s for s in self._pools[st.rep.pool] if _serves(s)]
             if eligible == [st]:
                 raise LastReplicaError(
                     f"refusing to mark {replica_id!r} down: it is the last eligible replica of pool {st.rep.pool!r}")
@@ -291,6 +335,8 @@ class Router:
         st.last_seen = self._clock()
         if not st.fresh:  # back from stale: let the next pick include it again
             self._next_refresh = -math.inf
+        if st.leaving and st.outstanding == 0:  # its last in-flight request: drained, forget it
+            self.remove_replica(replica_id)
 
     def observe(self, replica_id: str, *, latency_ms: float | None = None,
                 queue_length: int | None = None) -> None:
@@ -354,7 +400,8 @@ class Router:
         if g is None:
             lst = [
                 s for s in self._pools.get(pool, ())
-                if not s.drained and not s.down and s.rep.weight > 0 and (role is None or s.rep.role == role)
+                if not s.drained and not s.down and not s.pending and not s.leaving and s.rep.weight > 0
+                and (role is None or s.rep.role == role)
             ]
             g = self._cache[(pool, role)] = Group(lst, self._rr.get((pool, role), 0))
         return g
@@ -424,6 +471,8 @@ class Router:
                     "url": redact(st.rep.url),  # GET /v1/state needs no token: no password in it
                     "drained": st.drained,
                     "down": st.down,
+                    "pending": st.pending,
+                    "leaving": st.leaving,
                     "outstanding": st.outstanding,
                     "queue": st.queue,
                     "avg_latency_ms": st.avg_eff,

@@ -107,8 +107,11 @@ class Gateway:
         # A/B arms of the experiment on this pool: label, strategy (pool, route policy, student
         # share, schedule); weight/coverage changes ride the router's shared stream like distill's
         self.rollout = plane.rollout
-        check_arm_pools(self.rollout, self.pool, self.router.pools(), cfg.source or "configuration")
+        # the router's pools, and with discovery the configured ones its replicas will join
+        pools = list(dict.fromkeys([*self.router.pools(), *self.distill.pools()]))
+        check_arm_pools(self.rollout, self.pool, pools, cfg.source or "configuration")
         self.prober = plane.prober
+        self.membership = plane.membership
         # schedule header texts by schedule object: the pool's (changed by the control plane) and
         # each arm's; the identity check makes a reused id() harmless
         self._schedule_cache: dict[int, tuple[Schedule, str]] = {}
@@ -167,6 +170,9 @@ class Gateway:
             timeout=ClientTimeout(total=None, sock_connect=10.0),
         )
         self.upstream = UpstreamPool(keepalive_s=30.0, connect_timeout_s=10.0)
+        if self.membership is not None:  # the first answer (and its probes) before serving
+            await self.membership.sync_once(self.session)
+            self.membership.start(self.session)
         self.prober.start(self.session)
         self._models_task = asyncio.create_task(self._learn_models(), name="llmsla-gateway-models")
 
@@ -175,6 +181,8 @@ class Gateway:
             self._models_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._models_task
+        if self.membership is not None:
+            await self.membership.stop()
         await self.prober.stop()
         if self.upstream is not None:
             await self.upstream.close()

@@ -31,6 +31,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmsla import experiments, names
+from llmsla.discovery import SOURCES as DISCOVERY_SOURCES
+from llmsla.discovery import dns_target_problem
 from llmsla.errors import UserError
 from llmsla.events import MAX_STRING_CHARS, string_problem
 
@@ -342,6 +344,10 @@ class GatewayConfig:
     student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers", check=_each(url_problem))
     pool: str = _k("default", "pool name of these upstreams (a label of every event: at most 256 characters)", check=label_problem)
     pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002", check=_each(_pool_spec_problem))
+    discovery: str = _k("static", "where the replicas come from: static (gateway.upstreams, student_upstreams, pools; ids r0, r1, ...), file (gateway.discovery_file, re-read on change) or dns (gateway.discovery_dns, re-resolved); discovered replicas join after a healthy probe, leave after draining, and are named by their address", choices=DISCOVERY_SOURCES)
+    discovery_file: str = _k("", "with discovery = file: a file of [pool=]url lines (# comments), e.g. http://10.0.0.7:8000 or canary=http://10.0.0.9:8000")
+    discovery_dns: str = _k("", "with discovery = dns: name:port resolved to A/AAAA records (a headless Service, e.g. llmsla-worker.llmsla.svc.cluster.local:8000), or an SRV name _service._proto.name (needs the dns extra); http:// or https:// may lead", check=dns_target_problem)
+    discovery_interval_s: float = _k(5.0, "how often the discovery file is checked for changes, or the DNS name re-resolved", minimum=0.1, maximum=3600)
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)
@@ -931,9 +937,24 @@ def check_arm_pools(experiments: dict[str, Any], pool: str, pools: list[str], wh
                                   f"has no replicas here (pools: {', '.join(pools)}); add it to gateway.pools")
 
 
+def check_discovery(cfg: Config) -> None:
+    """``gateway.discovery`` file/dns needs its file/name, and replaces the static
+    ``gateway.upstreams`` and ``student_upstreams`` (``gateway.pools`` stay, fixed, beside it)."""
+    g = cfg.gateway
+    where = cfg.source or "configuration"
+    if g.discovery == "file" and not g.discovery_file:
+        raise ConfigError(f"{where}: gateway.discovery = file needs gateway.discovery_file (a file of [pool=]url lines)")
+    if g.discovery == "dns" and not g.discovery_dns:
+        raise ConfigError(f"{where}: gateway.discovery = dns needs gateway.discovery_dns (name:port, or _service._proto.name)")
+    if g.discovery != "static" and (g.upstreams or g.student_upstreams):
+        raise ConfigError(f"{where}: gateway.discovery = {g.discovery} finds the replicas itself: leave "
+                          "gateway.upstreams and gateway.student_upstreams empty (gateway.pools may stay)")
+
+
 def check_startup(cfg: Config) -> None:
     """The cross-key checks a component runs when it starts, beyond :func:`load` (which runs every
     key's own); ``llmsla config check`` runs them all, so it refuses what a component would."""
+    check_discovery(cfg)
     g = cfg.gateway
     pools = list(dict.fromkeys([g.pool, *(split_pool_spec(s)[0] for s in g.pools)]))
     check_arm_pools(experiments.parse(cfg.ab.experiments), g.pool, pools, cfg.source or "configuration")

@@ -2,8 +2,8 @@
 
 ``pip install llmsla`` is the core, the exporters and the control plane; the stream job (Flink
 and a JVM), the reference worker and the forecaster (torch), the embedded PostgreSQL, Redis
-shared state, NVML, the dashboards and the offline manifest validation are extras (``llmsla[stream]``, ``[worker]``,
-``[forecast]``, ``[embedded]``, ``[redis]``, ``[gpu]``, ``[dashboards]``, ``[deploy]``, or ``[all]``).
+shared state, SRV discovery, NVML, the dashboards and the offline manifest validation are extras (``llmsla[stream]``, ``[worker]``,
+``[forecast]``, ``[embedded]``, ``[redis]``, ``[dns]``, ``[gpu]``, ``[dashboards]``, ``[deploy]``, or ``[all]``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "worker": ("torch",),
     "forecast": ("torch", "sklearn"),
     "redis": ("redis",),
+    "dns": ("dns",),
     "gpu": ("pynvml",),
     "dashboards": ("grafana_foundation_sdk", "matplotlib"),
     "deploy": ("kubernetes_validate", "jsonschema"),

@@ -3,7 +3,9 @@
 Core, because three commands must agree on it: the gateway routes to these replicas, ``llmsla
 control serve`` operates a router of them and ``llmsla engines`` scrapes them, and the control
 API's replica ids (r0, r1, ...) mean the same replica in all three only if one function numbers
-them. See docs/architecture.md (contracts shared by components).
+them. Replicas found at run time (``gateway.discovery`` file or dns) are named by their address
+instead (``llmsla.discovery.replica_id``), so they too mean the same replica everywhere. See
+docs/architecture.md (contracts shared by components).
 """
 
 from __future__ import annotations

@@ -14,11 +14,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from llmsla.discovery import Found
     from llmsla.events import RequestEvent
     from llmsla.experiments import Strategy
 
 __all__ = [
     "ArmAssignment", "ControlAnswer", "ControlApi", "EventSink", "MetricsSink", "ReplicaRef", "ReplicaRouter",
+    "ReplicaSource",
     "RolloutHandle", "Rows", "SharedOpsHost", "SharedState", "StoreReader",
 ]
 
@@ -48,6 +50,16 @@ class ReplicaRouter(Protocol):
              policy: str | None = None) -> ReplicaRef: ...
     def begin(self, replica_id: str) -> None: ...
     def end(self, replica_id: str, latency_ms: float, *, ok: bool = True, ttft_ms: float | None = None) -> None: ...
+
+
+class ReplicaSource(Protocol):
+    """Which replicas there are now: implemented by :mod:`llmsla.discovery`'s static, file and
+    DNS sources; called every ``gateway.discovery_interval_s`` by
+    :class:`llmsla.control.membership.Membership`. ``resolve`` raises
+    :class:`llmsla.discovery.DiscoveryError` when it cannot answer (the caller keeps the last set)."""
+
+    def describe(self) -> str: ...
+    async def resolve(self) -> list[Found]: ...
 
 
 class SharedState(Protocol):

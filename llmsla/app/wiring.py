@@ -18,10 +18,11 @@ from opentelemetry.sdk.trace import SpanProcessor
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry
 
-from llmsla import names
-from llmsla.config import Config
+from llmsla import discovery, names
+from llmsla.config import Config, check_discovery
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
+from llmsla.control.membership import Membership
 from llmsla.control.plane import ControlPlane
 from llmsla.control.probe import HealthProber
 from llmsla.control.rollout import Rollout
@@ -37,7 +38,8 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
                   registry: CollectorRegistry | None = None, audit: AuditLog | None = None,
                   router: Router | None = None, rollout: Rollout | None = None,
                   shared: Any = "auto") -> ControlPlane:
-    """The router of ``replicas`` (default: the configuration's, :func:`replicas_from_config`)
+    """The router of ``replicas`` (default: the configuration's, :func:`replicas_from_config`,
+    and with ``gateway.discovery`` file or dns the replicas its source finds at run time)
     with the policy and LADR parameters of ``control.*`` (Redis-shared state when
     ``control.redis_url`` is set, unless ``shared=None``), the pools' distillation controls
     and the A/B rollout on it, all auditing to ``audit`` (default: in memory only).
@@ -45,13 +47,23 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
     of their own each, which the control API shows). ``router``/``rollout``: ones built already (tests, benches). Close with
     ``ControlPlane.close``."""
     audit = audit if audit is not None else AuditLog()
+    check_discovery(cfg)
+    source = discovery.source_from_config(cfg) if replicas is None else None
     if router is None:
         reps = replicas_from_config(cfg) if replicas is None else list(replicas)
         router = router_from_config(cfg, reps, registry=registry, shared=shared)
-    distill = DistillControls.from_config(cfg, router.pools(), audit=audit, registry=registry, router=router)
+    pools = router.pools()
+    if source is not None:  # the configured pools; discovered replicas join them at run time
+        pools = list(dict.fromkeys([cfg.gateway.pool, *pools]))
+    distill = DistillControls.from_config(cfg, pools, audit=audit, registry=registry, router=router)
     if rollout is None:
         rollout = Rollout.from_config(cfg, audit=audit, registry=registry, router=router)
-    return ControlPlane(router, distill, rollout, audit, HealthProber(router))
+    prober = HealthProber(router)
+    membership = None
+    if source is not None:
+        membership = Membership(router, source, default_pool=cfg.gateway.pool,
+                                interval_s=cfg.gateway.discovery_interval_s, prober=prober)
+    return ControlPlane(router, distill, rollout, audit, prober, membership)
 
 
 def recorder(cfg: Config, *, registry: CollectorRegistry | None = None, spool: SpoolWriter | None = None,

@@ -272,3 +272,17 @@ def test_pinned_kubectl_is_installed() -> None:
     path = kubectl.tool_path(ROOT)
     assert path.is_file(), "run `python -m llmsla.app.k8s.kubectl install` (scripts/bootstrap.sh does)"
     assert kubectl._sha256(path) == kubectl.KUBECTL_SHA256
+
+
+def test_gateways_discover_the_replicas_through_the_headless_service(built: dict[str, list[dict[str, Any]]]) -> None:
+    """deploy/k8s/inference holds the replicas' headless Service; the base's gateways resolve
+    exactly its name and port (gateway.discovery = dns), and it passes the same validation."""
+    objects = V.build(K8S / "inference", ROOT)
+    assert V.problems(objects) == []
+    (svc,) = [o for o in objects if o["kind"] == "Service"]
+    assert svc["spec"]["clusterIP"] == "None" and not svc["spec"]["publishNotReadyAddresses"]
+    cfg = config_mod.load(env=_env(built["base"]))
+    assert cfg.gateway.discovery == "dns" and not cfg.gateway.upstreams
+    name = f'{svc["metadata"]["name"]}.{svc["metadata"]["namespace"]}.svc.cluster.local'
+    assert cfg.gateway.discovery_dns == f'{name}:{svc["spec"]["ports"][0]["port"]}'
+    config_mod.check_startup(cfg)
