@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample
-from llmsla.exporters.gpu_signals import GpuLost, SignalRecorder, read_signals
+from llmsla.exporters.gpu_signals import DeviceSignals, GpuLost, SignalRecorder, read_signals
 from llmsla.exporters.gpu_xid import XidWatcher
 from llmsla.exporters.metrics import gpu_metrics
 from llmsla.exporters.recorder import GpuRecorder
@@ -83,6 +83,8 @@ class GpuCollector:
         self._unsupported: dict[int, set[str]] = {}
         self._uuids: list[str] = []
         self._failing: set[tuple[int, str]] = set()  # (gpu, signal) whose read fails: logged once
+        #: the last round's health signals per GPU index (``llmsla gpu --once`` prints them)
+        self.last_signals: dict[int, DeviceSignals] = {}
         self.reason = REASON_INIT_FAILED
         self._handles: list[Any] = []
         self._names: list[str] = []
@@ -160,6 +162,7 @@ class GpuCollector:
                 failed = True
                 continue
             self._uuids[i] = uuid
+            self.last_signals[i] = signals
             self._log_unsupported(i, uuid, signals.unsupported, signals.failed)
             util = self._optional(lambda h=h: nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0)
             power = self._optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)  # mW -> W

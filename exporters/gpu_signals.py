@@ -89,6 +89,28 @@ class DeviceSignals:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``llmsla gpu --once``): absent signals left out, active throttle reasons named."""
+        out: dict[str, Any] = {}
+        for name in ("sm_clock_hz", "mem_clock_hz", "remap_pending", "remap_failed", "pcie_replays"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.throttle_mask is not None:
+            out["throttle_mask"] = self.throttle_mask
+            out["throttle_reasons"] = sorted(r for r, on in throttle_reasons(self.throttle_mask).items() if on)
+        for name in ("remapped_rows", "pcie_bytes_per_s", "nvlink_bytes", "nvlink_errors"):
+            if getattr(self, name):
+                out[name] = dict(getattr(self, name))
+        if self.ecc:
+            out["ecc"] = {f"{err}.{counter}": n for (err, counter), n in self.ecc.items()}
+        if self.unsupported:
+            out["unsupported"] = sorted(self.unsupported)
+        if self.failed:
+            out["failed"] = dict(self.failed)
+        return out
+
+
 def throttle_reasons(mask: int) -> dict[str, int]:
     """Every named reason 0/1 from a reasons bitmask, plus ``other`` for bits NVML added later."""
     out = {name: 1 if mask & bit else 0 for bit, name in THROTTLE_REASONS}

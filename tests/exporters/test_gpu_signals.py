@@ -5,6 +5,7 @@ collector's own /metrics over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
@@ -267,3 +268,20 @@ def test_throttle_reason_bits_are_pynvmls() -> None:
     for suffix, fid in fields.items():
         assert getattr(pynvml, f"NVML_FI_DEV_NVLINK_{suffix}") == fid, suffix
     assert (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM) == (fake_nvml.NVML_CLOCK_SM, fake_nvml.NVML_CLOCK_MEM)
+
+
+def test_once_json_names_each_signal_and_what_is_missing(tmp_path: Path, nvml) -> None:
+    """What ``llmsla gpu --once`` prints beside the samples: the check to run on a GPU node."""
+    nvml.DEVICES[1].unsupported |= {"ecc", "nvlink"}
+    col = gpu_mod.GpuCollector(_cfg(tmp_path), registry=CollectorRegistry(), nvml=nvml)
+    assert col.start()
+    col.sample()
+    col.close()
+    h100, a100 = col.last_signals[0].to_dict(), col.last_signals[1].to_dict()
+    assert h100["sm_clock_hz"] == 1980e6 and h100["throttle_reasons"] == ["hw_slowdown", "other", "sw_power_cap"]
+    assert h100["ecc"] == {"corrected.volatile": 3, "corrected.aggregate": 12, "uncorrected.volatile": 0,
+                           "uncorrected.aggregate": 1}
+    assert h100["nvlink_bytes"] == {"tx": 100 * 1024, "rx": 200 * 1024} and "unsupported" not in h100
+    assert "ecc" not in a100 and "nvlink_errors" not in a100
+    assert "ecc.corrected.volatile" in a100["unsupported"] and "nvlink_bytes.tx" in a100["unsupported"]
+    assert json.loads(json.dumps(a100)) == a100
