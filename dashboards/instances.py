@@ -37,6 +37,21 @@ def build(cfg: Config) -> dash_m.Dashboard:
     d = d.with_panel(c.status_history_panel(
         "E2E P99 per replica (live)", promql.E2E_P99_BY_REPLICA, steps=e2e_steps,
         description="histogram_quantile(0.99) of the gateway's E2E histogram per replica."))
+    d = d.with_row(dash.Row("GPU health beside TTFT burn (live)"))
+    d = d.with_panel(c.timeseries_panel(
+        "TTFT burn rate per replica (5 m)", [promql.REPLICA_TTFT_BURN], unit="x", w=8, min_val=0,
+        slo=c.slo_line(1.0),
+        description="Each replica's TTFT SLI error ratio over 5 m divided by the SLO's error budget: above the "
+                    "dashed line (1) the replica spends budget faster than the SLO allows."))
+    d = d.with_panel(c.timeseries_panel(
+        "GPU clock throttling", [promql.GPU_THROTTLE], unit="short", w=8, min_val=0, max_val=1,
+        description="1 while NVML reports a clock throttle reason on the GPU: power cap, thermal or hardware "
+                    "slowdown, power brake, sync boost, board limit (idle and operator-set clocks left out). A "
+                    "throttled GPU under a replica whose TTFT burn rises is the cause to look at first."))
+    d = d.with_panel(c.timeseries_panel(
+        "GPU XID errors", [promql.GPU_XIDS], unit="short", w=8, min_val=0,
+        description="Critical XID events per GPU and code in each interval (NVML events). 13/43: an application "
+                    "fault; 48/63/64/94/95: memory errors; 74: NVLink; 79: GPU fell off the bus; 31: MMU fault."))
     d = d.with_row(dash.Row("History (store)"))
     d = d.with_panel(c.status_history_panel(
         "TTFT P99 per replica (store)", storesql.TTFT_P99_HISTORY, steps=ttft_steps,

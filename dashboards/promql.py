@@ -110,6 +110,25 @@ ROUTER_WEIGHTS = _q("fleet.router_weights",
 TTFT_P99_BY_REPLICA = _quantile("instances.ttft_p99_live", names.REQUEST_TTFT_SECONDS, 0.99, (names.L_REPLICA,))
 E2E_P99_BY_REPLICA = _quantile("instances.e2e_p99_live", names.REQUEST_E2E_SECONDS, 0.99, (names.L_REPLICA,))
 
+# -- GPU health beside each replica's TTFT burn (live) ---------------------------------------------
+#: Per-replica TTFT burn rate over 5 m: the replica's SLI error ratio (llmsla's per-replica
+#: recording rule) over the SLO's error budget; 1 = burning exactly the budget.
+_TTFT_SLO = f'{names.L_SLOTH_SLO}="{names.SLO_TTFT}"'
+REPLICA_TTFT_BURN = _q(
+    "instances.replica_ttft_burn",
+    f"max by ({names.L_MODEL}, {names.L_POOL}, {names.L_REPLICA}) ("
+    f"{names.SLO_REPLICA_SLI_ERROR['5m']}{selector(names.L_MODEL, names.L_POOL, names.L_REPLICA, extra=_TTFT_SLO)}"
+    f" / on ({names.L_SLOTH_ID}) group_left () {names.SLO_ERROR_BUDGET}{{{_TTFT_SLO}}})",
+    legend="{{pool}}/{{replica}}", labels=(names.L_POOL, names.L_REPLICA), pending=SLOTH_RULES)
+_THROTTLING = f'{names.L_REASON}!~"{"|".join(names.GPU_THROTTLE_BENIGN)}"'
+#: Clock throttle reasons that slow a GPU down (idle and operator-set clocks left out): 1 while active.
+GPU_THROTTLE = _q("instances.gpu_throttle",
+                  f"max by ({_GPU_BY}, {names.L_REASON}) ({names.GPU_CLOCK_THROTTLE_REASON}{{{_THROTTLING}}})",
+                  legend="{{instance}} GPU {{gpu}} {{reason}}", labels=(names.L_INSTANCE, names.L_GPU, names.L_REASON))
+GPU_XIDS = _q("instances.gpu_xids",
+              f"sum by ({_GPU_BY}, {names.L_XID}) (increase({names.GPU_XID_ERRORS}_total[{RATE}]))",
+              legend="{{instance}} GPU {{gpu}} XID {{xid}}", labels=(names.L_INSTANCE, names.L_GPU, names.L_XID))
+
 # -- SLO and error budget (Sloth's recording rules) -----------------------------------------------
 _SLO_LABELS = (names.L_SLOTH_SERVICE, names.L_SLOTH_SLO)
 _SLO_LEGEND = "{{sloth_service}}/{{sloth_slo}}"

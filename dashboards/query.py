@@ -75,7 +75,7 @@ def register(q: _Q) -> _Q:
     return q
 
 
-_PROM_NAME = re.compile(r"\b(ALERTS|slo:[a-z_]+:[a-z0-9_]+|llmsla_[a-z0-9_]+)\b")
+_PROM_NAME = re.compile(r"\b(ALERTS|slo:[a-z_]+:[a-z0-9_]+|llmsla_[a-z0-9_]+(?::[a-z0-9_]+)*)\b")
 _PROM_WORDS: set[str] = set()
 _SQL_TABLE = re.compile(r"\bFROM\s+([a-z_][a-z0-9_]*)|\bJOIN\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
 

@@ -67,7 +67,9 @@ def gpu_main(args: argparse.Namespace, cfg: Any) -> int:
         ok = col.start()
         samples = col.sample() if ok else []
         col.close()
-        print(json.dumps({"up": ok, "reason": col.reason, "samples": [s.to_dict() for s in samples]}, indent=2))
+        signals = {str(i): s.to_dict() for i, s in sorted(col.last_signals.items())}
+        print(json.dumps({"up": ok, "reason": col.reason, "samples": [s.to_dict() for s in samples],
+                          "signals": signals}, indent=2))
         return 0 if ok else 1
 
     from llmsla.httpkit import Limits, serve_exporter

@@ -28,6 +28,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample
+from llmsla.exporters.gpu_signals import DeviceSignals, GpuLost, SignalRecorder, read_signals
+from llmsla.exporters.gpu_xid import XidWatcher
 from llmsla.exporters.metrics import gpu_metrics
 from llmsla.exporters.recorder import GpuRecorder
 from llmsla.seams import EventSink
@@ -75,6 +77,14 @@ class GpuCollector:
         self.up = Gauge(names.GPU_COLLECTOR_UP, "1 if NVML answered the last sample, else 0 with the reason.",
                         (names.L_REASON,), registry=registry, multiprocess_mode="mostrecent")
         self.recorder: GpuRecorder | None = None
+        self.signals: SignalRecorder | None = None
+        self.xid: XidWatcher | None = None
+        #: per GPU, the signals already logged as not supported (each is logged once)
+        self._unsupported: dict[int, set[str]] = {}
+        self._uuids: list[str] = []
+        self._failing: set[tuple[int, str]] = set()  # (gpu, signal) whose read fails: logged once
+        #: the last round's health signals per GPU index (``llmsla gpu --once`` prints them)
+        self.last_signals: dict[int, DeviceSignals] = {}
         self.reason = REASON_INIT_FAILED
         self._handles: list[Any] = []
         self._names: list[str] = []
@@ -95,10 +105,18 @@ class GpuCollector:
         except Exception as exc:  # NVMLError and anything a broken driver raises
             return self._down(self._reason(exc), exc)
         self.recorder = GpuRecorder(self.cfg, registry=self.registry, spool=self.spool)
+        self.signals = SignalRecorder(self.recorder.metrics)
+        self._uuids = [""] * len(self._handles)
+        self.xid = XidWatcher(nv, self._handles, self._count_xid)
+        if not self.xid.start():
+            self.xid = None
         self._set_up(REASON_OK)
         return True
 
     def close(self) -> None:
+        if self.xid is not None:
+            self.xid.stop()
+            self.xid = None
         if self._initialised and self.nvml is not None:
             with contextlib.suppress(Exception):
                 self.nvml.nvmlShutdown()
@@ -137,16 +155,56 @@ class GpuCollector:
                 log.warning("GPU %d: NVML sample failed: %s", i, exc)
                 failed = True
                 continue
+            try:
+                signals = read_signals(nv, h)
+            except GpuLost as exc:
+                log.warning("GPU %d: NVML sample failed: %s", i, exc)
+                failed = True
+                continue
+            self._uuids[i] = uuid
+            self.last_signals[i] = signals
+            self._log_unsupported(i, uuid, signals.unsupported, signals.failed)
             util = self._optional(lambda h=h: nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0)
             power = self._optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)  # mW -> W
             s = GpuSample(ts_ms=ts, node=self.node, gpu=i, uuid=uuid, mem_used_bytes=int(mem.used),
                           mem_total_bytes=int(mem.total), util=min(1.0, max(0.0, util)), temp_c=temp,
                           power_w=max(0.0, power))
             self.recorder.record(s, model_name=model_name)
+            if self.signals is not None:
+                self.signals.record((str(i), uuid, model_name), signals)
             out.append(s)
         self._set_up(REASON_SAMPLE_FAILED if failed else REASON_OK)
         self._torch()
         return out
+
+    def _log_unsupported(self, gpu: int, uuid: str, unsupported: set[str], failed: dict[str, str]) -> None:
+        """One line per GPU for the signals it does not support (once); a signal that fails to
+        read for another reason is logged when it starts failing, not every round."""
+        seen = self._unsupported.setdefault(gpu, set())
+        new = unsupported - seen
+        if new:
+            seen |= new
+            log.info("GPU %d (%s): %d signal(s) not supported, left out: %s", gpu, uuid, len(new),
+                     ", ".join(sorted(new)))
+        failing = {(gpu, name) for name in failed}
+        for _, name in sorted(failing - self._failing):
+            log.warning("GPU %d (%s): %s could not be read: %s", gpu, uuid, name, failed[name])
+        self._failing = {k for k in self._failing if k[0] != gpu} | failing
+
+    def _count_xid(self, gpu: int, xid: int) -> None:
+        """XidWatcher's callback (its own thread): one more XID ``xid`` on GPU ``gpu``."""
+        log.warning("GPU %d (%s): XID %d", gpu, self._uuids[gpu], xid)
+        if self.recorder is not None:
+            labels = (str(gpu), self._uuids[gpu] or self._uuid_of(gpu), self._names[gpu], str(xid))
+            self.recorder.metrics.xid.labels(*labels).inc()
+
+    def _uuid_of(self, gpu: int) -> str:
+        """The UUID of a GPU not sampled yet (an XID before the first sample)."""
+        try:
+            self._uuids[gpu] = _text(self.nvml.nvmlDeviceGetUUID(self._handles[gpu]))  # type: ignore[union-attr]  # start() succeeded: nvml is set
+        except Exception:
+            return ""
+        return self._uuids[gpu]
 
     @staticmethod
     def _optional(read: Any) -> float:

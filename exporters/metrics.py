@@ -320,6 +320,24 @@ class GpuMetrics:
         self.util = g(names.GPU_UTILIZATION_RATIO, "GPU utilisation 0..1 over NVML's sample period.")
         self.temp = g(names.GPU_TEMPERATURE_CELSIUS, "GPU core temperature.")
         self.power = g(names.GPU_POWER_WATTS, "GPU power draw.")
+        self.sm_clock = g(names.GPU_SM_CLOCK_HERTZ, "SM clock (NVML nvmlDeviceGetClockInfo, NVML_CLOCK_SM).")
+        self.mem_clock = g(names.GPU_MEMORY_CLOCK_HERTZ, "Memory clock (NVML nvmlDeviceGetClockInfo, NVML_CLOCK_MEM).")
+        self.throttle = g(names.GPU_CLOCK_THROTTLE_REASON, "1 while NVML reports this clock event (throttle) reason active, else 0.",
+                          (*lbl, names.L_REASON))
+        self.remap_pending = g(names.GPU_ROW_REMAP_PENDING, "1 if a row remap is pending (takes effect at the next GPU reset).")
+        self.remap_failed = g(names.GPU_ROW_REMAP_FAILED, "1 if a row remap failed: the memory cannot be repaired.")
+        self.pcie_throughput = g(names.GPU_PCIE_THROUGHPUT_BYTES, "PCIe throughput over NVML's 20 ms sample, bytes/s.",
+                                 (*lbl, names.L_DIRECTION))
+
+        def c(name: str, doc: str, extra: Sequence[str] = ()) -> Counter:
+            return Counter(name, doc, (*lbl, *extra), registry=reg)
+
+        self.xid = c(names.GPU_XID_ERRORS, "Critical XID error events NVML delivered since the collector started.", (names.L_XID,))
+        self.ecc = c(names.GPU_ECC_ERRORS, "ECC memory errors (NVML nvmlDeviceGetTotalEccErrors).", (names.L_ERROR, names.L_ECC_COUNTER))
+        self.remapped_rows = c(names.GPU_REMAPPED_ROWS, "Memory rows remapped for correctable / uncorrectable errors.", (names.L_ERROR,))
+        self.pcie_replays = c(names.GPU_PCIE_REPLAYS, "PCIe replays (link-level retransmissions).")
+        self.nvlink_bytes = c(names.GPU_NVLINK_BYTES, "NVLink data bytes over all links.", (names.L_DIRECTION,))
+        self.nvlink_errors = c(names.GPU_NVLINK_ERRORS, "NVLink errors over all links, by kind.", (names.L_ERROR,))
         self.torch_allocated = g(names.TORCH_CUDA_ALLOCATED_BYTES, "Bytes held by live tensors (torch CUDA allocator, this process).", (names.L_GPU,))
         self.torch_reserved = g(names.TORCH_CUDA_RESERVED_BYTES, "Bytes reserved by the torch CUDA caching allocator (this process).", (names.L_GPU,))
         self.torch_frag = g(names.TORCH_CUDA_FRAGMENTATION_BYTES, "Reserved minus allocated: cached but unused allocator memory.", (names.L_GPU,))

@@ -31,6 +31,10 @@ L_TRIGGER = "trigger"
 L_SCHEDULE = "schedule"
 L_POLICY = "policy"
 L_ROUTE_POLICY = "route_policy"
+L_XID = "xid"  # GPU XID error code (NVML's critical XID event data)
+L_ERROR = "error"  # kind of a hardware error counter (ECC, remapped rows, NVLink)
+L_ECC_COUNTER = "counter"  # NVML ECC counter scope: volatile (since driver load) or aggregate
+L_DIRECTION = "direction"  # tx | rx of a PCIe / NVLink series
 
 #: Labels every request metric carries, in this order.
 REQUEST_LABELS: tuple[str, ...] = (L_MODEL, L_POOL, L_REPLICA, L_ARM)
@@ -119,6 +123,24 @@ GPU_UTILIZATION_RATIO = "llmsla_gpu_utilization_ratio"
 GPU_TEMPERATURE_CELSIUS = "llmsla_gpu_temperature_celsius"
 GPU_POWER_WATTS = "llmsla_gpu_power_watts"
 GPU_COLLECTOR_UP = "llmsla_gpu_collector_up"
+# NVML signals at dcgm-exporter parity (docs/gpu-collector.md maps each to its DCGM field). A
+# signal the device does not support has no series for that GPU (never a 0).
+GPU_SM_CLOCK_HERTZ = "llmsla_gpu_sm_clock_hertz"  # gauge
+GPU_MEMORY_CLOCK_HERTZ = "llmsla_gpu_memory_clock_hertz"  # gauge
+#: gauge 0/1 per ``reason`` (THROTTLE_REASONS' names, ``other`` for unnamed bits)
+GPU_CLOCK_THROTTLE_REASON = "llmsla_gpu_clock_throttle_reason"
+GPU_XID_ERRORS = "llmsla_gpu_xid_errors"  # counter, label xid: critical XID events seen since start
+GPU_ECC_ERRORS = "llmsla_gpu_ecc_errors"  # counter, labels error (corrected|uncorrected), counter
+GPU_REMAPPED_ROWS = "llmsla_gpu_remapped_rows"  # counter, label error (correctable|uncorrectable)
+GPU_ROW_REMAP_PENDING = "llmsla_gpu_row_remap_pending"  # gauge 0/1: a remap waits for a GPU reset
+GPU_ROW_REMAP_FAILED = "llmsla_gpu_row_remap_failed"  # gauge 0/1: a remap failed (replace the GPU)
+GPU_PCIE_THROUGHPUT_BYTES = "llmsla_gpu_pcie_throughput_bytes_per_second"  # gauge, label direction
+GPU_PCIE_REPLAYS = "llmsla_gpu_pcie_replays"  # counter
+GPU_NVLINK_BYTES = "llmsla_gpu_nvlink_bytes"  # counter, label direction (data, all links)
+GPU_NVLINK_ERRORS = "llmsla_gpu_nvlink_errors"  # counter, label error (crc_flit|crc_data|replay|recovery)
+#: ``reason`` values of GPU_CLOCK_THROTTLE_REASON that are not a slowdown (idle, a clock the
+#: operator set, the display): the dashboards leave them out.
+GPU_THROTTLE_BENIGN: tuple[str, ...] = ("gpu_idle", "applications_clocks_setting", "display_clock_setting")
 TORCH_CUDA_ALLOCATED_BYTES = "llmsla_torch_cuda_allocated_bytes"
 TORCH_CUDA_RESERVED_BYTES = "llmsla_torch_cuda_reserved_bytes"
 TORCH_CUDA_FRAGMENTATION_BYTES = "llmsla_torch_cuda_fragmentation_bytes"

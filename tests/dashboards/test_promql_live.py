@@ -1,7 +1,7 @@
 """Every PromQL query of the dashboards, run as Grafana runs it, against a real Prometheus that
 scraped real exporters after real traffic: the gateway in front of two reference workers (request
 histograms, counters, in-flight, router picks and weights; worker queue gauges) and a GPU
-recorder's gauges; plus one always-firing alert rule so ``ALERTS`` has a firing series.
+recorder's gauges and health signals; plus one always-firing alert rule so ``ALERTS`` has a firing series.
 
 Each query must return series carrying the labels its panel groups by, with finite values; the
 heatmaps' per-bucket values must add up to the request rate (Grafana's de-accumulation) and the
@@ -31,6 +31,7 @@ from llmsla.dashboards import promql, runner
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
 from llmsla.dashboards.query import REGISTRY, SLOTH_RULES, PromQuery
 from llmsla.events import GpuSample
+from llmsla.exporters.gpu_signals import DeviceSignals, SignalRecorder
 from llmsla.exporters.recorder import GpuRecorder
 from llmsla.forecaster.accuracy import Accuracy
 from llmsla.forecaster.live_accuracy import AccuracyMetrics
@@ -90,6 +91,11 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     for i, used in enumerate((30 << 30, 70 << 30)):
         gpu.record(GpuSample(ts_ms=int(time.time() * 1000), node="n0", gpu=i, uuid=f"GPU-{i}", mem_used_bytes=used,
                              mem_total_bytes=80 << 30, util=0.5, temp_c=60.0, power_w=300.0), model_name="NVIDIA H200")
+    # the collector's health signals, through its own recorder: GPU 1 power-capped, an XID on GPU 0
+    signals = SignalRecorder(gpu.metrics)
+    for i, mask in enumerate((0x1, 0x4)):
+        signals.record((str(i), f"GPU-{i}", "NVIDIA H200"), DeviceSignals(sm_clock_hz=1.98e9, throttle_mask=mask))
+    gpu.metrics.xid.labels("0", "GPU-0", "NVIDIA H200", "79").inc()
     # the forecaster's risk gauge (its own metric definition) on the same exporter: a replica
     # target and a pool target, as the online scorer sets them
     risk = ForecastMetrics(gpu_reg).risk
@@ -195,6 +201,11 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     for a, b, c in zip(p50.values, p95.values, p99.values, strict=True):
         if math.isfinite(a):
             assert a <= b <= c
+    # throttling: the power-capped GPU shows, the idle one's benign reason is left out
+    throttled = runner.prom_range(prom_url, promql.GPU_THROTTLE, rng, interval, variables, scrape_interval_s=SCRAPE_S)
+    active = {(s.labels[names.L_GPU], s.labels[names.L_REASON]) for s in throttled if 1 in s.values}
+    assert active == {("1", "sw_power_cap")}
+    assert not any(s.labels[names.L_REASON] in names.GPU_THROTTLE_BENIGN for s in throttled)
     alerts = runner.prom_range(prom_url, promql.FIRING_ALERTS, rng, interval, variables)
     assert any(s.labels[names.L_ALERTNAME] == "LlmslaDashboardProbe" and s.labels[names.L_SLO] == "probe" for s in alerts)
 
