@@ -106,7 +106,7 @@ def run(files: Mapping[Path, str], *, check: bool, command: str, owned: Iterable
         if problems:
             print(f"run `{command}` and commit the result")
             return EXIT_STALE
-        print(f"{_files(len(files))} are current{tail}")
+        print(f"{_files(len(files))} {'is' if len(files) == 1 else 'are'} current{tail}")
         return 0
     for p in problems:
         if p.kind == ORPHAN:
