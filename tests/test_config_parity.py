@@ -224,7 +224,7 @@ def test_every_llmsla_name_the_project_uses_is_a_key_or_allowed() -> None:
             for name in found:
                 used.setdefault(name, str(p.relative_to(root)))
     sql_functions = {"LLMSLA_HIST", "LLMSLA_HIST_SUM", "LLMSLA_HIST_QUANTILE", "LLMSLA_BASE64"}  # streaming/sql.py
-    assert "LLMSLA_DATA_DIR" in used and "LLMSLA_GATEWAY_UPSTREAMS" in used  # the scan sees both kinds
+    assert "LLMSLA_DATA_DIR" in used and "LLMSLA_GATEWAY_DISCOVERY" in used  # the scan sees both kinds
     known = set(config_mod.env_names())
     unknown = {n: where for n, where in used.items()
                if n not in known and n not in sql_functions and not n.startswith(config_mod.ENV_NOT_KEY_PREFIXES)}
