@@ -9,7 +9,7 @@ engine-side TTFT / inter-token / E2E / queue times (from the replica's receipt o
 vLLM measures them). The model has no prefix sharing: queries count and hits stay 0.
 Histograms are added to in bulk (a decode segment of ``k`` identical iterations is ``k x batch``
 inter-token gaps of one value), which prometheus-client's Histogram cannot do, hence a
-collector. See docs/fleet.md#engine-metrics-vllm.
+collector. See docs/fleet.md#the-model.
 """
 
 from __future__ import annotations
