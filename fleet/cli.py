@@ -148,7 +148,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.control.rollout import Rollout
     from llmsla.control.router import params_from_config
     from llmsla.errors import CliError
-    from llmsla.fleet import engine, faults, stats, workload
+    from llmsla.fleet import engine, faults, stats, vllm_view, workload
     from llmsla.fleet.sink import RecorderSink
     from llmsla.httpkit import BackgroundServer, Limits, add_metrics
     from llmsla.store import open_store
@@ -200,6 +200,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         raise
     spool_dir = Path(args.spool) if args.spool else cfg.spool_dir()
     sink = None if args.no_events else RecorderSink(cfg, spool_dir=spool_dir, registry=registry)
+    # each replica's own vLLM series beside the simulator's /metrics, read by `llmsla engines`
+    engine_regs = vllm_view.attach(sim, lock) if args.metrics_port is not None else {}
     background = BackgroundServer() if args.metrics_port is not None or args.control_port is not None else None
     try:
         limits = Limits.from_config(cfg)
@@ -208,9 +210,11 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         def open_metrics() -> None:
             app = web.Application()
             add_metrics(app, registry)
+            vllm_view.add_routes(app, engine_regs)
             assert background is not None  # made above whenever a port is asked for
             served = background.serve(app, "127.0.0.1", metrics_port, limits)
-            print(f"simulator /metrics on {served.url}/metrics", file=sys.stderr, flush=True)
+            print(f"simulator /metrics on {served.url}/metrics, each replica's vllm:* on "
+                  f"{served.url}/replicas/<id>/metrics", file=sys.stderr, flush=True)
 
         # a paced run with history opens /metrics when the live part begins: a scrape during the
         # history replay would see minutes of traffic in one interval (a burn-rate spike)

@@ -413,6 +413,7 @@ class Simulator:
         if not rep.up:  # connection refused
             self._fail(r, t + r.net_back)
             return
+        r.engine_t = t
         rep.waiting.append(r)
         self._kick(rep, t)
 

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import TYPE_CHECKING
 
 from llmsla.fleet.models import ModelSpec
+
+if TYPE_CHECKING:
+    from llmsla.fleet.vllm_view import ReplicaVllm
 
 
 class Req:
@@ -20,7 +24,7 @@ class Req:
 
     __slots__ = (
         "i", "trace_id", "unit", "arm", "route_policy", "policy", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
-        "admit_t", "first_t", "last_t", "gen", "kv", "itl_n", "itl_sum", "itl_sq", "itl_max",
+        "engine_t", "admit_t", "first_t", "last_t", "gen", "kv", "itl_n", "itl_sum", "itl_sq", "itl_max",
         "preempted", "dead", "done",
     )
 
@@ -39,6 +43,7 @@ class Req:
         self.rep: ReplicaSim | None = None
         self.net_back = 0.0
         self.dispatch_t: float | None = None  # left the gateway queue (holds a gateway slot)
+        self.engine_t = 0.0  # delivered to the replica (vLLM's arrival: its engine-side times start here)
         self.admit_t: float | None = None
         self.first_t: float | None = None
         self.last_t = 0.0
@@ -80,6 +85,8 @@ class ReplicaSim:
         self.tokens_out = 0
         self.iterations = 0
         self.gpu_last = (0.0, 0.0)  # (time, busy seconds) at the previous GPU sample
+        #: vLLM's engine-side observations (fleet/vllm_view.py), kept only when its series are served
+        self.obs: ReplicaVllm | None = None
 
     # -- planning --------------------------------------------------------------------------------
     def plan(self, t: float) -> float | None:
@@ -120,6 +127,8 @@ class ReplicaSim:
             if prefill and ptok + need > budget:
                 break
             waiting.popleft()
+            if self.obs is not None:
+                self.obs.prompt_tokens += need
             r.kv = need
             self.kv_used += need
             free -= need + 1
@@ -171,14 +180,19 @@ class ReplicaSim:
         self.tokens_out += k * n
         if self.kv_used > self.kv_peak:
             self.kv_peak = self.kv_used
+        obs = self.obs
         if self.prefill:  # one mixed iteration: newcomers get a token, recomputed ones resume
             for r in running:
                 r.kv += 1
                 r.gen += 1
                 if r.first_t is None:
                     r.first_t = t_end
+                    if obs is not None:
+                        obs.ttft.add(t_end - r.engine_t)
                 else:
                     gap = t_end - r.last_t
+                    if obs is not None:
+                        obs.itl.add(gap)
                     r.itl_n += 1
                     r.itl_sum += gap
                     r.itl_sq += gap * gap
@@ -188,6 +202,8 @@ class ReplicaSim:
             self.prefill = []
         else:
             kd, kdd = k * d, k * d * d
+            if obs is not None:
+                obs.itl.add(d, k * n)
             for r in running:
                 r.kv += k
                 r.gen += k
@@ -202,6 +218,9 @@ class ReplicaSim:
             for r in finished:
                 self.kv_used -= r.kv
                 r.kv = 0
+                if obs is not None:
+                    obs.e2e.add(t_end - r.engine_t)
+                    obs.queue.add(max(0.0, (r.admit_t if r.admit_t is not None else t_end) - r.engine_t))
             running[:] = [r for r in running if r.gen < r.output]
         return finished
 

@@ -368,6 +368,7 @@ class WorkerConfig:
     port: int = _k(9001, "listen port", kind="port")
     model: str = _k("llmsla-tiny", "model name served", check=label_problem)
     max_batch: int = _k(16, "continuous-batching limit", minimum=1)
+    kv_blocks: int = _k(0, "KV-cache blocks of 16 tokens the engine may hold, as vLLM's num_gpu_blocks; 0 = max_batch x the context (every running request can reach its full context); fewer make admission wait for blocks and preempt the newest request (recompute) when a decode step needs one", minimum=0)
     max_tokens: int = _k(256, "cap on generated tokens per request", minimum=1)
     max_prompt_tokens: int = _k(2048, "reject longer prompts (400)", minimum=1)
     seed: int = _k(0, "seed of the deterministic weights", minimum=0)
@@ -961,6 +962,22 @@ def check_startup(cfg: Config) -> None:
     from llmsla import slo_catalog  # the specs every component reads (it imports this module)
 
     slo_catalog.load(cfg)
+    check_worker_kv(cfg)
+
+
+def worker_context_tokens(cfg: Config) -> int:
+    """The reference worker's model context: the longest prompt, the most tokens, one EOS."""
+    return cfg.worker.max_prompt_tokens + cfg.worker.max_tokens + 1
+
+
+def check_worker_kv(cfg: Config) -> None:
+    """``worker.kv_blocks`` must hold one request at its full context, or that request never runs."""
+    w = cfg.worker
+    need = -(-worker_context_tokens(cfg) // names.VLLM_BLOCK_SIZE)
+    if w.kv_blocks and w.kv_blocks < need:
+        raise ConfigError(f"{cfg.source or 'configuration'}: worker.kv_blocks = {w.kv_blocks} cannot hold one request "
+                          f"at the full context (max_prompt_tokens + max_tokens + 1 = {worker_context_tokens(cfg)} "
+                          f"tokens, {need} blocks of {names.VLLM_BLOCK_SIZE}); set 0 or at least {need}")
 
 
 def check_slo_buckets(cfg: Config) -> None:

@@ -184,6 +184,34 @@ ENGINE_FAIL_CONNECT = "connect"
 ENGINE_FAIL_REASONS: tuple[str, ...] = (ENGINE_FAIL_TIMEOUT, ENGINE_FAIL_HTTP, ENGINE_FAIL_TOO_LARGE,
                                         ENGINE_FAIL_PARSE, ENGINE_FAIL_UNKNOWN_ENGINE, ENGINE_FAIL_CONNECT)
 
+# --- vLLM's own names, as the reference worker and the simulator expose them (exporters) ------------
+#: vLLM V1's ``PrometheusStatLogger`` (``vllm/v1/metrics/loggers.py``): the names, the labels and the
+#: default buckets a vLLM replica exposes, so the worker and the simulator are read by the same
+#: adapter (engines/vllm.py) as a vLLM fleet. Counters without ``_total`` (prometheus-client adds it).
+VLLM_L_MODEL = "model_name"
+VLLM_L_ENGINE = "engine"  # the engine-core index (data parallelism); "0" for one engine
+VLLM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+VLLM_REQUESTS_RUNNING = "vllm:num_requests_running"
+VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"  # gauge, 0..1 (1 = 100 %) despite the name
+VLLM_CACHE_CONFIG_INFO = "vllm:cache_config_info"  # info gauge: labels block_size, num_gpu_blocks, ...
+VLLM_PREEMPTIONS = "vllm:num_preemptions"
+VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"  # counter, in prompt tokens
+VLLM_PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"  # counter, in prompt tokens found cached
+VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens"
+VLLM_TTFT_SECONDS = "vllm:time_to_first_token_seconds"
+VLLM_ITL_SECONDS = "vllm:inter_token_latency_seconds"
+VLLM_E2E_SECONDS = "vllm:e2e_request_latency_seconds"
+VLLM_QUEUE_SECONDS = "vllm:request_queue_time_seconds"
+VLLM_TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                                        2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VLLM_ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                                       5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+VLLM_REQUEST_BUCKETS: tuple[float, ...] = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                                           50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+#: vLLM's default KV block size (tokens per block), which the worker and the simulator use too.
+VLLM_BLOCK_SIZE = 16
+
 # --- temperature policy (exporters) -------------------------------------------------------------
 POLICY_SPAN_NAME = "temperature_policy.decide"
 POLICY_TEMPERATURE = "llmsla_policy_temperature"

@@ -7,6 +7,12 @@ streaming while the thread computes. Between two decode steps the loop admits wa
 one batched decode step advances every running request by one token. Tokens go back to each
 request's asyncio queue, one ``call_soon_threadsafe`` per step for the whole batch.
 
+The KV cache is counted in vLLM's blocks (worker/kvblocks.py): a request is admitted when the
+blocks its tokens fill are free, a decode step that needs more blocks than are free preempts the
+newest running request back to the head of the queue (it is recomputed, prompt and output so
+far, when admitted again), and prefill reuses the prompt's cached full blocks. The engine keeps
+vLLM's own series (``vllm:*``, exporters/vllm_metrics.py) from that state.
+
 The temperature policy runs on the real logits at every step; each decision is traced
 (:class:`~llmsla.exporters.policy_tracing.PolicyTracer`).
 """
@@ -29,8 +35,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from llmsla import names
 from llmsla.exporters.policy_tracing import PolicyTracer
+from llmsla.exporters.vllm_metrics import VllmSeries
 from llmsla.temperature import Policy
 from llmsla.worker import model as lm
+from llmsla.worker.kvblocks import BlockManager, PrefixCache, blocks_for
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,10 @@ class GenRequest:
     generated: bytearray = field(default_factory=bytearray)
     rng: random.Random | None = None
     done: bool = False
+    blocks: int = 0  # KV blocks held while running
+    preempted: int = 0  # times sent back to the queue for lack of blocks
+    first_at: float | None = None  # when its first token left the engine (monotonic)
+    last_at: float | None = None  # when its latest token left the engine
 
 
 class WorkerMetrics:
@@ -109,6 +121,11 @@ def rss_bytes() -> float:
         return 0.0
 
 
+def kv_budget(max_batch: int, max_ctx: int, kv_blocks: int = 0) -> int:
+    """The engine's KV blocks: ``kv_blocks``, or (0) every slot at its full context."""
+    return kv_blocks or max_batch * blocks_for(max_ctx, names.VLLM_BLOCK_SIZE)
+
+
 def _dispatch(items: list[tuple[GenRequest, tuple]]) -> None:
     for req, item in items:
         req.out.put_nowait(item)
@@ -118,10 +135,20 @@ class Engine:
     """Owns the model and the KV cache; ``submit`` and ``cancel`` are safe from any thread."""
 
     def __init__(self, model: lm.TinyLM, *, max_batch: int, tracer: PolicyTracer | None,
-                 metrics: WorkerMetrics | None = None, threads: int = 1) -> None:
+                 metrics: WorkerMetrics | None = None, threads: int = 1, kv_blocks: int = 0,
+                 vllm: VllmSeries | None = None) -> None:
         self.model = model
         self.max_batch = max_batch
         self.cache = lm.KVCache(model, max_batch)
+        bs = names.VLLM_BLOCK_SIZE
+        total = kv_budget(max_batch, model.spec.max_ctx, kv_blocks)
+        if total < blocks_for(model.spec.max_ctx, bs):
+            raise ValueError(f"{total} KV blocks cannot hold one request at the context of {model.spec.max_ctx} "
+                             f"tokens ({blocks_for(model.spec.max_ctx, bs)} blocks of {bs})")
+        self.blocks = BlockManager(total, bs)
+        # as vLLM's cached blocks live in its pool, the prefix cache holds at most the pool's size
+        self.prefix = PrefixCache(total, bs)
+        self.vllm = vllm
         self.tracer = tracer
         self.metrics = metrics
         self.threads = threads
@@ -142,6 +169,9 @@ class Engine:
         self.generated = 0
         self.max_batch_seen = 0
         self.batch_sizes: dict[int, int] = {}
+        self.preemptions = 0
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_hits = 0  # of which found there
         self._tps_t0 = time.monotonic()
         self._tps_n = 0
 
@@ -164,8 +194,7 @@ class Engine:
             if self._down is not None:
                 raise RuntimeError(self._down)
             self._waiting.append(req)
-            if self.metrics:
-                self.metrics.queue.set(len(self._waiting))
+            self._queue_gauges()
             self._cond.notify()
 
     def set_slowdown(self, factor: float) -> None:
@@ -192,8 +221,7 @@ class Engine:
         with self._cond:
             with contextlib.suppress(ValueError):  # still queued: leave now, not when admitted
                 self._waiting.remove(req)
-                if self.metrics:
-                    self.metrics.queue.set(len(self._waiting))
+                self._queue_gauges()
             self._cond.notify()
 
     def stats(self) -> dict[str, Any]:
@@ -202,8 +230,27 @@ class Engine:
                 "waiting": len(self._waiting), "running": len(self._running), "steps": self.steps,
                 "decisions": self.decisions, "generated_tokens": self.generated,
                 "max_batch_seen": self.max_batch_seen, "batch_sizes": dict(self.batch_sizes),
-                "free_slots": len(self._free),
+                "free_slots": len(self._free), "kv_blocks_total": self.blocks.total,
+                "kv_blocks_used": self.blocks.used, "kv_block_size": self.blocks.block_size,
+                "preemptions": self.preemptions, "prefix_cache_queries": self.prefix_queries,
+                "prefix_cache_hits": self.prefix_hits, "prefix_cache_blocks": len(self.prefix),
             }
+
+    def _queue_gauges(self) -> None:
+        """Waiting requests, under both names (call with the lock held)."""
+        n = len(self._waiting)
+        if self.metrics:
+            self.metrics.queue.set(n)
+        if self.vllm:
+            self.vllm.waiting.set(n)
+
+    def _batch_gauges(self) -> None:
+        """Running requests and KV usage, under both names (engine thread)."""
+        if self.metrics:
+            self.metrics.running.set(len(self._running))
+        if self.vllm:
+            self.vllm.running.set(len(self._running))
+            self.vllm.kv_usage.set(self.blocks.usage())
 
     # -- the loop (engine thread) ----------------------------------------------------------------
     def _run(self) -> None:
@@ -226,17 +273,14 @@ class Engine:
                 for req in crashed:
                     self._release(req)
                 self._running = []
-                if self.metrics:
-                    self.metrics.queue.set(0)
-                    self.metrics.running.set(0)
+                with self._cond:
+                    self._queue_gauges()
+                self._batch_gauges()
                 self._flush([(req, ("error", reason, ABORT)) for req in crashed])
                 continue
             with self._cond:
-                new: list[GenRequest] = []
-                while self._waiting and len(self._running) + len(new) < self.max_batch:
-                    new.append(self._waiting.popleft())
-                if self.metrics:
-                    self.metrics.queue.set(len(self._waiting))
+                new = self._admit()
+                self._queue_gauges()
             out: list[tuple[GenRequest, tuple]] = []
             started = time.perf_counter()
             try:
@@ -251,6 +295,7 @@ class Engine:
             slow = self.slowdown
             if slow > 1.0:  # the iteration's tokens come out when the slowed iteration ends
                 time.sleep((slow - 1.0) * (time.perf_counter() - started))
+            self._observe(out, time.monotonic())
             self._flush(out)
         # shutting down: tell everyone still here
         out = []
@@ -270,12 +315,104 @@ class Engine:
             with contextlib.suppress(RuntimeError):  # that event loop is closed (server stopped)
                 loop.call_soon_threadsafe(_dispatch, items)
 
-    def _release(self, req: GenRequest) -> None:
-        req.done = True
+    def _admit(self) -> list[GenRequest]:
+        """Waiting requests to prefill now, first come first served (lock held): while a slot
+        is free and the blocks the head's tokens fill, plus room for its next token, are free.
+        The head that does not fit waits, and so does everyone behind it (as in vLLM)."""
+        new: list[GenRequest] = []
+        free = self.blocks.free
+        bs = self.blocks.block_size
+        while self._waiting and len(self._running) + len(new) < self.max_batch:
+            head = self._waiting[0]
+            n = len(head.tokens) + len(head.generated)
+            if blocks_for(n + 1, bs) > free:
+                break
+            self._waiting.popleft()
+            free -= blocks_for(n, bs)
+            new.append(head)
+        return new
+
+    def _free_slot(self, req: GenRequest) -> None:
+        self.blocks.release(req.blocks)
+        req.blocks = 0
         if req.slot >= 0:
             self.cache.lengths[req.slot] = 0
             heapq.heappush(self._free, req.slot)
             req.slot = -1
+
+    def _release(self, req: GenRequest) -> None:
+        req.done = True
+        self._free_slot(req)
+
+    def _preempt(self, req: GenRequest) -> None:
+        """Send ``req`` back to the head of the queue, its blocks freed: it is recomputed
+        (prompt and output so far) when admitted again, vLLM's recompute preemption."""
+        self._free_slot(req)
+        req.preempted += 1
+        self.preemptions += 1
+        if self.vllm:
+            self.vllm.preemptions.inc()
+        with self._cond:
+            self._waiting.appendleft(req)
+            self._queue_gauges()
+
+    def _grow(self, batch: list[GenRequest]) -> list[GenRequest]:
+        """Give each request of ``batch`` whose next position starts a block that block,
+        preempting the newest ones while the blocks needed exceed the free ones; the batch
+        that decodes."""
+        bs = self.blocks.block_size
+        batch = list(batch)
+        needs = [r for r in batch if self.cache.lengths[r.slot] % bs == 0]
+        while batch and len(needs) > self.blocks.free:
+            victim = batch.pop()  # the newest: admitted last
+            if victim in needs:
+                needs.remove(victim)
+            self._running.remove(victim)
+            self._preempt(victim)
+        for r in needs:
+            self.blocks.allocate(1)
+            r.blocks += 1
+        return batch
+
+    def _prefill(self, req: GenRequest) -> torch.Tensor:
+        """Prefill ``req`` (its prompt and, after a preemption, its output so far) into its slot,
+        reusing the cached full blocks of its prefix, and cache its own full blocks."""
+        toks = req.tokens + list(req.generated)
+        hit = self.prefix.lookup(toks)
+        cached = (hit.k, hit.v) if hit.k is not None and hit.v is not None else None
+        row = lm.prefill(self.model, self.cache, req.slot, toks, cached=cached)
+        self.prefix.store(toks, self.cache.k[:, req.slot], self.cache.v[:, req.slot])
+        req.blocks = blocks_for(len(toks), self.blocks.block_size)
+        self.blocks.allocate(req.blocks)
+        self.prefix_queries += len(toks)
+        self.prefix_hits += hit.tokens
+        if self.vllm:
+            self.vllm.prefix_queries.inc(len(toks))
+            self.vllm.prefix_hits.inc(hit.tokens)
+            if not req.preempted:
+                self.vllm.prompt_tokens.inc(len(req.tokens))
+        return row
+
+    def _observe(self, out: list[tuple[GenRequest, tuple]], now: float) -> None:
+        """vLLM's latency histograms from what this iteration hands out at ``now``: a request's
+        first token (TTFT from its receipt), every later one (inter-token latency), and a
+        request that finished (E2E, and the time it waited for its first admission)."""
+        v = self.vllm
+        if v is None:
+            return
+        for req, item in out:
+            if item[0] == "token":
+                v.generation_tokens.inc()
+                if req.first_at is None:
+                    req.first_at = now
+                    v.ttft.observe(now - req.received)
+                elif req.last_at is not None:
+                    v.itl.observe(now - req.last_at)
+                req.last_at = now
+            elif item[0] == "done":
+                v.e2e.observe(now - req.received)
+                if req.admitted is not None:
+                    v.queue.observe(max(0.0, req.admitted - req.received))
 
     def _iteration(self, new: list[GenRequest], out: list[tuple[GenRequest, tuple]]) -> None:
         # 1. drop abandoned requests
@@ -293,16 +430,17 @@ class Engine:
             if req.cancelled:
                 req.done = True
                 continue
-            req.admitted = time.monotonic()
+            if req.admitted is None:  # a preempted one keeps its first admission and its sampler
+                req.admitted = time.monotonic()
+                req.rng = random.Random(req.seed) if req.seed is not None else random.Random()
             req.slot = heapq.heappop(self._free)
-            req.rng = random.Random(req.seed) if req.seed is not None else random.Random()
-            rows.append(lm.prefill(self.model, self.cache, req.slot, req.tokens))
+            rows.append(self._prefill(req))
             first.append(req)
         if first:
             self._advance(first, torch.stack(rows), out)
             self._running.extend(r for r in first if not r.done)
         # 3. one batched decode step for every running request (the new ones included)
-        batch = [r for r in self._running if not r.done]
+        batch = self._grow([r for r in self._running if not r.done])
         if batch:
             logits = lm.decode_step(self.model, self.cache, [r.slot for r in batch], [r.last for r in batch])
             n = len(batch)
@@ -313,8 +451,8 @@ class Engine:
                 self.metrics.batch.observe(n)
             self._advance(batch, logits, out)
         self._running = [r for r in self._running if not r.done]
+        self._batch_gauges()
         if self.metrics:
-            self.metrics.running.set(len(self._running))
             now = time.monotonic()
             if now - self._tps_t0 >= 1.0:
                 self.metrics.tps.set(self._tps_n / (now - self._tps_t0))

@@ -120,10 +120,16 @@ class KVCache:
 
 
 @torch.inference_mode()
-def prefill(model: TinyLM, cache: KVCache, slot: int, tokens: list[int]) -> torch.Tensor:
-    """Run the prompt through the model, fill ``slot``'s cache; return last-position logits (V,)."""
+def prefill(model: TinyLM, cache: KVCache, slot: int, tokens: list[int], *,
+            cached: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Run the prompt through the model, fill ``slot``'s cache; return last-position logits (V,).
+
+    ``cached``: keys and values (layers, heads, c, head_dim) of the first ``c < len(tokens)``
+    positions (a prefix-cache hit): they are copied in and only the rest is computed."""
     if len(tokens) > model.spec.max_ctx:
         raise ValueError(f"prompt of {len(tokens)} tokens exceeds the context of {model.spec.max_ctx}")
+    if cached is not None and cached[0].shape[2] > 0:
+        return _prefill_rest(model, cache, slot, tokens, cached)
     t = torch.tensor([tokens], dtype=torch.long)
     logits, kvs = model(t, return_kv=True)
     n = len(tokens)
@@ -132,6 +138,32 @@ def prefill(model: TinyLM, cache: KVCache, slot: int, tokens: list[int]) -> torc
         cache.v[i, slot, :, :n] = v[0]
     cache.lengths[slot] = n
     return logits[0, -1]
+
+
+def _prefill_rest(model: TinyLM, cache: KVCache, slot: int, tokens: list[int],
+                  cached: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Prefill positions ``c..n-1`` behind ``c`` cached ones: each new query attends to the
+    cached keys and to the new ones up to itself (the causal mask, shifted by ``c``)."""
+    s = model.spec
+    hd = s.d_model // s.n_heads
+    c, n = cached[0].shape[2], len(tokens)
+    if not 0 < c < n:
+        raise ValueError(f"a cached prefix of {c} tokens must be shorter than the prompt of {n}")
+    cache.k[:, slot, :, :c] = cached[0]
+    cache.v[:, slot, :, :c] = cached[1]
+    T = n - c
+    h = model.tok[torch.tensor(tokens[c:], dtype=torch.long)] + model.pos[c:n]  # (T, d)
+    mask = (torch.arange(n)[None, :] <= (c + torch.arange(T))[:, None]).view(1, T, n)
+    for i, layer in enumerate(model.blocks()):
+        q, k, v = layer.qkv(layer.ln1(h)).split(s.d_model, dim=-1)
+        q, k, v = (t.view(T, s.n_heads, hd).transpose(0, 1) for t in (q, k, v))  # (H, T, hd)
+        cache.k[i, slot, :, c:n] = k
+        cache.v[i, slot, :, c:n] = v
+        a = F.scaled_dot_product_attention(q, cache.k[i, slot, :, :n], cache.v[i, slot, :, :n], attn_mask=mask)
+        h = h + layer.proj(a.transpose(0, 1).reshape(T, s.d_model))
+        h = h + layer.fc2(F.gelu(layer.fc1(layer.ln2(h))))
+    cache.lengths[slot] = n
+    return (model.ln_f(h[-1:]) @ model.head.T)[0]
 
 
 @torch.inference_mode()

@@ -27,10 +27,11 @@ from aiohttp import web
 from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
-from llmsla import names
+from llmsla import config, names
 from llmsla.config import Config
 from llmsla.exporters import genai
 from llmsla.exporters.policy_tracing import PolicyTracer
+from llmsla.exporters.vllm_metrics import VllmMetrics
 from llmsla.httpkit import (
     ApiError,
     Limits,
@@ -52,7 +53,7 @@ from llmsla.temperature import (
     validate_schedule,
 )
 from llmsla.worker import model as lm
-from llmsla.worker.engine import ABORT, Engine, GenRequest, WorkerMetrics
+from llmsla.worker.engine import ABORT, Engine, GenRequest, WorkerMetrics, kv_budget
 from llmsla.worker.fault import ADMIN_HOST, FaultControl, admin_app
 
 log = logging.getLogger(__name__)
@@ -489,14 +490,18 @@ def build(cfg: Config, *, registry: CollectorRegistry | None = None) -> Worker:
     """Model, engine, tracer and metrics for ``cfg`` (blocking: builds/trains the model)."""
     import torch
 
+    config.check_worker_kv(cfg)  # before the model is built: a budget that cannot run a request
     torch.set_num_threads(cfg.worker.threads)
     registry = registry if registry is not None else CollectorRegistry()
     # the policy spool first: a spool that cannot take writes stops the worker before the model
     tracer = PolicyTracer(cfg, registry=registry, service_name=f"{cfg.otel.service_name}-worker")
     model = lm.build_model(cfg.worker.seed, train_steps=cfg.worker.train_steps,
-                           spec=lm.ModelSpec(max_ctx=cfg.worker.max_prompt_tokens + cfg.worker.max_tokens + 1))
+                           spec=lm.ModelSpec(max_ctx=config.worker_context_tokens(cfg)))
     metrics = WorkerMetrics(registry, cfg.worker.model)
-    engine = Engine(model, max_batch=cfg.worker.max_batch, tracer=tracer, metrics=metrics, threads=cfg.worker.threads)
+    blocks = kv_budget(cfg.worker.max_batch, model.spec.max_ctx, cfg.worker.kv_blocks)
+    vllm = VllmMetrics(registry).engine(cfg.worker.model, num_blocks=blocks)
+    engine = Engine(model, max_batch=cfg.worker.max_batch, tracer=tracer, metrics=metrics, threads=cfg.worker.threads,
+                    kv_blocks=blocks, vllm=vllm)
     return Worker(cfg, engine, tracer, registry, metrics)
 
 
