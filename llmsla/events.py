@@ -512,14 +512,14 @@ class EngineSample(_Event):
     )
 
 
-#: The kinds the stream job windows (``names.SPOOL_KINDS``): its columns derive from these.
+#: The request-path kinds (``names.SPOOL_KINDS``), which the forecaster windows in memory too.
 EVENT_TYPES: dict[str, type[_Event]] = {
     names.SPOOL_REQUESTS: RequestEvent,
     names.SPOOL_POLICY: PolicyEvent,
     names.SPOOL_GPU: GpuSample,
 }
 #: Every kind a spool holds (``names.SPOOL_ALL_KINDS``): the spool writer and reader, ``spool
-#: check`` and the JSON Schemas cover these; ``EngineSample`` is not windowed yet.
+#: check``, the JSON Schemas and the stream job (its columns derive from these) cover these.
 ALL_EVENT_TYPES: dict[str, type[_Event]] = {**EVENT_TYPES, names.SPOOL_ENGINE: EngineSample}
 
 

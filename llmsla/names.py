@@ -429,12 +429,14 @@ SPOOL_DROP_REASONS: tuple[str, ...] = (SPOOL_DROP_LIMIT, SPOOL_DROP_NO_SPACE, SP
 SPOOL_REQUESTS = "requests"
 SPOOL_POLICY = "policy"
 SPOOL_GPU = "gpu"
-#: The kinds the stream job windows (``llmsla stream --kinds``): each has a window query.
+#: The kinds of the request path (gateway, simulator, GPU collector): the forecaster windows
+#: these in memory too (``forecaster/windowing.py``).
 SPOOL_KINDS: tuple[str, ...] = (SPOOL_REQUESTS, SPOOL_POLICY, SPOOL_GPU)
-#: ``EngineSample`` lines (``llmsla engines``): spooled and checked like the others, not yet
-#: windowed by the stream job, so not in :data:`SPOOL_KINDS`.
+#: ``EngineSample`` lines (``llmsla engines``): windowed by the stream job into ``engine_windows``;
+#: the forecaster does not read them (yet), so not in :data:`SPOOL_KINDS`.
 SPOOL_ENGINE = "engine"
-#: Every kind a spool holds: what ``llmsla spool`` and ``llmsla doctor`` walk.
+#: Every kind a spool holds: what ``llmsla spool`` and ``llmsla doctor`` walk, and the kinds the
+#: stream job windows (``llmsla stream --kinds``; each has a window query).
 SPOOL_ALL_KINDS: tuple[str, ...] = (*SPOOL_KINDS, SPOOL_ENGINE)
 
 # --- store tables and views (same names on TimescaleDB and plain PostgreSQL) --------------------
@@ -444,6 +446,7 @@ T_REQUEST_WINDOWS_1M = "request_windows_1m"  # roll-up view / continuous aggrega
 T_REQUEST_WINDOWS_1H = "request_windows_1h"  # roll-up view / continuous aggregate
 T_POLICY_WINDOWS = "policy_windows"  # 60 s tumbling, per (zone, policy_id)
 T_GPU_WINDOWS = "gpu_windows"  # 5 s tumbling, per (node, gpu)
+T_ENGINE_WINDOWS = "engine_windows"  # 5 s tumbling, per (pool, replica, engine)
 T_DEAD_LETTERS = "dead_letters"
 T_DEAD_LETTER_COUNTS = "dead_letter_counts"  # view: dead letters per (source, reason category)
 T_DEAD_LETTER_TOTALS = "dead_letter_totals"  # running totals per (source, reason category), outlive retention
@@ -458,6 +461,7 @@ TIME_TABLES: dict[str, str] = {
     T_REQUEST_WINDOWS: "bucket",
     T_POLICY_WINDOWS: "bucket",
     T_GPU_WINDOWS: "bucket",
+    T_ENGINE_WINDOWS: "bucket",
     T_DEAD_LETTERS: "received_at",
     T_FORECASTS: "ts",
     T_ACTION_LOG: "ts",
@@ -468,6 +472,7 @@ TIME_TABLES: dict[str, str] = {
 REQUEST_WINDOW_S = 5
 POLICY_WINDOW_S = 60
 GPU_WINDOW_S = 5
+ENGINE_WINDOW_S = 5
 
 # --- read by the dashboards and the report -------------------------------------------
 # Names other components produce that dashboards query (Sloth's rules, alerts, the forecaster's

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--once", action="store_true", help="process what is in the spool now, then exit")
-    p.add_argument("--kinds", default=",".join(names.SPOOL_KINDS), help="comma-separated spool kinds")
+    p.add_argument("--kinds", default=",".join(names.SPOOL_ALL_KINDS), help="comma-separated spool kinds")
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints (start from scratch)")
     p.add_argument("--blackhole", action="store_true", help="write into Flink's blackhole sink (engine floor)")
     p.add_argument("--jobmanager", metavar="HOST:PORT", default="",
@@ -44,9 +44,9 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
 
     logging.getLogger().setLevel(logging.INFO)  # the handler (scrubbed) is set up by llmsla.app.cli
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in names.SPOOL_KINDS]
+    unknown = [k for k in kinds if k not in names.SPOOL_ALL_KINDS]
     if unknown or not kinds:
-        raise CliError(f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; known: {', '.join(names.SPOOL_KINDS)}")
+        raise CliError(f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; known: {', '.join(names.SPOOL_ALL_KINDS)}")
     if cfg.stream.source == "kafka" and not cfg.stream.kafka_jar:
         raise CliError("stream.source = kafka needs stream.kafka_jar (flink-sql-connector-kafka jar) and stream.kafka_bootstrap")
     if args.jobmanager:

@@ -27,7 +27,7 @@ from llmsla.store.connection import StoreError, StoreHandle, scalar
 
 #: Window tables whose newest end is exported, with their length (the time column holds starts).
 WINDOW_SECONDS = {names.T_REQUEST_WINDOWS: names.REQUEST_WINDOW_S, names.T_POLICY_WINDOWS: names.POLICY_WINDOW_S,
-                  names.T_GPU_WINDOWS: names.GPU_WINDOW_S}
+                  names.T_GPU_WINDOWS: names.GPU_WINDOW_S, names.T_ENGINE_WINDOWS: names.ENGINE_WINDOW_S}
 
 
 class StreamHealth(Collector):

@@ -31,7 +31,7 @@ JOB_NAME = "llmsla-stream"
 class JobOptions:
     bounded: bool = False  # read what is in the spool now, then finish (tests, bench, backfill)
     sink: str = "store"  # store | blackhole
-    kinds: tuple[str, ...] = names.SPOOL_KINDS
+    kinds: tuple[str, ...] = names.SPOOL_ALL_KINDS
     resume: bool = True  # restore from the newest retained checkpoint, if any
     dsn: str = ""
     local: bool = True  # mini-cluster started here; False under `flink run` (the cluster's Python)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from llmsla import names, slo_catalog
 from llmsla.config import Config
-from llmsla.events import EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
+from llmsla.events import ALL_EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
 from llmsla.store import rollups, schema
 
 #: Output kind of dead letters in the unioned output stream.
@@ -27,6 +27,7 @@ DEAD_LETTERS = names.T_DEAD_LETTERS
 REQUEST_COLUMNS = schema.REQUEST_COLUMNS
 POLICY_COLUMNS = schema.POLICY_COLUMNS
 GPU_COLUMNS = schema.GPU_COLUMNS
+ENGINE_COLUMNS = schema.ENGINE_COLUMNS
 #: Dead-letter payload: spool kind, file, verdict (invalid|future|past|late), the format's problem
 #: (json_error; null on the fallback), and the raw line's bytes in base64: the line as read, even
 #: when it is not UTF-8 or holds a NUL, so the sink asks the contract about the exact bytes.
@@ -42,12 +43,14 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     names.T_REQUEST_WINDOWS_1M: MINUTE_COLUMNS,
     names.T_POLICY_WINDOWS: POLICY_COLUMNS,
     names.T_GPU_WINDOWS: GPU_COLUMNS,
+    names.T_ENGINE_WINDOWS: ENGINE_COLUMNS,
 }
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     names.T_REQUEST_WINDOWS: schema.REQUEST_KEYS,
     names.T_REQUEST_WINDOWS_1M: schema.REQUEST_KEYS,
     names.T_POLICY_WINDOWS: schema.POLICY_KEYS,
     names.T_GPU_WINDOWS: schema.GPU_KEYS,
+    names.T_ENGINE_WINDOWS: schema.ENGINE_KEYS,
 }
 # the sink finds a row's key in the leading fields of its line (StoreWriter._window_rows)
 assert all(TABLE_COLUMNS[t][:len(k)] == k for t, k in TABLE_KEYS.items())
@@ -55,6 +58,7 @@ WINDOW_OF_KIND: dict[str, int] = {
     names.SPOOL_REQUESTS: names.REQUEST_WINDOW_S,
     names.SPOOL_POLICY: names.POLICY_WINDOW_S,
     names.SPOOL_GPU: names.GPU_WINDOW_S,
+    names.SPOOL_ENGINE: names.ENGINE_WINDOW_S,
 }
 
 _DOUBLE_MAX = "1.7976931348623157E308"
@@ -169,7 +173,8 @@ def _in(col: str, values: tuple[str, ...], java: bool) -> str:
 # paths, the Java format's options and the validity predicate derive from it; a field added to or
 # changed in FIELDS reaches the job without an edit here (tests/streaming/test_contract_schema.py).
 #: SQL names for fields whose own name is a Flink SQL keyword or longer than the queries use.
-_COLUMN_OF: dict[str, str] = {"trigger": "trigger_", "mem_used_bytes": "mem_used", "mem_total_bytes": "mem_total"}
+_COLUMN_OF: dict[str, str] = {"trigger": "trigger_", "mem_used_bytes": "mem_used", "mem_total_bytes": "mem_total",
+                              "running": "running_n", "waiting": "waiting_n"}
 _TYPE_OF = {"int": "i", "number": "n", "string": "s"}
 
 
@@ -181,11 +186,23 @@ def _raw_column(field: Field) -> str:
     return f"{_column(field).removesuffix('_ms')}_raw"
 
 
+def _hist_columns(f: Field) -> tuple[str, str]:
+    """The columns of a ``hist`` field the job reads: its sum and count (the format checks the
+    rest of it, llmsla-json.histograms)."""
+    return f"{f.name}_sum", f"{f.name}_count"
+
+
 def _spec(kind: str) -> list[tuple[str, str, str]]:
     spec = [("v", "v", "v")]
-    for f in EVENT_TYPES[kind].FIELDS:
+    for f in ALL_EVENT_TYPES[kind].FIELDS:
         if f.type == "itl":
             spec += [(f"itl_{m.name}", f"{f.name}.{m.name}", _TYPE_OF[m.type]) for m in ITL_FIELDS]
+            continue
+        if f.type == "hist":
+            hsum, hcount = _hist_columns(f)
+            spec += [(hsum, f"{f.name}.sum", "n"), (hcount, f"{f.name}.count", "i")]
+            continue
+        if f.type == "strings":  # checked by the format (llmsla-json.string-lists), not stored
             continue
         if f.nullable:
             spec.append((_raw_column(f), f.name, "r"))
@@ -219,7 +236,11 @@ def format_options(kind: str) -> str:
     spec = _spec(kind)
     paths = ",".join(f"{col}={path}" for col, path, t in spec if t != "r" and col != path)
     not_null = ",".join(col for col, _, t in spec if t == "v")
-    return (f"'format' = '{JAVA_FORMAT}', '{JAVA_FORMAT}.paths' = '{paths}', "
+    fields = ALL_EVENT_TYPES[kind].FIELDS
+    lists = "".join(f"'{JAVA_FORMAT}.{option}' = '{','.join(f.name for f in fields if f.type == typ)}', "
+                    for option, typ in (("histograms", "hist"), ("string-lists", "strings"))
+                    if any(f.type == typ for f in fields))
+    return (f"'format' = '{JAVA_FORMAT}', {lists}'{JAVA_FORMAT}.paths' = '{paths}', "
             f"'{JAVA_FORMAT}.not-null' = '{not_null}', '{JAVA_FORMAT}.error-column' = '{JSON_ERROR}', "
             f"'{JAVA_FORMAT}.time-column' = 'rt=ts_ms', '{JAVA_FORMAT}.max-string-chars' = '{MAX_STRING_CHARS}'")
 
@@ -235,6 +256,7 @@ def _relations(kind: str, java: bool) -> tuple[str, ...]:
         ),
         names.SPOOL_POLICY: (),
         names.SPOOL_GPU: ("mem_used <= mem_total",),
+        names.SPOOL_ENGINE: (),
     }[kind]
 
 
@@ -244,10 +266,19 @@ def _field_checks(f: Field, java: bool) -> list[str]:
     if f.type == "itl":
         return [_int_ok(f"itl_{m.name}", _bound(m.minimum)) if m.type == "int"
                 else _num_ok(f"itl_{m.name}", m.minimum, m.maximum) for m in ITL_FIELDS]
+    if f.type == "hist":
+        # the Java format checked the whole object (bounds, cumulative counts); the fallback reads
+        # only sum and count, both there or both absent (it is more lenient, docs/streaming.md)
+        hsum, hcount = _hist_columns(f)
+        return [f"(({hsum} IS NULL) = ({hcount} IS NULL))", f"({hsum} IS NULL OR ABS({hsum}) <= {_DOUBLE_MAX})",
+                f"({hcount} IS NULL OR {hcount} >= 0)"]
+    if f.type == "strings":
+        return []  # the Java format checks the list (llmsla-json.string-lists)
     if f.type == "string":
         return [_str_ok(col, java), *([_in(col, f.enum, java)] if f.enum else [])]
     if f.type == "int":
-        return [_int_ok(col, _bound(f.minimum), _bound(f.maximum))]
+        check = _int_ok(col, _bound(f.minimum), _bound(f.maximum))
+        return [f"({_raw_column(f)} IS NULL OR {check})" if f.nullable else check]
     check = _num_ok(col, f.minimum, f.maximum)
     return [f"({_raw_column(f)} IS NULL OR {check})" if f.nullable else check]
 
@@ -259,7 +290,7 @@ def _bound(value: float | None) -> int | None:
 def _valid(kind: str, java: bool) -> str:
     """Validity of a kind's typed columns; ``{v_ok}`` is the schema-version check of the parse path."""
     checks = ["{v_ok}"]
-    for f in EVENT_TYPES[kind].FIELDS:
+    for f in ALL_EVENT_TYPES[kind].FIELDS:
         checks += _field_checks(f, java)
     return " AND ".join([*checks, *_relations(kind, java)])
 
@@ -384,13 +415,18 @@ def checked_query(cfg: Config, kind: str, *, java: bool = True) -> str:
     # the Java path the outputs are planned together and share this view as one block.
     if not java:
         valid = f"{valid} AND line IS NOT NULL AND `file` IS NOT NULL"
+    # late: the watermark has closed the record's window; for engine samples, the watermark has
+    # passed the record itself, because their counter increases are taken in event-time order by
+    # an OVER aggregation, which drops a record behind its watermark (engine_deltas_query)
+    late_at = ("rt" if kind in ORDERED_KINDS else
+               f"TO_TIMESTAMP_LTZ(ts_ms - MOD(ts_ms, {window_ms}) + {window_ms - 1}, 3)")
     return f"""SELECT *,
   CASE
     WHEN ({valid}) IS NOT TRUE THEN 'invalid'
     WHEN rt > NOW() + {_interval(s.max_future_s)} THEN 'future'
     WHEN rt < NOW() - {_interval(s.max_past_s)} THEN 'past'
     WHEN CURRENT_WATERMARK(rt) IS NOT NULL
-         AND TO_TIMESTAMP_LTZ(ts_ms - MOD(ts_ms, {window_ms}) + {window_ms - 1}, 3) <= CURRENT_WATERMARK(rt)
+         AND {late_at} <= CURRENT_WATERMARK(rt)
       THEN 'late'
     ELSE ''
   END AS verdict
@@ -405,7 +441,7 @@ def _json_array(cols: list[str]) -> str:
 
 #: Label columns of the window tables: the only text a window row carries besides its
 #: histograms (whose array text holds digits, brackets, ``:``, ``=`` and commas only).
-TEXT_COLUMNS = frozenset({*names.REQUEST_LABELS, names.L_ZONE, names.L_POLICY_ID, names.L_NODE})
+TEXT_COLUMNS = frozenset({*names.REQUEST_LABELS, names.L_ZONE, names.L_POLICY_ID, names.L_NODE, names.L_ENGINE})
 _TAB, _LF, _CR = (f"U&'\\{ord(c):04X}'" for c in "\t\n\r")
 
 
@@ -562,6 +598,56 @@ def gpu_windows_query(cfg: Config, java: bool = True) -> str:
     return f"SELECT window_time, {_copy_line(GPU_COLUMNS, cols)} AS payload FROM (\n  {inner}\n)"
 
 
+#: Kinds read in event-time order per series before they are windowed (their late rule is the
+#: record's own time, checked_query).
+ORDERED_KINDS: frozenset[str] = frozenset({names.SPOOL_ENGINE})
+ENGINE_DELTAS_VIEW = "engine_deltas"
+#: EngineSample counters whose increase the window sums: (column, its increase's name).
+ENGINE_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("preemptions_total", "d_preempt"), ("ttft_sum", "d_ttft_sum"), ("ttft_count", "d_ttft_count"))
+
+
+def engine_deltas_query() -> str:
+    """Each usable engine sample with the increase of each counter since the replica's previous
+    sample (event-time order; an OVER aggregation, which keeps the time attribute for the window).
+
+    Reset-safe, as the contract says (llmsla.events.EngineSample): where ``counter_reset`` is 1, or
+    the counter went down, the sample's value is the increase; the replica's first sample, or one
+    after a sample without that counter, has no known increase (null)."""
+    over = "OVER (PARTITION BY pool, replica, engine ORDER BY rt)"
+    lags = ", ".join(f"LAG({c}) {over} AS prev_{c}" for c, _ in ENGINE_COUNTERS)
+    inner = f"SELECT *, {lags} FROM usable_{names.SPOOL_ENGINE}"
+    deltas = ", ".join(
+        f"CASE WHEN {c} IS NULL OR prev_{c} IS NULL THEN CAST(NULL AS DOUBLE) "
+        f"WHEN counter_reset = 1 OR {c} < prev_{c} THEN CAST({c} AS DOUBLE) "
+        f"ELSE CAST({c} - prev_{c} AS DOUBLE) END AS {d}"
+        for c, d in ENGINE_COUNTERS)
+    return f"SELECT rt, ts_ms, pool, replica, engine, waiting_n, running_n, kv_usage, prefix_cache_hit_rate, counter_reset, {deltas}\nFROM (\n  {inner}\n)"
+
+
+def engine_windows_query(cfg: Config, java: bool = True) -> str:
+    """One row per 5 s window and (pool, replica, engine): ``window_time, payload``. Gauges as
+    mean and max over the window's samples (null when the engine exposes none); preemptions and
+    the engine's TTFT count and sum as the increases of samples in the window (engine_deltas_query);
+    TTFT mean = sum / count of those increases, in ms (the histogram's sum is in seconds)."""
+    w = names.ENGINE_WINDOW_S
+    inner = f"""SELECT pool, replica, engine, window_time,
+    MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
+    COUNT(*) AS samples, AVG(waiting_n) AS waiting_mean, MAX(waiting_n) AS waiting_max,
+    AVG(running_n) AS running_mean, MAX(running_n) AS running_max,
+    AVG(kv_usage) AS kv_usage_mean, MAX(kv_usage) AS kv_usage_max,
+    SUM(d_preempt) AS preemptions, AVG(prefix_cache_hit_rate) AS hit_rate_mean,
+    SUM(d_ttft_count) AS ttft_count, SUM(d_ttft_sum) * 1000 AS ttft_sum_ms,
+    SUM(counter_reset) AS counter_resets
+  FROM TABLE(TUMBLE(TABLE {ENGINE_DELTAS_VIEW}, DESCRIPTOR(rt), INTERVAL '{w}' SECOND))
+  GROUP BY window_start, window_end, window_time, pool, replica, engine"""
+    cols = ["bucket", "pool", "replica", "engine", "samples", "waiting_mean", "waiting_max", "running_mean",
+            "running_max", "kv_usage_mean", "kv_usage_max", "preemptions", "hit_rate_mean", "ttft_count",
+            "ttft_sum_ms", "CASE WHEN ttft_count > 0 THEN ttft_sum_ms / ttft_count END", "counter_resets"]
+    assert len(cols) == len(ENGINE_COLUMNS)
+    return f"SELECT window_time, {_copy_line(ENGINE_COLUMNS, cols)} AS payload FROM (\n  {inner}\n)"
+
+
 def dead_letter_query(kind: str, java: bool = True) -> str:
     problem = JSON_ERROR if java else "CAST(NULL AS STRING)"
     # the Java path's line and file are BYTES (source_ddl): the line's base64 byte for byte (a CAST
@@ -580,6 +666,7 @@ WINDOW_QUERIES: dict[str, Callable[[Config, bool], str]] = {
     names.SPOOL_REQUESTS: lambda cfg, java: request_windows_query(REQUEST_STATS_VIEW),
     names.SPOOL_POLICY: policy_windows_query,
     names.SPOOL_GPU: gpu_windows_query,
+    names.SPOOL_ENGINE: engine_windows_query,
 }
 #: kinds whose window rows reach the sink batched, one element per window: (table, window seconds).
 #: The policy windows join two windowed streams (no time attribute survives the join), and are
@@ -587,6 +674,7 @@ WINDOW_QUERIES: dict[str, Callable[[Config, bool], str]] = {
 BATCHED: dict[str, tuple[str, int]] = {
     names.SPOOL_REQUESTS: (names.T_REQUEST_WINDOWS, names.REQUEST_WINDOW_S),
     names.SPOOL_GPU: (names.T_GPU_WINDOWS, names.GPU_WINDOW_S),
+    names.SPOOL_ENGINE: (names.T_ENGINE_WINDOWS, names.ENGINE_WINDOW_S),
 }
 #: Tables whose output elements each carry a whole window's rows (:func:`batched_query`; the 1 m
 #: roll-up's too): the sink writes such an element at once, in its own transaction.
@@ -610,7 +698,7 @@ def batched_query(table: str, rows_view: str, window_s: int) -> str:
             "GROUP BY window_start, window_end")
 
 
-def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: bool, java: bool = True) -> JobSql:
+def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_ALL_KINDS, *, bounded: bool, java: bool = True) -> JobSql:
     """Sources and views for every kind, and the two outputs (all window rows; all dead letters).
 
     ``java`` needs the jar of streaming/java on the classpath (the llmsla-json format) and the
@@ -627,6 +715,8 @@ def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_KINDS, *, bounded: b
             views.append((POLICY_TRACES_VIEW, policy_traces_query()))
         if kind == names.SPOOL_REQUESTS:
             views.append((REQUEST_STATS_VIEW, request_stats_query(cfg, java)))
+        if kind == names.SPOOL_ENGINE:
+            views.append((ENGINE_DELTAS_VIEW, engine_deltas_query()))
         query = WINDOW_QUERIES[kind](cfg, java)
         if kind in BATCHED:
             table, window_s = BATCHED[kind]

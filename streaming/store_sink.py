@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 from llmsla import names
-from llmsla.events import EVENT_TYPES, EventError, shown_name
+from llmsla.events import ALL_EVENT_TYPES, EventError, shown_name
 from llmsla.redaction import redact
 from llmsla.store import rollups
 from llmsla.streaming import sql
@@ -112,7 +112,7 @@ def dead_letter_reason(source: str, verdict: str, raw: bytes, *, problem: str | 
         return f"future: ts_ms more than {max_future_s:g} s ahead of the job's clock"
     if verdict == "past":
         return f"past: ts_ms more than {max_past_s:g} s behind the job's clock"
-    cls = EVENT_TYPES.get(source)
+    cls = ALL_EVENT_TYPES.get(source)
     if cls is None:
         return f"schema: unknown spool kind {shown_name(source)}"
     if problem == "truncated":  # the segment's last bytes, without a newline (spool check agrees)

@@ -118,3 +118,57 @@ def gpu_lines(n: int, *, start_ms: int, span_ms: int, seed: int = 0, nodes: int 
             "temp_c": round(float(rng.uniform(30, 90)), 2), "power_w": round(float(rng.uniform(50, 700)), 2),
         }, separators=(",", ":")))
     return out
+
+
+#: vLLM's TTFT bucket bounds, seconds (a subset; vllm/v1/metrics/loggers.py): the synthetic
+#: engine samples carry a histogram with native bounds, as the adapters write it.
+_ENGINE_TTFT_LE = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+def engine_lines(*, start_ms: int, span_ms: int, seed: int = 0, replicas: int = 3,
+                 interval_ms: int = 1000, reset_at: int | None = None) -> list[str]:
+    """EngineSample lines as ``llmsla engines`` spools them: one scrape per replica every
+    ``interval_ms`` (with jitter), in time order. Counters and the TTFT histogram grow; replica
+    ``r0``'s counters restart (``counter_reset`` = 1) at its ``reset_at``-th sample; replica ``r2``
+    is an SGLang engine without a TTFT histogram or preemption counter (null, never 0)."""
+    rng = np.random.default_rng(seed)
+    rows: list[tuple[int, str]] = []
+    for r in range(replicas):
+        sglang = r == 2
+        preempt, hits, queries, ttft_sum = 0.0, 0.0, 0.0, 0.0
+        counts = [0] * len(_ENGINE_TTFT_LE)
+        count = 0
+        for k in range(span_ms // interval_ms):
+            ts = start_ms + k * interval_ms + int(rng.integers(0, interval_ms // 4)) + r
+            reset = int(r == 0 and reset_at is not None and k == reset_at)
+            if reset:
+                preempt, hits, queries, ttft_sum, count = 0.0, 0.0, 0.0, 0.0, 0
+                counts = [0] * len(_ENGINE_TTFT_LE)
+            preempt += float(rng.integers(0, 3))
+            new_q = float(rng.integers(0, 400))
+            new_h = float(rng.integers(0, int(new_q) + 1))
+            queries, hits = queries + new_q, hits + new_h
+            for _ in range(int(rng.integers(0, 6))):
+                v = float(rng.exponential(0.3))
+                ttft_sum += v
+                count += 1
+                counts = [c + (v <= le) for c, le in zip(counts, _ENGINE_TTFT_LE, strict=True)]
+            sample = {
+                "v": 1, "ts_ms": ts, "replica": f"r{r}", "pool": "p0" if r < 2 else "p1",
+                "engine": "sglang" if sglang else "vllm",
+                "waiting": float(rng.integers(0, 20)), "running": float(rng.integers(0, 64)),
+                "kv_usage": round(float(rng.uniform(0, 1)), 4),
+                "kv_blocks_total": None if sglang else 4096, "kv_block_size": None if sglang else 16,
+                "kv_capacity_tokens": 65536,
+                "preemptions_total": None if sglang else preempt,
+                "prefix_cache_hits_total": None if sglang else hits,
+                "prefix_cache_queries_total": None if sglang else queries,
+                "prefix_cache_hit_rate": round(new_h / new_q, 6) if new_q else None,
+                "lora_adapters": None if sglang else ["sql-lora"],
+                "counter_reset": reset,
+                "ttft": None if sglang else {"le": list(_ENGINE_TTFT_LE), "counts": counts,
+                                             "sum": round(ttft_sum, 6), "count": count},
+                "itl": None, "e2e": None, "queue": None,
+            }
+            rows.append((ts, json.dumps(sample, separators=(",", ":"))))
+    return [line for _, line in sorted(rows)]

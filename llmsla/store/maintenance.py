@@ -8,6 +8,7 @@ refresh policies from the configuration; its background jobs then do the work.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psycopg
@@ -18,11 +19,17 @@ from llmsla.store.connection import scalar
 from llmsla.store.forecast_rollups import FORECAST_ROLLUPS
 from llmsla.store.rollups import ROLLUPS
 
-WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS)
+WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS, names.T_ENGINE_WINDOWS)
 #: Roll-ups are small: they are kept this many times as long as the 5 s windows.
 ROLLUP_RETENTION_FACTOR = 4
 #: Every roll-up (request windows, forecasts) -> its bucket width.
 ALL_ROLLUPS: dict[str, str] = {**ROLLUPS, **FORECAST_ROLLUPS}
+
+
+def _existing(conn: psycopg.Connection, tables: Iterable[str]) -> list[str]:
+    """The tables of ``tables`` this store has: one migrated part of the way (``migrate(upto=...)``,
+    a store as an older release left it) lacks the later ones, e.g. ``engine_windows``."""
+    return [t for t in tables if scalar(conn, "SELECT to_regclass(%s)", (t,)) is not None]
 
 
 @dataclass
@@ -38,7 +45,8 @@ def maintain(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: dt.date
         return MaintainResult(partitions_dropped=apply_retention(conn, cfg, flavor=flavor, now=now))
     today = now.date()
     result = MaintainResult()
-    for table, col in names.TIME_TABLES.items():
+    for table in _existing(conn, names.TIME_TABLES):
+        col = names.TIME_TABLES[table]
         result.partitions_created += scalar(
             conn,
             "SELECT llmsla_ensure_partitions(%s, %s, %s, %s)",
@@ -54,11 +62,12 @@ def apply_retention(conn: psycopg.Connection, cfg: Config, *, flavor: str, now: 
     if flavor == "timescale":
         # the retention policy job does this on its schedule; doing it now makes the command
         # (and the tests) deterministic
-        for table in names.TIME_TABLES:
+        for table in _existing(conn, names.TIME_TABLES):
             conn.execute("SELECT drop_chunks(%s, older_than => %s)", (table, cutoff))
         return 0
     dropped = 0
-    for table, col in names.TIME_TABLES.items():
+    for table in _existing(conn, names.TIME_TABLES):
+        col = names.TIME_TABLES[table]
         dropped += scalar(conn, "SELECT llmsla_drop_partitions(%s, %s, %s)", (table, col, cutoff))
     rollup_cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=cfg.store.retention_days * ROLLUP_RETENTION_FACTOR)
     for table in ALL_ROLLUPS:  # tables (request roll-ups: views before migration 0003, nothing to delete)
@@ -101,7 +110,7 @@ def compress_chunks(conn: psycopg.Connection, older_than: dt.datetime, tables: t
     if recorded_flavor(conn) != "timescale":
         return 0
     done = 0
-    for table in tables:
+    for table in _existing(conn, tables):
         done += scalar(conn,
             "SELECT count(compress_chunk(format('%%I.%%I', chunk_schema, chunk_name)::regclass)) "
             "FROM timescaledb_information.chunks WHERE hypertable_schema = current_schema() "
@@ -123,10 +132,10 @@ def refresh_start_offset(cfg: Config) -> dt.timedelta:
 def _timescale_policies(conn: psycopg.Connection, cfg: Config) -> None:
     retention = dt.timedelta(days=cfg.store.retention_days)
     compress_after = dt.timedelta(days=cfg.store.compress_after_days)
-    for table in names.TIME_TABLES:
+    for table in _existing(conn, names.TIME_TABLES):
         conn.execute("SELECT remove_retention_policy(%s, if_exists => true)", (table,))
         conn.execute("SELECT add_retention_policy(%s, drop_after => %s)", (table, retention))
-    for table in WINDOW_TABLES:
+    for table in _existing(conn, WINDOW_TABLES):
         conn.execute("CALL remove_columnstore_policy(%s, if_exists => true)", (table,))
         conn.execute("CALL add_columnstore_policy(%s, after => %s)", (table, compress_after))
     for view, width in ALL_ROLLUPS.items():

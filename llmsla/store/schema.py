@@ -53,3 +53,14 @@ GPU_KEYS: tuple[str, ...] = ("bucket", names.L_NODE, names.L_GPU)
 GPU_VALUES: tuple[str, ...] = ("samples", "mem_used_max_bytes", "mem_used_mean_bytes", "mem_total_bytes",
                                "util_mean", "temp_max_c", "power_mean_w")
 GPU_COLUMNS: tuple[str, ...] = (*GPU_KEYS, *GPU_VALUES)
+
+#: ``engine_windows`` (docs/streaming.md#windows): gauges as mean and max over the window's
+#: samples, counter increases summed over consecutive samples (reset-safe), the engine's own TTFT
+#: from its histogram's sum and count increases. Null where the engine exposes no such value.
+ENGINE_KEYS: tuple[str, ...] = ("bucket", names.L_POOL, names.L_REPLICA, names.L_ENGINE)
+ENGINE_VALUES: tuple[str, ...] = (
+    "samples", "waiting_mean", "waiting_max", "running_mean", "running_max",
+    "kv_usage_mean", "kv_usage_max", "preemptions", "prefix_cache_hit_rate_mean",
+    "engine_ttft_count", "engine_ttft_sum_ms", "engine_ttft_mean_ms", "counter_resets",
+)
+ENGINE_COLUMNS: tuple[str, ...] = (*ENGINE_KEYS, *ENGINE_VALUES)

@@ -70,19 +70,19 @@ def test_bad_values_are_refused(field: str, value: Any) -> None:
             jsonschema.validate({**good(), field: value}, events.json_schema(EngineSample))
 
 
-def test_spool_takes_engine_samples_and_the_stream_job_does_not(tmp_path: Path) -> None:
+def test_spool_takes_engine_samples_and_the_stream_job_windows_them(tmp_path: Path) -> None:
     assert names.SPOOL_ENGINE in names.SPOOL_ALL_KINDS and names.SPOOL_ENGINE not in names.SPOOL_KINDS
-    assert events.ALL_EVENT_TYPES[names.SPOOL_ENGINE] is EngineSample
-    assert names.SPOOL_ENGINE not in events.EVENT_TYPES  # what the stream job derives its columns from
+    assert events.ALL_EVENT_TYPES[names.SPOOL_ENGINE] is EngineSample  # the job's columns derive from it
+    assert names.SPOOL_ENGINE not in events.EVENT_TYPES  # the forecaster's in-memory windows do not read it
     w = spool.SpoolWriter(tmp_path, names.SPOOL_ENGINE, registry=CollectorRegistry())
     w.write_line(EngineSample.from_dict(good()).to_json())
     w.close()
     [seg] = spool.published_segments(tmp_path, names.SPOOL_ENGINE)
     [ev] = list(spool.read_segment(seg, names.SPOOL_ENGINE))
     assert ev == EngineSample.from_dict(good())
-    # the job's SQL still builds for its kinds (every kind needs a window query there)
+    # the job's SQL builds for every kind, the engine samples' included
     from llmsla import config as config_mod
     from llmsla.streaming import sql
 
     job = sql.build(config_mod.Config(), bounded=True)
-    assert not any("spool_engine" in d for d in job.ddl)
+    assert any("spool_engine" in d for d in job.ddl)  # windowed into engine_windows

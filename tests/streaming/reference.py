@@ -19,7 +19,7 @@ import pandas as pd
 
 from llmsla import histogram as H
 from llmsla import names
-from llmsla.events import EVENT_TYPES, EventError
+from llmsla.events import ALL_EVENT_TYPES, EventError
 from llmsla.streaming import sql
 
 WINDOW_MS = {k: v * 1000 for k, v in sql.WINDOW_OF_KIND.items()}
@@ -41,7 +41,7 @@ def judge(kind: str, lines: Iterable[str], *, delay_ms: int, now_ms: int, max_fu
     ``[max_ts - delay - interval, max_ts - delay]`` (periodic emission); a line whose window
     end falls in that band could go either way, so the test data must avoid it (asserted)."""
     out = Judged()
-    cls = EVENT_TYPES[kind]
+    cls = ALL_EVENT_TYPES[kind]
     width = WINDOW_MS[kind]
     max_ts: int | None = None
     for raw in lines:
@@ -60,7 +60,8 @@ def judge(kind: str, lines: Iterable[str], *, delay_ms: int, now_ms: int, max_fu
         if max_ts is not None:
             wm_hi = max_ts - delay_ms
             wm_lo = wm_hi - wm_interval_ms - 1
-            last = ts - ts % width + width - 1
+            # engine samples are late once the watermark passed the sample itself (sql.ORDERED_KINDS)
+            last = ts if kind in sql.ORDERED_KINDS else ts - ts % width + width - 1
             assert not (wm_lo < last <= wm_hi), f"test data is ambiguous about lateness: {raw}"
             if last <= wm_lo:
                 out.dead.append((raw, "late"))
@@ -158,6 +159,68 @@ def gpu_windows(events: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(sql.GPU_COLUMNS))
 
 
+def engine_windows(events: list) -> pd.DataFrame:
+    """Per replica in time order, each counter's increase since the previous sample (the sample's
+    own value where ``counter_reset`` is 1 or the counter went down; unknown for the first sample
+    or after a sample without it), summed per 5 s window; gauges as mean and max."""
+    w = WINDOW_MS[names.SPOOL_ENGINE]
+    recs = []
+    for e in events:
+        recs.append({"ts_ms": e.ts_ms, "pool": e.pool, "replica": e.replica, "engine": e.engine,
+                     "waiting": e.waiting, "running": e.running, "kv_usage": e.kv_usage,
+                     "hit_rate": e.prefix_cache_hit_rate, "reset": e.counter_reset,
+                     "preempt": e.preemptions_total,
+                     "ttft_sum": e.ttft["sum"] if e.ttft else None,
+                     "ttft_count": float(e.ttft["count"]) if e.ttft else None})
+    df = pd.DataFrame(recs).sort_values("ts_ms", kind="stable")
+    for c in ("preempt", "ttft_sum", "ttft_count"):
+        deltas = []
+        for _, g in df.groupby(["pool", "replica", "engine"], sort=False):
+            prev = None
+            for idx, v, reset in zip(g.index, g[c], g["reset"], strict=True):
+                v = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+                if v is None or prev is None:
+                    d = None
+                elif reset == 1 or v < prev:
+                    d = v
+                else:
+                    d = v - prev
+                deltas.append((idx, d))
+                prev = v
+        df["d_" + c] = pd.Series(dict(deltas), dtype=object)
+    df["bucket"] = _bucket(df["ts_ms"], w)
+
+    def num(series: pd.Series) -> list[float]:
+        return [float(x) for x in series if x is not None and not (isinstance(x, float) and math.isnan(x))]
+
+    def mean(series: pd.Series) -> float | None:
+        v = num(series)
+        return float(np.mean(v)) if v else None
+
+    def top(series: pd.Series) -> float | None:
+        v = num(series)
+        return max(v) if v else None
+
+    def total(series: pd.Series) -> float | None:
+        v = num(series)
+        return float(sum(v)) if v else None
+
+    rows = []
+    for key, g in df.groupby(["bucket", "pool", "replica", "engine"], sort=True):
+        count, tsum = total(g.d_ttft_count), total(g.d_ttft_sum)
+        rows.append({
+            "bucket": key[0], "pool": key[1], "replica": key[2], "engine": key[3], "samples": len(g),
+            "waiting_mean": mean(g.waiting), "waiting_max": top(g.waiting),
+            "running_mean": mean(g.running), "running_max": top(g.running),
+            "kv_usage_mean": mean(g.kv_usage), "kv_usage_max": top(g.kv_usage),
+            "preemptions": total(g.d_preempt), "prefix_cache_hit_rate_mean": mean(g.hit_rate),
+            "engine_ttft_count": count, "engine_ttft_sum_ms": None if tsum is None else tsum * 1000,
+            "engine_ttft_mean_ms": tsum * 1000 / count if count else None,
+            "counter_resets": int(g.reset.sum()),
+        })
+    return pd.DataFrame(rows, columns=list(sql.ENGINE_COLUMNS))
+
+
 HIST_COLUMNS = (names.C_TTFT_HIST, names.C_E2E_HIST)
 
 
@@ -215,7 +278,7 @@ def judge_writers(kind: str, writers: dict[str, list[str | bytes]], *, delay_ms:
     after it). Test data must have no event in between (asserted), so the verdict does not depend
     on timing."""
     out = Judged()
-    cls = EVENT_TYPES[kind]
+    cls = ALL_EVENT_TYPES[kind]
     width = WINDOW_MS[kind]
     judged: list[tuple[str | bytes, object]] = []
     firsts: list[int] = []

@@ -21,7 +21,7 @@ def test_local_pre_aggregation_only_with_several_subtasks(tmp_path: Path, parall
     cfg.spool.dir = str(tmp_path / "spool")
     cfg.stream.checkpoint_dir = str(tmp_path / "ckpt")
     cfg.stream.parallelism = parallelism
-    for kind in names.SPOOL_KINDS:
+    for kind in names.SPOOL_ALL_KINDS:
         (cfg.spool_dir() / kind).mkdir(parents=True)
     env, _t_env, _ = job.build(cfg, job.JobOptions(bounded=True, resume=False))
     kinds = [n["type"] for n in json.loads(env.get_execution_plan())["nodes"]]

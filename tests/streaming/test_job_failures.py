@@ -39,7 +39,7 @@ def _count_nodes(plan: str, prefix: str) -> int:
 
 def test_plan_parses_each_line_once_and_shares_the_verdict(tmp_path: Path) -> None:
     plan = _job_plan(tmp_path, java=True)
-    kinds = len(names.SPOOL_KINDS)
+    kinds = len(names.SPOOL_ALL_KINDS)
     assert _count_nodes(plan, "Source: spool_") == kinds, plan  # the parse is the source's format
     # the watermark is the llmsla-spool source's own (per writer, see test_backlog), one per kind
     sources = [n["contents"] for n in json.loads(plan)["nodes"] if n["type"].startswith("Source: spool_")]
@@ -51,12 +51,12 @@ def test_plan_parses_each_line_once_and_shares_the_verdict(tmp_path: Path) -> No
 
 def test_sql_fallback_plan_parses_each_field_once(tmp_path: Path) -> None:
     plan = _job_plan(tmp_path, java=False)
-    fields = sum(len(sql.fallback_columns(k)) for k in names.SPOOL_KINDS)
+    fields = sum(len(sql.fallback_columns(k)) for k in names.SPOOL_ALL_KINDS)
     # one JSON_VALUE per parsed field, plus one per kind for the watermark's ts_ms
-    assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_KINDS), plan
-    assert _count_nodes(plan, "Source: spool_") == len(names.SPOOL_KINDS), plan
+    assert plan.count("JSON_VALUE(") == fields + len(names.SPOOL_ALL_KINDS), plan
+    assert _count_nodes(plan, "Source: spool_") == len(names.SPOOL_ALL_KINDS), plan
     # one watermark per kind, so windows and dead letters agree about lateness
-    assert _count_nodes(plan, "WatermarkAssigner") == len(names.SPOOL_KINDS), plan
+    assert _count_nodes(plan, "WatermarkAssigner") == len(names.SPOOL_ALL_KINDS), plan
 
 
 def test_store_down_mid_stream_fails_the_job_clearly(tmp_path: Path) -> None:

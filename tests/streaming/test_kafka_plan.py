@@ -156,7 +156,7 @@ def test_whole_job_plans_with_the_kafka_source(tmp_path: Path, stand_in_jar: Pat
     assert settings["pipeline.jars"] == stand_in_jar.resolve().as_uri()  # shipped like the real jar
     env, _t_env, _ = job.build(cfg, job.JobOptions(bounded=False, resume=False))
     plan = json.loads(env.get_execution_plan())
-    kinds = len(names.SPOOL_KINDS)
+    kinds = len(names.SPOOL_ALL_KINDS)
     sources = [n for n in plan["nodes"] if n["type"].startswith("Source: spool_")]
     assert len(sources) == kinds, plan
     # the row-time watermark (one per kind, so windows and dead letters agree), the store sink

@@ -4,8 +4,10 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 import org.apache.flink.api.common.serialization.DeserializationSchema;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -67,6 +69,14 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     private final char[] types;
     /** Longest storable string in code points (0: no limit). */
     private final int maxStringChars;
+    /** Top-level fields holding a histogram {le, counts, sum, count}, and those holding a list of
+     *  strings (EngineSample): checked like llmsla.events does, only a histogram's sum and count
+     *  reach columns (through paths such as {@code ttft_sum=ttft.sum}). */
+    private final Set<String> histograms;
+    private final Set<String> stringLists;
+    /** Most items of a histogram's arrays and of a string list (llmsla.events MAX_BUCKETS, MAX_LIST_ITEMS). */
+    private static final int MAX_ITEMS = 64;
+    private static final String[] HIST_KEYS = {"le", "counts", "sum", "count"};
 
     private transient JsonFactory factory;
     private transient Map<String, Integer> top;
@@ -82,9 +92,11 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
 
     public SpoolJsonDeserializer(RowType rowType, TypeInformation<RowData> produced, String pathOption,
                                  String notNullOption, String timeOption, String rawColumn, String errorColumn,
-                                 int maxStringChars) {
+                                 int maxStringChars, String histogramOption, String stringListOption) {
         this.produced = produced;
         this.maxStringChars = maxStringChars;
+        this.histograms = fieldSet(histogramOption);
+        this.stringLists = fieldSet(stringListOption);
         List<String> names = rowType.getFieldNames();
         arity = names.size();
         if (arity > 64) {
@@ -180,6 +192,16 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
         timeSourceIndex = timeSource;
     }
 
+    private static Set<String> fieldSet(String option) {
+        Set<String> out = new HashSet<>();
+        for (String name : option.split(",")) {
+            if (!name.isBlank()) {
+                out.add(name.trim());
+            }
+        }
+        return out;
+    }
+
     private static boolean isBytes(LogicalType type) {
         switch (type.getTypeRoot()) {
             case VARBINARY:
@@ -225,6 +247,13 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                 nested.computeIfAbsent(object, k -> new HashMap<>()).put(path.substring(dot + 1), i);
                 objectBits.putIfAbsent(object, objectBits.size());
             }
+        }
+        for (String name : histograms) {
+            nested.putIfAbsent(name, new HashMap<>()); // a histogram whose sum and count no column reads
+            objectBits.putIfAbsent(name, objectBits.size());
+        }
+        for (String name : stringLists) {
+            objectBits.putIfAbsent(name, objectBits.size());
         }
     }
 
@@ -333,6 +362,13 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
                 }
                 continue;
             }
+            if (isTop && stringLists.contains(name)) {
+                String problem = readStringList(p, value, name, line);
+                if (problem != null) {
+                    return problem;
+                }
+                continue;
+            }
             Map<String, Integer> children = isTop ? nested.get(name) : null;
             if (children == null) {
                 return "unknown:" + prefix + name;
@@ -348,13 +384,172 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
             if (value != JsonToken.START_OBJECT) {
                 return "type:" + name;
             }
-            String problem = readObject(p, children, false, name + ".", row, line);
+            String problem = histograms.contains(name) ? readHistogram(p, children, name, row)
+                    : readObject(p, children, false, name + ".", row, line);
             if (problem != null) {
                 return problem;
             }
         }
         if (t != JsonToken.END_OBJECT) {
             throw new IOException("malformed object");
+        }
+        return null;
+    }
+
+    /**
+     * A histogram object (the parser after its START_OBJECT), checked as llmsla.events._parse_hist
+     * does: the four keys once each and nothing else; {@code le} finite numbers, strictly
+     * increasing; {@code counts} integers >= 0, as many, not decreasing, none above {@code count};
+     * {@code sum} a finite number; {@code count} an integer >= 0. Its sum and count go to the
+     * columns that read {@code name.sum} and {@code name.count}, if any.
+     */
+    private String readHistogram(JsonParser p, Map<String, Integer> slots, String name, GenericRowData row)
+            throws IOException {
+        double[] le = null;
+        long[] counts = null;
+        Double sum = null;
+        Long count = null;
+        JsonToken t;
+        while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
+            String key = p.currentName();
+            JsonToken value = p.nextToken();
+            String where = name + "." + key;
+            switch (key) {
+                case "le":
+                case "counts":
+                    if ((key.equals("le") ? le != null : counts != null)) {
+                        return "duplicate:" + where;
+                    }
+                    if (value != JsonToken.START_ARRAY) {
+                        return "type:" + where;
+                    }
+                    double[] numbers = new double[MAX_ITEMS];
+                    long[] ints = new long[MAX_ITEMS];
+                    int n = 0;
+                    JsonToken item;
+                    while ((item = p.nextToken()) != JsonToken.END_ARRAY) {
+                        if (n == MAX_ITEMS) {
+                            return "items:" + where;
+                        }
+                        if (key.equals("le")) {
+                            Double d = finiteNumber(p, item);
+                            if (d == null) {
+                                return "type:" + where;
+                            }
+                            numbers[n++] = d;
+                        } else {
+                            Long c = integer(p, item);
+                            if (c == null || c < 0) {
+                                return "type:" + where;
+                            }
+                            ints[n++] = c;
+                        }
+                    }
+                    if (key.equals("le")) {
+                        le = Arrays.copyOf(numbers, n);
+                    } else {
+                        counts = Arrays.copyOf(ints, n);
+                    }
+                    break;
+                case "sum":
+                    if (sum != null) {
+                        return "duplicate:" + where;
+                    }
+                    sum = finiteNumber(p, value);
+                    if (sum == null) {
+                        return "type:" + where;
+                    }
+                    break;
+                case "count":
+                    if (count != null) {
+                        return "duplicate:" + where;
+                    }
+                    count = integer(p, value);
+                    if (count == null || count < 0) {
+                        return "type:" + where;
+                    }
+                    break;
+                default:
+                    return "unknown:" + where;
+            }
+        }
+        if (t != JsonToken.END_OBJECT) {
+            throw new IOException("malformed object");
+        }
+        if (le == null || counts == null || sum == null || count == null) {
+            return "missing:" + name;
+        }
+        if (le.length != counts.length) {
+            return "histogram:" + name;
+        }
+        for (int i = 1; i < le.length; i++) {
+            if (le[i] <= le[i - 1] || counts[i] < counts[i - 1]) {
+                return "histogram:" + name;
+            }
+        }
+        if (counts.length > 0 && counts[counts.length - 1] > count) {
+            return "histogram:" + name;
+        }
+        Integer sumSlot = slots.get("sum");
+        Integer countSlot = slots.get("count");
+        if (sumSlot != null) {
+            row.setField(sumSlot, sum);
+        }
+        if (countSlot != null) {
+            row.setField(countSlot, count);
+        }
+        return null;
+    }
+
+    /** A list of strings (llmsla.events._parse_strings): null, or at most 64 storable, non-empty strings. */
+    private String readStringList(JsonParser p, JsonToken value, String name, byte[] line) throws IOException {
+        long bit = 1L << objectBits.get(name);
+        if ((seenObjects & bit) != 0) {
+            return "duplicate:" + name;
+        }
+        seenObjects |= bit;
+        if (value == JsonToken.VALUE_NULL) {
+            return null;
+        }
+        if (value != JsonToken.START_ARRAY) {
+            return "type:" + name;
+        }
+        int n = 0;
+        JsonToken item;
+        while ((item = p.nextToken()) != JsonToken.END_ARRAY) {
+            if (++n > MAX_ITEMS) {
+                return "items:" + name;
+            }
+            if (item != JsonToken.VALUE_STRING) {
+                return "type:" + name;
+            }
+            Object text = stringValue(p, line, true);
+            if (text == null || ((byte[]) text).length == 0) {
+                return "string:" + name;
+            }
+        }
+        return null;
+    }
+
+    /** A JSON number as a finite double (Python: float(), beyond the float range is not finite); else null. */
+    private static Double finiteNumber(JsonParser p, JsonToken t) throws IOException {
+        if (t != JsonToken.VALUE_NUMBER_INT && t != JsonToken.VALUE_NUMBER_FLOAT) {
+            return null;
+        }
+        double d = p.getDoubleValue();
+        return Double.isFinite(d) ? d : null;
+    }
+
+    /** A JSON integer (or an integral number, as the contract accepts 12.0) in the 64-bit range; else null. */
+    private static Long integer(JsonParser p, JsonToken t) throws IOException {
+        if (t == JsonToken.VALUE_NUMBER_INT) {
+            return p.getNumberType() == JsonParser.NumberType.BIG_INTEGER ? null : p.getLongValue();
+        }
+        if (t == JsonToken.VALUE_NUMBER_FLOAT) {
+            double d = p.getDoubleValue();
+            if (Double.isFinite(d) && d == Math.rint(d) && Math.abs(d) < LONG_LIMIT) {
+                return (long) d;
+            }
         }
         return null;
     }

@@ -55,6 +55,12 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
             .withDescription("column that receives the raw line");
     public static final ConfigOption<String> ERROR_COLUMN = ConfigOptions.key("error-column").stringType()
             .defaultValue("json_error").withDescription("column that receives the JSON-shape problem, null if none");
+    public static final ConfigOption<String> HISTOGRAMS = ConfigOptions.key("histograms").stringType().defaultValue("")
+            .withDescription("comma separated top-level fields holding a cumulative histogram {le, counts, sum, "
+                    + "count} (llmsla.events._parse_hist), checked in full; paths may read its sum and count");
+    public static final ConfigOption<String> STRING_LISTS = ConfigOptions.key("string-lists").stringType().defaultValue("")
+            .withDescription("comma separated top-level fields holding null or an array of storable strings "
+                    + "(llmsla.events._parse_strings), checked and not stored");
     public static final ConfigOption<Integer> MAX_STRING_CHARS = ConfigOptions.key("max-string-chars").intType()
             .defaultValue(256).withDescription("longest string value in Unicode code points (llmsla.events."
                     + "MAX_STRING_CHARS); longer, or with a NUL or a lone surrogate, is a string:<path> problem");
@@ -80,13 +86,16 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
         final String raw = options.get(RAW_COLUMN);
         final String error = options.get(ERROR_COLUMN);
         final int maxChars = options.get(MAX_STRING_CHARS);
+        final String histograms = options.get(HISTOGRAMS);
+        final String stringLists = options.get(STRING_LISTS);
         return new DecodingFormat<DeserializationSchema<RowData>>() {
             @Override
             public DeserializationSchema<RowData> createRuntimeDecoder(
                     DynamicTableSource.Context ctx, DataType physicalDataType) {
                 RowType rowType = (RowType) physicalDataType.getLogicalType();
                 TypeInformation<RowData> produced = ctx.createTypeInformation(physicalDataType);
-                return new SpoolJsonDeserializer(rowType, produced, paths, notNull, time, raw, error, maxChars);
+                return new SpoolJsonDeserializer(rowType, produced, paths, notNull, time, raw, error, maxChars,
+                        histograms, stringLists);
             }
 
             @Override
@@ -115,6 +124,8 @@ public class SpoolJsonFormatFactory implements DeserializationFormatFactory {
         options.add(RAW_COLUMN);
         options.add(ERROR_COLUMN);
         options.add(MAX_STRING_CHARS);
+        options.add(HISTOGRAMS);
+        options.add(STRING_LISTS);
         return options;
     }
 }
