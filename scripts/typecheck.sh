@@ -11,6 +11,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-${VENV:-$ROOT/.venv}/bin/python}"
+# absolute (the check runs from a temporary directory): a relative path as make passes it, or a
+# bare name on PATH; the venv's own path is kept, not the interpreter it links to
+case "$PY" in
+  /*) ;;
+  */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;;
+  *) PY="$(command -v "$PY")" ;;
+esac
 TREE="$(mktemp -d)"
 trap 'rm -rf "$TREE"' EXIT
 
