@@ -253,9 +253,11 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
     res, mr = train_and_save(cfg, ds, out, tc, log=_log)
     t = mr.test
+    # a data set from the store has no fault labels: every breach is an event of cause "none"
+    cause, what = ("precursor", "precursor recall") if t.events["precursor"] else ("none", "breach recall")
     print(f"artifact: {out} (trained {res.seconds:.0f} s, best epoch {res.best_epoch}, threshold {mr.threshold:.3f})")
-    print(f"  test AUC-PR {t.auc_pr:.3f}; precursor recall {t.recall['precursor']:.2f} "
-          f"(mean lead {t.mean_lead_s['precursor']:.0f} s); {t.false_alarms_per_day:.1f} false alarms/day")
+    print(f"  test AUC-PR {t.auc_pr:.3f}; {what} {t.recall[cause]:.2f} "
+          f"(mean lead {t.mean_lead_s[cause]:.0f} s); {t.false_alarms_per_day:.1f} false alarms/day")
     return 0
 
 
@@ -321,8 +323,10 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
             "before the window starts counts, since the question is early warning.")
     header = {
         "data": f"`{data.name}` sha256 {ds.digest()[:12]} (`llmsla forecast dataset` "
-                f"--runs {','.join(str(ds.info['spec']['runs'][k]) for k in ('train', 'val', 'test'))}); "
-                f"{ds.n_series} series; "
+                + (f"--from-store, {ds.info['store']['from']} to {ds.info['store']['to']}); "
+                   if ds.info.get("source") == "store" else
+                   f"--runs {','.join(str(ds.info['spec']['runs'][k]) for k in ('train', 'val', 'test'))}); ")
+                + f"{ds.n_series} series; "
                 + ", ".join(f"{s} {len(ds.samples(s))} windows ({ds.y[ds.samples(s)].mean():.1%} positive)"
                             for s in ("train", "val", "test")),
         "model": f"LSTM version {art.version}, trained {art.meta['train']['seconds']:.0f} s "
