@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, serve (docs/forecaster.md)")
+    p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, backtest, serve (docs/forecaster.md)")
     sub = p.add_subparsers(dest="forecast_command", metavar="SUBCOMMAND")
     d = sub.add_parser("dataset", help="simulate trace replays with random faults into a labelled data set")
     d.add_argument("--out", type=argtypes.output_file, help="data set file (default <forecast.dir>/dataset.npz)")
@@ -31,6 +31,9 @@ def register(subparsers: Any) -> None:
     d.add_argument("--duration-s", default="1500,1200,1500",
                    type=argtypes.each(argtypes.positive_duration_s, 3, "train,val,test"), help="seconds per run for train,val,test")
     d.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="offset of every split's seed range")
+    d.add_argument("--from-store", action="store_true",
+                   help="build it from the store's windows (--from..--to) instead of simulating; labels = SLO breaches")
+    _history_args(d, split=True)
     d.set_defaults(handler=cmd_dataset)
     t = sub.add_parser("train", help="train the LSTM; threshold from validation; write the artifact")
     t.add_argument("--data", type=argtypes.input_file, help="data set (default <forecast.dir>/dataset.npz)")
@@ -52,6 +55,14 @@ def register(subparsers: Any) -> None:
     e.add_argument("--doc", default="docs/forecaster-eval.md", help="write the markdown table here ('' = none)")
     e.add_argument("--json", type=argtypes.output_file, help="write all results as JSON")
     e.set_defaults(handler=cmd_eval)
+    b = sub.add_parser("backtest", help="score a model on the store's history as the online loop would; write the page")
+    _history_args(b, split=False)
+    b.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
+    b.add_argument("--out", type=argtypes.output_file, help="evaluation page (default <forecast.dir>/backtest.md; JSON beside it)")
+    b.add_argument("--methods", help="comma-separated baselines (default all)")
+    b.add_argument("--learned-max-windows", type=argtypes.non_negative_int, default=12000,
+                   help="training windows of a learned baseline, evenly spaced (default 12000; 0 = every 3rd)")
+    b.set_defaults(handler=cmd_backtest)
     # "serve" like every other service's verb; "run" is its old spelling, kept for one release
     r = sub.add_parser("serve", aliases=["run"], help="score every target online: metrics, forecasts table, alerts to the receiver")
     r.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
@@ -59,6 +70,49 @@ def register(subparsers: Any) -> None:
     r.add_argument("--receiver", type=argtypes.key("forecast.receiver_url"), help="webhook v4 URL (default forecast.receiver_url)")
     r.set_defaults(handler=cmd_serve)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
+
+
+def _history_args(p: argparse.ArgumentParser, *, split: bool) -> None:
+    """--from/--to of a store history, and how it is cut into train, validation and test."""
+    p.add_argument("--from", dest="start", metavar="TIME", type=argtypes.time,
+                   help="start of the history (-14d, ISO 8601, epoch seconds)" + ("; needs --from-store" if split else ""))
+    p.add_argument("--to", dest="end", metavar="TIME", type=argtypes.time, default="now", help="end of the history (default now)")
+    p.add_argument("--split", default="0.6,0.2,0.2", type=argtypes.each(argtypes.number(float, above=0), 3, "train,val,test"),
+                   help="shares of the history for train, validation, test, in time order (default 0.6,0.2,0.2)")
+    p.add_argument("--min-breaches", type=argtypes.positive_int, default=5,
+                   help="breach episodes needed in the training and the validation part (default 5)")
+    p.add_argument("--allow-gaps", action="store_true",
+                   help="cut the series at a gap in the request windows instead of refusing the history")
+
+
+def _store_dataset(cfg: Config, args: argparse.Namespace, window: int, horizon: int) -> Any:
+    """The store's history ``--from``..``--to`` as a data set; one line and exit 2 when it cannot be."""
+    import psycopg
+
+    from llmsla.errors import CliError
+    from llmsla.forecaster import features
+    from llmsla.forecaster import slo as slo_mod
+    from llmsla.forecaster import store_dataset as sd
+    from llmsla.store import open_store
+
+    if args.start is None:
+        raise CliError("--from is required with a store history (e.g. --from -14d)")
+    fc = cfg.forecast
+    slos = slo_mod.from_config(cfg)
+    spec = sd.StoreSpec(window, horizon, fc.slo_window_steps, tuple(args.split), args.min_breaches, args.allow_gaps)
+    from_ms, to_ms = (int(t.timestamp() * 1000) for t in (args.start, args.end))
+    handle = open_store(cfg)
+    try:
+        with handle.connect() as conn:
+            h = sd.read_history(conn, from_ms, to_ms, slos=slos, slo_window_steps=fc.slo_window_steps,
+                                gpu_map=features.gpu_map_from(fc.gpu_map))
+        return sd.to_dataset(h, spec, slos)
+    except sd.HistoryError as exc:
+        raise CliError(str(exc)) from None
+    except psycopg.Error as exc:
+        raise CliError(f"store: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        handle.close()
 
 
 def _paths(cfg: Config, args: argparse.Namespace) -> tuple[Path, Path]:
@@ -81,6 +135,10 @@ def cmd_dataset(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.fleet import scenarios
 
     out, _ = _paths(cfg, args)
+    if args.from_store:
+        return _dataset_from_store(cfg, args, out)
+    if args.start is not None:
+        raise CliError("--from reads the store's history: add --from-store")
     traces = tuple(t.strip() for t in args.traces.split(",") if t.strip())
     for t in traces:
         if t not in scenarios.TRACES:
@@ -99,6 +157,26 @@ def cmd_dataset(args: argparse.Namespace, cfg: Config) -> int:
           f"in {time.perf_counter() - t0:.1f} s")
     for s in ("train", "val", "test"):
         print(f"  {s:5s} {len(ds.samples(s)):7d} windows, {pos[s]:.1%} positive")
+    return 0
+
+
+def _dataset_from_store(cfg: Config, args: argparse.Namespace, out: Path) -> int:
+    from llmsla.errors import CliError
+    from llmsla.forecaster import store_dataset
+
+    t0 = time.perf_counter()
+    ds = _store_dataset(cfg, args, cfg.forecast.window_steps, cfg.forecast.horizon_steps)
+    problems = store_dataset.time_order(ds)
+    if problems:  # to_dataset cuts by time; this would be a bug, never a user error
+        raise CliError(f"the splits are not in time order: {problems[0]}")
+    ds.save(out)
+    st = ds.info["store"]
+    print(f"data set: {out} ({ds.n_series} series, {len(ds.y)} steps from {st['from']} to {st['to']}, "
+          f"sha256 {ds.digest()[:12]}) in {time.perf_counter() - t0:.1f} s")
+    for s in ("train", "val", "test"):
+        a, b = st["bounds"][s]
+        print(f"  {s:5s} {a} .. {b} {len(ds.samples(s)):7d} windows, {ds.y[ds.samples(s)].mean():.1%} positive, "
+              f"{st['breach_episodes'][s]} breach episodes")
     return 0
 
 
@@ -175,9 +253,11 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
     res, mr = train_and_save(cfg, ds, out, tc, log=_log)
     t = mr.test
+    # a data set from the store has no fault labels: every breach is an event of cause "none"
+    cause, what = ("precursor", "precursor recall") if t.events["precursor"] else ("none", "breach recall")
     print(f"artifact: {out} (trained {res.seconds:.0f} s, best epoch {res.best_epoch}, threshold {mr.threshold:.3f})")
-    print(f"  test AUC-PR {t.auc_pr:.3f}; precursor recall {t.recall['precursor']:.2f} "
-          f"(mean lead {t.mean_lead_s['precursor']:.0f} s); {t.false_alarms_per_day:.1f} false alarms/day")
+    print(f"  test AUC-PR {t.auc_pr:.3f}; {what} {t.recall[cause]:.2f} "
+          f"(mean lead {t.mean_lead_s[cause]:.0f} s); {t.false_alarms_per_day:.1f} false alarms/day")
     return 0
 
 
@@ -243,8 +323,10 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
             "before the window starts counts, since the question is early warning.")
     header = {
         "data": f"`{data.name}` sha256 {ds.digest()[:12]} (`llmsla forecast dataset` "
-                f"--runs {','.join(str(ds.info['spec']['runs'][k]) for k in ('train', 'val', 'test'))}); "
-                f"{ds.n_series} series; "
+                + (f"--from-store, {ds.info['store']['from']} to {ds.info['store']['to']}); "
+                   if ds.info.get("source") == "store" else
+                   f"--runs {','.join(str(ds.info['spec']['runs'][k]) for k in ('train', 'val', 'test'))}); ")
+                + f"{ds.n_series} series; "
                 + ", ".join(f"{s} {len(ds.samples(s))} windows ({ds.y[ds.samples(s)].mean():.1%} positive)"
                             for s in ("train", "val", "test")),
         "model": f"LSTM version {art.version}, trained {art.meta['train']['seconds']:.0f} s "
@@ -297,6 +379,69 @@ def _res_dict(r: Any) -> dict:
             "test": r.test.to_dict(), "seconds": r.seconds, **r.extra}
 
 
+def _model_dir(cfg: Config, args: argparse.Namespace) -> Path:
+    """--model, else ``<forecast.dir>/model`` if trained, else the shipped model."""
+    from llmsla.forecaster import artifact
+
+    _, model_dir = _paths(cfg, args)
+    if not args.model and not model_dir.exists():
+        model_dir = artifact.PRETRAINED  # nothing trained here yet: the model llmsla ships
+    return model_dir
+
+
+def cmd_backtest(args: argparse.Namespace, cfg: Config) -> int:
+    """The model on the store's history with its own threshold and the online alarm policy,
+    beside every baseline: the evaluation page and its JSON."""
+    extras.require("forecast", "llmsla forecast backtest")
+    from llmsla.errors import CliError
+    from llmsla.forecaster import backtest, baselines, report, train
+    from llmsla.forecaster import metrics as m
+
+    methods = tuple(x.strip() for x in args.methods.split(",")) if args.methods else baselines.METHODS
+    for meth in methods:
+        if meth not in baselines.METHODS:
+            raise CliError(f"--methods: unknown method {meth!r} (known: {', '.join(baselines.METHODS)})")
+    model_dir = _model_dir(cfg, args)
+    art = _load_artifact(model_dir)
+    try:
+        backtest.check(art)
+    except backtest.BacktestError as exc:
+        raise CliError(f"{model_dir}: {exc}") from None
+    out = Path(args.out or cfg.forecast.root() / "backtest.md")
+    ds = _store_dataset(cfg, args, art.window, art.horizon)
+    train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
+    ec = _eval_config(cfg, learned_max_windows=args.learned_max_windows)
+    bt = backtest.run(ds, art, ec, methods, log=_log)
+    st = ds.info["store"]
+    facts = {"header": {
+        "history": f"{st['from']} to {st['to']} from the store ({ds.n_series} series; gaps cut: {st['gaps']}); "
+                   + ", ".join(f"{s} {st['bounds'][s][0]} .. {st['bounds'][s][1]} ({st['breach_episodes'][s]} "
+                               f"breach episodes)" for s in ("train", "val", "test")),
+        "model": f"{model_dir} (LSTM version {art.version}, threshold {art.threshold:.3f} from its own validation)",
+        "labels": f"an SLO breach = a {ds.info['slo_window_steps']}-step SLO window below its objective: "
+                  + ", ".join(s["name"] for s in ds.info["slos"]) + "; every breach episode is an event",
+        "alarms": f"what the online loop raises: {threshold_rule(ec)}; a breach is warned when the alarm is on "
+                  f"1..{ec.lead_max_steps} steps ({ec.lead_max_steps * ds.step_s:.0f} s) before its onset",
+    }, "note": (
+        "Test = the last part of the history. The model keeps its serving threshold; each baseline learns on the "
+        "training part, takes its parameters and its threshold (the same false-alarm budget, "
+        f"{ec.false_alarms_per_day:g} per target-day) from the validation part. Recall in brackets beside it: "
+        "chance, the share of healthy steps the alarm covers in the lead window before them.")}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report.render_backtest(bt.results, bt.whole, facts))
+    js = out.with_suffix(".json")
+    js.write_text(json.dumps({"whole": bt.whole.to_dict(), "held_out": [_res_dict(r) for r in bt.results],
+                              "facts": facts, "data_sha256": ds.digest()}, indent=1, default=str) + "\n")
+    w = bt.whole
+    print(f"wrote {out} and {js}")
+    print(f"  whole history: {w.warned[m.NONE]}/{w.events[m.NONE]} breaches warned, mean lead "
+          f"{w.mean_lead_s[m.NONE]:.0f} s, {w.false_alarms_per_day:.1f} false alarms per target-day")
+    for r in bt.results:
+        print(f"  held-out {r.method:26s} recall {r.test.recall[m.NONE]:.2f} ({r.test.warned[m.NONE]}/"
+              f"{r.test.events[m.NONE]})  FA/day {r.test.false_alarms_per_day:.1f}")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     """Score every target each ``forecast.interval_s``; ``/metrics`` through the HTTP kit like
     every llmsla server; SIGTERM/SIGINT stop it cleanly."""
@@ -308,13 +453,11 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from llmsla.forecaster import alerts, artifact, online, train
+    from llmsla.forecaster import alerts, online, train
     from llmsla.forecaster.service import ForecastService
     from llmsla.store import open_store
 
-    _, model_dir = _paths(cfg, args)
-    if not args.model and not model_dir.exists():
-        model_dir = artifact.PRETRAINED  # nothing trained here yet: the model llmsla ships
+    model_dir = _model_dir(cfg, args)
     art = _load_artifact(model_dir)
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
     handle = open_store(cfg)

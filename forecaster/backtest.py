@@ -1,0 +1,76 @@
+"""Backtest: a model scored on the store's history as the online loop would have scored it.
+
+The model sees the windows the online scorer would have read (the history as a data set,
+:mod:`llmsla.forecaster.store_dataset`), with its own scaler and its own threshold, under the
+online loop's alarm policy: the alarm it would have raised, judged by the evaluation's
+definitions (:mod:`llmsla.forecaster.metrics`: recall, lead, false alarms per target-day). The
+baselines have no artifact, so they learn on the history's first part, take their parameters and
+threshold from the next and are reported, with the model, on the last (held-out) part; the
+model is also reported over the whole history. See docs/forecaster.md#train-on-your-own-fleet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmsla.forecaster import evaluate, features, train
+from llmsla.forecaster import metrics as m
+from llmsla.forecaster.artifact import Artifact
+from llmsla.forecaster.baselines import RULES
+from llmsla.forecaster.dataset import SPLITS, Dataset
+
+#: the name of the model's row in the backtest's tables
+MODEL = "lstm (serving threshold)"
+
+
+class BacktestError(ValueError):
+    """A model the history cannot be scored with (one line naming what)."""
+
+
+def check(art: Artifact) -> None:
+    """The model must read the features the scorer builds (names and order)."""
+    if art.meta.get("mode") != "fleet" or art.scaler is None:
+        raise BacktestError("a backtest needs a fleet-mode model with its scaler (not a univariate one)")
+    want = (list(features.FEATURES), list(features.MASKS))
+    got = (list(art.meta.get("features") or []), list(art.meta.get("masks") or []))
+    if got != want:
+        raise BacktestError(f"model {art.version} reads features {got[0]} + masks {got[1]}; this scorer builds "
+                            f"{want[0]} + {want[1]}: retrain it with this llmsla")
+
+
+@dataclass
+class Backtest:
+    results: list[evaluate.MethodResult]  # the model first, then every baseline (held-out part)
+    whole: m.Report  # the model over every split of the history
+
+
+def run(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig, methods: tuple[str, ...], *,
+        log: Callable[[str], None] | None = None) -> Backtest:
+    """Score ``ds`` (built with the model's window and horizon) with the model and ``methods``."""
+    check(art)
+    t0 = time.perf_counter()
+
+    def scorer(ends):  # noqa: ANN001, ANN202 - window end indices -> risks
+        return train.predict(art.model, ds.inputs(ends, art.scaler))
+
+    scores = {s: evaluate.series_scores(ds, s, scorer) for s in SPLITS}
+    thr, min_onset = art.threshold, ds.window - 1
+
+    def rep(series: list[m.SeriesScores]) -> m.Report:
+        return m.report(series, thr, ec.lead_max_steps, ds.step_s, min_onset, ec.policy)
+
+    model = evaluate.MethodResult(MODEL, {"version": art.version}, thr, rep(scores["val"]), rep(scores["test"]),
+                                  time.perf_counter() - t0)
+    whole = rep([s for split in SPLITS for s in scores[split]])
+    if log:
+        log(f"{MODEL}: {whole.warned[m.NONE]}/{whole.events[m.NONE]} breaches warned over the whole history")
+    out = [model]
+    scaler = ds.fit_scaler()
+    for meth in methods:
+        r = evaluate.run_rule(ds, meth, ec) if meth in RULES else evaluate.run_learned(ds, meth, scaler, ec)
+        out.append(r)
+        if log:
+            log(f"{meth}: {r.test.warned[m.NONE]}/{r.test.events[m.NONE]} held-out breaches warned ({r.seconds:.1f} s)")
+    return Backtest(out, whole)
