@@ -30,7 +30,14 @@ Then the Azure conversation trace (first ``--trace-minutes``) replayed at 1x, 2x
 on 8 x 6B, and the speed check: one hour of that trace on 8 replicas, engine alone and with the
 gateway's recorders writing the spool (target: <= 30 s wall).
 
-    python bench/routing.py [--quick] [--seed 0]
+Every scenario, held-out run and variance level also has LADR with engine signals (the
+replicas' waiting / running / KV usage every engine.scrape_interval_s) and the simulator's oracle
+(fleet/oracle.py): each policy's P99 TTFT and E2E as a ratio to the oracle's, and whether LADR
+with engine signals is within 10 % of it. ``--sweep-engine`` sweeps the engine-scorer weights on
+the five training scenarios (how their defaults were chosen); ``--only-oracle`` skips the
+max-QPS search, the replay and the speed check (JSON: routing-oracle.json).
+
+    python bench/routing.py [--quick] [--seed 0] [--only-oracle] [--sweep-engine]
 """
 
 from __future__ import annotations
@@ -52,14 +59,28 @@ from llmsla.fleet import engine, faults, stats, traces, workload  # noqa: E402
 from llmsla.fleet.sink import RecorderSink  # noqa: E402
 
 POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
-#: Scenario rows: the four policies with default parameters, plus two LADR ablations: i.i.d.
-#: sampling (systematic = 0) and no latency term (alpha = 0: what queue awareness alone gives).
+#: LADR fed the replicas' engine signals (waiting, running, KV usage every
+#: engine.scrape_interval_s, held until the next scrape) with both scorers on at weight 1 (the
+#: defaults are 0: see --sweep-engine), and the simulator's oracle (the bound).
+ENGINE, ORACLE = "ladr+engine", "oracle"
+#: Scenario rows: the four policies with default parameters, LADR with engine signals, two LADR
+#: ablations (i.i.d. sampling: systematic = 0; no latency term: alpha = 0, what queue awareness
+#: alone gives) and the oracle.
 VARIANTS: dict[str, tuple[str, dict[str, float]]] = {
     **{p: (p, {}) for p in POLICIES},
+    ENGINE: ("ladr", {"engine_queue": 1.0, "engine_kv": 1.0}),  # llm-d's equal scorer weights
     "ladr(iid)": ("ladr", {"systematic": 0}),
     "ladr(alpha=0)": ("ladr", {"alpha": 0.0}),
+    ORACLE: (ORACLE, {}),
 }
+#: Rows of the held-out scenarios and the variance sweep.
+MAIN = (*POLICIES, ENGINE, ORACLE)
 ANCHOR = "round_robin"
+#: The engine adapters' default cadence (engine.scrape_interval_s): how old LADR's engine data is.
+SCRAPE_S = config_mod.load(env={}).engine.scrape_interval_s
+#: Candidate engine-scorer weights (engine_queue, engine_kv), judged on the five training
+#: scenarios only (``--sweep-engine``); the held-out ones play no part in the default.
+ENGINE_WEIGHTS = ((0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (2.0, 0.0), (0.0, 1.0), (1.0, 1.0))
 #: The reference study's P99 latencies (seconds), static round robin -> LADR.
 REFERENCE = {"chat": (5.1, 1.2), "burst": (9.0, 1.8)}
 SPEED_TARGET_S = 30.0
@@ -89,7 +110,18 @@ def _load(sc: dict[str, Any], rate: float, duration: float, seed: int) -> list[w
 HELD_OUT: dict[str, dict[str, Any]] = {
     "azure2x_throttled": {"fleet": "6b:8", "rate_mult": 2.0, "slow": 2.0},
     "azure2x_13b+6b": {"fleet": "13b:2,6b:2", "rate_mult": 2.0},
+    # Mooncake's conversation trace: ~14k-token prompts (up to 123k), 1x its rate on the fleet
+    # the forecaster replays it on (fleet/scenarios.py)
+    "mooncake_long": {"fleet": "1.3b:5", "rate_mult": 1.0, "trace": "mooncake"},
 }
+
+
+def sim_config(fleet: str, variant: str, seed: int, **kw: Any) -> engine.SimConfig:
+    """The simulator set up for one row: its policy, router parameters, engine signals."""
+    policy, params = VARIANTS[variant]
+    return engine.SimConfig(engine.fleet(fleet), policy=policy, seed=seed, gpu_interval_s=0,
+                            router_params=dict(params), engine_scrape_s=SCRAPE_S if variant == ENGINE else 0.0,
+                            **kw)
 
 
 #: Variance sweep levels: (slowdown factor, mean window seconds); duty cycle 1/3, chat at 10 req/s.
@@ -116,20 +148,22 @@ def variance_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     sc = {**SCENARIOS["chat"], "rate": NOISE_RATE}
     rows = []
     for factor, mean_s in NOISE_LEVELS:
-        per: dict[str, list[float]] = {p: [] for p in ("round_robin", "least_outstanding", "ladr")}
+        per: dict[str, list[dict[str, Any]]] = {p: [] for p in ("round_robin", "least_outstanding", "ladr",
+                                                               ENGINE, ORACLE)}
         for seed in range(args.seed, args.seed + args.held_out_seeds):
             arr = _load(sc, sc["rate"], args.duration, seed)
             fl = noise_faults(seed, factor, mean_s, args.duration, 3)
             for policy in per:
-                cfg = engine.SimConfig(engine.fleet(sc["fleet"]), policy=policy, seed=seed,
-                                       timeout_s=args.timeout_s, gpu_interval_s=0)
-                res = engine.Simulator(cfg).run(arr, faults=fl, start_ms=0)
-                per[policy].append(stats.summarize(res)["e2e_p99_ms"])
-        for policy, p99 in per.items():
-            med, lo, hi = _med_ratio(p99, per[ANCHOR])
-            rows.append({"slowdown": factor, "mean_window_s": mean_s, "duty": NOISE_DUTY, "policy": policy,
+                cfg = sim_config(sc["fleet"], policy, seed, timeout_s=args.timeout_s)
+                per[policy].append(stats.summarize(engine.Simulator(cfg).run(arr, faults=fl, start_ms=0)))
+        for policy, ss in per.items():
+            p99 = [s["e2e_p99_ms"] for s in ss]
+            med, lo, hi = _med_ratio(p99, [s["e2e_p99_ms"] for s in per[ANCHOR]])
+            rows.append({"scenario": f"noise x{factor:g} / {mean_s:g} s", "slowdown": factor, "mean_window_s": mean_s,
+                         "duty": NOISE_DUTY, "policy": policy,
                          "p99_s": statistics.median(p99) / 1000, "p99_vs_rr": med,
-                         "rr_over_policy": 1.0 / med, "p99_vs_rr_min": lo, "p99_vs_rr_max": hi})
+                         "rr_over_policy": 1.0 / med, "p99_vs_rr_min": lo, "p99_vs_rr_max": hi,
+                         **_vs_oracle(ss, per[ORACLE])})
     return rows
 
 
@@ -138,11 +172,19 @@ def _med_ratio(vals: list[float], base: list[float]) -> tuple[float, float, floa
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
+def _vs_oracle(ss: list[dict[str, Any]], oracle: list[dict[str, Any]]) -> dict[str, float]:
+    """P99 TTFT and E2E as a ratio to the oracle's on the same seeds: median [min, max]."""
+    out: dict[str, float] = {}
+    for key, name in (("ttft_p99_ms", "ttft"), ("e2e_p99_ms", "e2e")):
+        med, lo, hi = _med_ratio([s[key] or 0.0 for s in ss], [max(1e-9, o[key] or 0.0) for o in oracle])
+        out[f"{name}_vs_oracle"], out[f"{name}_vs_oracle_min"], out[f"{name}_vs_oracle_max"] = med, lo, hi
+    return out
+
+
 def _run(sc: dict[str, Any], variant: str, arrivals: list[workload.Arrival], seed: int,
-         timeout_s: float) -> engine.SimResult:
-    policy, params = VARIANTS[variant]
-    cfg = engine.SimConfig(engine.fleet(sc["fleet"]), policy=policy, seed=seed, timeout_s=timeout_s,
-                           gpu_interval_s=0, router_params=params)
+         timeout_s: float, params: dict[str, float] | None = None) -> engine.SimResult:
+    cfg = sim_config(sc["fleet"], variant, seed, timeout_s=timeout_s)
+    cfg.router_params.update(params or {})
     fl = []
     if sc.get("slow"):
         fl = [faults.Fault(0.0, 1e9, "slowdown", "r0", sc["slow"])]
@@ -203,6 +245,7 @@ def scenarios(args: argparse.Namespace, slo_s: float) -> list[dict[str, Any]]:
                 "max_qps": qps, "kv_peak_gib": s0["kv_peak_gib"], "kv_peak_ratio": s0["kv_peak_ratio"],
                 "preemptions": statistics.median(s["preemptions"] for s in ss),
                 "wall_s": t0[policy] + time.perf_counter() - t,
+                **_vs_oracle(ss, per[ORACLE]),
             }
             if policy == ANCHOR:
                 base_qps = qps
@@ -216,19 +259,19 @@ def scenarios(args: argparse.Namespace, slo_s: float) -> list[dict[str, Any]]:
 
 def held_out(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Scenarios not used to choose LADR's defaults (see the module docstring)."""
-    conv, _ = traces.load("azure_conv")
-    conv = workload.window(conv, duration_s=args.trace_minutes * 60)
     rows = []
     for name, sc in HELD_OUT.items():
-        per: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
+        conv, _ = traces.load(sc.get("trace", "azure_conv"))
+        conv = workload.window(conv, duration_s=args.trace_minutes * 60)
+        per: dict[str, list[dict[str, Any]]] = {p: [] for p in MAIN}
         for seed in range(args.seed, args.seed + args.held_out_seeds):
             arr = workload.scale(conv, rate=sc["rate_mult"], rng=random.Random(seed))
             fl = [faults.Fault(0.0, 1e9, "slowdown", "r0", sc["slow"])] if sc.get("slow") else []
-            for policy in POLICIES:
-                cfg = engine.SimConfig(engine.fleet(sc["fleet"]), policy=policy, seed=seed, gpu_interval_s=0)
+            for policy in MAIN:
+                cfg = sim_config(sc["fleet"], policy, seed)
                 per[policy].append(stats.summarize(engine.Simulator(cfg).run(arr, faults=fl, start_ms=0)))
         base = [s["e2e_p99_ms"] for s in per[ANCHOR]]
-        for policy in POLICIES:
+        for policy in MAIN:
             ss = per[policy]
             p99 = [s["e2e_p99_ms"] for s in ss]
             med, lo, hi = _med_ratio(p99, base)
@@ -241,8 +284,58 @@ def held_out(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "p99_vs_rr": med, "p99_vs_rr_min": lo, "p99_vs_rr_max": hi,
                 "timeouts": sum(s["status"].get("timeout", 0) for s in ss),
                 "preemptions": statistics.median(s["preemptions"] for s in ss),
+                **_vs_oracle(ss, per[ORACLE]),
             })
     return rows
+
+
+def sweep_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """LADR+engine's P99 E2E per candidate scorer weights on the training scenarios (ratio to
+    LADR without engine signals, same seeds): how the defaults were chosen."""
+    rows = []
+    for name, sc in SCENARIOS.items():
+        for seed in range(args.seed, args.seed + args.seeds):
+            arr = _load(sc, sc["rate"], args.duration, seed)
+            base = stats.summarize(_run(sc, "ladr", arr, seed, args.timeout_s))["e2e_p99_ms"]
+            for q, kv in ENGINE_WEIGHTS:
+                p99 = stats.summarize(_run(sc, ENGINE, arr, seed, args.timeout_s,
+                                           {"engine_queue": q, "engine_kv": kv}))["e2e_p99_ms"]
+                rows.append({"scenario": name, "seed": seed, "engine_queue": q, "engine_kv": kv,
+                             "p99_s": p99 / 1000, "vs_ladr": p99 / base})
+    return rows
+
+
+def sweep_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per weight pair: the geometric mean and the worst of its ratios to plain LADR."""
+    out = []
+    for q, kv in ENGINE_WEIGHTS:
+        rs = [r["vs_ladr"] for r in rows if r["engine_queue"] == q and r["engine_kv"] == kv]
+        out.append({"engine_queue": q, "engine_kv": kv, "geomean_vs_ladr": statistics.geometric_mean(rs),
+                    "worst_vs_ladr": max(rs)})
+    return out
+
+
+def oracle_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per (scenario, policy): P99 TTFT and E2E over the oracle's."""
+    return [{"scenario": r["scenario"], "policy": r["policy"], "ttft_vs_oracle": r["ttft_vs_oracle"],
+             "e2e_vs_oracle": r["e2e_vs_oracle"], "e2e_vs_oracle_min": r["e2e_vs_oracle_min"],
+             "e2e_vs_oracle_max": r["e2e_vs_oracle_max"]} for r in rows if r["policy"] != ORACLE]
+
+
+def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario: is LADR+engine within 10 % of the oracle (P99 TTFT and E2E), and how it
+    compares with LADR without engine signals."""
+    out = []
+    for name in dict.fromkeys(r["scenario"] for r in rows):
+        by = {r["policy"]: r for r in rows if r["scenario"] == name}
+        if ENGINE not in by or "ladr" not in by:
+            continue
+        e, lad = by[ENGINE], by["ladr"]
+        out.append({"scenario": name, "ttft_vs_oracle": e["ttft_vs_oracle"], "e2e_vs_oracle": e["e2e_vs_oracle"],
+                    "within_10pct": e["ttft_vs_oracle"] <= 1.10 and e["e2e_vs_oracle"] <= 1.10,
+                    "e2e_vs_ladr": e["e2e_vs_oracle"] / lad["e2e_vs_oracle"],
+                    "ttft_vs_ladr": e["ttft_vs_oracle"] / lad["ttft_vs_oracle"]})
+    return out
 
 
 def versus_reference(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -320,18 +413,25 @@ def main() -> int:
     ap.add_argument("--trace-minutes", type=float, default=15.0, help="minutes of the Azure conv trace to replay")
     ap.add_argument("--quick", action="store_true", help="short runs while developing")
     ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--only-oracle", action="store_true",
+                    help="the scenarios, held-out runs and variance sweep with their ratios to the oracle only")
+    ap.add_argument("--sweep-engine", action="store_true",
+                    help="also sweep LADR's engine-scorer weights on the training scenarios")
     args = ap.parse_args()
     if args.quick:
         args.duration, args.search_duration, args.iters, args.trace_minutes = 120.0, 60.0, 4, 3.0
         args.seeds, args.held_out_seeds = 2, 1
     slo_s = config_mod.load(env={}).slo.e2e_ms / 1000.0
     t0 = time.perf_counter()
+    if args.only_oracle:
+        args.iters = 0  # max QPS is not what this run is for
     rows = scenarios(args, slo_s)
     ref = versus_reference(rows)
     held = held_out(args)
     sweep = variance_sweep(args)
-    replay = azure_replay(args)
-    spd = [] if args.skip_speed else speed(args)
+    replay = [] if args.only_oracle else azure_replay(args)
+    spd = [] if args.skip_speed or args.only_oracle else speed(args)
+    eng = sweep_engine(args) if args.sweep_engine else []
     cols = ("scenario", "policy", "rate", "p99_s", "p99_ttft_s", "p99_vs_rr", "p99_vs_rr_min", "p99_vs_rr_max",
             "max_qps", "qps_vs_rr", "kv_peak_gib", "preemptions", "timeouts")
     print_table([{k: r[k] for k in cols} for r in rows],
@@ -348,13 +448,21 @@ def main() -> int:
                 f"Azure conv trace (first {args.trace_minutes:g} min) on 8 x 6B at 1x/2x/4x rate")
     if spd:
         print_table(spd, f"Speed (target <= {SPEED_TARGET_S:g} s wall)")
-    write_result("routing", {
+    every = rows + held + sweep
+    print_table(oracle_table(every), "P99 TTFT and E2E as a ratio to the oracle (median of per-seed ratios; E2E [min, max])")
+    judged = verdict(every)
+    print_table(judged, "LADR with engine signals vs the oracle (target: within 10 % on every scenario) and vs LADR")
+    if eng:
+        print_table(sweep_summary(eng), "Engine-scorer weights on the training scenarios (P99 E2E / LADR without them)")
+    write_result("routing-oracle" if args.only_oracle else "routing", {
         "inputs": {**vars(args), "slo_e2e_s": slo_s, "scenarios": {k: {**v, "tokens": [t._asdict() for t in v["tokens"]]}
                                                                      for k, v in SCENARIOS.items()}},
         "anchor": ANCHOR, "variants": {k: {"policy": p, "params": v} for k, (p, v) in VARIANTS.items()},
         "held_out_scenarios": HELD_OUT,
         "scenarios": rows, "versus_reference": ref, "held_out": held, "variance_sweep": sweep,
-        "azure_conv_replay": replay,
+        "azure_conv_replay": replay, "vs_oracle": oracle_table(every), "engine_verdict": judged,
+        "engine_sweep": eng, "engine_sweep_summary": sweep_summary(eng) if eng else [],
+        "scrape_interval_s": SCRAPE_S,
         "speed": spd, "bench_wall_s": time.perf_counter() - t0,
     })
     return 0

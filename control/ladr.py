@@ -15,6 +15,7 @@ from typing import Any
 from llmsla import names
 from llmsla.control.replica import ReplicaState
 from llmsla.control.sampler import LadrSampler
+from llmsla.control.scorers import engine_terms
 
 POLICIES: tuple[str, ...] = names.ROUTE_POLICIES
 
@@ -29,6 +30,13 @@ DEFAULT_PARAMS: dict[str, float] = {
     "ttl_s": 1.0,  # stats older than this drop a replica from LADR's choice
     "floor": 0.01,  # negative/low scores are clamped to floor * best score
     "error_penalty_ms": 10_000.0,  # latency charged for a failed request (fast failures are not fast)
+    # engine signals (Router.update_engine; 0 = ignored): llm-d's queue and KV-cache scorers
+    # both 0 by default: on bench/routing.py's training scenarios every weight tried made P99
+    # worse or no better (docs/control.md#engine-signals); they pay where other gateways' load
+    # is invisible to this router's own outstanding counts
+    "engine_queue": 0.0,  # weight of the queue scorer (waiting queue, min-max over the group)
+    "engine_kv": 0.0,  # weight of the KV-cache scorer (1 - KV usage)
+    "engine_ttl_s": 3.0,  # engine data older than this is ignored (3 scrapes at the default 1 s)
 }
 
 
@@ -50,11 +58,11 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"theta: must be in [0, 1), got {value}")
         if key == "floor" and not 0.0 < value <= 1.0:
             raise ValueError(f"floor: must be in (0, 1], got {value}")
-        if key in ("refresh_s", "ttl_s") and value <= 0:
+        if key in ("refresh_s", "ttl_s", "engine_ttl_s") and value <= 0:
             raise ValueError(f"{key}: must be > 0, got {value}")
         if key == "systematic" and value not in (0.0, 1.0):
             raise ValueError(f"systematic: must be 0 or 1, got {value}")
-        if key in ("alpha", "beta", "sharpness", "error_penalty_ms") and value < 0:
+        if key in ("alpha", "beta", "sharpness", "error_penalty_ms", "engine_queue", "engine_kv") and value < 0:
             raise ValueError(f"{key}: must be >= 0, got {value}")
         out[key] = value
     return out
@@ -76,10 +84,11 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float]) -> LadrSampler:
     # log of weight * exp(sharpness * score), shifted so the best replica now has weight 1:
     # no overflow/underflow whatever alpha, beta and sharpness an operator sets
     per_q = -k * beta / q_scale
+    eng = engine_terms([s.engine if s.engine_fresh else None for s in fresh], p["engine_queue"], p["engine_kv"])
     log_base = []
-    for s in fresh:
+    for s, e in zip(fresh, eng, strict=True):
         inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
-        log_base.append(math.log(s.rep.weight) + k * alpha * inv)
+        log_base.append(math.log(s.rep.weight) + k * alpha * inv + k * e)  # + 0.0 without engine data
     shift = max(lb + per_q * (s.outstanding + s.extra_q) for lb, s in zip(log_base, fresh, strict=True))
     base = [math.exp(max(lb - shift, -700.0)) for lb in log_base]
     lad = LadrSampler(fresh, base, math.exp(per_q), p["floor"])
@@ -119,10 +128,11 @@ def update_states(states: dict[str, ReplicaState], p: dict[str, float], now: flo
     """Merge each replica's window with what other gateways reported (``remote``), update its
     queue, freshness and latency EMA; returns when the next refresh is due (a fresh replica
     turning stale must be noticed)."""
-    theta, ttl = p["theta"], p["ttl_s"]
+    theta, ttl, eng_ttl = p["theta"], p["ttl_s"], p["engine_ttl_s"]
     expiry = now + p["refresh_s"]
     for rid, st in states.items():
         avg_ms, last_seen, queue = st.avg_ms, st.last_seen, float(st.outstanding)
+        st.engine_fresh = st.engine is not None and now - st.engine.at <= eng_ttl
         new_data = st.win_n > 0
         entries = remote.get(rid)
         if entries:
@@ -174,9 +184,10 @@ def score_pools(pools: Iterable[list[ReplicaState]], p: dict[str, float]) -> Non
             continue
         ref = min(measured)
         q_scale = max(1.0, sum(s.queue for s in live) / len(live)) if live else 1.0
-        for st in lst:
+        eng = engine_terms([s.engine if s.engine_fresh else None for s in lst], p["engine_queue"], p["engine_kv"])
+        for st, e in zip(lst, eng, strict=True):
             if st.lat_ema is None:
                 continue
             st.raw = ref / max(st.lat_ema, 1e-9)  # 1 / relative latency
-            st.score = alpha * st.raw - beta * st.queue / q_scale
+            st.score = alpha * st.raw - beta * st.queue / q_scale + e
             st.score_child.set(st.score)

@@ -29,6 +29,33 @@ class LastReplicaError(RuntimeError):
     """Draining this replica would leave its pool with no healthy (non-drained) replica."""
 
 
+class EngineSignal:
+    """What the replica's engine last said about itself (its /metrics, scraped): requests
+    waiting for a batch slot, requests running, KV-cache usage in [0, 1], and when (router
+    clock). Fed by :meth:`Router.update_engine`; see docs/control.md#engine-signals."""
+
+    __slots__ = ("waiting", "running", "kv_usage", "at")
+
+    def __init__(self, waiting: float, running: float, kv_usage: float, at: float) -> None:
+        self.waiting, self.running, self.kv_usage, self.at = waiting, running, kv_usage, at
+
+    def __repr__(self) -> str:
+        return (f"EngineSignal(waiting={self.waiting:g}, running={self.running:g}, "
+                f"kv_usage={self.kv_usage:g}, at={self.at:g})")
+
+
+def check_engine(waiting: Any, running: Any, kv_usage: Any) -> tuple[float, float, float]:
+    """The engine values as floats, or ValueError naming the bad one (a scrape may carry NaN,
+    a negative gauge after a bug, or a KV usage in percent)."""
+    out = []
+    for name, v, hi in (("waiting", waiting, math.inf), ("running", running, math.inf), ("kv_usage", kv_usage, 1.0)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= hi:
+            bound = "in [0, 1]" if hi == 1.0 else "a finite number >= 0"
+            raise ValueError(f"engine {name}: must be {bound}, got {v!r}")
+        out.append(float(v))
+    return out[0], out[1], out[2]
+
+
 class ReplicaState:
     """Mutable per-replica bookkeeping (slots: touched on every begin/end)."""
 
@@ -36,6 +63,7 @@ class ReplicaState:
         "rep", "outstanding", "drained", "down", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
         "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots", "pending", "leaving",
+        "engine", "engine_fresh",
     )
 
     def __init__(self, rep: Replica, now: float) -> None:
@@ -65,6 +93,8 @@ class ReplicaState:
         self.lat_ema: float | None = None  # EMA of avg_eff (ms), refreshed every refresh_s
         self.extra_q = 0.0  # queue seen beyond our own outstanding (other gateways, reports)
         self.slots: list[tuple[LadrSampler, int]] = []  # LADR samplers this replica is in, and where
+        self.engine: EngineSignal | None = None  # the engine's own last reported state
+        self.engine_fresh = False  # engine data no older than engine_ttl_s at the last refresh
 
 
 def check_weight(weight: Any) -> None:

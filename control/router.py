@@ -27,11 +27,13 @@ from llmsla.control.metrics import RouterMetrics
 from llmsla.control.policies import Group
 from llmsla.control.replica import (
     ROLES,
+    EngineSignal,
     LastReplicaError,
     NoReplicaAvailable,
     Replica,
     ReplicaState,
     UnknownReplica,
+    check_engine,
     check_weight,
 )
 from llmsla.control.sampler import LoadLevels
@@ -253,7 +255,8 @@ class Router:
         self._invalidate()
 
     def set_params(self, **params: Any) -> None:
-        """Change alpha, beta, theta, refresh_s, ttl_s, floor, error_penalty_ms or policy at run time."""
+        """Change alpha, beta, theta, refresh_s, ttl_s, floor, error_penalty_ms, the engine
+        scorers' weights (engine_queue, engine_kv, engine_ttl_s) or policy at run time."""
         checked = check_params(params)
         policy = checked.pop("policy", None)
         self.params.update(checked)
@@ -356,6 +359,20 @@ class Router:
         if not st.fresh:
             self._next_refresh = -math.inf
 
+    def update_engine(self, replica_id: str, *, waiting: float, running: float, kv_usage: float,
+                      at: float | None = None) -> None:
+        """The replica's engine state from its own /metrics (a scrape): requests waiting and
+        running, KV-cache usage in [0, 1], sampled at ``at`` (default now, router clock). LADR's
+        engine scorers read it at the next refresh while it is at most ``engine_ttl_s`` old;
+        other policies ignore it. A bad value raises ValueError and keeps the previous record.
+        See docs/control.md#engine-signals."""
+        st = self._state(replica_id)
+        w, r, kv = check_engine(waiting, running, kv_usage)
+        when = self._clock() if at is None else at
+        if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
+            raise ValueError(f"engine at: must be a finite time, got {at!r}")
+        st.engine = EngineSignal(w, r, kv, float(when))
+
     def outstanding(self, replica_id: str) -> int:
         return self._state(replica_id).outstanding
 
@@ -389,6 +406,11 @@ class Router:
         st.picks += 1
         st.pick_child.inc()
         return st.rep
+
+    def eligible(self, pool: str, *, role: str | None = None) -> list[Replica]:
+        """The replicas a pick of ``pool`` (and ``role``) chooses among: not drained, down,
+        pending or leaving, weight > 0 (a simulator's own policy picks from these)."""
+        return [st.rep for st in self._group(pool, role).states]
 
     def has_role(self, pool: str, role: str) -> bool:
         """True when the pool has an eligible replica of ``role`` (cheap: the cached group)."""
@@ -483,6 +505,10 @@ class Router:
                     "stats_age_s": max(0.0, now - st.last_seen),
                     "picks": st.picks,
                     "errors": st.errors,
+                    "engine": None if st.engine is None else {
+                        "waiting": st.engine.waiting, "running": st.engine.running,
+                        "kv_usage": st.engine.kv_usage, "age_s": max(0.0, now - st.engine.at),
+                        "fresh": st.engine_fresh},
                 }
                 for st in lst
             ]
@@ -507,7 +533,8 @@ def params_from_config(cfg: Any) -> dict[str, float]:
     c = cfg.control
     try:
         return check_params({"alpha": c.ladr_alpha, "beta": c.ladr_beta, "theta": c.ladr_theta,
-                             "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s, "sharpness": c.ladr_sharpness})
+                             "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s, "sharpness": c.ladr_sharpness,
+                             "engine_queue": c.ladr_engine_queue, "engine_kv": c.ladr_engine_kv})
     except ValueError as exc:
         from llmsla.config import ConfigError
 

@@ -29,14 +29,14 @@ from llmsla import names
 from llmsla.control.distill import DistillControls, role_for_share
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
-from llmsla.fleet import models
+from llmsla.fleet import models, oracle
 from llmsla.fleet.faults import ALL_REPLICAS, GRADUAL, LOAD_KINDS, THERMAL_RISE_C, Fault
 from llmsla.fleet.replica import ReplicaSim, Req
 from llmsla.fleet.workload import Arrival
 from llmsla.seams import RolloutHandle
 
 # event kinds (ints: cheap to compare, and ordering among equal times is by push sequence)
-_DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK = range(8)
+_DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK, _SCRAPE = range(9)
 #: Gradual faults (ramp, leak, thermal) are re-applied at every tick, at least this often.
 GRADUAL_STEP_S = 1.0
 
@@ -81,7 +81,7 @@ def fleet(spec: str, *, pool: str = names.DEFAULT_POOL) -> list[ReplicaConfig]:
 @dataclass
 class SimConfig:
     replicas: list[ReplicaConfig]
-    policy: str = "round_robin"
+    policy: str = "round_robin"  # names.SIM_ROUTE_POLICIES: the router's, or the oracle (fleet/oracle.py)
     router_params: dict[str, float] = field(default_factory=dict)
     seed: int = 0
     timeout_s: float = 300.0  # gateway request timeout (gateway.request_timeout_s)
@@ -90,6 +90,10 @@ class SimConfig:
     net_delay_s: float = 0.0005  # one-way gateway <-> replica
     detect_s: float = 2.0  # health checker: drain a crashed replica this long after the crash
     probe_s: float = 0.5  # queue-length reports to the router (the worker's gauge); 0 = off
+    #: engine signals to the router (``Router.update_engine``: waiting, running, KV usage, as
+    #: the engine adapters scrape them) every this many seconds (engine.scrape_interval_s);
+    #: the router holds each scrape until the next, so it reads values up to this old. 0 = off
+    engine_scrape_s: float = 0.0
     gpu_interval_s: float = 5.0  # GPU samples (gpu.interval_s); 0 = off
     student_share: float | None = None  # share of requests asking for role "student"
     arm: str = names.DEFAULT_ARM
@@ -158,9 +162,18 @@ class Simulator:
             if rc.id in self.reps:
                 raise ValueError(f"duplicate replica id {rc.id!r}")
             self.reps[rc.id] = ReplicaSim(rc.id, rc.pool, rc.role, models.get(rc.model), i)
+        if cfg.policy not in names.SIM_ROUTE_POLICIES:
+            raise ValueError(f"policy: must be one of {', '.join(names.SIM_ROUTE_POLICIES)}, got {cfg.policy!r}")
+        if not cfg.engine_scrape_s >= 0 or not math.isfinite(cfg.engine_scrape_s):
+            raise ValueError(f"engine_scrape_s: must be a finite number >= 0, got {cfg.engine_scrape_s!r}")
+        self._oracle = cfg.policy == names.ORACLE_POLICY
+        #: requests dispatched and not yet delivered, per replica (what the oracle also sees)
+        self._transit: dict[str, list[Req]] = {rc.id: [] for rc in cfg.replicas}
         self.router = Router(
             [Replica(rc.id, rc.pool, role=rc.role) for rc in cfg.replicas],
-            cfg.policy,
+            # the oracle is the simulator's own; the router keeps the bookkeeping (and its
+            # least-outstanding pick serves an A/B arm that names another policy)
+            "least_outstanding" if self._oracle else cfg.policy,
             clock=self._clock,
             rng=random.Random(cfg.seed + 1),
             registry=registry if registry is not None else CollectorRegistry(),
@@ -248,12 +261,14 @@ class Simulator:
         self._gradual_run = any(f.kind in GRADUAL for f in faults)
         if cfg.gpu_interval_s > 0 or cfg.probe_s > 0 or self._gradual_run:
             self._push(0.0, _TICK, 0.0, 0.0)
+        if cfg.engine_scrape_s > 0:
+            self._push(0.0, _SCRAPE)
         trace_rng = random.Random(cfg.seed + 2)
         n_arr, ai = len(arrivals), 0
         heap = self._heap
         pop = heapq.heappop
         handlers = (self._on_deliver, self._on_step, self._on_finish, self._on_timeout,
-                    self._on_fault_on, self._on_fault_off, self._on_health, self._on_tick)
+                    self._on_fault_on, self._on_fault_off, self._on_health, self._on_tick, self._on_scrape)
         popped = 0
         until = math.inf if until_s is None else until_s
         next_progress = 60.0
@@ -370,23 +385,34 @@ class Simulator:
             # the key's role if the pool has replicas of it, else any replica (as the gateway)
             if r.role is not None and self.router.has_role(r.pool, r.role):
                 try:
-                    rep_id = self.router.pick(r.pool, role=r.role, policy=r.route_policy).id
+                    rep_id = self._pick(r, r.role)
                 except NoReplicaAvailable:  # every replica of that role excluded: any role
-                    rep_id = self.router.pick(r.pool, policy=r.route_policy).id
+                    rep_id = self._pick(r, None)
             else:
-                rep_id = self.router.pick(r.pool, policy=r.route_policy).id
+                rep_id = self._pick(r, None)
         except NoReplicaAvailable:  # the gateway answers 503: status error, replica "none"
             self._record(r, None, names.STATUS_ERROR, t)
             return
         rep = self.reps[rep_id]
         r.rep = rep
         self.router.begin(rep_id)
+        self._transit[rep_id].append(r)
         net = cfg.net_delay_s
         out_delay, r.net_back = net, net
         if self._jitter:
             out_delay += self._jitter_delay(rep_id)
             r.net_back += self._jitter_delay(rep_id)
         self._push(t + out_delay, _DELIVER, r)
+
+    def _pick(self, r: Req, role: str | None) -> str:
+        """The router's pick, or the oracle's among the replicas the router would consider."""
+        if not self._oracle or (r.route_policy is not None and r.route_policy != names.ORACLE_POLICY):
+            return self.router.pick(r.pool, role=role, policy=r.route_policy).id
+        reps = [self.reps[x.id] for x in self.router.eligible(r.pool, role=role)]
+        best = oracle.pick(reps, r.prompt, r.output, self.now, self._transit)
+        if best is None:
+            raise NoReplicaAvailable(f"pool {r.pool!r}: no replica available")
+        return best.id
 
     def _release(self) -> None:
         """A gateway slot freed: dispatch queued requests (a loop, not recursion: a dispatch that
@@ -405,10 +431,11 @@ class Simulator:
         self._ran = False
 
     def _on_deliver(self, r: Req, _: Any) -> None:
-        if r.done:
-            return
         rep = r.rep
         assert rep is not None
+        self._transit[rep.id].remove(r)
+        if r.done:
+            return
         t = self.now
         if not rep.up:  # connection refused
             self._fail(r, t + r.net_back)
@@ -594,6 +621,19 @@ class Simulator:
                     self._apply(rep)
             nxt = min(nxt, t + GRADUAL_STEP_S)
         self._push(nxt, _TICK, next_gpu, next_probe)
+
+    def _on_scrape(self, _a: Any, _b: Any) -> None:
+        """Each up replica's engine state, as a scrape of its ``vllm:*`` gauges reads it, given
+        to the router; held there until the next scrape (a down replica's scrape fails: its
+        last record ages out)."""
+        t = self.now
+        for rep in self.reps.values():
+            if rep.up:
+                self.router.update_engine(
+                    rep.id, waiting=sum(1 for r in rep.waiting if not r.dead),
+                    running=sum(1 for r in rep.running if not r.dead),
+                    kv_usage=min(1.0, rep.kv_at(t) / max(1, rep.kv_cap)), at=t)
+        self._push(t + self.cfg.engine_scrape_s, _SCRAPE)
 
     def _sample_gpus(self, t: float) -> None:
         sink, cfg = self.sink, self.cfg

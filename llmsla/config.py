@@ -485,6 +485,8 @@ class ControlConfig:
     ladr_theta: float = _k(0.7, "LADR EMA memory of the latency: L = theta * previous + (1 - theta) * window mean (< 1)", minimum=0, check=_theta_problem)
     ladr_refresh_s: float = _k(0.2, "LADR score refresh cadence, seconds (also the Redis sync cadence)", minimum=0.001)
     ladr_ttl_s: float = _k(1.0, "LADR drops replicas whose stats are older than this, seconds", minimum=0.001)
+    ladr_engine_queue: float = _k(0.0, "LADR score weight of the engine queue scorer (waiting requests from the replica's /metrics, min-max over the pool; 0 = ignore engine queues)", minimum=0)
+    ladr_engine_kv: float = _k(0.0, "LADR score weight of the engine KV-cache scorer (1 - KV usage from the replica's /metrics; 0 = ignore)", minimum=0)
     max_share_step_pct: float = _k(10.0, "largest student-share change per control action, percentage points", minimum=0)
     max_temperature_step: float = _k(0.5, "largest change of a temperature schedule bound (t_min/t_max/t_init) per action", minimum=0)
 

@@ -278,6 +278,10 @@ OTEL_ATTR_ESTIMATED_OUTPUT_TOKENS = "llmsla.usage.estimated_output_tokens"
 # --- router and distillation controls (control) -------------------------------------------------
 #: Router policies (``llmsla.control.router``); config and the control API validate against it.
 ROUTE_POLICIES: tuple[str, ...] = ("round_robin", "least_outstanding", "p2c", "ladr")
+#: The fleet simulator's bound (``llmsla.fleet.oracle``): reads every replica's true state, so no
+#: gateway can run it; the simulator and the routing bench accept it, config does not.
+ORACLE_POLICY = "oracle"
+SIM_ROUTE_POLICIES: tuple[str, ...] = (*ROUTE_POLICIES, ORACLE_POLICY)
 ROUTER_PICKS = "llmsla_router_picks"  # counter; llmsla_router_picks_total
 ROUTER_SCORE = "llmsla_router_score"
 ROUTER_WEIGHT = "llmsla_router_weight"
