@@ -188,7 +188,9 @@ def drive(stack: Stack, concurrency: int, per_stream: int, rounds: int) -> dict[
         ["taskset", "-c", stack.load_cpu, sys.executable, EXPORTERS, "--load-client", json.dumps(targets),
          "--concurrency", str(concurrency), "--per-stream", str(per_stream), "--rounds", str(rounds),
          "--stagger-s", str(stack.gap_s * stack.tokens)],
-        env=stack.env, capture_output=True, text=True, timeout=1800, check=True)
+        env=stack.env, capture_output=True, text=True, timeout=1800)
+    if out.returncode:
+        raise RuntimeError(f"load client failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     cpu1 = stack.cpu()
     res = json.loads(out.stdout)
     direct = res["direct"]
