@@ -265,7 +265,8 @@ class _ClientConn(asyncio.Protocol):
 def load_client(targets: dict[str, int], concurrency: int, per_stream: int, rounds: int,
                 stagger_s: float = 0.0) -> dict:
     """Closed-loop streams against each target (name -> port), interleaved round by round
-    (order alternating), on keep-alive connections; per round and target: p50/p99 client TTFT.
+    (order alternating), on keep-alive connections; per round and target: p50/p99 client TTFT,
+    the number of requests and the round's wall time (its throughput).
 
     ``stagger_s`` > 0 starts each stream after a random delay in ``[0, stagger_s)`` (seeded, the
     same delays for both targets), so the streams are spread over a request's duration as in
@@ -305,9 +306,10 @@ def load_client(targets: dict[str, int], concurrency: int, per_stream: int, roun
         names_ = list(targets)
         for r in range(rounds):
             for name in (names_ if r % 2 == 0 else names_[::-1]):
+                t0 = time.perf_counter()
                 ts = np.array(await burst(name, per_stream))
                 out[name].append({"p50": float(np.quantile(ts, 0.5)), "p99": float(np.quantile(ts, 0.99)),
-                                  "n": len(ts)})
+                                  "n": len(ts), "wall_s": time.perf_counter() - t0})
         for cs in conns.values():
             for c in cs:
                 c.tr.close()  # type: ignore[union-attr]

@@ -430,11 +430,16 @@ class Gateway:
                     resp = web.StreamResponse(status=up.status, headers=out_headers)
                     await resp.prepare(request)
                     # write-through: each upstream piece is written as it arrives (aiohttp sends
-                    # the headers with the first one and drains only past 64 KiB buffered)
+                    # the headers with the first one and drains only past 64 KiB buffered); the
+                    # last piece goes out with the chunked terminator in one send, not two
                     feed, write, clock = timer.feed, resp.write, time.perf_counter
+                    last = b""
                     if stripper is None:
                         async for data in up.iter_chunks():
                             feed(data, clock())
+                            if up.complete:  # the generator ends at its next step
+                                last = data
+                                continue
                             writing = True
                             await write(data)
                             writing = False
@@ -443,16 +448,16 @@ class Gateway:
                         async for data in up.iter_chunks():
                             feed(data, clock())  # the timer sees the usage the client will not
                             out = strip(data)
+                            if up.complete:
+                                last = out
+                                continue
                             if out:
                                 writing = True
                                 await write(out)
                                 writing = False
-                        rest = stripper.flush()
-                        writing = True
-                        if rest:
-                            await write(rest)
+                        last += stripper.flush()
                     writing = True
-                    await resp.write_eof()
+                    await resp.write_eof(last)
                     status = names.STATUS_OK
                     return resp
         except TimeoutError:

@@ -196,6 +196,13 @@ class UpstreamResponse:
             finally:
                 c.waiter = None
 
+    @property
+    def complete(self) -> bool:
+        """The whole body has arrived and every piece was handed out: the piece just taken from
+        :meth:`iter_chunks` was the last (the caller may send it with its own end of stream)."""
+        c = self._conn
+        return c.done and not c.queue and c.error is None
+
     async def read(self) -> bytes:
         """The whole body."""
         return b"".join([d async for d in self.iter_chunks()])

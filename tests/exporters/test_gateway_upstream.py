@@ -264,3 +264,35 @@ def test_ambiguous_framing_is_refused_never_reused() -> None:
             await pool.close()
 
     asyncio.run(main())
+
+
+def test_complete_marks_exactly_the_last_piece_and_never_a_truncated_body() -> None:
+    """The gateway sends the piece after which ``complete`` is True together with the end of
+    its own response: it must be the body's last piece, and a body cut short is never complete."""
+    parts = [b"data: %d\n\n" % i for i in range(5)]
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    pieces = _chunked(parts)
+
+    def script(req: bytes):
+        if b"/cut" in req:  # two chunks, then the upstream goes away
+            return [(head + _chunked(parts)[:20], 0), (b"", 0.002), None]
+        # each chunk flushed on its own, the last one together with the terminator
+        return [(head, 0)] + [(f"{len(p):x}\r\n".encode() + p + b"\r\n", 0.002) for p in parts[:-1]] + [
+            (pieces[-(len(parts[-1]) + 10):], 0.002)]
+
+    async def main() -> None:
+        async with RawServer(script) as srv:
+            pool = UpstreamPool()
+            r = await pool.request(srv.url, "POST", "/ok", {}, b"")
+            seen = [(d, r.complete) async for d in r.iter_chunks()]
+            assert b"".join(d for d, _ in seen) == b"".join(parts)
+            assert [c for _, c in seen] == [False] * (len(seen) - 1) + [True]
+            r = await pool.request(srv.url, "POST", "/cut", {}, b"")
+            flags = []
+            with pytest.raises(ConnectionError):
+                async for _ in r.iter_chunks():
+                    flags.append(r.complete)
+            assert flags and not any(flags) and not r.complete
+            await pool.close()
+
+    asyncio.run(main())
