@@ -275,7 +275,9 @@ def _field_checks(f: Field, java: bool) -> list[str]:
     if f.type == "strings":
         return []  # the Java format checks the list (llmsla-json.string-lists)
     if f.type == "string":
-        return [_str_ok(col, java), *([_in(col, f.enum, java)] if f.enum else [])]
+        checks = [_str_ok(col, java), *([_in(col, f.enum, java)] if f.enum else [])]
+        # a field with a default may be absent (or null): the reader takes the default (f.default)
+        return [f"({col} IS NULL OR {' AND '.join(checks)})"] if f.optional else checks
     if f.type == "int":
         check = _int_ok(col, _bound(f.minimum), _bound(f.maximum))
         return [f"({_raw_column(f)} IS NULL OR {check})" if f.nullable else check]
