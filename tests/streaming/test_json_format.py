@@ -48,7 +48,8 @@ def _mutations(base: dict) -> list[str]:
 def _bases() -> dict[str, dict]:
     cols = synth.request_columns(3, start_ms=1_700_000_000_000, span_ms=1000, seed=1)
     return {
-        names.SPOOL_REQUESTS: json.loads(next(iter(synth.request_lines(cols)))),
+        # with the fields a line may leave out (their mutations: absent, null, wrong type, ...)
+        names.SPOOL_REQUESTS: {**json.loads(next(iter(synth.request_lines(cols)))), "tenant": "acme", "class": "batch"},
         names.SPOOL_POLICY: json.loads(synth.policy_lines(1, start_ms=1_700_000_000_000, span_ms=1)[0]),
         names.SPOOL_GPU: json.loads(synth.gpu_lines(1, start_ms=1_700_000_000_000, span_ms=1)[0]),
     }
