@@ -46,6 +46,7 @@ from llmsla.exporters.openai import (
 from llmsla.exporters.recorder import StreamTimer
 from llmsla.exporters.recording import Recorder
 from llmsla.exporters.saturation import SaturationMonitor
+from llmsla.exporters.tenants import Tenancy, TenantResolver
 from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
 from llmsla.httpkit import (
     HEAD_READ,
@@ -133,6 +134,11 @@ class Gateway:
         self.client_share = g.client_share
         self.client_cap = max(1, int(g.client_share * g.max_in_flight)) if g.client_share < 1 else 0
         self.clients = ClientIdentity(g.trusted_proxies, g.client_header)
+        # each request's tenant and class (labels of its series and its event), from an API key or
+        # a trusted proxy's header, before the body is read; bounded by the configuration
+        for k in ("header", "api_keys", "api_keys_file", "declared", "classes", "class_header", "default_class"):
+            check_key(cfg, "tenants." + k)
+        self.tenants = TenantResolver(cfg, self.clients)
         self.client_slots: dict[str, int] = {}
         self._proxy_warned: set[str] = set()
         self._slots: asyncio.Semaphore | None = None
@@ -305,6 +311,11 @@ class Gateway:
             self.client_slots[client] = held + 1
         # a request holds its in-flight slot from its first body byte: a client trickling its
         # body costs a slot like any other (bounded by http.body_timeout_s)
+        who = self.tenants.resolve(request.remote, request.headers)
+        if who.folded_tenant:
+            self.metrics.folded(names.L_TENANT)
+        if who.folded_class:
+            self.metrics.folded(names.L_CLASS)
         self.in_flight += 1
         self._in_flight_gauge.inc()
         tel: RequestTelemetry | None = None
@@ -322,12 +333,12 @@ class Gateway:
             a = self.rollout.assign(self.pool, key)
             timer = StreamTimer(arrival, streaming=req.stream)
             if self.in_flight > self.max_in_flight:
-                self._record(timer, tel, req, a.label, names.NO_REPLICA, names.STATUS_REJECTED, pool=self._pool_of(a))
+                self._record(timer, tel, req, who, a.label, names.NO_REPLICA, names.STATUS_REJECTED, pool=self._pool_of(a))
                 resp = error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; "
                                       "retry later", code="overloaded", type_=GATEWAY_ERROR,
                                       headers={"Retry-After": "1", **self._arm_headers(a)})
                 return resp
-            resp = await self._proxy(request, raw, req, timer, tel, a, key)
+            resp = await self._proxy(request, raw, req, timer, tel, who, a, key)
             return resp
         finally:
             if client is not None:
@@ -356,7 +367,7 @@ class Gateway:
         return h
 
     async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
-                     tel: RequestTelemetry, a: Assignment, key: str) -> web.StreamResponse:
+                     tel: RequestTelemetry, who: Tenancy, a: Assignment, key: str) -> web.StreamResponse:
         traceparent = tel.traceparent  # the gateway's SERVER span, returned to the client
         status = names.STATUS_ERROR
         rep: ReplicaRef | None = None
@@ -493,7 +504,7 @@ class Gateway:
                                     ok=status not in (names.STATUS_ERROR, names.STATUS_TIMEOUT), ttft_ms=ttft)
                 except Exception:  # the router must never cost us the event
                     log.exception("router.end failed")
-            self._record(timer, tel, req, arm, rep.id if rep else names.NO_REPLICA, status, end=end,
+            self._record(timer, tel, req, who, arm, rep.id if rep else names.NO_REPLICA, status, end=end,
                          upstream_url=rep.url if rep else None, pool=pool)
 
     async def _fail(self, request: web.Request, resp: web.StreamResponse | None, http_status: int,
@@ -507,7 +518,7 @@ class Gateway:
             await resp.write_eof()
         return resp
 
-    def _record(self, timer: StreamTimer, tel: RequestTelemetry, req: ParsedRequest, arm: str, replica: str,
+    def _record(self, timer: StreamTimer, tel: RequestTelemetry, req: ParsedRequest, who: Tenancy, arm: str, replica: str,
                 status: str, *, end: float | None = None, upstream_url: str | None = None,
                 pool: str | None = None) -> None:
         end = time.perf_counter() if end is None else end
@@ -522,7 +533,7 @@ class Gateway:
         try:
             ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=tel.trace_id, model=req.model,
                              pool=pool or self.pool, replica=replica, arm=arm, policy=policy, status=status,
-                             prompt_estimate=prompt_estimate(req.prompt_chars))
+                             prompt_estimate=prompt_estimate(req.prompt_chars), tenant=who.tenant, class_=who.class_)
             ev.validate()
             valid = ev
             self.recorder.record(ev, itl_gaps_ms=timer.gaps_ms, validate=False,

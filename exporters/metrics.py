@@ -159,12 +159,12 @@ class LabelGuard:
 
 
 class _Children:
-    """The labelled children of one (model, pool, replica, arm) series set."""
+    """The labelled children of one (model, pool, replica, arm, tenant, class) series set."""
 
     __slots__ = ("model", "ttft", "itl", "tpot", "e2e", "queue", "prompt", "output", "status", "goodput", "overflow",
                  "fast")
 
-    def __init__(self, m: RequestMetrics, labels: tuple[str, str, str, str], overflow: list[Any]) -> None:
+    def __init__(self, m: RequestMetrics, labels: tuple[str, ...], overflow: list[Any]) -> None:
         self.model = labels[0]  # the model label as exported (``other`` when the guard folded it)
         self.ttft = m.ttft.labels(*labels)
         self.itl = m.itl.labels(*labels)
@@ -185,7 +185,7 @@ class RequestMetrics:
 
     def __init__(self, cfg: Config, registry: CollectorRegistry | None) -> None:
         m = cfg.metrics
-        labels = names.REQUEST_LABELS
+        labels = names.REQUEST_SERIES_LABELS
         reg = registry
         self.ttft = Histogram(names.REQUEST_TTFT_SECONDS, "Time from request arrival at the gateway to the first "
                               "token-carrying chunk of a streamed response (requests that produced one).",
@@ -213,38 +213,54 @@ class RequestMetrics:
         self.bad_requests = Counter(names.GATEWAY_BAD_REQUESTS, "Requests refused with a 4xx before dispatch, by reason.",
                                     (names.L_REASON,), registry=reg)
         self.guard = LabelGuard.from_config(cfg)
+        # tenant and class are bounded by the configuration, not by a top-N: every declared tenant
+        # keeps its label however many there are (exporters/tenants.py resolves them per request)
+        t = cfg.tenants
+        self.tenant_values = frozenset((*t.declared, names.LABEL_OVERFLOW_VALUE, names.DEFAULT_TENANT))
+        self.class_values = frozenset((*t.classes, names.DEFAULT_CLASS))
         self._overflow_children = {lbl: self.overflow.labels(lbl) for lbl in labels}
-        self._cache: dict[tuple[str, str, str, str], _Children] = {}
+        self._cache: dict[tuple[str, ...], _Children] = {}
         self._by_folded: dict[tuple[Any, ...], _Children] = {}
         self._in_flight_children: dict[str, Any] = {}
 
-    def children(self, model: str, pool: str, replica: str, arm: str, *, admit: bool = True) -> _Children:
+    def children(self, model: str, pool: str, replica: str, arm: str, tenant: str = names.DEFAULT_TENANT,
+                 class_: str = names.DEFAULT_CLASS, *, admit: bool = True) -> _Children:
         """Labelled children for a raw label tuple (guarded, cached). ``admit``: the upstream
         served this request, so its model name may claim a free slot. A tuple folded for lack of
-        admission is not cached under its raw values: its next served request may claim one."""
-        key = (model, pool, replica, arm)
+        admission is not cached under its raw values: its next served request may claim one.
+        ``tenant`` and ``class_`` outside the configured ones (a simulated or replayed event's)
+        are ``other``."""
+        key = (model, pool, replica, arm, tenant, class_)
         ch = self._cache.get(key)
         if ch is not None:
             return ch
         folded: list[str] = []
         flags: list[bool] = []
-        for lbl, value in zip(names.REQUEST_LABELS, key, strict=True):
+        for lbl, value in zip(names.REQUEST_LABELS, key, strict=False):
             # only the model is the client's choice; pool, replica and arm come from our config
             v, was_folded = self.guard.fold(lbl, value, admit=admit or lbl != names.L_MODEL)
             folded.append(v)
             flags.append(was_folded)
-        overflow = [self._overflow_children[lbl] for lbl, f in zip(names.REQUEST_LABELS, flags, strict=True) if f]
+        for value, known in ((tenant, self.tenant_values), (class_, self.class_values)):
+            folded.append(value if value in known else names.LABEL_OVERFLOW_VALUE)
+            flags.append(value not in known)
+        overflow = [self._overflow_children[lbl] for lbl, f in zip(names.REQUEST_SERIES_LABELS, flags, strict=True) if f]
         fkey = (*folded, *flags)
         ch = self._by_folded.get(fkey)
         if ch is None:
             if len(self._by_folded) >= _CACHE_MAX:
                 self._by_folded.clear()
-            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)  # type: ignore[arg-type]  # the 4 request labels
+            ch = self._by_folded[fkey] = _Children(self, tuple(folded), overflow)
         if admit or not overflow:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             self._cache[key] = ch
         return ch
+
+    def folded(self, label: str) -> None:
+        """Count a request whose ``label`` (tenant or class) was folded before it was recorded:
+        it named a tenant that is not declared, or a class it may not have."""
+        self._overflow_children[label].inc()
 
     def bad_request(self, reason: str) -> None:
         """Count a malformed request (``reason`` is one of the gateway's fixed codes)."""
@@ -257,6 +273,7 @@ class RequestMetrics:
         return ch
 
     def observe(self, *, model: str, pool: str, replica: str, arm: str, status: str, queue_s: float,
+                tenant: str = names.DEFAULT_TENANT, class_: str = names.DEFAULT_CLASS,
                 ttft_s: float | None, e2e_s: float, prompt_tokens: int, output_tokens: int,
                 itl_gaps_s: Sequence[float] = (), itl_mean_s: float = 0.0, itl_n: int = 0,
                 admit: bool | None = None) -> str:
@@ -269,7 +286,7 @@ class RequestMetrics:
         the gateway also admits a model a replica lists as served)."""
         if admit is None:
             admit = status == names.STATUS_OK
-        ch = self.children(model, pool, replica, arm, admit=admit)
+        ch = self.children(model, pool, replica, arm, tenant, class_, admit=admit)
         for c in ch.overflow:
             c.inc()
         ch.status[status].inc()

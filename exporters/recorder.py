@@ -48,7 +48,7 @@ class RequestRecorder:
         itl = event.itl_ms
         model = self.metrics.observe(
             model=event.model, pool=event.pool, replica=event.replica, arm=event.arm,
-            status=event.status, queue_s=event.queue_ms / 1000.0,
+            tenant=event.tenant, class_=event.class_, status=event.status, queue_s=event.queue_ms / 1000.0,
             ttft_s=None if event.ttft_ms is None or not first_token else event.ttft_ms / 1000.0,
             e2e_s=event.e2e_ms / 1000.0, prompt_tokens=event.prompt_tokens,
             output_tokens=event.output_tokens,
@@ -241,7 +241,8 @@ class StreamTimer:
         return prompt, output
 
     def event(self, *, end: float, ts_ms: int, trace_id: str, model: str, pool: str, replica: str,
-              arm: str, policy: str, status: str, prompt_estimate: int) -> RequestEvent:
+              arm: str, policy: str, status: str, prompt_estimate: int, tenant: str = names.DEFAULT_TENANT,
+              class_: str = names.DEFAULT_CLASS) -> RequestEvent:
         """The finished request; times relative to ``arrival`` in ms, clamped so queue <= TTFT
         <= E2E holds even when stamps coincide."""
         e2e = max(0.0, (end - self.arrival) * 1000.0)
@@ -254,5 +255,5 @@ class StreamTimer:
         return RequestEvent(
             ts_ms=ts_ms, trace_id=trace_id, model=model, pool=pool, replica=replica, arm=arm,
             policy=policy, prompt_tokens=prompt, output_tokens=output, queue_ms=queue, ttft_ms=ttft,
-            itl_ms=ItlSummary.from_gaps(self.gaps_ms), e2e_ms=e2e, status=status,
+            itl_ms=ItlSummary.from_gaps(self.gaps_ms), e2e_ms=e2e, status=status, tenant=tenant, class_=class_,
         )

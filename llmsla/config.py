@@ -360,6 +360,70 @@ class GatewayConfig:
     workers: int = _k(1, "gateway processes sharing the port (SO_REUSEPORT, multi-process metrics)", minimum=1)
 
 
+def _optional_header_name(value: str) -> str | None:
+    return None if value == "" else header_name_problem(value)
+
+
+#: Tenant names a configuration may not declare: the values the gateway gives requests that name
+#: no declared tenant (``other``) and every request while tenants are off (``default``).
+RESERVED_TENANTS = (names.LABEL_OVERFLOW_VALUE, names.DEFAULT_TENANT)
+
+
+def tenant_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a declared tenant's name, else None."""
+    if not isinstance(value, str):
+        return f"a tenant name must be a string, got {type(value).__name__}"
+    if value in RESERVED_TENANTS:
+        return f"{value!r} is reserved (the tenant of requests that name no declared tenant, or of all while tenants are off)"
+    return label_problem(value)
+
+
+def _classes_problem(values: list[str]) -> str | None:
+    if not values:
+        return "must name at least one class"
+    if (problem := _each(label_problem)(values)) is not None:
+        return problem
+    dup = next((c for c in values if values.count(c) > 1), None)
+    return None if dup is None else f"class {_shown_value(dup)} is listed twice"
+
+
+def _declared_problem(value: dict[str, Any]) -> str | None:
+    """``tenants.declared``: tenant -> its default class (checked against tenants.classes at start-up)."""
+    for tenant, cls in value.items():
+        if (problem := tenant_problem(tenant)) is not None:
+            return f"tenant {_shown_value(tenant)}: {problem}"
+        if not isinstance(cls, str) or (problem := label_problem(cls)) is not None:
+            return f"tenant {_shown_value(tenant)}: its default class {problem or 'must be a string'}"
+    return None
+
+
+def _api_keys_problem(value: dict[str, Any]) -> str | None:
+    """``tenants.api_keys``: API key -> tenant. Never echoes a key: the message names its tenant."""
+    for key, tenant in value.items():
+        if (problem := tenant_problem(tenant)) is not None:
+            return f"an API key's tenant: {problem}"
+        if not key or (problem := token_problem(key)) is not None:
+            return f"the API key of tenant {_shown_value(tenant)}: {problem or 'must not be empty'}"
+    return None
+
+
+@dataclass
+class TenantsConfig:
+    """Who a request is for (its tenant) and how it is served (its class): labels of the gateway's request series and events (docs/gateway.md#tenants-and-classes)."""
+
+    header: str = _k("", "header naming the request's tenant, set by the user's auth proxy; believed only from gateway.trusted_proxies (any other peer's is ignored); empty = no tenant header", check=_optional_header_name)
+    api_keys: dict[str, Any] = _k({}, "API key -> tenant: a request whose Authorization: Bearer key is listed is that tenant's (before the header); [tenants.api_keys] table, in the environment as JSON; never shown or logged", kind="secret", check=_api_keys_problem)
+    api_keys_file: str = _k("", "a JSON object file of more API key -> tenant pairs (a mounted Kubernetes Secret), read at start-up; empty = none")
+    declared: dict[str, Any] = _k({}, "tenant -> its default class: the tenants that keep their own label; any other tenant name is 'other'; [tenants.declared] table, in the environment as JSON", check=_declared_problem)
+    classes: list[str] = _k(list(names.DEFAULT_CLASSES), "request classes, most protected first: a request may ask (tenants.class_header) for its tenant's default class or a later one, never an earlier one", check=_classes_problem)
+    class_header: str = _k(names.CLASS_HEADER, "header a request names its class in (llm-d's InferenceObjective header); a value that is not one of tenants.classes, or an earlier class than its tenant's default, leaves the default; empty = the tenant's default only", check=_optional_header_name)
+    default_class: str = _k("", "class of requests of tenant 'other' (no declared tenant) and of every request while tenants are off; empty = the first of tenants.classes", check=_optional_label)
+
+    def enabled(self) -> bool:
+        """Requests are told apart by tenant (a header or an API-key map is configured)."""
+        return bool(self.header or self.api_keys or self.api_keys_file)
+
+
 @dataclass
 class WorkerConfig:
     """The reference CPU inference worker."""
@@ -579,6 +643,7 @@ class Config:
     slo: SloConfig = field(default_factory=SloConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    tenants: TenantsConfig = field(default_factory=TenantsConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     otel: OtelConfig = field(default_factory=OtelConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
@@ -918,8 +983,8 @@ def secrets(cfg: Config) -> set[str]:
         obj = getattr(cfg, section)
         for f in fields(cls):
             value = getattr(obj, f.name)
-            items = value if isinstance(value, list) else [value]
-            for v in items:
+            items = value if isinstance(value, list) else list(value) if isinstance(value, dict) else [value]
+            for v in items:  # a dict's keys: the secrets of tenants.api_keys are its keys
                 if not isinstance(v, str) or not v:
                     continue
                 if f.metadata.get("kind") == "secret":
@@ -965,6 +1030,53 @@ def check_startup(cfg: Config) -> None:
 
     slo_catalog.load(cfg)
     check_worker_kv(cfg)
+    check_tenants(cfg)
+
+
+def read_api_keys_file(path: str, where: str = "tenants.api_keys_file") -> dict[str, str]:
+    """``tenants.api_keys_file``: a JSON object of API key -> tenant, checked like
+    ``tenants.api_keys``; a :class:`ConfigError` that names the file, never a key."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise ConfigError(f"{where}: {path}: not a file")
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        reason = exc.strerror if isinstance(exc, OSError) else "not a UTF-8 JSON object"
+        raise ConfigError(f"{where}: {path}: {reason}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {path}: expected a JSON object of API key -> tenant")
+    if (problem := _api_keys_problem(data)) is not None:
+        raise ConfigError(f"{where}: {path}: {problem}")
+    return data
+
+
+def check_tenants(cfg: Config) -> None:
+    """The tenant rules across keys: the header is believed only from trusted proxies (so there
+    must be some), every tenant an API key names is declared, every class named is a class."""
+    t = cfg.tenants
+    where = cfg.source or "configuration"
+    if t.header and not cfg.gateway.trusted_proxies:
+        raise ConfigError(f"{where}: tenants.header = {t.header!r} is believed only from gateway.trusted_proxies, "
+                          "which is empty: list the auth proxy that sets it there")
+    if t.header and t.class_header and t.header.lower() == t.class_header.lower():
+        raise ConfigError(f"{where}: tenants.header and tenants.class_header are both {t.header!r}; one header cannot name both")
+    if t.default_class and t.default_class not in t.classes:
+        raise ConfigError(f"{where}: tenants.default_class = {t.default_class!r} is not one of tenants.classes "
+                          f"({', '.join(t.classes)})")
+    for tenant, cls in t.declared.items():
+        if cls not in t.classes:
+            raise ConfigError(f"{where}: tenants.declared: tenant {_shown_value(tenant)}: class {_shown_value(cls)} "
+                              f"is not one of tenants.classes ({', '.join(t.classes)})")
+    keys = dict(t.api_keys)
+    if t.api_keys_file:
+        keys.update(read_api_keys_file(t.api_keys_file))
+    for tenant in dict.fromkeys(keys.values()):
+        if tenant not in t.declared:
+            raise ConfigError(f"{where}: tenants.api_keys: tenant {_shown_value(tenant)} is not in tenants.declared "
+                              "(declare it with its default class)")
 
 
 def worker_context_tokens(cfg: Config) -> int:

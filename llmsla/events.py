@@ -11,6 +11,7 @@ A bad record raises :class:`EventError`, which names the field and the reason.
 from __future__ import annotations
 
 import json
+import keyword
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -47,6 +48,21 @@ class Field:
     maximum: float | None = None
     enum: tuple[str, ...] | None = None
     nullable: bool = False
+    #: The value of the field when a line leaves it out or holds null: a field added to a
+    #: contract after producers of its version existed, so their lines still parse (and mean
+    #: what they meant). Such a field is optional and nullable on the wire, never None in Python.
+    default: str | None = None
+
+    @property
+    def attr(self) -> str:
+        """The event's attribute of this field: its name, with ``_`` after a Python keyword
+        (``class`` is ``class_``)."""
+        return self.name + "_" if keyword.iskeyword(self.name) else self.name
+
+    @property
+    def optional(self) -> bool:
+        """A line may leave the field out (or hold null)."""
+        return self.nullable or self.default is not None
 
 
 _INT_MAX = 2**63 - 1
@@ -224,9 +240,9 @@ def _parse_strings(kind: str, f: Field, value: Any) -> list[str]:
 def _check_value(kind: str, f: Field, raw: Any) -> Any:
     """One field's value, checked against its declaration; returns the normalised value."""
     if raw is None:
-        if not f.nullable:
+        if not f.optional:
             raise EventError(kind, f.name, "must not be null")
-        return None
+        return f.default
     if f.type == "int":
         return _check_number(kind, f, raw, integer=True)
     if f.type == "number":
@@ -277,11 +293,11 @@ class _Event:
         values: dict[str, Any] = {}
         for f in cls.FIELDS:
             if f.name not in data:
-                if f.nullable:
-                    values[f.name] = None
+                if f.optional:
+                    values[f.attr] = f.default
                     continue
                 raise EventError(kind, f.name, "missing")
-            values[f.name] = _check_value(kind, f, data[f.name])
+            values[f.attr] = _check_value(kind, f, data[f.name])
         unknown = set(data) - {f.name for f in cls.FIELDS} - {"v"}
         if unknown:
             raise EventError(kind, shown_name(sorted(unknown)[0]), "unknown field")
@@ -317,7 +333,7 @@ class _Event:
         the same rules as :meth:`from_dict`, without a round trip through a dict."""
         kind = self.KIND
         for f in self.FIELDS:
-            _check_value(kind, f, getattr(self, f.name))
+            _check_value(kind, f, getattr(self, f.attr))
         self._check_relations()
         return self
 
@@ -327,7 +343,7 @@ class _Event:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"v": SCHEMA_VERSION}
         for f in self.FIELDS:
-            value = getattr(self, f.name)
+            value = getattr(self, f.attr)
             out[f.name] = value.to_dict() if f.type == "itl" else value
         return out
 
@@ -357,6 +373,8 @@ class RequestEvent(_Event):
     itl_ms: ItlSummary
     e2e_ms: float
     status: str
+    tenant: str = names.DEFAULT_TENANT
+    class_: str = names.DEFAULT_CLASS
 
     KIND: ClassVar[str] = "RequestEvent"
     FIELDS: ClassVar[tuple[Field, ...]] = (
@@ -374,11 +392,21 @@ class RequestEvent(_Event):
         Field("itl_ms", "itl", "inter-token latency summary {n, mean, std, max} in ms (a list of gaps is accepted and summarised)"),
         Field("e2e_ms", "number", "arrival to last byte, ms", minimum=0),
         Field("status", "string", "outcome", enum=names.STATUSES),
+        Field("tenant", "string", "tenant the request was for: a declared tenant (tenants.declared), 'other' "
+              "(undeclared or unidentified while tenants are on) or 'default' (tenants off; also a line without it)",
+              default=names.DEFAULT_TENANT),
+        Field("class", "string", "request class (tenants.classes, e.g. interactive, batch, sheddable); "
+              f"'{names.DEFAULT_CLASS}' for a line without it", default=names.DEFAULT_CLASS),
     )
 
     def __post_init__(self) -> None:
         if isinstance(self.itl_ms, list | dict):
             object.__setattr__(self, "itl_ms", _parse_itl(self.KIND, self.itl_ms))
+        # None is the wire's "not given" (a line written before tenants): the documented default
+        if self.tenant is None:
+            object.__setattr__(self, "tenant", names.DEFAULT_TENANT)
+        if self.class_ is None:
+            object.__setattr__(self, "class_", names.DEFAULT_CLASS)
 
     def _check_relations(self) -> None:
         if self.ttft_ms is not None and self.ttft_ms > self.e2e_ms:
@@ -566,8 +594,10 @@ def json_schema(cls: type[_Event]) -> dict[str, Any]:
                 prop["maximum"] = f.maximum
             if f.enum is not None:
                 prop["enum"] = list(f.enum)
-            if f.nullable:
+            if f.optional:
                 prop["type"] = [prop["type"], "null"]
+            if f.default is not None:
+                prop["default"] = f.default
         prop["description"] = f.doc
         props[f.name] = prop
     return {
@@ -577,7 +607,7 @@ def json_schema(cls: type[_Event]) -> dict[str, Any]:
         "description": (cls.__doc__ or "").strip().splitlines()[0],
         "type": "object",
         "additionalProperties": False,
-        "required": [f.name for f in cls.FIELDS if not f.nullable],
+        "required": [f.name for f in cls.FIELDS if not f.optional],
         "properties": props,
     }
 

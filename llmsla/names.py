@@ -35,9 +35,29 @@ L_XID = "xid"  # GPU XID error code (NVML's critical XID event data)
 L_ERROR = "error"  # kind of a hardware error counter (ECC, remapped rows, NVLink)
 L_ECC_COUNTER = "counter"  # NVML ECC counter scope: volatile (since driver load) or aggregate
 L_DIRECTION = "direction"  # tx | rx of a PCIe / NVLink series
+#: Who a request is for and how it is served (docs/gateway.md#tenants-and-classes).
+L_TENANT = "tenant"
+L_CLASS = "class"
 
 #: Labels every request metric carries, in this order.
 REQUEST_LABELS: tuple[str, ...] = (L_MODEL, L_POOL, L_REPLICA, L_ARM)
+
+#: Labels of the gateway's request series (histograms and counters): the request labels plus
+#: the request's tenant and class, each bounded by the configuration (tenants.declared,
+#: tenants.classes), never by what clients send.
+REQUEST_SERIES_LABELS: tuple[str, ...] = (*REQUEST_LABELS, L_TENANT, L_CLASS)
+
+#: ``tenant`` of every request while tenants are off (no tenants.header, no API-key map), and of
+#: a RequestEvent written before tenants existed. A request that names no declared tenant while
+#: tenants are on is ``other`` (LABEL_OVERFLOW_VALUE).
+DEFAULT_TENANT = "default"
+#: Request classes (tenants.classes), most protected first; a request's class is its tenant's
+#: default class or a later one its class header names.
+DEFAULT_CLASSES: tuple[str, ...] = ("interactive", "batch", "sheddable")
+#: ``class`` of a RequestEvent written before classes existed.
+DEFAULT_CLASS = DEFAULT_CLASSES[0]
+#: The trusted header naming the class (llm-d's InferenceObjective header), tenants.class_header.
+CLASS_HEADER = "x-gateway-inference-objective"
 
 #: Request outcome values of the ``status`` label and of ``RequestEvent.status``.
 STATUS_OK = "ok"

@@ -96,7 +96,11 @@ def _str_ok(col: str, java: bool) -> str:
     point, so the class matches lone surrogates only); the code-point count is taken only for
     strings long enough to need it."""
     if java:  # a BYTES column (_SQL_TYPE)
-        return f"({col} IS NOT NULL AND {col} <> X'')"
+        # `> X''`, not `<> X''`: inside `col IS NULL OR ...` (an optional field) the planner folds
+        # `<>` into SEARCH(col, Sarg[(-inf..X''), (X''..+inf); NULL AS TRUE]), which Flink's code
+        # for a BINARY point gets wrong: true for X'' (an empty tenant was windowed). A range
+        # bound is compared correctly, and every non-empty byte string is > X''.
+        return f"({col} IS NOT NULL AND {col} > X'')"
     n = MAX_STRING_CHARS
     return (f"({col} IS NOT NULL AND {col} <> '' AND CHAR_LENGTH({col}) <= {2 * n} "
             f"AND NOT REGEXP({col}, '[\\x{{0}}\\x{{D800}}-\\x{{DFFF}}]') AND (CHAR_LENGTH({col}) <= {n} OR "
@@ -275,7 +279,15 @@ def _field_checks(f: Field, java: bool) -> list[str]:
     if f.type == "strings":
         return []  # the Java format checks the list (llmsla-json.string-lists)
     if f.type == "string":
-        return [_str_ok(col, java), *([_in(col, f.enum, java)] if f.enum else [])]
+        checks = [_str_ok(col, java), *([_in(col, f.enum, java)] if f.enum else [])]
+        if not f.optional:
+            return checks
+        # a field with a default may be absent (or null): the reader takes the default (f.default).
+        # Java: a null column is exactly that (any other non-string is a json_error). Fallback:
+        # JSON_VALUE is null for an array or an object too, which the contract rejects; JSON_EXISTS
+        # is false only for an absent or null value.
+        absent = f"{col} IS NULL" if java else f"NOT JSON_EXISTS(line, '$.{f.name}')"
+        return [f"({absent} OR {' AND '.join(checks)})"]
     if f.type == "int":
         check = _int_ok(col, _bound(f.minimum), _bound(f.maximum))
         return [f"({_raw_column(f)} IS NULL OR {check})" if f.nullable else check]

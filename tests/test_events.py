@@ -24,6 +24,7 @@ def request(**over) -> dict:
         "model": "llama-6b", "pool": "default", "replica": "r0", "arm": "default", "policy": "constant",
         "prompt_tokens": 12, "output_tokens": 5, "queue_ms": 1.5, "ttft_ms": 40.0,
         "itl_ms": {"n": 4, "mean": 20.0, "std": 2.0, "max": 24.0}, "e2e_ms": 120.0, "status": "ok",
+        "tenant": "acme", "class": "batch",
     }
     base.update(over)
     return base

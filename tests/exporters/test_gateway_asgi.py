@@ -172,7 +172,8 @@ def test_middleware_records_like_the_gateway(tmp_path: Path) -> None:
     assert first.ttft_ms is not None and first.ttft_ms <= first.e2e_ms
     assert evs[1].output_tokens == 4 and evs[1].itl_ms.n == 0
     assert 1 <= evs[3].output_tokens < 100
-    lbl = {"model": MODEL, "pool": cfg.gateway.pool, "replica": "pod-1", "arm": names.DEFAULT_ARM}
+    lbl = {"model": MODEL, "pool": cfg.gateway.pool, "replica": "pod-1", "arm": names.DEFAULT_ARM,
+           names.L_TENANT: names.DEFAULT_TENANT, names.L_CLASS: names.DEFAULT_CLASS}
     assert reg.get_sample_value("llmsla_requests_total", {**lbl, "status": "ok"}) == 3
     assert reg.get_sample_value("llmsla_request_inter_chunk_seconds_count", lbl) == sum(e.itl_ms.n for e in evs)
     assert reg.get_sample_value("llmsla_gateway_bad_requests_total", {"reason": "invalid_json"}) == 1

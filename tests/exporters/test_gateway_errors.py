@@ -225,7 +225,8 @@ def test_upstream_errors_timeouts_and_cancellation(tmp_path: Path) -> None:
         assert e.ttft_ms is None or e.ttft_ms <= e.e2e_ms
     total = sum(reg.get_sample_value("llmsla_requests_total", {"model": MODEL, "pool": cfg.gateway.pool,
                                                                 "replica": r, "arm": names.DEFAULT_ARM,
-                                                                "status": st}) or 0
+                                                                "status": st, names.L_TENANT: names.DEFAULT_TENANT,
+                                                                names.L_CLASS: names.DEFAULT_CLASS}) or 0
                 for r in ("r0", "r1") for st in names.STATUSES)
     assert total == len(evs)
 

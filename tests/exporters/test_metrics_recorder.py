@@ -16,6 +16,9 @@ from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
 from llmsla.resources import deploy
 from llmsla.spool import SpoolWriter, published_segments, read_segment
 
+#: The tenant and class of an event that names none (tenants off).
+TENANCY = {names.L_TENANT: names.DEFAULT_TENANT, names.L_CLASS: names.DEFAULT_CLASS}
+
 
 def _cfg(tmp_path: Path) -> config_mod.Config:
     c = config_mod.load(env={})
@@ -48,7 +51,7 @@ def test_record_metrics_and_spool_agree(tmp_path: Path) -> None:
     rec.record(_event(status=names.STATUS_ERROR, ttft_ms=None, output_tokens=0, itl_ms=ItlSummary.from_gaps([])))
     rec.record(_event(replica="r1", itl_ms=ItlSummary.from_gaps([5.0, 5.0, 50.0])))  # summary path
     spool.close()
-    lbl = {"model": "m", "pool": "p", "replica": "r0", "arm": names.DEFAULT_ARM}
+    lbl = {"model": "m", "pool": "p", "replica": "r0", "arm": names.DEFAULT_ARM, **TENANCY}
     g = reg.get_sample_value
     assert g("llmsla_requests_total", {**lbl, "status": "ok"}) == 1
     assert g("llmsla_requests_total", {**lbl, "status": "error"}) == 1
@@ -77,7 +80,7 @@ def test_invalid_event_counts_nowhere(tmp_path: Path) -> None:
         rec.record(_event(ttft_ms=100.0, e2e_ms=50.0))
     spool.close()
     assert reg.get_sample_value("llmsla_requests_total", {"model": "m", "pool": "p", "replica": "r0",
-                                                         "arm": "default", "status": "ok"}) is None
+                                                         "arm": "default", "status": "ok", **TENANCY}) is None
     assert _read(tmp_path / "spool", names.SPOOL_REQUESTS) == []
 
 
@@ -109,7 +112,7 @@ def test_shared_registry_two_recorders(tmp_path: Path) -> None:
     RequestRecorder(cfg, registry=reg).record(_event())
     RequestRecorder(cfg, registry=reg).record(_event())
     assert reg.get_sample_value("llmsla_requests_total", {"model": "m", "pool": "p", "replica": "r0",
-                                                         "arm": "default", "status": "ok"}) == 2
+                                                         "arm": "default", "status": "ok", **TENANCY}) == 2
 
 
 def test_gpu_recorder(tmp_path: Path) -> None:
@@ -285,5 +288,5 @@ def test_goodput_counts_requests_within_every_objective_at_once(tmp_path: Path) 
     for ttft, e2e, out, status, first, _ in cases:
         rec.record(_event(ttft_ms=ttft, e2e_ms=e2e, output_tokens=out, status=status), first_token=first)
     got = reg.get_sample_value("llmsla_request_goodput_total", {"model": "m", "pool": "p", "replica": "r0",
-                                                                "arm": "default"})
+                                                                "arm": "default", **TENANCY})
     assert got == sum(c[-1] for c in cases) == 3
