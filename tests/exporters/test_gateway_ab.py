@@ -142,7 +142,8 @@ def test_arms_label_route_and_roll_back(tmp_path: Path, pg_dsn: str) -> None:
     assert {e.policy for e in canary_events} == {"cosine"}  # the worker ran the arm's schedule
     assert {e.pool for e in events if e.arm not in ("exp:canary", "exp:canary:forced")} == {"default"}
     by_arm = collections.Counter(e.arm for e in events)
-    assert f'{names.REQUESTS}_total{{arm="exp:stud",model="{cfg.worker.model}",pool="default",replica="r1",status="ok"}} {float(by_arm["exp:stud"])}' in metrics
+    assert (f'{names.REQUESTS}_total{{arm="exp:stud",class="{names.DEFAULT_CLASS}",model="{cfg.worker.model}",'
+            f'pool="default",replica="r1",status="ok",tenant="{names.DEFAULT_TENANT}"}} {float(by_arm["exp:stud"])}') in metrics
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(f"SELECT action, target, outcome, reason, params FROM {names.T_ACTION_LOG} ORDER BY id").fetchall()
     assert ("set_arm_weight", "exp/canary", "applied", "p95 regression") in [r[:4] for r in rows]
