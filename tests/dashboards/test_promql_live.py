@@ -1,7 +1,9 @@
 """Every PromQL query of the dashboards, run as Grafana runs it, against a real Prometheus that
 scraped real exporters after real traffic: the gateway in front of two reference workers (request
 histograms, counters, in-flight, router picks and weights; worker queue gauges) and a GPU
-recorder's gauges and health signals; plus one always-firing alert rule so ``ALERTS`` has a firing series.
+recorder's gauges and health signals; the engine adapter scraping the workers' own vLLM-named /metrics
+(``llmsla_engine_*``, as ``llmsla engines`` exports them); plus one always-firing alert rule so
+``ALERTS`` has a firing series.
 
 Each query must return series carrying the labels its panel groups by, with finite values; the
 heatmaps' per-bucket values must add up to the request rate (Grafana's de-accumulation) and the
@@ -30,6 +32,8 @@ from llmsla.app import wiring
 from llmsla.dashboards import promql, runner
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
 from llmsla.dashboards.query import REGISTRY, SLOTH_RULES, PromQuery
+from llmsla.engines.recorder import EngineRecorder
+from llmsla.engines.scrape import Scraper, Target
 from llmsla.events import GpuSample
 from llmsla.exporters.gpu_signals import DeviceSignals, SignalRecorder
 from llmsla.exporters.recorder import GpuRecorder
@@ -124,6 +128,14 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
                     if up["result"] and float(up["result"][0]["value"][1]) == len(targets):
                         break
                     await asyncio.sleep(0.1)
+                # the engine adapter on the workers' own /metrics, into the exporter above
+                cfg.engine.scrape_interval_s = SCRAPE_S
+                engine_rec = EngineRecorder(registry=gpu_reg)
+                scraper = Scraper(cfg, [Target(f"r{i}", cfg.gateway.pool, u + "/metrics", names.ENGINE_VLLM)
+                                        for i, u in enumerate(urls)],
+                                  on_sample=engine_rec.sample, on_failure=engine_rec.failure)
+                stop = asyncio.Event()
+                scraping = asyncio.create_task(scraper.run(stop))
                 t0 = dt.datetime.now(dt.UTC)
                 await _traffic(gw.url, cfg.worker.model)
                 deadline = time.monotonic() + 20
@@ -133,6 +145,9 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
                         break
                     await asyncio.sleep(0.25)
                 await asyncio.sleep(4 * SCRAPE_S)
+                stop.set()
+                await scraping
+                assert all(st.scrapes and st.up for st in scraper.status.values()), scraper.status
                 return prom.url, t0
 
         prom_url, t0 = asyncio.run(main())
@@ -206,6 +221,15 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     active = {(s.labels[names.L_GPU], s.labels[names.L_REASON]) for s in throttled if 1 in s.values}
     assert active == {("1", "sw_power_cap")}
     assert not any(s.labels[names.L_REASON] in names.GPU_THROTTLE_BENIGN for s in throttled)
+    # the engine row: one series per replica, the way the gateway names them; values in range
+    for q, lo, hi in ((promql.ENGINE_WAITING, 0, math.inf), (promql.ENGINE_RUNNING, 0, math.inf),
+                      (promql.ENGINE_KV_USAGE, 0, 1), (promql.ENGINE_PREEMPTIONS, 0, math.inf),
+                      (promql.ENGINE_PREFIX_HITS, 0, 1)):
+        series = runner.prom_range(prom_url, q, rng, interval, variables, scrape_interval_s=SCRAPE_S)
+        assert sorted(s.labels[names.L_REPLICA] for s in series) == ["r0", "r1"], (q.key, series)
+        assert all(lo <= v <= hi for s in series for v in s.values if math.isfinite(v)), q.key
+    running = runner.prom_range(prom_url, promql.ENGINE_RUNNING, rng, interval, variables, scrape_interval_s=SCRAPE_S)
+    assert max(v for s in running for v in s.values if math.isfinite(v)) > 0  # the traffic reached the engines
     alerts = runner.prom_range(prom_url, promql.FIRING_ALERTS, rng, interval, variables)
     assert any(s.labels[names.L_ALERTNAME] == "LlmslaDashboardProbe" and s.labels[names.L_SLO] == "probe" for s in alerts)
 
