@@ -1,8 +1,8 @@
 """Every PromQL query of the dashboards, run as Grafana runs it, against a real Prometheus that
 scraped real exporters after real traffic: the gateway in front of two reference workers (request
 histograms, counters, in-flight, router picks and weights; worker queue gauges) and a GPU
-recorder's gauges and health signals; the engine adapter scraping the workers' own vLLM-named /metrics
-(``llmsla_engine_*``, as ``llmsla engines`` exports them); plus one always-firing alert rule so
+recorder's gauges and health signals; ``llmsla engines`` (its own process, as deployed) scraping the
+workers' own vLLM-named /metrics into ``llmsla_engine_*``; plus one always-firing alert rule so
 ``ALERTS`` has a firing series.
 
 Each query must return series carrying the labels its panel groups by, with finite values; the
@@ -18,6 +18,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+import os
+import signal
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -27,13 +31,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.utils import floatToGoString
 
 from llmsla import config as config_mod
-from llmsla import names
+from llmsla import names, services
 from llmsla.app import wiring
 from llmsla.dashboards import promql, runner
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
 from llmsla.dashboards.query import REGISTRY, SLOTH_RULES, PromQuery
-from llmsla.engines.recorder import EngineRecorder
-from llmsla.engines.scrape import Scraper, Target
 from llmsla.events import GpuSample
 from llmsla.exporters.gpu_signals import DeviceSignals, SignalRecorder
 from llmsla.exporters.recorder import GpuRecorder
@@ -112,14 +114,26 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     own.validation_recall.labels("lstm-test", "25").set(0.23)
     gpu_port = free_port()
     gpu_server, _ = start_http_server(gpu_port, addr="127.0.0.1", registry=gpu_reg)
+    engine_port = free_port()
+    engines: subprocess.Popen[str] | None = None
+    engines_out = ""
     reg = CollectorRegistry()
     try:
         urls = [w.start() for w in workers]
         cfg.gateway.upstreams = urls
+        # the engine adapter on the workers' own /metrics (ids r0, r1 as the gateway gives them)
+        engines = subprocess.Popen(
+            [sys.executable, "-m", "llmsla", "engines", "--type", names.ENGINE_VLLM, "--host", "127.0.0.1",
+             "--port", str(engine_port), *(a for u in urls for a in ("--upstream", u))],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")},
+                 "LLMSLA_SPOOL_DIR": str(tmp_path / "engine-spool"), "LLMSLA_ENGINE_SCRAPE_INTERVAL_S": str(SCRAPE_S)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+        services.wait_http(f"http://127.0.0.1:{engine_port}/healthz", proc=engines, timeout_s=60)
 
         async def main() -> tuple[str, dt.datetime]:
             async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg) as gw:
-                targets = [f"127.0.0.1:{gw.port}", *(u.removeprefix("http://") for u in urls), f"127.0.0.1:{gpu_port}"]
+                targets = [f"127.0.0.1:{gw.port}", *(u.removeprefix("http://") for u in urls), f"127.0.0.1:{gpu_port}",
+                           f"127.0.0.1:{engine_port}"]
                 prom = start_prometheus({"llmsla": targets}, interval_s=SCRAPE_S,
                                         extra_files={"probe.yml": PROBE_RULES, **sloth})
                 deadline = time.monotonic() + 20
@@ -128,14 +142,6 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
                     if up["result"] and float(up["result"][0]["value"][1]) == len(targets):
                         break
                     await asyncio.sleep(0.1)
-                # the engine adapter on the workers' own /metrics, into the exporter above
-                cfg.engine.scrape_interval_s = SCRAPE_S
-                engine_rec = EngineRecorder(registry=gpu_reg)
-                scraper = Scraper(cfg, [Target(f"r{i}", cfg.gateway.pool, u + "/metrics", names.ENGINE_VLLM)
-                                        for i, u in enumerate(urls)],
-                                  on_sample=engine_rec.sample, on_failure=engine_rec.failure)
-                stop = asyncio.Event()
-                scraping = asyncio.create_task(scraper.run(stop))
                 t0 = dt.datetime.now(dt.UTC)
                 await _traffic(gw.url, cfg.worker.model)
                 deadline = time.monotonic() + 20
@@ -145,16 +151,17 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
                         break
                     await asyncio.sleep(0.25)
                 await asyncio.sleep(4 * SCRAPE_S)
-                stop.set()
-                await scraping
-                assert all(st.scrapes and st.up for st in scraper.status.values()), scraper.status
                 return prom.url, t0
 
         prom_url, t0 = asyncio.run(main())
     finally:
+        if engines is not None:
+            engines.send_signal(signal.SIGTERM)
+            engines_out, _ = engines.communicate(timeout=30)
         for w in workers:
             w.stop()
         gpu_server.shutdown()
+    assert engines is not None and engines.returncode == 0, engines_out
 
     rng = TimeRange(t0 - dt.timedelta(seconds=5), dt.datetime.now(dt.UTC))
     interval = calculate_interval_ms(rng, 60, f"{int(SCRAPE_S * 1000)}ms")
@@ -228,8 +235,6 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
         series = runner.prom_range(prom_url, q, rng, interval, variables, scrape_interval_s=SCRAPE_S)
         assert sorted(s.labels[names.L_REPLICA] for s in series) == ["r0", "r1"], (q.key, series)
         assert all(lo <= v <= hi for s in series for v in s.values if math.isfinite(v)), q.key
-    running = runner.prom_range(prom_url, promql.ENGINE_RUNNING, rng, interval, variables, scrape_interval_s=SCRAPE_S)
-    assert max(v for s in running for v in s.values if math.isfinite(v)) > 0  # the traffic reached the engines
     alerts = runner.prom_range(prom_url, promql.FIRING_ALERTS, rng, interval, variables)
     assert any(s.labels[names.L_ALERTNAME] == "LlmslaDashboardProbe" and s.labels[names.L_SLO] == "probe" for s in alerts)
 
