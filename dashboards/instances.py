@@ -3,7 +3,10 @@
 x = time, y = replica, colour = that replica's P99 on a log colour scale whose steps are the
 SLO-aligned histogram bounds (greens under the objective, oranges to reds over it). Live rows come
 from Prometheus (``histogram_quantile`` per replica); historical rows from the store's windows
-(roll-up picked from the range: the worst 5 s P99 inside each bucket).
+(roll-up picked from the range: the worst 5 s P99 inside each bucket). Under the live rows, each
+replica's engine (queue, KV cache, preemptions, prefix-cache hits; the live ``llmsla_engine_*``
+gauges, like the GPU row) and its engine-measured TTFT beside the gateway's, from the store (the
+engine's histogram is windowed there, not re-exported). See docs/dashboards.md.
 """
 
 from __future__ import annotations
@@ -37,6 +40,32 @@ def build(cfg: Config) -> dash_m.Dashboard:
     d = d.with_panel(c.status_history_panel(
         "E2E P99 per replica (live)", promql.E2E_P99_BY_REPLICA, steps=e2e_steps,
         description="histogram_quantile(0.99) of the gateway's E2E histogram per replica."))
+    d = d.with_row(dash.Row("Engine"))
+    d = d.with_panel(c.timeseries_panel(
+        "Engine queue: waiting and running", [promql.ENGINE_WAITING, promql.ENGINE_RUNNING], unit="short", w=6,
+        min_val=0,
+        description="Requests waiting in each replica's engine queue and in its running batch, as the engine's own "
+                    "/metrics report them (llmsla engines). A waiting queue that grows ahead of the TTFT rows above "
+                    "is the earliest sign of a breach."))
+    d = d.with_panel(c.timeseries_panel(
+        "Engine KV-cache usage", [promql.ENGINE_KV_USAGE], unit="percentunit", w=6, min_val=0, max_val=1,
+        description="Share of each replica's KV-cache blocks in use (0..1). Near 1 the engine preempts or queues."))
+    d = d.with_panel(c.timeseries_panel(
+        "Engine preemptions per second", [promql.ENGINE_PREEMPTIONS], unit="short", w=6, min_val=0,
+        description="Requests the engine preempted (SGLang: retracted) per second, counted across engine restarts. "
+                    "Preempted requests redo their prefill: TTFT and E2E pay for it."))
+    d = d.with_panel(c.timeseries_panel(
+        "Engine prefix-cache hit rate", [promql.ENGINE_PREFIX_HITS], unit="percentunit", w=6, min_val=0, max_val=1,
+        description="Share of prompt tokens served from the prefix cache over the last scrape interval (from the "
+                    "engine's counters, or its gauge where it has only a gauge). A drop means more prefill work."))
+    d = d.with_panel(c.timeseries_panel(
+        "Engine TTFT vs gateway TTFT per replica (store)", [storesql.ENGINE_GATEWAY_TTFT], unit="s", w=24,
+        description="Mean TTFT per replica and interval as the gateway measured it and as the engine's own histogram "
+                    "did, from exact sums and counts in the store (request_windows beside engine_windows, 5 s tables), "
+                    "and their difference (gap_s): the time a request spends before the engine (gateway, network, "
+                    "tokenizer). Every request of the replica on both sides (the engine knows no model or arm). A "
+                    "non-streamed request counts its E2E as TTFT at the gateway, so the gap reads true for streamed "
+                    "traffic."))
     d = d.with_row(dash.Row("GPU health beside TTFT burn (live)"))
     d = d.with_panel(c.timeseries_panel(
         "TTFT burn rate per replica (5 m)", [promql.REPLICA_TTFT_BURN], unit="x", w=8, min_val=0,

@@ -129,6 +129,31 @@ GPU_XIDS = _q("instances.gpu_xids",
               f"sum by ({_GPU_BY}, {names.L_XID}) (increase({names.GPU_XID_ERRORS}_total[{RATE}]))",
               legend="{{instance}} GPU {{gpu}} XID {{xid}}", labels=(names.L_INSTANCE, names.L_GPU, names.L_XID))
 
+# -- the engines' own signals per replica (``llmsla engines``, docs/engines.md) -------------------
+#: ``llmsla_engine_*`` carry replica, pool and engine only (no model, no arm); one engine label per
+#: replica at a time, so the per-replica aggregation only drops it.
+_ENGINE_SEL = selector(names.L_POOL, names.L_REPLICA)
+_ENGINE_BY = f"{names.L_POOL}, {names.L_REPLICA}"
+_ENGINE_LABELS = (names.L_POOL, names.L_REPLICA)
+
+
+def _engine(key: str, expr: str, legend: str = "{{pool}}/{{replica}}") -> PromQuery:
+    return _q(key, expr, legend=legend, labels=_ENGINE_LABELS)
+
+
+ENGINE_WAITING = _engine("instances.engine_waiting",
+                         f"sum by ({_ENGINE_BY}) ({names.ENGINE_REQUESTS_WAITING}{_ENGINE_SEL})",
+                         "{{pool}}/{{replica}} waiting")
+ENGINE_RUNNING = _engine("instances.engine_running",
+                         f"sum by ({_ENGINE_BY}) ({names.ENGINE_REQUESTS_RUNNING}{_ENGINE_SEL})",
+                         "{{pool}}/{{replica}} running")
+ENGINE_KV_USAGE = _engine("instances.engine_kv_usage",
+                          f"max by ({_ENGINE_BY}) ({names.ENGINE_KV_USAGE_RATIO}{_ENGINE_SEL})")
+ENGINE_PREEMPTIONS = _engine("instances.engine_preemptions",
+                             f"sum by ({_ENGINE_BY}) (rate({names.ENGINE_PREEMPTIONS}_total{_ENGINE_SEL}[{RATE}]))")
+ENGINE_PREFIX_HITS = _engine("instances.engine_prefix_cache_hits",
+                             f"max by ({_ENGINE_BY}) ({names.ENGINE_PREFIX_CACHE_HIT_RATIO}{_ENGINE_SEL})")
+
 # -- SLO and error budget (Sloth's recording rules) -----------------------------------------------
 _SLO_LABELS = (names.L_SLOTH_SERVICE, names.L_SLOTH_SLO)
 _SLO_LEGEND = "{{sloth_service}}/{{sloth_slo}}"

@@ -286,6 +286,11 @@ def _table(header: list[str], rows: list[list]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+#: the gap column of ``instances.engine_gateway_ttft``: time spent before the engine (gateway,
+#: network, tokenizer), per replica; no data until ``llmsla engines`` feeds the stream job
+ENGINE_GAP_TITLE = "Time before the engine per replica"
+
+
 def build_sections(ctx: Context) -> list[Section]:
     slo = ctx.slo
     steps: list[Callable[[], Section]] = [
@@ -293,6 +298,8 @@ def build_sections(ctx: Context) -> list[Section]:
         lambda: heatmap_section(ctx, promql.E2E_HEATMAP, "E2E distribution (heatmap)", slo.e2e_ms / 1000),
         lambda: replica_section(ctx, storesql.TTFT_P99_HISTORY, "TTFT P99 per instance", slo.ttft_ms / 1000),
         lambda: replica_section(ctx, storesql.E2E_P99_HISTORY, "E2E P99 per instance", slo.e2e_ms / 1000),
+        lambda: lines_section(ctx, storesql.ENGINE_GATEWAY_TTFT, ENGINE_GAP_TITLE, "gateway - engine mean TTFT, s",
+                              col=4),
         lambda: lines_section(ctx, storesql.QPS_HISTORY, "Requests per second", "req/s"),
         lambda: gpu_section(ctx),
         lambda: arms_section(ctx),

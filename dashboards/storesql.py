@@ -111,6 +111,34 @@ ARM_SUMMARY = _tiered(
     fmt="table",
 )
 
+# -- engine vs gateway TTFT per replica (engine windows beside request windows) -----------------
+#: Mean TTFT from exact sums and counts on both sides, per pool/replica and interval: what the
+#: gateway measured (its clock starts when the request reaches it) and what the engine measured
+#: (its own histogram, from when the request reached the engine). The gap is the time spent
+#: before the engine: gateway, network, tokenizer. Both sides over every request of the replica
+#: (the engine knows no model or arm variable), from the 5 s tables (``engine_windows`` has no
+#: roll-up, so the gateway side reads the same width).
+_REPLICA_FILTER = f"{names.L_POOL} IN (${names.L_POOL}) AND {names.L_REPLICA} IN (${names.L_REPLICA})"
+
+
+def _ttft_sums(table: str, sum_col: str, count_col: str) -> str:
+    return (f"SELECT {TIME}, pool || '/' || replica AS metric, sum({sum_col}) AS sum_ms, sum({count_col}) AS n\n"
+            f"  FROM {table} WHERE $__timeFilter(bucket) AND {_REPLICA_FILTER} GROUP BY 1, 2")
+
+
+ENGINE_GATEWAY_TTFT = _sql(
+    "instances.engine_gateway_ttft",
+    "SELECT g.time, g.metric,\n"
+    "       g.sum_ms / NULLIF(g.n, 0) / 1000.0 AS gateway_ttft_s,\n"
+    "       e.sum_ms / NULLIF(e.n, 0) / 1000.0 AS engine_ttft_s,\n"
+    "       (g.sum_ms / NULLIF(g.n, 0) - e.sum_ms / NULLIF(e.n, 0)) / 1000.0 AS gap_s\n"
+    f"FROM ({_ttft_sums(names.T_REQUEST_WINDOWS, 'ttft_sum_ms', 'ttft_count')}) AS g\n"
+    f"JOIN ({_ttft_sums(names.T_ENGINE_WINDOWS, 'engine_ttft_sum_ms', 'engine_ttft_count')}) AS e\n"
+    "  ON e.time = g.time AND e.metric = g.metric\n"
+    "ORDER BY 1, 2",
+    ("time", "metric", "gateway_ttft_s", "engine_ttft_s", "gap_s"),
+)
+
 # -- A/B results ----------------------------------------------------------------------------------
 _AB_WHERE = "$__timeFilter(ts) AND experiment IN ($experiment) AND arm IN ($arm)"
 _LATENCY = f"'{names.AB_METRIC_TTFT_P95}', '{names.AB_METRIC_E2E_P95}'"

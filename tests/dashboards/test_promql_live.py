@@ -1,7 +1,9 @@
 """Every PromQL query of the dashboards, run as Grafana runs it, against a real Prometheus that
 scraped real exporters after real traffic: the gateway in front of two reference workers (request
 histograms, counters, in-flight, router picks and weights; worker queue gauges) and a GPU
-recorder's gauges and health signals; plus one always-firing alert rule so ``ALERTS`` has a firing series.
+recorder's gauges and health signals; ``llmsla engines`` (its own process, as deployed) scraping the
+workers' own vLLM-named /metrics into ``llmsla_engine_*``; plus one always-firing alert rule so
+``ALERTS`` has a firing series.
 
 Each query must return series carrying the labels its panel groups by, with finite values; the
 heatmaps' per-bucket values must add up to the request rate (Grafana's de-accumulation) and the
@@ -16,6 +18,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+import os
+import signal
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -25,7 +31,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.utils import floatToGoString
 
 from llmsla import config as config_mod
-from llmsla import names
+from llmsla import names, services
 from llmsla.app import wiring
 from llmsla.dashboards import promql, runner
 from llmsla.dashboards.macros import TimeRange, Variable, calculate_interval_ms
@@ -108,14 +114,26 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     own.validation_recall.labels("lstm-test", "25").set(0.23)
     gpu_port = free_port()
     gpu_server, _ = start_http_server(gpu_port, addr="127.0.0.1", registry=gpu_reg)
+    engine_port = free_port()
+    engines: subprocess.Popen[str] | None = None
+    engines_out = ""
     reg = CollectorRegistry()
     try:
         urls = [w.start() for w in workers]
         cfg.gateway.upstreams = urls
+        # the engine adapter on the workers' own /metrics (ids r0, r1 as the gateway gives them)
+        engines = subprocess.Popen(
+            [sys.executable, "-m", "llmsla", "engines", "--type", names.ENGINE_VLLM, "--host", "127.0.0.1",
+             "--port", str(engine_port), *(a for u in urls for a in ("--upstream", u))],
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")},
+                 "LLMSLA_SPOOL_DIR": str(tmp_path / "engine-spool"), "LLMSLA_ENGINE_SCRAPE_INTERVAL_S": str(SCRAPE_S)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+        services.wait_http(f"http://127.0.0.1:{engine_port}/healthz", proc=engines, timeout_s=60)
 
         async def main() -> tuple[str, dt.datetime]:
             async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=reg) as gw:
-                targets = [f"127.0.0.1:{gw.port}", *(u.removeprefix("http://") for u in urls), f"127.0.0.1:{gpu_port}"]
+                targets = [f"127.0.0.1:{gw.port}", *(u.removeprefix("http://") for u in urls), f"127.0.0.1:{gpu_port}",
+                           f"127.0.0.1:{engine_port}"]
                 prom = start_prometheus({"llmsla": targets}, interval_s=SCRAPE_S,
                                         extra_files={"probe.yml": PROBE_RULES, **sloth})
                 deadline = time.monotonic() + 20
@@ -137,9 +155,13 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
 
         prom_url, t0 = asyncio.run(main())
     finally:
+        if engines is not None:
+            engines.send_signal(signal.SIGTERM)
+            engines_out, _ = engines.communicate(timeout=30)
         for w in workers:
             w.stop()
         gpu_server.shutdown()
+    assert engines is not None and engines.returncode == 0, engines_out
 
     rng = TimeRange(t0 - dt.timedelta(seconds=5), dt.datetime.now(dt.UTC))
     interval = calculate_interval_ms(rng, 60, f"{int(SCRAPE_S * 1000)}ms")
@@ -206,6 +228,13 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
     active = {(s.labels[names.L_GPU], s.labels[names.L_REASON]) for s in throttled if 1 in s.values}
     assert active == {("1", "sw_power_cap")}
     assert not any(s.labels[names.L_REASON] in names.GPU_THROTTLE_BENIGN for s in throttled)
+    # the engine row: one series per replica, the way the gateway names them; values in range
+    for q, lo, hi in ((promql.ENGINE_WAITING, 0, math.inf), (promql.ENGINE_RUNNING, 0, math.inf),
+                      (promql.ENGINE_KV_USAGE, 0, 1), (promql.ENGINE_PREEMPTIONS, 0, math.inf),
+                      (promql.ENGINE_PREFIX_HITS, 0, 1)):
+        series = runner.prom_range(prom_url, q, rng, interval, variables, scrape_interval_s=SCRAPE_S)
+        assert sorted(s.labels[names.L_REPLICA] for s in series) == ["r0", "r1"], (q.key, series)
+        assert all(lo <= v <= hi for s in series for v in s.values if math.isfinite(v)), q.key
     alerts = runner.prom_range(prom_url, promql.FIRING_ALERTS, rng, interval, variables)
     assert any(s.labels[names.L_ALERTNAME] == "LlmslaDashboardProbe" and s.labels[names.L_SLO] == "probe" for s in alerts)
 

@@ -116,6 +116,31 @@ class Data:
         ab.append({"ts": t, "experiment": "e1", "arm": "treatment", "metric": names.AB_METRIC_SRM, "n": 2000,
                    "value": 0.55, "baseline": 0.5, "effect": 0.05, "ci_low": None, "ci_high": None, "p_value": 1e-6})
         self.ab = ab
+        # engine windows (what the stream job writes from EngineSample lines) for the last 90 min,
+        # on the request windows' buckets: the engine's own mean TTFT a bit under the gateway's;
+        # every 7th window without the engine's TTFT (null, an engine that exposes none), and a
+        # replica the gateway never saw (no request windows: the join leaves it out)
+        self.engine: list[dict] = []
+        gateway_mean: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for w in self.windows:
+            acc = gateway_mean[(w["bucket"], w["replica"])]
+            acc[0] += w["ttft_sum_ms"]
+            acc[1] += w["ttft_count"]
+        for (bucket, rep), (sum_ms, count) in sorted(gateway_mean.items()):
+            if bucket < end - dt.timedelta(minutes=90):
+                continue
+            for replica in (rep, "r9") if rep == "r0" else (rep,):
+                k = len(self.engine)
+                n = None if k % 7 == 0 else float(rng.randint(1, 40))
+                mean = sum_ms / count * rng.uniform(0.6, 0.95)
+                self.engine.append({
+                    "bucket": bucket, "pool": "p", "replica": replica, "engine": names.ENGINE_VLLM, "samples": 5,
+                    "waiting_mean": rng.uniform(0, 8), "waiting_max": 9.0, "running_mean": rng.uniform(1, 16),
+                    "running_max": 16.0, "kv_usage_mean": rng.random(), "kv_usage_max": 1.0,
+                    "preemptions": float(rng.randint(0, 2)), "prefix_cache_hit_rate_mean": rng.random(),
+                    "engine_ttft_count": n, "engine_ttft_sum_ms": None if n is None else n * mean,
+                    "engine_ttft_mean_ms": None if n is None else mean, "counter_resets": 0,
+                })
 
     def insert(self, conn: psycopg.Connection) -> None:
         with conn.cursor() as cur:
@@ -123,7 +148,7 @@ class Data:
                 for w in self.windows:
                     cp.write_row([w[c] for c in WINDOW_COLS])
             for table, rows in ((names.T_POLICY_WINDOWS, self.policy), (names.T_FORECASTS, self.forecasts),
-                                (names.T_ACTION_LOG, self.actions), (names.T_AB_RESULTS, self.ab)):
+                                (names.T_ACTION_LOG, self.actions), (names.T_AB_RESULTS, self.ab), (names.T_ENGINE_WINDOWS, self.engine)):
                 cols = list(rows[0])
                 cur.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)})",
                                 [tuple(json.dumps(r[c]) if c == "params" else r[c] for c in cols) for r in rows])
@@ -268,6 +293,68 @@ def test_variables_filter_and_hostile_values_stay_data(store) -> None:
     assert run(dsn, storesql.QPS_HISTORY, rng, 60000, variables(pool=(HOSTILE,))).rows == []
     with connect(dsn) as conn:
         assert conn.execute(f"SELECT count(*) FROM {names.T_REQUEST_WINDOWS}").fetchone()[0] == len(data.windows)
+
+
+def ref_engine_gateway_ttft(data: Data, rng: TimeRange, interval_s: float,
+                            replicas: tuple[str, ...] = (*REPLICAS, "r9")) -> dict[tuple, tuple]:
+    """Mean gateway and engine TTFT (s) per interval and pool/replica, from the rows inserted:
+    every arm on the gateway side, only where both sides have rows; None where the engine
+    exposed no TTFT in the whole interval."""
+    def sums(rows: list[dict], s_col: str, n_col: str) -> dict[tuple, list]:
+        out: dict[tuple, list] = {}
+        for r in rows:
+            if not (rng.start <= r["bucket"] <= rng.end) or r["replica"] not in replicas:
+                continue
+            acc = out.setdefault((math.floor(epoch(r["bucket"]) / interval_s) * interval_s, f"{r['pool']}/{r['replica']}"),
+                                 [None, None])
+            if r[n_col] is not None:
+                acc[0] = (acc[0] or 0.0) + r[s_col]
+                acc[1] = (acc[1] or 0.0) + r[n_col]
+        return out
+
+    gw = sums(data.windows, "ttft_sum_ms", "ttft_count")
+    en = sums(data.engine, "engine_ttft_sum_ms", "engine_ttft_count")
+    out = {}
+    for k in gw.keys() & en.keys():
+        g = gw[k][0] / gw[k][1] / 1000
+        e = None if en[k][1] is None else en[k][0] / en[k][1] / 1000
+        out[k] = (g, e, None if e is None else g - e)
+    return out
+
+
+def as_nullable_map(t: runner.Table) -> dict[tuple, tuple]:
+    return {(float(r[0]), r[1]): tuple(None if x is None else float(x) for x in r[2:]) for r in t.rows}
+
+
+def close_nullable(got: dict, want: dict) -> None:
+    assert got and got.keys() == want.keys(), sorted(set(got) ^ set(want))[:5]
+    for k, w in want.items():
+        g = got[k]
+        assert [x is None for x in g] == [x is None for x in w], (k, g, w)
+        assert all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(g, w, strict=True) if x is not None), (k, g, w)
+
+
+@pytest.mark.parametrize(("span", "interval_ms"), [("10m", 5000), ("30m", 60000), ("6h", 600000)])
+def test_engine_vs_gateway_ttft_equals_the_reference(store, span: str, interval_ms: int) -> None:
+    """The engine's and the gateway's mean TTFT per replica and interval, and their gap, equal
+    the sums of the rows inserted; a window without the engine's TTFT leaves its interval's
+    engine side and gap empty (never 0), and a replica without request windows has no series."""
+    dsn, data, _ = store
+    length = {"10m": dt.timedelta(minutes=10), "30m": dt.timedelta(minutes=30), "6h": dt.timedelta(hours=6)}[span]
+    rng = TimeRange(data.end - length, data.end)
+    got = as_nullable_map(run(dsn, storesql.ENGINE_GATEWAY_TTFT, rng, interval_ms,
+                              variables(replica=(*REPLICAS, "r9"))))
+    want = ref_engine_gateway_ttft(data, rng, interval_ms / 1000)
+    close_nullable(got, want)
+    assert {k[1] for k in got} == {"p/r0", "p/r1"}
+    if interval_ms == 5000:  # one 5 s window per interval: null-TTFT windows show as gaps, the
+        assert any(v[1] is None and v[2] is None for v in got.values())  # engine's mean is under the gateway's
+        assert all(v[2] is None or v[2] > 0 for v in got.values())
+    # the replica variable filters both sides; a hostile value stays data
+    only_r1 = as_nullable_map(run(dsn, storesql.ENGINE_GATEWAY_TTFT, rng, interval_ms, variables(replica=("r1", HOSTILE))))
+    close_nullable(only_r1, ref_engine_gateway_ttft(data, rng, interval_ms / 1000, ("r1",)))
+    with connect(dsn) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {names.T_ENGINE_WINDOWS}").fetchone()[0] == len(data.engine)
 
 
 def test_store_variable_queries(store) -> None:
