@@ -16,12 +16,12 @@ See docs/gateway.md#discovery.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from llmsla.background import BackgroundTask
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import Replica, Router
 from llmsla.discovery import DiscoveryError, replica_id
@@ -55,7 +55,7 @@ class Membership:
         self.rounds = 0
         self.failures = 0
         self._warned: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("llmsla-discovery")
 
     async def sync_once(self, session: aiohttp.ClientSession | None = None) -> Change:
         """Ask the source once and apply the difference; new replicas are probed at once when
@@ -121,13 +121,7 @@ class Membership:
 
     def start(self, session: aiohttp.ClientSession) -> asyncio.Task[None]:
         """Run in the current event loop (after a first :meth:`sync_once`); ``await stop()``."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(session), name="llmsla-discovery")
-        return self._task
+        return self._task.start(self.run(session))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.stop()

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from llmsla.background import BackgroundTask
 from llmsla.control.router import Router
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class HealthProber:
         self.path = path
         self.ok = 0
         self.failed = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("llmsla-health-probe")
 
     async def probe_once(self, session: aiohttp.ClientSession, only: Collection[str] | None = None) -> dict[str, bool]:
         """Probe all replicas (or those of ``only``) concurrently; returns replica id -> answered
@@ -82,13 +83,7 @@ class HealthProber:
 
     def start(self, session: aiohttp.ClientSession) -> asyncio.Task[None]:
         """Run in the current event loop; ``await prober.stop()`` ends it."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(session), name="llmsla-health-probe")
-        return self._task
+        return self._task.start(self.run(session))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.stop()

@@ -12,7 +12,6 @@ the accept queue's length in ``tcpi_unacked`` and its bound in ``tcpi_sacked``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import struct
 import sys
@@ -24,6 +23,7 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from llmsla import names
+from llmsla.background import BackgroundTask
 
 #: Loop lag bounds, seconds: from a healthy loop's sub-millisecond to a stalled one's seconds.
 LAG_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -76,16 +76,13 @@ class SaturationMonitor:
         self.m = metrics(registry)
         self.sockets = [s for s in sockets if s.family in (socket.AF_INET, socket.AF_INET6)]
         self.interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("llmsla-gateway-saturation")
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="llmsla-gateway-saturation")
+        self._task.start(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
     def sample_backlog(self) -> None:
         waiting = bound = 0
