@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from llmsla import config as config_mod
-from llmsla import discovery, names, services
+from llmsla import discovery, names
 from llmsla.control.membership import Membership
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import NoReplicaAvailable, Replica, Router
@@ -29,6 +29,8 @@ from llmsla.discovery import (
     parse_dns_target,
     replica_id,
 )
+
+from .test_probe import _replica_server
 
 
 def write(path: Path, text: str) -> None:
@@ -176,16 +178,7 @@ def test_rejoin_keeps_state_and_drain_refusal_counts_only_serving_replicas():
 
 # -- membership over real HTTP ---------------------------------------------------------------------
 async def _health_server(status: int) -> tuple[web.AppRunner, str]:
-    async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"}, status=status)
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = services.free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+    return await _replica_server(status, {"status": "ok"})
 
 
 def test_membership_follows_the_file_and_keeps_the_last_set_on_trouble(tmp_path, caplog):

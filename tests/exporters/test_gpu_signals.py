@@ -256,7 +256,7 @@ def test_xid_watcher_survives_wait_errors_and_stops_promptly(tmp_path: Path, nvm
 
 def test_throttle_reason_bits_are_pynvmls() -> None:
     """The reason table is NVML's bitmask, checked against the real nvidia-ml-py constants."""
-    pynvml = pytest.importorskip("pynvml")
+    import pynvml  # nvidia-ml-py: in the gpu extra, installed by the dev setup
     for bit, name in gpu_signals.THROTTLE_REASONS:
         camel = "".join(p.capitalize() for p in name.split("_"))  # sw_power_cap -> SwPowerCap
         assert getattr(pynvml, f"nvmlClocksThrottleReason{camel}") == bit, name
