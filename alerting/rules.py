@@ -218,7 +218,7 @@ def meta_group(spec: SloSpec) -> dict:
     f = id_filter(spec)
     labels = _labels(spec)
     # the constant series name the tenant/class they hold (the others carry it from the data)
-    const = {**labels, **spec.scope}
+    const = {**labels, **spec.scope} if spec.scope else labels
     on = f"on({names.L_SLOTH_ID}, {names.L_SLOTH_SLO}, {names.L_SLOTH_SERVICE}) group_left"
 
     def burn(window: str) -> Literal:
