@@ -104,44 +104,45 @@ class GoodputBounds:
     tpot_s: float | None
     e2e_s: float | None
     catalog: slo_catalog.Catalog | None = field(default=None, compare=False, repr=False)
+    #: the tenants and classes some spec targets (empty: every request gets the fields' bounds)
+    tenants: frozenset[str] = frozenset()
+    classes: frozenset[str] = frozenset()
     #: (tenant, class) as the catalog tells them apart -> their bounds; bounded by the specs
     _scoped: dict[tuple[str, str], GoodputBounds] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_catalog(cls, cat: slo_catalog.Catalog) -> GoodputBounds:
-        return cls._of(cat, None, None, cat)
-
-    @classmethod
-    def _of(cls, cat: slo_catalog.Catalog, tenant: str | None, class_: str | None,
-            keep: slo_catalog.Catalog | None) -> GoodputBounds:
         def bound(sli: str) -> float | None:
-            o = cat.objective(sli) if tenant is None else cat.for_request(sli, tenant, class_ or "")
+            o = cat.objective(sli)
             return None if o is None else o.threshold_ms / 1000.0
 
-        return cls(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT), bound(slo_catalog.SLI_E2E), keep)
+        return cls(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT), bound(slo_catalog.SLI_E2E), cat,
+                   cat.scoped_tenants, cat.scoped_classes)
 
     def for_request(self, tenant: str, class_: str) -> GoodputBounds:
         """The bounds a request of ``tenant`` and ``class_`` is held to (these, when no spec
         targets either)."""
-        cat = self.catalog
-        if cat is None or not cat.scoped:
-            return self
-        key = (tenant if tenant in cat.scoped_tenants else "", class_ if class_ in cat.scoped_classes else "")
-        if key == ("", ""):
+        key = (tenant if tenant in self.tenants else "", class_ if class_ in self.classes else "")
+        if key == ("", "") or self.catalog is None:
             return self
         got = self._scoped.get(key)
         if got is None:
-            got = self._scoped[key] = self._of(cat, *key, None)
+            cat = self.catalog
+
+            def bound(sli: str) -> float | None:
+                o = cat.for_request(sli, *key)
+                return None if o is None else o.threshold_ms / 1000.0
+
+            got = self._scoped[key] = GoodputBounds(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT),
+                                                    bound(slo_catalog.SLI_E2E))
         return got
 
     def met(self, ttft_s: float | None, tpot_s: float | None, e2e_s: float, *,
             tenant: str | None = None, class_: str | None = None) -> bool:
         """Whether a request met every latency objective at once: the fleet's, or with ``tenant``
         and/or ``class_`` the most specific objective of that tenant and class per SLI."""
-        if tenant is not None or class_ is not None:
-            b = self.for_request(tenant or "", class_ or "")
-            if b is not self:
-                return b.met(ttft_s, tpot_s, e2e_s)
+        if (self.tenants or self.classes) and (tenant in self.tenants or class_ in self.classes):
+            return self.for_request(tenant or "", class_ or "").met(ttft_s, tpot_s, e2e_s)
         ttft = e2e_s if ttft_s is None else ttft_s
         return ((self.e2e_s is None or e2e_s <= self.e2e_s) and (self.ttft_s is None or ttft <= self.ttft_s)
                 and (self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s))
