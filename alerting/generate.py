@@ -58,6 +58,7 @@ def generate(cfg: Config, *, specs_dir: Path = SPECS_DIR, rules_dir: Path = RULE
     prof = R.Profile(window_scale, cfg.slo.min_requests)
     R.check_windows(prof, scrape_interval_s)
     out = Output(specs=load_specs(spec_files(specs_dir), cfg, period_days))
+    slo_catalog.objectives_of(out.specs)  # two specs for one SLI and target: refused, as the catalog does
     for spec in out.specs:
         rf = rules_dir / rule_file_name(spec)
         out.files[rf] = dump(R.slo_rule_file(spec, prof), _header(shown(spec.file), prof))

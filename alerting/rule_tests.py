@@ -8,6 +8,7 @@ See docs/alerting.md#2-llmsla-slo-generate (rule tests).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable
@@ -34,6 +35,10 @@ class Scenario:
     #: (replica, minute) -> (requests, bad) in the minute ending at that sample
     traffic: Callable[[str, int], tuple[int, int]]
     checks: tuple[int, ...] = ()  # extra minutes to check besides the model's transitions
+    #: minute -> (requests, bad) of each neighbour series: requests on replica r0 outside the
+    #: spec's tenant/class (a spec with a scope only). The rules must never count them, so the
+    #: model does not: a rule that drops its tenant/class filter fails these tests.
+    neighbour: Callable[[int], tuple[int, int]] | None = None
 
 
 def per_minute(spec: SloSpec) -> int:
@@ -70,7 +75,7 @@ def scenarios(spec: SloSpec, min_requests: int = 0) -> list[Scenario]:
         # 2x the budget on average; odd minutes one under, even one over (no check on a tie)
         return n, two - 1 if (m - slow_start) % 2 else two + 1
 
-    return [
+    fleet = [
         Scenario("healthy: errors at half the error budget fire nothing", 240, healthy, (60, 120, 240)),
         Scenario("pool fast burn: every request bad on both replicas fires the pool page, no replica page",
                  200, pool_fast, (120, 200)),
@@ -79,6 +84,16 @@ def scenarios(spec: SloSpec, min_requests: int = 0) -> list[Scenario]:
         Scenario("slow 2x burn: only the ticket, never a page", slow_start + 200, slow, (slow_start + 200,)),
         *([low_traffic(min_requests)] if min_requests > len(REPLICAS) * LOW_TRAFFIC_HOURS else []),
     ]
+    if not spec.scope:
+        return fleet
+    # a scoped spec: the same scenarios with healthy traffic outside its scope beside them (its
+    # own breaks while its neighbour is fine), plus the neighbour breaking while it is fine
+    scope = ", ".join(f"{k} {v}" for k, v in sorted(spec.scope.items()))
+    out = [dataclasses.replace(sc, name=f"{sc.name} (beside healthy traffic outside {scope})",
+                               neighbour=lambda m: (n, 0)) for sc in fleet]
+    out.append(Scenario(f"neighbour burn: every request outside {scope} bad, its own healthy, fires nothing",
+                        200, lambda rep, m: (n, 0), (120, 130, 200), neighbour=lambda m: (n, n if m > 120 else 0)))
+    return out
 
 
 def low_traffic(min_requests: int) -> Scenario:
@@ -274,13 +289,35 @@ def _event_labels(spec: SloSpec, base: dict[str, str]) -> dict[str, dict[str, di
     return out
 
 
+#: The tenant/class value of the neighbour series (outside every spec's scope).
+NEIGHBOUR = names.LABEL_OVERFLOW_VALUE
+
+
+def _cumulative(sc: Scenario, f: Callable[[int], tuple[int, int]]) -> tuple[list[int], list[int]]:
+    req, bad = [0], [0]
+    for m in range(1, sc.minutes + 1):
+        r, b = f(m)
+        req.append(req[-1] + r)
+        bad.append(bad[-1] + b)
+    return req, bad
+
+
 def input_series(spec: SloSpec, model: Model) -> list[dict[str, str]]:
+    """The scenario's counters as promtool input series: per replica in the spec's scope, and per
+    tenant/class the spec targets a neighbour on r0 that differs in that label only."""
     model_l = spec.filters.get(names.L_MODEL, MODEL)
     pool_l = spec.filters.get(names.L_POOL, POOL)
-    series: list[dict[str, str]] = []
+    runs: list[tuple[dict[str, str], list[int], list[int]]] = []
     for rep in REPLICAS:
-        base = {names.L_MODEL: model_l, names.L_POOL: pool_l, names.L_REPLICA: rep, names.L_ARM: ARM}
-        req, bad = model.req[rep], model.bad[rep]
+        base = {names.L_MODEL: model_l, names.L_POOL: pool_l, names.L_REPLICA: rep, names.L_ARM: ARM, **spec.scope}
+        runs.append((base, model.req[rep], model.bad[rep]))
+    if model.sc.neighbour is not None:
+        req, bad = _cumulative(model.sc, model.sc.neighbour)
+        for k in sorted(spec.scope):
+            runs.append(({**runs[0][0], k: NEIGHBOUR}, req, bad))
+    events = _event_labels(spec, runs[0][0]) if spec.kind != "latency" else {}
+    series: list[dict[str, str]] = []
+    for base, req, bad in runs:
         good = [a - b for a, b in zip(req, bad, strict=True)]
         if spec.kind == "latency":
             sel = ", ".join(f'{k}="{v}"' for k, v in base.items())
@@ -289,10 +326,11 @@ def input_series(spec: SloSpec, model: Model) -> list[dict[str, str]]:
             series.append({"series": f"{spec.histogram}_count{{{sel}}}", "values": compress(req)})
             continue
         counts: dict[tuple[str, tuple[tuple[str, str], ...]], list[int]] = {}
-        events = _event_labels(spec, base)
+        # the first replica's event labels with this run's model/pool/replica/tenant/class: a
+        # neighbour's event would match the selectors but for its scope label
         for kind, values in (("good", good), ("bad", bad)):
             for fam, lab in events[kind].items():
-                key = (fam, tuple(sorted(lab.items())))
+                key = (fam, tuple(sorted({**lab, **base}.items())))
                 cur = counts.setdefault(key, [0] * len(values))
                 counts[key] = [a + b for a, b in zip(cur, values, strict=True)]
         for (fam, pairs), values in sorted(counts.items()):
@@ -308,7 +346,7 @@ def _render(template: str, labels: dict[str, str]) -> str:
 def expected(spec: SloSpec, key: tuple[str, str, str]) -> dict:
     alertname, severity, replica = key
     is_rep = bool(replica)
-    labels = {**R.alert_labels(spec, severity, is_rep), **R.id_labels(spec), **spec.labels,
+    labels = {**R.alert_labels(spec, severity, is_rep), **R.id_labels(spec), **spec.labels, **spec.scope,
               names.L_MODEL: spec.filters.get(names.L_MODEL, MODEL), names.L_POOL: spec.filters.get(names.L_POOL, POOL)}
     if is_rep:
         labels[names.L_REPLICA] = replica

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client.utils import floatToGoString
 
 from llmsla import names
-from llmsla.slo_specs import SloSpec
+from llmsla.slo_specs import SCOPE_LABELS, SloSpec
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,12 @@ class Profile:
         return duration(seconds * self.window_scale)
 
 
+def scope_by(spec: SloSpec) -> tuple[str, ...]:
+    """The labels a spec's SLI is computed per: model and pool, plus the tenant and/or class the
+    spec targets, so its series and alerts carry them (a tenant's page names the tenant)."""
+    return (names.L_MODEL, names.L_POOL, *(k for k in SCOPE_LABELS if k in spec.scope))
+
+
 def id_labels(spec: SloSpec) -> dict[str, str]:
     return {names.L_SLOTH_ID: spec.sloth_id, names.L_SLOTH_SERVICE: spec.service, names.L_SLOTH_SLO: spec.name}
 
@@ -173,7 +179,7 @@ def spec_pairs(spec: SloSpec) -> tuple[tuple[BurnPair, ...], tuple[BurnPair, ...
 
 
 def sli_group(spec: SloSpec, prof: Profile) -> dict:
-    pool_by = (names.L_MODEL, names.L_POOL)
+    pool_by = scope_by(spec)
     rules = [{
         "record": names.slo_sli_error(w),
         "expr": Literal(sli_error_expr(spec, prof.range(s), pool_by)),
@@ -192,7 +198,7 @@ def sli_group(spec: SloSpec, prof: Profile) -> dict:
 
 
 def replica_group(spec: SloSpec, prof: Profile) -> dict | None:
-    by = (names.L_MODEL, names.L_POOL, names.L_REPLICA)
+    by = (*scope_by(spec), names.L_REPLICA)
     if spec.kind == "query":
         return None  # an arbitrary PromQL SLI has no replica label to split on
     not_none = f'{names.L_REPLICA}!="{names.NO_REPLICA}"'  # requests that never reached a replica
@@ -211,18 +217,20 @@ def replica_windows(spec: SloSpec) -> list[tuple[int, str]]:
 def meta_group(spec: SloSpec) -> dict:
     f = id_filter(spec)
     labels = _labels(spec)
+    # the constant series name the tenant/class they hold (the others carry it from the data)
+    const = {**labels, **spec.scope} if spec.scope else labels
     on = f"on({names.L_SLOTH_ID}, {names.L_SLOTH_SLO}, {names.L_SLOTH_SERVICE}) group_left"
 
     def burn(window: str) -> Literal:
         return Literal(f"{names.slo_sli_error(window)}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
 
     mode = "cli-gen-prom" if spec.api_version == "prometheus/v1" else "cli-gen-openslo"
-    info = {**labels, "sloth_mode": mode, "sloth_objective": num(spec.target * 100),
+    info = {**const, "sloth_mode": mode, "sloth_objective": num(spec.target * 100),
             "sloth_spec": spec.api_version, "sloth_version": "llmsla"}
     return {"name": f"sloth-slo-meta-recordings-{spec.sloth_id}", "rules": [
-        {"record": names.SLO_OBJECTIVE, "expr": f"vector({num(spec.target)})", "labels": labels},
-        {"record": names.SLO_ERROR_BUDGET, "expr": f"vector(1-{num(spec.target)})", "labels": labels},
-        {"record": names.SLO_TIME_PERIOD_DAYS, "expr": f"vector({spec.window_days})", "labels": labels},
+        {"record": names.SLO_OBJECTIVE, "expr": f"vector({num(spec.target)})", "labels": const},
+        {"record": names.SLO_ERROR_BUDGET, "expr": f"vector(1-{num(spec.target)})", "labels": const},
+        {"record": names.SLO_TIME_PERIOD_DAYS, "expr": f"vector({spec.window_days})", "labels": const},
         {"record": names.SLO_CURRENT_BURN_RATE, "expr": burn("5m"), "labels": labels},
         {"record": names.SLO_PERIOD_BURN_RATE, "expr": burn(_period(spec)), "labels": labels},
         {"record": names.SLO_PERIOD_ERROR_BUDGET_REMAINING, "expr": f"1 - {names.SLO_PERIOD_BURN_RATE}{f}",
@@ -232,14 +240,14 @@ def meta_group(spec: SloSpec) -> dict:
 
 
 def _pair(metric: Callable[[str], str], f: str, p: BurnPair, budget: float, outlier: str = "",
-          guard: Callable[[BurnPair], str] | None = None) -> str:
+          guard: Callable[[BurnPair], str] | None = None, pool_on: tuple[str, ...] = (names.L_MODEL, names.L_POOL)) -> str:
     thr = f"({num(p.factor)} * {num(budget)})"
     cond = (f"    ({metric(p.short)}{f} > {thr})\n    and ignoring ({names.L_SLOTH_WINDOW})\n"
             f"    ({metric(p.long)}{f} > {thr})")
     if outlier:
         pool = f"{names.slo_sli_error(p.short)}{f}"
         cond += (f"\n    and ignoring ({names.L_SLOTH_WINDOW})\n    ({metric(p.short)}{f}\n"
-                 f"      > on({names.L_SLOTH_ID}, {names.L_MODEL}, {names.L_POOL}) group_left()\n"
+                 f"      > on({', '.join((names.L_SLOTH_ID, *pool_on))}) group_left()\n"
                  f"    ({outlier} * {pool}))")
     if guard is not None:
         cond += guard(p)
@@ -274,9 +282,9 @@ def mwmb_expr(spec: SloSpec, pairs: tuple[BurnPair, ...], *, replica: bool = Fal
     metric = names.slo_replica_sli_error if replica else names.slo_sli_error
     f = id_filter(spec)
     outlier = num(OUTLIER_FACTOR) if replica else ""
-    by = (names.L_MODEL, names.L_POOL, names.L_REPLICA) if replica else (names.L_MODEL, names.L_POOL)
+    by = (*scope_by(spec), names.L_REPLICA) if replica else scope_by(spec)
     guard = low_traffic_guard(spec, prof or Profile(), by)
-    parts = [f"  (\n{_pair(metric, f, p, spec.error_budget, outlier, guard)}\n  )" for p in pairs]
+    parts = [f"  (\n{_pair(metric, f, p, spec.error_budget, outlier, guard, scope_by(spec))}\n  )" for p in pairs]
     return f"max without ({names.L_SLOTH_WINDOW}) (\n" + f"\n  or ignoring ({names.L_SLOTH_WINDOW})\n".join(parts) + "\n)"
 
 
@@ -295,6 +303,7 @@ def alert_annotations(spec: SloSpec, severity: str, replica: bool) -> dict[str, 
     page, ticket = spec_pairs(spec)
     pairs = page if severity == names.SEVERITY_PAGE else ticket
     where = "{{ $labels.model }}/{{ $labels.pool }}" + ("/{{ $labels.replica }}" if replica else "")
+    where += "".join(f" {k} {{{{ $labels.{k} }}}}" for k in SCOPE_LABELS if k in spec.scope)
     what = (f"replica burns the {spec.name} error budget at page rate, with >= {num(OUTLIER_FACTOR)}x its pool's error ratio"
             if replica else f"{spec.name} SLO error budget burn rate is too fast")
     return {

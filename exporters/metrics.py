@@ -14,7 +14,7 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
@@ -93,11 +93,22 @@ def tpot_seconds(status: str, ttft_s: float | None, e2e_s: float, output_tokens:
 class GoodputBounds:
     """The latency objectives a request must meet at once to count as goodput, in seconds (None:
     no spec sets that SLI). Without a first token (a non-streamed response) TTFT is its E2E, as
-    the event contract records it; without a TPOT (one output token) that objective is moot."""
+    the event contract records it; without a TPOT (one output token) that objective is moot.
+
+    The fields are the fleet-wide bounds; with a catalog, a request of a tenant or class that a
+    spec targets is held to its own (``Catalog.for_request``: the most specific objective per
+    SLI), so a batch request within the batch class's E2E is goodput
+    (docs/alerting.md#slos-per-class-and-per-tenant)."""
 
     ttft_s: float | None
     tpot_s: float | None
     e2e_s: float | None
+    catalog: slo_catalog.Catalog | None = field(default=None, compare=False, repr=False)
+    #: the tenants and classes some spec targets (empty: every request gets the fields' bounds)
+    tenants: frozenset[str] = frozenset()
+    classes: frozenset[str] = frozenset()
+    #: (tenant, class) as the catalog tells them apart -> their bounds; bounded by the specs
+    _scoped: dict[tuple[str, str], GoodputBounds] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_catalog(cls, cat: slo_catalog.Catalog) -> GoodputBounds:
@@ -105,9 +116,33 @@ class GoodputBounds:
             o = cat.objective(sli)
             return None if o is None else o.threshold_ms / 1000.0
 
-        return cls(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT), bound(slo_catalog.SLI_E2E))
+        return cls(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT), bound(slo_catalog.SLI_E2E), cat,
+                   cat.scoped_tenants, cat.scoped_classes)
 
-    def met(self, ttft_s: float | None, tpot_s: float | None, e2e_s: float) -> bool:
+    def for_request(self, tenant: str, class_: str) -> GoodputBounds:
+        """The bounds a request of ``tenant`` and ``class_`` is held to (these, when no spec
+        targets either)."""
+        key = (tenant if tenant in self.tenants else "", class_ if class_ in self.classes else "")
+        if key == ("", "") or self.catalog is None:
+            return self
+        got = self._scoped.get(key)
+        if got is None:
+            cat = self.catalog
+
+            def bound(sli: str) -> float | None:
+                o = cat.for_request(sli, *key)
+                return None if o is None else o.threshold_ms / 1000.0
+
+            got = self._scoped[key] = GoodputBounds(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT),
+                                                    bound(slo_catalog.SLI_E2E))
+        return got
+
+    def met(self, ttft_s: float | None, tpot_s: float | None, e2e_s: float, *,
+            tenant: str | None = None, class_: str | None = None) -> bool:
+        """Whether a request met every latency objective at once: the fleet's, or with ``tenant``
+        and/or ``class_`` the most specific objective of that tenant and class per SLI."""
+        if (self.tenants or self.classes) and (tenant in self.tenants or class_ in self.classes):
+            return self.for_request(tenant or "", class_ or "").met(ttft_s, tpot_s, e2e_s)
         ttft = e2e_s if ttft_s is None else ttft_s
         return ((self.e2e_s is None or e2e_s <= self.e2e_s) and (self.ttft_s is None or ttft <= self.ttft_s)
                 and (self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s))
@@ -301,7 +336,7 @@ class RequestMetrics:
             if ttft_s is not None:
                 ch.ttft.observe(ttft_s)
         tpot = tpot_seconds(status, ttft_s, e2e_s, output_tokens)
-        if status == names.STATUS_OK and self.good.met(ttft_s, tpot, e2e_s):
+        if status == names.STATUS_OK and self.good.met(ttft_s, tpot, e2e_s, tenant=tenant, class_=class_):
             ch.goodput.inc()
         if tpot is not None:
             if ch.fast:

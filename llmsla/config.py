@@ -314,7 +314,7 @@ class SloConfig:
     ttft_ms: float = _k(800.0, "time-to-first-token threshold, ms, for a spec whose value is slo.ttft_ms (must be a bound of metrics.ttft_buckets)", minimum=0)
     e2e_ms: float = _k(10000.0, "end-to-end latency threshold, ms, for a spec whose value is slo.e2e_ms", minimum=0)
     itl_ms: float = _k(100.0, "time per output token threshold, ms, for a spec whose value is slo.itl_ms (llmsla_request_time_per_output_token_seconds, per request)", minimum=0)
-    min_requests: int = _k(20, "low-traffic guard: no burn-rate alert fires while its long window holds fewer requests than this (per model and pool; per replica for the replica page); 0 = none, as Sloth", minimum=0)
+    min_requests: int = _k(20, "low-traffic guard: no burn-rate alert fires while its long window holds fewer requests than this (per model and pool, and per tenant/class for a spec that targets one; per replica for the replica page); 0 = none, as Sloth", minimum=0)
     latency_target: float = _k(0.99, "deprecated, no effect: each SLO's target is its spec's objectives[0].target", minimum=0, kind="deprecated")
     availability_target: float = _k(0.999, "deprecated, no effect: the availability target is its spec's objectives[0].target", minimum=0, kind="deprecated")
     window_days: int = _k(30, "deprecated, no effect: each SLO's window is its spec's timeWindow", minimum=1, kind="deprecated")

@@ -24,7 +24,11 @@ _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{.*\})?\s*$", re.S)
 _DAYS = re.compile(r"^([1-9][0-9]*)d$")
 #: Labels of ``metadata.labels`` that filter the selectors instead of labelling the rules.
-FILTER_LABELS = (names.L_MODEL, names.L_POOL)
+FILTER_LABELS = (names.L_MODEL, names.L_POOL, names.L_TENANT, names.L_CLASS)
+#: Of those, the ones that give a spec a scope of its own: the request's tenant and class. The
+#: rules keep them on every series and alert, so a tenant's burn pages for that tenant
+#: (docs/alerting.md#slos-per-class-and-per-tenant).
+SCOPE_LABELS = (names.L_TENANT, names.L_CLASS)
 #: Config keys a threshold may name instead of a number (ms in the config, seconds in rules).
 CONFIG_THRESHOLDS = {"slo.ttft_ms": "ttft_ms", "slo.e2e_ms": "e2e_ms", "slo.itl_ms": "itl_ms"}
 
@@ -62,6 +66,8 @@ class SloSpec:
     total: str = ""
     filters: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    #: the line of ``metadata.name`` (for errors about the whole spec: a duplicate target)
+    line: int = 0
     # query (Sloth prometheus/v1): PromQL with {{.window}}; events (error + total) or raw ratio
     error_query: str = ""
     total_query: str = ""
@@ -76,12 +82,35 @@ class SloSpec:
         return 1.0 - self.target
 
     @property
+    def scope(self) -> dict[str, str]:
+        """The tenant and class this spec targets (empty: every request, the fleet-wide spec)."""
+        return {k: v for k, v in self.filters.items() if k in SCOPE_LABELS}
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the spec, for errors about the spec as a whole."""
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    @property
     def sloth_id(self) -> str:
         return f"{self.service}-{self.name}"
 
     @property
     def camel(self) -> str:
         return "".join(p[:1].upper() + p[1:] for p in self.name.split("-"))
+
+
+def _scope_problem(label: str, value: str, cfg: Config) -> str | None:
+    """Why a ``tenant``/``class`` label names no tenant or class of ``[tenants]`` (None: it does).
+    A spec for a tenant that is not declared would watch series that never exist (the gateway
+    labels an undeclared tenant ``other``), so its pages could never fire."""
+    t = cfg.tenants
+    if label == names.L_TENANT and value not in t.declared:
+        known = ", ".join(sorted(t.declared)) or "none: the configuration declares no tenants"
+        return f"tenant {value!r} is not declared in tenants.declared ({known})"
+    if label == names.L_CLASS and value not in t.classes:
+        return f"class {value!r} is not one of tenants.classes ({', '.join(t.classes)})"
+    return None
 
 
 def _selector(r: Reader, key: str) -> str:
@@ -137,6 +166,8 @@ def parse(doc: Doc, cfg: Config) -> SloSpec:
             if k.startswith("sloth_") or k in (names.L_SEVERITY, names.L_SLO, names.L_SOURCE, names.L_SCOPE,
                                                names.L_REPLICA):
                 raise lab.error(k, "reserved: the generator sets this label")
+            if (problem := _scope_problem(k, v, cfg)) is not None:
+                raise lab.error(k, problem)
             (filters if k in FILTER_LABELS else labels)[k] = v
     spec = r.sub("spec")
     spec.keys({"description", "service", "indicator", "timeWindow", "budgetingMethod", "objectives"},
@@ -171,7 +202,7 @@ def parse(doc: Doc, cfg: Config) -> SloSpec:
     ispec.keys({"ratioMetric", "thresholdMetric"})
     common = dict(name=name, service=service, description=spec.get("description", str, ""),
                   display_name=meta.get("displayName", str, name), file=doc.file, target=target,
-                  window_days=window_days, filters=filters, labels=labels)
+                  window_days=window_days, filters=filters, labels=labels, line=doc.line(("metadata", "name")))
     if ispec.has("ratioMetric") == ispec.has("thresholdMetric"):
         raise ispec.error(None, "expected exactly one of ratioMetric or thresholdMetric")
     if ispec.has("ratioMetric"):

@@ -4,6 +4,7 @@ independently, an edited spec changing each consumer, and a bad catalog refused 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import yaml
 from llmsla import config as config_mod
 from llmsla import names, slo_catalog
 from llmsla.alerting import generate
+from llmsla.app.cli import main
 from llmsla.config import ConfigError
 from llmsla.control import ab_report
 from llmsla.dashboards import fleet, instances
@@ -131,3 +133,113 @@ def test_a_bad_catalog_is_refused_naming_the_file(tmp_path: Path) -> None:
     cfg.slo.dir = str(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="no \\*.yaml SLO specs found"):
         slo_catalog.load(cfg)
+
+
+EXAMPLES = ("ttft-interactive.yaml", "e2e-batch.yaml", "ttft-acme.yaml", "availability-acme.yaml")
+
+
+def _scoped(tmp_path: Path, *examples: str, declare: bool = True) -> config_mod.Config:
+    """The shipped fleet-wide specs plus ``examples`` from deploy/slo/examples, with acme and
+    globex declared (as the examples' tenants.toml does) unless ``declare`` is False."""
+    d = tmp_path / "slo"
+    shutil.copytree(deploy("slo"), d, ignore=shutil.ignore_patterns("examples"))
+    for f in examples:
+        shutil.copy(deploy("slo") / "examples" / f, d / f)
+    cfg = config_mod.load(deploy("slo") / "examples" / "tenants.toml", env={}) if declare else config_mod.load(env={})
+    cfg.slo.dir = str(d)
+    return cfg
+
+
+def test_the_most_specific_objective_holds_a_request(tmp_path: Path) -> None:
+    cfg = _scoped(tmp_path, *EXAMPLES)
+    d = Path(cfg.slo.dir)
+    # a tenant and class spec, the narrowest: acme's batch requests within 30 s end to end
+    (d / "e2e-acme-batch.yaml").write_text((d / "e2e-batch.yaml").read_text()
+                                          .replace("name: e2e-batch", "name: e2e-acme-batch")
+                                          .replace("    class: batch\n", "    class: batch\n    tenant: acme\n")
+                                          .replace("value: 60", "value: 30"))
+    cat = slo_catalog.load(cfg)
+    assert [o.name for o in cat.objectives] == ["availability", "e2e", "ttft"]  # the fleet's, as before
+    assert [o.name for o in cat.objectives_for("ttft")] == ["ttft", "ttft-interactive", "ttft-acme"]
+    assert [o.name for o in cat.objectives_for("e2e")] == ["e2e", "e2e-batch", "e2e-acme-batch"]
+
+    def pick(sli: str, tenant: str, cls: str) -> str:
+        o = cat.for_request(sli, tenant, cls)
+        assert o is not None
+        return o.name
+
+    assert pick("ttft", "acme", "interactive") == "ttft-acme"  # the tenant's beats the class's
+    assert pick("ttft", "acme", "batch") == "ttft-acme"
+    assert pick("ttft", "globex", "interactive") == "ttft-interactive"
+    assert pick("ttft", "globex", "batch") == pick("ttft", "other", "sheddable") == "ttft"
+    assert pick("e2e", "acme", "batch") == "e2e-acme-batch" and pick("e2e", "globex", "batch") == "e2e-batch"
+    assert pick("e2e", "acme", "interactive") == "e2e"
+    assert pick("availability", "acme", "batch") == "availability-acme"
+    assert pick("availability", "globex", "batch") == "availability"
+    assert cat.for_request("tpot", "acme", "batch") is None
+    o = cat.for_request("ttft", "acme", "batch")
+    assert o is not None and (o.threshold_ms, o.target, o.tenant, o.class_) == (300.0, 0.995, "acme", "")
+    acme = cat.for_request("availability", "acme", "batch")
+    assert acme is not None and acme.failed == {"error", "timeout"} and acme.target == 0.999
+    # the fleet-wide contract is unchanged: the store, the forecaster, the reports
+    assert (cat.ttft_ms, cat.e2e_ms) == (800.0, 10000.0)
+    assert cat.summary() == slo_catalog.load(config_mod.load(env={})).summary()
+
+
+def test_class_examples_are_valid_on_the_default_configuration(tmp_path: Path) -> None:
+    """The default configuration declares no tenants but has the default classes: the class
+    examples load there, the tenant examples are refused naming their file and line."""
+    cfg = _scoped(tmp_path, "ttft-interactive.yaml", "e2e-batch.yaml", declare=False)
+    assert {o.name for o in slo_catalog.load(cfg).scoped} == {"ttft-interactive", "e2e-batch"}
+    config_mod.check_startup(cfg)
+    cfg = _scoped(tmp_path / "t", "ttft-acme.yaml", declare=False)
+    with pytest.raises(ConfigError, match=r"ttft-acme\.yaml:10: metadata\.labels\.tenant: tenant 'acme' is not "
+                                          r"declared in tenants\.declared \(none: the configuration declares no tenants\)"):
+        config_mod.check_startup(cfg)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("tenant: acme", "tenant: initech"),
+     r"ttft-acme\.yaml:10: metadata\.labels\.tenant: tenant 'initech' is not declared in tenants\.declared \(acme, globex\)"),
+    (("tenant: acme", "class: premium"),
+     r"ttft-acme\.yaml:10: metadata\.labels\.class: class 'premium' is not one of tenants\.classes "
+     r"\(interactive, batch, sheddable\)"),
+    (("value: 0.3", "value: 0.4"),
+     r"ttft-acme\.yaml:30: spec\.objectives\[0\]\.value: 0\.4 s is not a bucket bound of llmsla_request_ttft_seconds "
+     r"\(metrics\.ttft_buckets: 0\.025, "),
+    (("name: ttft-acme\n", "name: ttft-acme-again\n  labels:\n    tenant: acme\n"),  # a second label block
+     r"ttft-acme\.yaml:\d+: metadata\.labels: duplicate key"),
+])
+def test_a_bad_scoped_spec_is_refused_with_file_and_line(tmp_path: Path, edit: tuple[str, str], message: str,
+                                                        capsys) -> None:
+    cfg = _scoped(tmp_path, "ttft-acme.yaml")
+    f = Path(cfg.slo.dir) / "ttft-acme.yaml"
+    assert edit[0] in f.read_text()
+    f.write_text(f.read_text().replace(*edit))
+    with pytest.raises(ConfigError, match=message):
+        config_mod.check_startup(cfg)  # what `llmsla config check` runs
+    # `llmsla slo generate` refuses it too: one line, exit 2, nothing written
+    out = tmp_path / "rules"
+    assert main(["--config", str(deploy("slo") / "examples" / "tenants.toml"), "slo", "generate",
+                 "--specs", cfg.slo.dir, "--rules-out", str(out), "--tests-out", str(tmp_path / "tests")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
+    assert not out.exists()
+
+
+def test_two_specs_for_one_target_are_refused_naming_both(tmp_path: Path, capsys) -> None:
+    cfg = _scoped(tmp_path, "ttft-interactive.yaml")
+    d = Path(cfg.slo.dir)
+    (d / "ttft-fast.yaml").write_text((d / "ttft-interactive.yaml").read_text()
+                                      .replace("name: ttft-interactive", "name: ttft-fast").replace("0.5", "0.3"))
+    want = (rf"{re.escape(str(d / 'ttft-interactive.yaml'))}:7: SLO 'ttft-interactive' is a second ttft objective "
+            rf"for class interactive \(first: 'ttft-fast' in {re.escape(str(d / 'ttft-fast.yaml'))}:7\); "
+            "one spec per SLI and target")
+    with pytest.raises(ConfigError, match=want):
+        slo_catalog.load(cfg)
+    assert main(["--config", str(deploy("slo") / "examples" / "tenants.toml"), "slo", "generate",
+                 "--specs", str(d), "--rules-out", str(tmp_path / "r"), "--tests-out", str(tmp_path / "t")]) == 2
+    assert re.search(want, capsys.readouterr().err)
+    # the same threshold for another class, or a tenant, is another target
+    (d / "ttft-fast.yaml").write_text((d / "ttft-fast.yaml").read_text().replace("class: interactive", "class: batch"))
+    assert {o.name for o in slo_catalog.load(cfg).scoped} == {"ttft-interactive", "ttft-fast"}

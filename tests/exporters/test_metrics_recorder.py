@@ -10,8 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.events import EventError, GpuSample, ItlSummary, RequestEvent
+from llmsla.exporters.metrics import GoodputBounds
 from llmsla.exporters.recorder import GpuRecorder, RequestRecorder
 from llmsla.resources import deploy
 from llmsla.spool import SpoolWriter, published_segments, read_segment
@@ -290,3 +291,43 @@ def test_goodput_counts_requests_within_every_objective_at_once(tmp_path: Path) 
     got = reg.get_sample_value("llmsla_request_goodput_total", {"model": "m", "pool": "p", "replica": "r0",
                                                                 "arm": "default", **TENANCY})
     assert got == sum(c[-1] for c in cases) == 3
+
+
+def test_goodput_holds_each_request_to_the_objectives_of_its_tenant_and_class(tmp_path: Path) -> None:
+    """With the shipped examples (TTFT 0.5 s for interactive, 0.3 s for tenant acme, E2E 60 s for
+    batch) beside the fleet's (TTFT 0.8 s, E2E 10 s): each request meets the most specific
+    objective of its tenant and class per SLI, and the fleet's where no spec targets it."""
+    d = tmp_path / "slo"
+    shutil.copytree(deploy("slo"), d, ignore=shutil.ignore_patterns("examples"))
+    for f in ("ttft-interactive.yaml", "ttft-acme.yaml", "e2e-batch.yaml"):
+        shutil.copy(deploy("slo") / "examples" / f, d / f)
+    cfg = _cfg(tmp_path)
+    cfg.slo.dir = str(d)
+    cfg.tenants.header = "X-Tenant"
+    cfg.tenants.declared = {"acme": "interactive", "globex": "batch"}
+    reg = CollectorRegistry()
+    rec = RequestRecorder(cfg, registry=reg)
+    cases = [  # (tenant, class, ttft_ms, e2e_ms, counts)
+        ("globex", "interactive", 400.0, 1000.0, True),  # interactive: TTFT <= 0.5 s
+        ("globex", "interactive", 700.0, 1000.0, False),  # within the fleet's 0.8 s, not interactive's 0.5 s
+        ("globex", "batch", 700.0, 30000.0, True),  # batch: fleet TTFT 0.8 s, E2E 60 s (not the fleet's 10 s)
+        ("globex", "batch", 900.0, 30000.0, False),  # over the fleet's TTFT: batch has no TTFT spec of its own
+        ("globex", "batch", 700.0, 61000.0, False),  # over batch's E2E
+        ("acme", "interactive", 250.0, 1000.0, True),  # acme: TTFT <= 0.3 s
+        ("acme", "interactive", 400.0, 1000.0, False),  # within interactive's 0.5 s, not acme's 0.3 s
+        ("acme", "batch", 250.0, 30000.0, True),  # acme's TTFT, batch's E2E
+        ("acme", "batch", 250.0, 11000.0, True),
+        ("other", "sheddable", 700.0, 9000.0, True),  # no spec targets it: the fleet's
+        ("other", "sheddable", 700.0, 11000.0, False),
+    ]
+    for tenant, cls, ttft, e2e, _ in cases:
+        rec.record(_event(tenant=tenant, class_=cls, ttft_ms=ttft, e2e_ms=e2e, output_tokens=1))
+    for tenant, cls in {(c[0], c[1]) for c in cases}:
+        got = reg.get_sample_value("llmsla_request_goodput_total", {
+            "model": "m", "pool": "p", "replica": "r0", "arm": "default", names.L_TENANT: tenant, names.L_CLASS: cls})
+        assert got == sum(c[-1] for c in cases if (c[0], c[1]) == (tenant, cls)), (tenant, cls)
+    # the predicate itself, as other readers call it: without tenant/class, the fleet's bounds
+    bounds = GoodputBounds.from_catalog(slo_catalog.load(cfg))
+    assert bounds.met(0.7, None, 1.0) and not bounds.met(0.7, None, 1.0, class_="interactive")
+    assert bounds.met(0.25, None, 11.0, tenant="acme", class_="batch")
+    assert not bounds.met(0.25, None, 11.0, tenant="acme", class_="interactive")
