@@ -79,9 +79,11 @@ class TargetState:
                 kw["shed_classes"] = tuple(kw["shed_classes"])
             return cls(**kw)
         kind = rule.target if rule else key.split(":", 1)[0]
-        if kind == TARGET_CLASS:  # class:<pool>/<class>, the key the rule built from the labels
-            pool, _, klass = key.split(":", 1)[1].rpartition("/")
-            return cls(key=key, kind=kind, pool=pool, class_=klass)
+        if kind == TARGET_CLASS:  # class:<pool>/<class>: the labels the rule built it from
+            pool, _, klass = key.split(":", 1)[1].partition("/")
+            protect = rule.shed.protect if rule is not None and rule.shed is not None else ""
+            return cls(key=key, kind=kind, pool=labels.get(names.L_POOL) or pool,
+                       class_=labels.get(names.L_CLASS) or protect or klass)
         return cls(key=key, kind=kind, pool=labels.get(names.L_POOL, ""),
                    replica=labels.get(names.L_REPLICA, "") if kind != TARGET_POOL else "")
 

@@ -373,3 +373,12 @@ def test_class_state_round_trips_through_the_journal_form() -> None:
     step = decide.plan(st, CLASS, POLICY, 0.0, Facts(fleet=shed_fleet()))
     st, _, _ = decide.after_call(step.state, step.call, ok(), 0.0)
     assert TargetState.load(json.loads(json.dumps(st.dump())), st.key, CLASS, {}) == st
+
+
+def test_a_class_target_takes_pool_and_class_from_the_labels() -> None:
+    key = CLASS.target_key({"pool": "p", "class": "a/b"})
+    st = TargetState.load(None, key, CLASS, {"pool": "p", "class": "a/b"})
+    assert (key, st.pool, st.class_) == ("class:p/a/b", "p", "a/b")
+    protect = Rule("fc", {}, "class", shed=ShedStep(0.5, 0.5, 60.0, protect="interactive"))
+    key = protect.target_key({"pool": "p"})  # a forecaster warning: no class label
+    assert key == "class:p/interactive" and TargetState.load(None, key, protect, {"pool": "p"}).class_ == "interactive"
