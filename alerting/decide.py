@@ -14,11 +14,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from llmsla import names
-from llmsla.alerting.policy import TARGET_POOL, Policy, Rule
+from llmsla.alerting.policy import TARGET_CLASS, TARGET_POOL, Policy, Rule
 from llmsla.alerting.webhook import FIRING, Alert
 from llmsla.seams import ControlAnswer
 
-NORMAL, DEWEIGHTED, DRAINED, RESTORING, SHIFTED = "normal", "deweighted", "drained", "restoring", "shifted"
+NORMAL, DEWEIGHTED, DRAINED, RESTORING, SHIFTED, SHEDDING = (
+    "normal", "deweighted", "drained", "restoring", "shifted", "shedding")
 #: Decisions (the ``decision`` column of the alert's audit row).
 ACT, JOINED, DUPLICATE, STALE, RESOLVED, RESOLVED_PARTIAL, NO_RULE, UNROUTABLE, DEFERRED, INVALID = (
     "act", "joined", "duplicate", "stale", "resolved", "resolved_partial", "no_rule", "unroutable", "deferred",
@@ -62,6 +63,10 @@ class TargetState:
     last_step_at: float | None = None
     prev_schedule: dict[str, Any] | None = None
     schedule_set: bool = False
+    # class: the classes below it that this target sheds, and the share it set
+    class_: str = ""
+    shed_classes: tuple[str, ...] | None = None
+    shed_share: float | None = None
 
     @classmethod
     def load(cls, raw: dict[str, Any] | None, key: str, rule: Rule | None, labels: dict[str, str]) -> TargetState:
@@ -70,8 +75,15 @@ class TargetState:
             kw = {k: v for k, v in raw.items() if k in known}
             if "actions" in kw:
                 kw["actions"] = tuple(kw["actions"])
+            if kw.get("shed_classes") is not None:
+                kw["shed_classes"] = tuple(kw["shed_classes"])
             return cls(**kw)
-        kind = rule.target if rule else ("pool" if key.startswith("pool:") else "replica")
+        kind = rule.target if rule else key.split(":", 1)[0]
+        if kind == TARGET_CLASS:  # class:<pool>/<class>: the labels the rule built it from
+            pool, _, klass = key.split(":", 1)[1].partition("/")
+            protect = rule.shed.protect if rule is not None and rule.shed is not None else ""
+            return cls(key=key, kind=kind, pool=labels.get(names.L_POOL) or pool,
+                       class_=labels.get(names.L_CLASS) or protect or klass)
         return cls(key=key, kind=kind, pool=labels.get(names.L_POOL, ""),
                    replica=labels.get(names.L_REPLICA, "") if kind != TARGET_POOL else "")
 
@@ -191,7 +203,7 @@ def forget(st: TargetState, why: str) -> TargetState:
     until a new episode (``unknown``), the causes stay so their resolves still match."""
     return replace(st, unknown=why, stage=NORMAL, failures=0, retry_at=0.0, blocked="", base_weight=None,
                    weight_frac=1.0, baseline_pct=None, share_pct=None, prev_schedule=None, last_step_at=None,
-                   schedule_set=False)
+                   schedule_set=False, shed_classes=None, shed_share=None)
 
 
 def settle(st: TargetState, now: float) -> TargetState:
@@ -253,6 +265,8 @@ def fleet_pool(st: TargetState, fleet: ControlAnswer, action: str, decision: str
 
 def plan(st: TargetState, rule: Rule, policy: Policy, now: float, facts: Facts) -> Step:
     """The target's next step: a control call, a refusal, a state change, or nothing."""
+    if st.kind == TARGET_CLASS:
+        return class_step(st, rule, policy, now, facts)
     return (pool_step if st.kind == TARGET_POOL else replica_step)(st, rule, policy, now, facts)
 
 
@@ -409,6 +423,79 @@ def pool_step(st: TargetState, rule: Rule, policy: Policy, now: float, facts: Fa
     return Step(st, call=Call("set_student_share", (st.pool, new, reason(st, f"restore to {new:g} %")), "unshift",
                               "set_student_share", {"pool": st.pool, "pct": new},
                               {"share_pct": new, "last_step_at": now}))
+
+
+def shed_order(st: TargetState, fleet: ControlAnswer, now: float
+               ) -> tuple[TargetState, tuple[dict, ...], tuple[str, ...] | None]:
+    """The classes below the target's, from the control API's shedding state (its
+    ``tenants.classes``, most protected first), or ``None`` with the state and audit of why not
+    (unavailable: retried; pool or class unknown, nothing below it: forgotten until a new episode)."""
+    if not fleet.ok or not isinstance(fleet.body, dict):
+        st = backoff(st, now)
+        return st, ({"action": "set_shed", "target": st.key, "decision": "shed", "outcome": "failed",
+                     "latency_ms": fleet.latency_ms, "reason": f"control API state unavailable: {fleet.error or fleet.status}",
+                     "params": {"response": fleet.summary()}},), None
+    shed = fleet.body.get("shed")
+    order = shed.get("classes") if isinstance(shed, dict) else None
+    pools = shed.get("pools") if isinstance(shed, dict) else None
+    why = ""
+    if not isinstance(order, list) or not isinstance(pools, dict):
+        why = "the control API has no load shedding (no 'shed' in its state)"
+    elif st.pool not in pools:
+        why = f"pool {st.pool!r} is not in the control API's shedding state"
+    elif st.class_ not in order:
+        why = f"class {st.class_!r} is not one of the control API's classes ({', '.join(map(str, order))})"
+    elif order.index(st.class_) == len(order) - 1:
+        why = f"class {st.class_!r} is the least protected: there is no class below it to shed"
+    if why:
+        why = f"shed refused for good: {why}; not retried"
+        st = forget(st, why)
+        return st, ({"action": "set_shed", "target": st.key, "decision": "shed", "outcome": "refused",
+                     "latency_ms": fleet.latency_ms, "reason": reason(st, why),
+                     "params": {"response": fleet.summary()}},), None
+    assert isinstance(order, list)
+    return st, (), tuple(str(c) for c in order[order.index(st.class_) + 1:])
+
+
+def class_step(st: TargetState, rule: Rule, policy: Policy, now: float, facts: Facts) -> Step:
+    """While the class's alert fires, shed the classes below it (never the most protected: it
+    is first, so never below another) ``step`` more every ``step_s`` up to ``max_share``; after
+    the hold-down, step their share back down to 0 at the same pace."""
+    shed = rule.shed
+    assert shed is not None  # a class rule always has one (policy.parse)
+    cur = st.shed_share or 0.0
+    if st.causes:
+        if st.shed_classes is None:
+            if facts.fleet is None:
+                return Step(st, need="fleet")
+            st, audits, below = shed_order(st, facts.fleet, now)
+            if below is None:
+                return Step(st, audits)
+            st = replace(st, shed_classes=below, shed_share=cur)
+        if st.stage != SHEDDING:
+            st = replace(st, stage=SHEDDING, stage_since=now)
+        if cur >= shed.max_share - 1e-9 or (st.last_step_at is not None and now - st.last_step_at < shed.step_s):
+            return Step(st)
+        new = round(min(shed.max_share, cur + shed.step), 6)
+        decision, what = "shed", f"shed {', '.join(st.shed_classes or ())} at {new:g}"
+    else:
+        if st.stage == NORMAL or st.resolved_at is None or now - st.resolved_at < policy.hold_down(st.trips):
+            return Step(st)
+        if cur <= 1e-9 or not st.shed_classes:
+            return Step(replace(st, stage=NORMAL, stage_since=now, shed_classes=None, shed_share=None,
+                                last_step_at=None, blocked=""))
+        if st.last_step_at is not None and now - st.last_step_at < shed.step_s and st.stage == RESTORING:
+            return Step(st)
+        if st.stage != RESTORING:
+            st = replace(st, stage=RESTORING, stage_since=now)
+        new = round(max(0.0, cur - shed.step), 6)
+        decision, what = "unshed", f"shed {', '.join(st.shed_classes or ())} at {new:g}"
+    st, audits, ok = rate_limit(st, policy, now, "set_shed")
+    if not ok:
+        return Step(st, audits)
+    classes = {c: new for c in st.shed_classes or ()}
+    return Step(st, call=Call("set_shed", (st.pool, classes, reason(st, what)), decision, "set_shed",
+                              {"pool": st.pool, "classes": classes}, {"shed_share": new, "last_step_at": now}))
 
 
 # -- the control API's answer ---------------------------------------------------------------------

@@ -22,7 +22,13 @@ API_VERSION = "llmsla/v1"
 KIND = "ReceiverPolicy"
 TARGET_REPLICA = "replica"
 TARGET_POOL = "pool"
+#: a request class of a pool (``class:<pool>/<class>``): shed the classes below it
+TARGET_CLASS = "class"
+TARGETS = (TARGET_REPLICA, TARGET_POOL, TARGET_CLASS)
+#: a ``match`` value that fits any non-empty value of the label (the label must be present)
+ANY = "*"
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -31,6 +37,19 @@ class ShareStep:
     step_pct: float
     max_pct: float
     step_s: float
+
+
+@dataclass(frozen=True)
+class ShedStep:
+    """Shed the classes below the alert's class: ``step`` more of their share every ``step_s``
+    while it fires, up to ``max_share``; the same steps down after the hold-down."""
+
+    step: float
+    max_share: float
+    step_s: float
+    #: the class to protect when the alert carries no ``class`` label (a forecaster warning for a
+    #: pool); empty: such an alert is not acted on (audited as unroutable)
+    protect: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,17 +72,29 @@ class Rule:
     student_share: ShareStep | None = None
     temperature_schedule: Schedule | None = None
     skip_if_replica_action: bool = True
+    # class
+    shed: ShedStep | None = None
 
     def matches(self, labels: dict[str, str]) -> bool:
-        return all(labels.get(k, "") in vals for k, vals in self.match.items())
+        for k, vals in self.match.items():
+            v = labels.get(k, "")
+            if v not in vals and not (v and ANY in vals):
+                return False
+        return True
 
     def target_key(self, labels: dict[str, str]) -> str:
-        """``replica:<pool>/<id>`` or ``pool:<pool>``; KeyError names the missing label."""
+        """``replica:<pool>/<id>``, ``pool:<pool>`` or ``class:<pool>/<class>``; KeyError names
+        the missing label."""
         pool = labels.get(names.L_POOL)
         if not pool:
             raise KeyError(names.L_POOL)
         if self.target == TARGET_POOL:
             return f"pool:{pool}"
+        if self.target == TARGET_CLASS:
+            cls = labels.get(names.L_CLASS) or (self.shed.protect if self.shed is not None else "")
+            if not cls:
+                raise KeyError(names.L_CLASS)
+            return f"class:{pool}/{cls}"
         rep = labels.get(names.L_REPLICA)
         if not rep:
             raise KeyError(names.L_REPLICA)
@@ -104,7 +135,7 @@ def _num(r: Reader, key: str, default: float | None = None, *, lo: float = 0.0, 
 def _rule(doc: Doc, path: tuple, value: Any) -> Rule:
     r = Reader(doc, path, value)
     r.keys({"name", "match", "target", "deweight_to", "drain_after_s", "restore_weights", "restore_step_s",
-            "student_share", "temperature_schedule", "skip_if_replica_action"}, {"name", "match", "target"})
+            "student_share", "temperature_schedule", "skip_if_replica_action", "shed"}, {"name", "match", "target"})
     name = r.get("name", str)
     if not _NAME.match(name):
         raise r.error("name", f"lowercase letters, digits and '-', got {name!r}")
@@ -120,14 +151,26 @@ def _rule(doc: Doc, path: tuple, value: Any) -> Rule:
             raise m.error(k, f"expected a string or a list of strings, got {v!r}")
         match[k] = tuple(vals)
     target = r.get("target", str)
-    if target not in (TARGET_REPLICA, TARGET_POOL):
-        raise r.error("target", f"expected 'replica' or 'pool', got {target!r}")
-    replica_keys = {"deweight_to", "drain_after_s", "restore_weights", "restore_step_s"}
-    pool_keys = {"student_share", "temperature_schedule", "skip_if_replica_action"}
-    wrong = (pool_keys if target == TARGET_REPLICA else replica_keys) & set(r.value)
+    if target not in TARGETS:
+        raise r.error("target", f"expected 'replica', 'pool' or 'class', got {target!r}")
+    own = {TARGET_REPLICA: {"deweight_to", "drain_after_s", "restore_weights", "restore_step_s"},
+           TARGET_POOL: {"student_share", "temperature_schedule", "skip_if_replica_action"},
+           TARGET_CLASS: {"shed"}}
+    wrong = (set().union(*own.values()) - own[target]) & set(r.value)
     if wrong:
         k = sorted(wrong)[0]
         raise r.error(k, f"not a field of a {target} rule")
+    if target == TARGET_CLASS:
+        if not r.has("shed"):
+            raise r.error(None, "a class rule needs shed: {step, max_share[, step_s, protect]}")
+        sh = r.sub("shed")
+        sh.keys({"step", "max_share", "step_s", "protect"}, {"step", "max_share"})
+        protect = sh.get("protect", str, "")
+        if protect and not _LABEL_VALUE.match(protect):
+            raise sh.error("protect", f"a class name, got {protect!r}")
+        step = ShedStep(_num(sh, "step", lo=0, hi=1, lo_open=True), _num(sh, "max_share", lo=0, hi=1, lo_open=True),
+                        _num(sh, "step_s", 60.0), protect)
+        return Rule(name, match, target, shed=step)
     if target == TARGET_REPLICA:
         dw = _num(r, "deweight_to", lo=0, hi=1, lo_open=True) if r.has("deweight_to") else None
         if dw is not None and dw >= 1:

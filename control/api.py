@@ -20,6 +20,7 @@ from llmsla.control.audit import OUTCOME_APPLIED, OUTCOME_REFUSED, AuditLog
 from llmsla.control.distill import DistillControls, StepTooLarge, UnknownPool
 from llmsla.control.rollout import Rollout, UnknownExperiment, WeightTooLarge
 from llmsla.control.router import LastReplicaError, Router, UnknownReplica
+from llmsla.control.shed import ProtectedClass, ShedControls
 from llmsla.events import shown_name, string_problem
 from llmsla.httpkit import (
     DEFAULT_LIMITS,
@@ -40,6 +41,7 @@ _ROUTER = web.AppKey("router", Router)
 _DISTILL = web.AppKey("distill", DistillControls)
 _AUDIT = web.AppKey("audit", AuditLog)
 _ROLLOUT = web.AppKey("rollout", Rollout)
+_SHED = web.AppKey("shed", ShedControls)
 _TOKEN = web.AppKey("token", str)
 _LIMITS = web.AppKey("limits", Limits)
 _LOCK: web.AppKey[AbstractContextManager[Any]] = web.AppKey("lock")
@@ -95,7 +97,7 @@ def _write(handler: Any) -> Any:
             return exc.response()
         except (UnknownReplica, UnknownPool, UnknownExperiment) as exc:
             return error_response(404, str(exc), code="not_found")
-        except (LastReplicaError, StepTooLarge, WeightTooLarge) as exc:
+        except (LastReplicaError, StepTooLarge, WeightTooLarge, ProtectedClass) as exc:
             return error_response(409, str(exc), code="conflict")
         except ValueError as exc:
             return error_response(400, str(exc), code="invalid_value")
@@ -106,7 +108,8 @@ def _write(handler: Any) -> Any:
 # -- handlers -------------------------------------------------------------------------------------
 async def _state(request: web.Request) -> web.Response:
     with request.app[_LOCK]:
-        state = {"router": request.app[_ROUTER].snapshot(), "distill": request.app[_DISTILL].snapshot()}
+        state = {"router": request.app[_ROUTER].snapshot(), "distill": request.app[_DISTILL].snapshot(),
+                 "shed": request.app[_SHED].snapshot()}
     state["experiments"] = request.app[_ROLLOUT].snapshot()  # the rollout has its own lock
     return web.json_response(state)
 
@@ -224,6 +227,36 @@ async def _set_schedule(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "audit": rec})
 
 
+def _shed_view(shed: ShedControls, pool: str) -> dict[str, Any]:
+    return {"pool": pool, "classes": dict(shed.snapshot()["pools"].get(pool, {})), "order": list(shed.classes),
+            "protected": shed.protected}
+
+
+async def _get_shed(request: web.Request) -> web.Response:
+    shed = request.app[_SHED]
+    pool = request.match_info["pool"]
+    with request.app[_LOCK]:
+        known = pool in shed.snapshot()["pools"] or pool in request.app[_DISTILL].pools()
+        view = _shed_view(shed, pool)
+    if not known:
+        return error_response(404, f"unknown pool {pool!r}", code="not_found")
+    return web.json_response(view)
+
+
+@_write
+async def _set_shed(request: web.Request) -> web.Response:
+    body = await _body(request, {"classes"})
+    if "classes" not in body:
+        raise _bad("missing field 'classes' (an object of class -> share in [0, 1])")
+    actor, reason = _who(request, body)
+    shed = request.app[_SHED]
+    pool = request.match_info["pool"]
+    with request.app[_LOCK]:
+        rec = shed.set_shares(pool, body["classes"], actor=actor, reason=reason)
+        view = _shed_view(shed, pool)
+    return web.json_response({"ok": True, "audit": rec, **view})
+
+
 @_write
 async def _set_arm_weight(request: web.Request) -> web.Response:
     body = await _body(request, {"weight"})
@@ -245,8 +278,12 @@ async def _set_coverage(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application, router: Router, distill: DistillControls, *, token: str,
                audit: AuditLog | None = None, limits: Limits = DEFAULT_LIMITS,
-               rollout: Rollout | None = None, lock: AbstractContextManager[Any] | None = None) -> web.Application:
+               rollout: Rollout | None = None, lock: AbstractContextManager[Any] | None = None,
+               shed: ShedControls | None = None) -> web.Application:
     """Mount the control API on ``app`` (the gateway can host it next to its proxy routes).
+
+    ``shed``: the load shedding the gateway applies (None: one of the default classes over the
+    distillation controls' pools, riding the router's shared stream).
 
     ``lock``: held around every read and change of the router and the distillation controls,
     for an owner that runs them on another thread (the paced fleet simulator); the gateway owns
@@ -257,11 +294,12 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     app[_DISTILL] = distill
     app[_AUDIT] = audit or distill.audit
     app[_ROLLOUT] = rollout or Rollout({}, audit=app[_AUDIT])
+    app[_SHED] = shed if shed is not None else ShedControls(pools=distill.pools(), audit=app[_AUDIT], router=router)
     app[_TOKEN] = token
     app.router.add_get("/v1/state", _state)
     app.router.add_get("/v1/experiments", _experiments)
     app.router.add_get("/v1/audit", _audit)
-    add_metrics(app, router.metrics.registry, distill.metrics.registry)
+    add_metrics(app, router.metrics.registry, distill.metrics.registry, app[_SHED].metrics.registry)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_post("/v1/replicas/{rid}/weight", _set_weight)
@@ -270,6 +308,8 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
     app.router.add_post("/v1/router/params", _set_params)
     app.router.add_post("/v1/pools/{pool}/student_share", _set_share)
     app.router.add_post("/v1/pools/{pool}/temperature_schedule", _set_schedule)
+    app.router.add_get("/v1/pools/{pool}/shed", _get_shed)
+    app.router.add_put("/v1/pools/{pool}/shed", _set_shed)
     app.router.add_post("/v1/experiments/{key}/arms/{arm}/weight", _set_arm_weight)
     app.router.add_post("/v1/experiments/{key}/coverage", _set_coverage)
     return app
@@ -277,9 +317,10 @@ def add_routes(app: web.Application, router: Router, distill: DistillControls, *
 
 def make_app(router: Router, distill: DistillControls, *, token: str, audit: AuditLog | None = None,
              limits: Limits = DEFAULT_LIMITS, rollout: Rollout | None = None,
-             lock: AbstractContextManager[Any] | None = None) -> web.Application:
+             lock: AbstractContextManager[Any] | None = None, shed: ShedControls | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors])
-    return add_routes(app, router, distill, token=token, audit=audit, limits=limits, rollout=rollout, lock=lock)
+    return add_routes(app, router, distill, token=token, audit=audit, limits=limits, rollout=rollout, lock=lock,
+                      shed=shed)
 
 
 async def start(app: web.Application, host: str = "127.0.0.1", port: int = 0, limits: Limits = DEFAULT_LIMITS) -> Served:

@@ -88,3 +88,12 @@ class RolloutMetrics(_PerRegistry):
                             (names.L_EXPERIMENT, names.L_ARM), registry=registry, multiprocess_mode=_MODE)
         self.coverage = Gauge(names.ROLLOUT_COVERAGE_RATIO, "Share of units (0..1) in an experiment",
                               (names.L_EXPERIMENT,), registry=registry, multiprocess_mode=_MODE)
+
+
+class ShedMetrics(_PerRegistry):
+    """Gauge of the share of each class shed per pool (control/shed.py)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.share = Gauge(names.SHED_SHARE_RATIO, "Share (0..1) of a class's requests refused in a pool by shedding",
+                           (names.L_POOL, names.L_CLASS), registry=registry, multiprocess_mode=_MODE)

@@ -38,20 +38,43 @@ def _write(summary: str, body: dict[str, Any], *, required: list[str], param: st
     return {"post": op}
 
 
+def _shed() -> dict[str, Any]:
+    """GET (open) and PUT (token) of a pool's load shedding: class -> share refused."""
+    shares = {"type": "object", "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1}}
+    required = ["pool", "classes", "order", "protected"]
+    props: dict[str, Any] = {"pool": {"type": "string"}, "classes": shares,
+                             "order": {"type": "array", "items": {"type": "string"}}, "protected": {"type": "string"}}
+    view = {"type": "object", "required": required, "properties": props}
+    put = _write("shed a share of the named classes' requests in the pool (429 shed_by_slo at the gateway); classes "
+                 "not named keep theirs, 0 stops shedding a class; an unknown class is 400, the most protected "
+                 "class (the first of tenants.classes) 409",
+                 {"classes": shares}, required=["classes"], param="pool",
+                 codes=("400", "401", "404", "409", "413", "503"))["post"]
+    put["responses"]["200"] = {"description": "applied; the audit record and the pool's shedding", "content": {
+        "application/json": {"schema": {"type": "object", "required": ["ok", "audit", *required],
+                                        "properties": {"ok": {"type": "boolean"}, "audit": {"type": "object"},
+                                                       **props}}}}}
+    get = {"summary": "the pool's load shedding: each shed class's share, the class order, the protected class",
+           "parameters": put["parameters"],
+           "responses": {"200": {"description": "shedding", "content": {"application/json": {"schema": view}}},
+                         "404": _ERROR}}
+    return {"get": get, "put": put}
+
+
 def document() -> dict[str, Any]:
     number = {"type": "number"}
     params = {"policy": {"type": "string", "enum": list(POLICIES)}, **{k: number for k in DEFAULT_PARAMS}}
     return {
         "openapi": "3.0.3",
         "info": {"title": "llmsla control API", "version": "1",
-                 "description": f"Router weights/drain/parameters, distillation controls and A/B rollouts. Writes need "
+                 "description": f"Router weights/drain/parameters, distillation controls, load shedding and A/B rollouts. Writes need "
                                 f"`Authorization: Bearer <control.token>`; bodies over {MAX_BODY_BYTES} bytes are 413."},
         "paths": {
             "/v1/state": {"get": {"summary": "router snapshot and distillation state", "responses": {"200": {
                 "description": "state", "content": {"application/json": {"schema": {
                     "type": "object", "required": ["router", "distill", "experiments"],
                     "properties": {"router": {"type": "object"}, "distill": {"type": "object"},
-                                   "experiments": {"type": "object"}}}}}}}}},
+                                   "shed": {"type": "object"}, "experiments": {"type": "object"}}}}}}}}},
             "/v1/experiments": {"get": {"summary": "A/B experiments with the weights and coverage in force",
                                         "responses": {"200": {"description": "experiments", "content": {
                                             "application/json": {"schema": {"type": "object", "required": ["experiments"],
@@ -75,6 +98,7 @@ def document() -> dict[str, Any]:
                 "replace the temperature schedule (409 if a bound moves more than control.max_temperature_step)",
                 {"name": {"type": "string"}, "params": {"type": "object"}}, required=["name"], param="pool",
                 codes=("400", "401", "404", "409", "413", "503")),
+            "/v1/pools/{pool}/shed": _shed(),
             "/v1/experiments/{key}/arms/{arm}/weight": _write(
                 "an A/B arm's weight in force, 0 .. its configured weight (0 rolls the arm back; 409 above it)",
                 {"weight": {"type": "number", "minimum": 0}}, required=["weight"], param=("key", "arm"),

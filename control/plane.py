@@ -1,5 +1,5 @@
 """The control plane of one process: the router, the pools' distillation controls, the A/B
-rollout, their audit log and the health prober, as one value.
+rollout, the load shedding, their audit log and the health prober, as one value.
 
 Why one value: the gateway, ``llmsla control serve`` and the control API all need the same four
 objects wired to each other (the distillation controls and the rollout ride the router's shared
@@ -9,7 +9,7 @@ once per process; components take it and never build it. See docs/architecture.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
@@ -17,6 +17,7 @@ from llmsla.control.membership import Membership
 from llmsla.control.probe import HealthProber
 from llmsla.control.rollout import Rollout
 from llmsla.control.router import Router
+from llmsla.control.shed import ShedControls
 
 
 @dataclass
@@ -33,6 +34,9 @@ class ControlPlane:
     #: keeps the router's replicas equal to a discovery source's answer (``gateway.discovery``
     #: file or dns); None for a static list. Started by the server that owns an HTTP session
     membership: Membership | None = None
+    #: the share of each request class each pool refuses (load shedding), set over the control
+    #: API and shared like the distillation controls
+    shed: ShedControls = field(default_factory=ShedControls)
 
     def close(self) -> None:
         """Stop the router's shared-state syncer (Redis), when it has one."""

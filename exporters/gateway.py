@@ -71,6 +71,9 @@ GATEWAY_ERROR = "gateway_error"
 #: Request headers passed to the upstream besides the body's content type and ``traceparent``.
 FORWARD_HEADERS = ("Authorization", "tracestate", "X-Request-Id", "Accept")
 REPLICA_HEADER = "X-Llmsla-Replica"
+#: ``Retry-After`` of a shed request: the receiver steps shedding about once a minute, so a
+#: client retrying much sooner would be shed again
+SHED_RETRY_AFTER_S = 30
 _HEX = frozenset("0123456789abcdef")
 #: Trace/span ids need uniqueness, not secrecy (OTel's SDK uses the same generator); the module
 #: generator is reseeded in forked children, and unlike ``secrets`` it costs no syscall.
@@ -108,6 +111,10 @@ class Gateway:
         # A/B arms of the experiment on this pool: label, strategy (pool, route policy, student
         # share, schedule); weight/coverage changes ride the router's shared stream like distill's
         self.rollout = plane.rollout
+        # the share of each request class this pool refuses (load shedding), set through the
+        # control API while a more protected class burns its error budget
+        self.shed = plane.shed
+        self.shed_retry_after_s = SHED_RETRY_AFTER_S
         # the router's pools, and with discovery the configured ones its replicas will join
         pools = list(dict.fromkeys([*self.router.pools(), *self.distill.pools()]))
         check_arm_pools(self.rollout, self.pool, pools, cfg.source or "configuration")
@@ -296,10 +303,35 @@ class Gateway:
         resp.force_close()  # its body is not read: do not keep the connection for another request
         return resp
 
+    def _shed_ready(self) -> bool:
+        """Apply shedding changes other gateways made (the router applies the shared stream on
+        its next pick, which a fully shed pool never makes); True when anything is shed."""
+        shared = self.router.shared
+        if shared is not None and shared.inbox:
+            self.router.apply_shared_ops()
+        return self.shed.active
+
+    def _shed(self, cls: str) -> web.Response:
+        """429 for a request whose class is shed in this pool (body unread, no RequestEvent)."""
+        self.metrics.shed(self.pool, cls)
+        share = self.shed.share(self.pool, cls)
+        msg = (f"requests of class {cls!r} are being shed in pool {self.pool!r} ({share:.0%} of them) to protect "
+               "the service level of more protected classes; retry later")
+        resp = error_response(429, msg, code=names.REASON_SHED_BY_SLO, type_=GATEWAY_ERROR,
+                              headers={"Retry-After": str(self.shed_retry_after_s)})
+        resp.force_close()  # its body is not read: do not keep the connection for another request
+        return resp
+
     async def handle_completion(self, request: web.Request) -> web.StreamResponse:
         # the clock starts when the request's head was read, not when this handler got to run: a
         # saturated gateway's own queueing is in the TTFT and E2E it reports (and in its queue time)
         arrival = request.get(HEAD_READ) or time.perf_counter()
+        # each request's tenant and class, before the body is read (headers only)
+        who = self.tenants.resolve(request.remote, request.headers)
+        # load shedding of the request's class in this pool (control API, set by the alert
+        # receiver while a more protected class burns): refused before the body is read
+        if self._shed_ready() and self.shed.sheds(self.pool, who.class_):
+            return self._shed(who.class_)
         # the per-client bound, before the body is read: a client trickling bodies holds at most
         # client_cap slots, the rest are refused at once
         client: str | None = None
@@ -311,7 +343,6 @@ class Gateway:
             self.client_slots[client] = held + 1
         # a request holds its in-flight slot from its first body byte: a client trickling its
         # body costs a slot like any other (bounded by http.body_timeout_s)
-        who = self.tenants.resolve(request.remote, request.headers)
         if who.folded_tenant:
             self.metrics.folded(names.L_TENANT)
         if who.folded_class:

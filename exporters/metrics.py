@@ -247,6 +247,9 @@ class RequestMetrics:
                                 (names.L_LABEL,), registry=reg)
         self.bad_requests = Counter(names.GATEWAY_BAD_REQUESTS, "Requests refused with a 4xx before dispatch, by reason.",
                                     (names.L_REASON,), registry=reg)
+        self.shed_requests = Counter(names.GATEWAY_SHED, "Requests refused (429 shed_by_slo) because their class is shed "
+                                     "in their pool, before the body is read.", (names.L_POOL, names.L_CLASS),
+                                     registry=reg)
         self.guard = LabelGuard.from_config(cfg)
         # tenant and class are bounded by the configuration, not by a top-N: every declared tenant
         # keeps its label however many there are (exporters/tenants.py resolves them per request)
@@ -300,6 +303,10 @@ class RequestMetrics:
     def bad_request(self, reason: str) -> None:
         """Count a malformed request (``reason`` is one of the gateway's fixed codes)."""
         self.bad_requests.labels(reason).inc()
+
+    def shed(self, pool: str, class_: str) -> None:
+        """Count a request refused by load shedding (its class is one of the configured ones)."""
+        self.shed_requests.labels(self.guard.fold(names.L_POOL, pool)[0], class_).inc()
 
     def in_flight_child(self, pool: str) -> Any:
         ch = self._in_flight_children.get(pool)

@@ -147,6 +147,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.control.distill import DistillControls
     from llmsla.control.rollout import Rollout
     from llmsla.control.router import params_from_config
+    from llmsla.control.shed import ShedControls
     from llmsla.errors import CliError
     from llmsla.fleet import engine, faults, stats, vllm_view, workload
     from llmsla.fleet.sink import RecorderSink
@@ -190,8 +191,10 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         # the pools' student share and schedule, changed by the control API while a paced run goes
         distill = DistillControls.from_config(cfg, sorted({rc.pool for rc in sim_cfg.replicas}), audit=audit,
                                               registry=registry)
+        # the classes each pool sheds, set over the same control API (the receiver's class rule)
+        shed = ShedControls(cfg.tenants.classes, distill.pools(), audit=audit, registry=registry)
         lock = threading.RLock() if args.control_port is not None else None
-        sim = engine.Simulator(sim_cfg, registry=registry, distill=distill, lock=lock)
+        sim = engine.Simulator(sim_cfg, registry=registry, distill=distill, lock=lock, shed=shed)
     except BaseException as exc:
         if store is not None:
             store.close()
@@ -222,7 +225,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         if metrics_port is not None and not live_metrics:
             open_metrics()
         if args.control_port is not None:
-            app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout)
+            app = api.make_app(sim.router, distill, token=cfg.control.token, limits=limits, lock=lock, rollout=rollout,
+                               shed=shed)
             assert background is not None  # made above whenever a port is asked for
             served = background.serve(app, cfg.control.host, args.control_port, limits)
             print(f"simulator control API on {served.url}", file=sys.stderr, flush=True)

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from llmsla import names
 from llmsla.control.distill import DistillControls, role_for_share
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
+from llmsla.control.shed import ShedControls
 from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models, oracle
 from llmsla.fleet.faults import ALL_REPLICAS, GRADUAL, LOAD_KINDS, THERMAL_RISE_C, Fault
@@ -147,13 +148,19 @@ class Simulator:
     """Build once per run: ``Simulator(cfg).run(arrivals, faults=..., sink=...)``."""
 
     def __init__(self, cfg: SimConfig, *, registry: CollectorRegistry | None = None,
-                 distill: DistillControls | None = None, lock: threading.RLock | None = None) -> None:
+                 distill: DistillControls | None = None, lock: threading.RLock | None = None,
+                 shed: ShedControls | None = None) -> None:
         """``distill``: the pools' student share and temperature schedule, as the gateway applies
-        them (a control API may change them while a paced run goes). ``lock``: held while each
+        them (a control API may change them while a paced run goes). ``shed``: the share of each
+        request class each pool refuses, as the gateway applies it (refused requests record no
+        event, as at the gateway; counted in :attr:`shed_counts`). ``lock``: held while each
         event is processed, so another thread (that control API) can change the router and the
         distillation controls between events, never in the middle of one."""
         self.cfg = cfg
         self.distill = distill
+        self.shed = shed
+        #: (pool, class) -> requests refused by load shedding
+        self.shed_counts: dict[tuple[str, str], int] = {}
         self.lock = lock
         self.now = 0.0
         self.rng = random.Random(cfg.seed)
@@ -287,6 +294,8 @@ class Simulator:
                 r = Req(ai, t, a.prompt, max(1, a.output))
                 r.trace_id = f"{trace_rng.getrandbits(128) | 1:032x}"
                 r.unit = a.unit
+                if a.class_:
+                    r.class_ = a.class_
                 ai += 1
                 if lock is None:
                     self._on_arrival(r)
@@ -346,6 +355,12 @@ class Simulator:
         cfg, rng = self.cfg, self.rng
         self._open += 1
         pool = self._pools[0] if len(self._pools) == 1 else self._pools[_draw(self._pool_cum, rng.random())]
+        shed = self.shed
+        if shed is not None and shed.active and shed.sheds(pool, r.class_):  # the gateway's 429 shed_by_slo
+            self._open -= 1
+            key = (pool, r.class_)
+            self.shed_counts[key] = self.shed_counts.get(key, 0) + 1
+            return
         role = None
         if cfg.student_share is not None:
             role = "student" if rng.random() < cfg.student_share else "teacher"
@@ -530,7 +545,7 @@ class Simulator:
                 ts_ms=self.start_ms + round(t * 1000.0), trace_id=r.trace_id, model=model,
                 pool=r.pool, replica=rid, arm=arm, policy=r.policy or self._policy(r.pool),
                 prompt_tokens=r.prompt, output_tokens=out_tokens, queue_ms=queue_ms,
-                ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status,
+                ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status, class_=r.class_,
             ))
 
     # -- faults ----------------------------------------------------------------------------------

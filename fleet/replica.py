@@ -13,6 +13,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
+from llmsla import names
 from llmsla.fleet.models import ModelSpec
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class Req:
     """A request inside the simulator (slots: touched on every segment)."""
 
     __slots__ = (
-        "i", "trace_id", "unit", "arm", "route_policy", "policy", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
+        "i", "trace_id", "unit", "class_", "arm", "route_policy", "policy", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
         "engine_t", "admit_t", "first_t", "last_t", "gen", "kv", "itl_n", "itl_sum", "itl_sq", "itl_max",
         "preempted", "dead", "done",
     )
@@ -32,6 +33,7 @@ class Req:
         self.i = i
         self.trace_id = ""
         self.unit = ""
+        self.class_ = names.DEFAULT_CLASS  # the request class: what load shedding looks at
         self.arm = ""  # the A/B arm label ("" = SimConfig.arm)
         self.route_policy: str | None = None  # an arm's router policy (None = the router's)
         self.policy = ""  # the temperature schedule it ran ("" = SimConfig.temperature_policy)

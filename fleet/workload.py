@@ -4,6 +4,7 @@ An arrival is ``(t, prompt_tokens, output_tokens, unit)`` in seconds from the st
 load is a time-sorted list of them. Every generator takes an explicit ``random.Random`` so a seed
 fixes the load exactly. ``unit`` is the user or session the request belongs to (what the gateway
 reads from the OpenAI ``user`` field or ``X-Session-Id``); empty = the request is its own unit.
+An arrival may also name its request class (``class_``, for load shedding).
 :func:`sessions` groups a load into sessions.
 """
 
@@ -20,6 +21,9 @@ class Arrival(NamedTuple):
     prompt: int
     output: int
     unit: str = ""
+    #: the request class (``tenants.classes``), what the gateway reads from its class header;
+    #: empty = the first class (a trace or generator that knows no classes)
+    class_: str = ""
 
 
 class TokenDist(NamedTuple):

@@ -117,6 +117,10 @@ class ControlClient:
         return await self._call("POST", f"/v1/pools/{quote(pool, safe='')}/temperature_schedule",
                                 {"name": name, "params": params, "actor": self.actor, "reason": reason})
 
+    async def set_shed(self, pool: str, classes: dict[str, float], reason: str) -> Result:
+        return await self._call("PUT", f"/v1/pools/{quote(pool, safe='')}/shed",
+                                {"classes": classes, "actor": self.actor, "reason": reason})
+
     async def set_arm_weight(self, experiment: str, arm: str, weight: float, reason: str) -> Result:
         return await self._call("POST", f"/v1/experiments/{quote(experiment, safe='')}/arms/{quote(arm, safe='')}/weight",
                                 {"weight": weight, "actor": self.actor, "reason": reason})

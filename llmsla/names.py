@@ -99,6 +99,11 @@ GATEWAY_BAD_REQUESTS = "llmsla_gateway_bad_requests"  # counter, label reason; 4
 #: ``reason`` (and ``error.code`` of the 429) of a request refused because its client already
 #: holds its share of the gateway's in-flight slots (gateway.client_share of max_in_flight)
 REASON_CLIENT_OVER_SHARE = "client_over_share"
+#: ``error.code`` of the 429 of a request whose class is shed in its pool (control API
+#: ``/v1/pools/{pool}/shed``, set by the alert receiver when a more protected class burns)
+REASON_SHED_BY_SLO = "shed_by_slo"
+#: counter, labels pool, class: requests refused by shedding; llmsla_gateway_shed_total
+GATEWAY_SHED = "llmsla_gateway_shed"
 #: Is the gateway itself the bottleneck (exporters/saturation.py): how late its event loop runs a
 #: 100 ms timer (histogram), and its listening socket's accept queue (gauges, Linux)
 GATEWAY_LOOP_LAG_SECONDS = "llmsla_gateway_event_loop_lag_seconds"
@@ -308,6 +313,7 @@ ROUTER_WEIGHT = "llmsla_router_weight"
 ROUTER_DRAINED = "llmsla_router_drained"
 ROUTER_FALLBACK = "llmsla_router_fallback"  # counter: shared state unavailable, local stats used
 DISTILL_STUDENT_SHARE_RATIO = "llmsla_distill_student_share_ratio"
+SHED_SHARE_RATIO = "llmsla_shed_share_ratio"  # gauge 0..1, labels pool, class: share of the class shed
 
 # --- forecaster and alerting ---------------------------------------------------------------------
 FORECAST_RISK = "llmsla_forecast_risk"  # gauge 0..1, labels target, model, pool, replica

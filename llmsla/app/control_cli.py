@@ -67,7 +67,7 @@ def serve(args: argparse.Namespace, cfg: Config) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: pending audit rows are written
             loop.add_signal_handler(sig, stop.set)
         app = api.make_app(router, plane.distill, token=cfg.control.token, limits=Limits.from_config(cfg),
-                           rollout=plane.rollout)
+                           rollout=plane.rollout, shed=plane.shed)
         served = await api.start(app, host, port, Limits.from_config(cfg))
         session = aiohttp.ClientSession()
         prober = plane.prober

@@ -105,7 +105,7 @@ def _serve_one(cfg: Any, *, reuse_port: bool, control_port: int | None = None) -
                 if control_port is not None:  # the control API on the gateway's own control plane
                     plane, limits = gw.gateway.plane, Limits.from_config(cfg)
                     app = api.make_app(plane.router, plane.distill, token=cfg.control.token, limits=limits,
-                                       rollout=plane.rollout)
+                                       rollout=plane.rollout, shed=plane.shed)
                     control = await api.start(app, cfg.control.host, control_port, limits)
                     print(f"llmsla gateway control API on {control.url}", flush=True)
                 await stop.wait()

@@ -28,6 +28,7 @@ from llmsla.control.probe import HealthProber
 from llmsla.control.rollout import Rollout
 from llmsla.control.router import Router
 from llmsla.control.router import from_config as router_from_config
+from llmsla.control.shed import ShedControls
 from llmsla.exporters import gateway as gateway_mod
 from llmsla.exporters.recording import Recorder
 from llmsla.replicas import Replica, replicas_from_config
@@ -41,8 +42,8 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
     """The router of ``replicas`` (default: the configuration's, :func:`replicas_from_config`,
     and with ``gateway.discovery`` file or dns the replicas its source finds at run time)
     with the policy and LADR parameters of ``control.*`` (Redis-shared state when
-    ``control.redis_url`` is set, unless ``shared=None``), the pools' distillation controls
-    and the A/B rollout on it, all auditing to ``audit`` (default: in memory only).
+    ``control.redis_url`` is set, unless ``shared=None``), the pools' distillation controls,
+    the load shedding of ``tenants.classes`` and the A/B rollout on it, all auditing to ``audit`` (default: in memory only).
     ``registry``: where the router, distillation and rollout metrics go (None: a registry
     of their own each, which the control API shows). ``router``/``rollout``: ones built already (tests, benches). Close with
     ``ControlPlane.close``."""
@@ -63,7 +64,8 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
     if source is not None:
         membership = Membership(router, source, default_pool=cfg.gateway.pool,
                                 interval_s=cfg.gateway.discovery_interval_s, prober=prober)
-    return ControlPlane(router, distill, rollout, audit, prober, membership)
+    shed = ShedControls(cfg.tenants.classes, pools, audit=audit, registry=registry, router=router)
+    return ControlPlane(router, distill, rollout, audit, prober, membership, shed)
 
 
 def recorder(cfg: Config, *, registry: CollectorRegistry | None = None, spool: SpoolWriter | None = None,

@@ -24,6 +24,7 @@ from llmsla.control import api
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
 from llmsla.control.router import Replica, Router
+from llmsla.control.shed import ShedControls
 from llmsla.control_client import ControlClient
 from llmsla.httpkit import serve as start
 from llmsla.store.connection import connect
@@ -117,6 +118,7 @@ class Harness:
     control_url: str
     session: aiohttp.ClientSession
     dsn: str
+    shed: ShedControls
 
     async def post(self, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -147,7 +149,8 @@ async def harness(dsn: str, *, replicas: tuple[str, ...] = ("r0", "r1"), policy_
     router = Router([Replica(r, POOL) for r in replicas], "round_robin")
     audit = AuditLog(dsn)
     distill = DistillControls([POOL], max_share_step_pct=10, audit=audit)
-    crunner = await api.start(api.make_app(router, distill, token=CONTROL_TOKEN), "127.0.0.1", 0)
+    shed = ShedControls(names.DEFAULT_CLASSES, [POOL], audit=audit, router=router)
+    crunner = await api.start(api.make_app(router, distill, token=CONTROL_TOKEN, shed=shed), "127.0.0.1", 0)
     control_url = crunner.url
     clock = clock or Clock()
     journal = journal or PgJournal(dsn)
@@ -156,7 +159,7 @@ async def harness(dsn: str, *, replicas: tuple[str, ...] = ("r0", "r1"), policy_
     runner = await start(make_app(engine, token=RECEIVER_TOKEN, tick_s=None), "127.0.0.1", 0)
     session = aiohttp.ClientSession()
     try:
-        yield Harness(router, distill, engine, clock, runner.url, control_url, session, dsn)
+        yield Harness(router, distill, engine, clock, runner.url, control_url, session, dsn, shed)
     finally:
         await session.close()
         await runner.stop()

@@ -15,10 +15,14 @@ from .harness import POLICY
 
 def test_builtin_and_test_policies_load() -> None:
     p = policy.load()
-    assert [r.name for r in p.rules] == ["replica-page", "pool-burn", "replica-forecast", "pool-forecast"]
+    assert [r.name for r in p.rules] == ["replica-page", "class-burn", "pool-burn", "replica-forecast", "pool-forecast"]
     page = {"scope": "replica", "severity": "page", "source": "burn_rate", "pool": "p", "replica": "r1"}
     assert p.match(page).target_key(page) == "replica:p/r1"
-    assert p.match({**page, "scope": "pool"}).name == "pool-burn"
+    assert p.match({**page, "scope": "pool"}).name == "pool-burn"  # no class label: the pool's rule
+    cls = p.match({**page, "scope": "pool", "class": "batch"})
+    assert cls.name == "class-burn" and cls.target_key({**page, "class": "batch"}) == "class:p/batch"
+    assert cls.shed.step == 0.25 and cls.shed.max_share == 1.0
+    assert p.match({**page, "scope": "pool", "class": ""}).name == "pool-burn"  # "*" needs a value
     assert p.match({**page, "scope": "pool", "severity": "ticket"}) is None  # tickets are for people
     assert p.match({"scope": "pool", "source": "forecaster", "severity": "ticket"}).name == "pool-forecast"
     fc = p.match({"scope": "replica", "source": "forecaster", "severity": "ticket"})
@@ -29,7 +33,7 @@ def test_builtin_and_test_policies_load() -> None:
 
 @pytest.mark.parametrize(("old", "new", "message"), [
     ("    deweight_to: 0.25", "    deweight_to: 1.5", "x.yaml:14: rules[0].deweight_to: must be a number in (0, 1]"),
-    ("    target: replica", "    target: node", "x.yaml:13: rules[0].target: expected 'replica' or 'pool'"),
+    ("    target: replica", "    target: node", "x.yaml:13: rules[0].target: expected 'replica', 'pool' or 'class'"),
     ("    restore_weights: [0.25, 0.5, 1.0]", "    restore_weights: [0.5, 0.25]",
      "x.yaml:16: rules[0].restore_weights: strictly increasing fractions"),
     ("  hold_down_s: 10", "  hold_down: 10", "x.yaml:4: timing.hold_down: unknown field"),

@@ -4,13 +4,14 @@ rule it holds. The control API's answers are hand-made Results; time is a number
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import replace
 
 import pytest
 
 from llmsla.alerting import decide
 from llmsla.alerting.decide import Facts, TargetState
-from llmsla.alerting.policy import Policy, Rule, Schedule, ShareStep
+from llmsla.alerting.policy import Policy, Rule, Schedule, ShareStep, ShedStep
 from llmsla.alerting.webhook import Alert
 from llmsla.control_client import Result
 
@@ -300,3 +301,84 @@ def test_state_round_trips_through_the_journal_form() -> None:
     raw = st.dump()
     assert raw["actions"] == [1.0, 2.0]
     assert TargetState.load(raw, st.key, REPLICA, {}) == st
+
+
+# -- class: shedding the classes below the paging one ------------------------------------------------
+CLASS = Rule("class-burn", {}, "class", shed=ShedStep(step=0.25, max_share=0.5, step_s=60.0))
+
+
+def shed_fleet(order: list[str] | None = None, pools: dict | None = None) -> Result:
+    body = {"router": {"pools": {"p": []}}, "distill": {"pools": {}},
+            "shed": {"classes": order or ["interactive", "batch", "sheddable"], "protected": "interactive",
+                     "pools": {"p": {}} if pools is None else pools}}
+    return Result(True, 200, body, 1, 1.0, "http://control")
+
+
+def class_state(cls: str = "interactive") -> TargetState:
+    st = TargetState.load(None, f"class:p/{cls}", CLASS, {})
+    v = decide.on_alert(st, CLASS, POLICY, alert(), 0.0)
+    assert v.decision == decide.ACT and (v.state.pool, v.state.class_) == ("p", cls)
+    return v.state
+
+
+def test_a_class_page_sheds_every_class_below_it_and_never_the_protected_one() -> None:
+    st = class_state()
+    assert decide.plan(st, CLASS, POLICY, 0.0, Facts()).need == "fleet"
+    step = decide.plan(st, CLASS, POLICY, 0.0, Facts(fleet=shed_fleet()))
+    assert step.call.op == "set_shed" and step.call.args[:2] == ("p", {"batch": 0.25, "sheddable": 0.25})
+    st, _, _ = decide.after_call(step.state, step.call, ok(), 0.0)
+    assert decide.plan(st, CLASS, POLICY, 59.0, Facts()).call is None  # step_s
+    step = decide.plan(st, CLASS, POLICY, 60.0, Facts())  # the order is known: no second read
+    assert step.call.args[1] == {"batch": 0.5, "sheddable": 0.5}
+    st, _, _ = decide.after_call(step.state, step.call, ok(), 60.0)
+    assert decide.plan(st, CLASS, POLICY, 500.0, Facts()).call is None  # max_share
+    batch = class_state("batch")
+    step = decide.plan(batch, CLASS, POLICY, 0.0, Facts(fleet=shed_fleet()))
+    assert step.call.args[1] == {"sheddable": 0.25}
+
+
+def test_shedding_steps_down_after_the_hold_down_then_rests() -> None:
+    st = class_state()
+    for now in (0.0, 60.0):
+        step = decide.plan(st, CLASS, POLICY, now, Facts(fleet=shed_fleet()))
+        st, _, _ = decide.after_call(step.state, step.call, ok(), now)
+    st = decide.on_alert(st, CLASS, POLICY, alert("resolved"), 100.0).state
+    assert decide.plan(st, CLASS, POLICY, 109.0, Facts()).call is None  # hold-down 10 s
+    step = decide.plan(st, CLASS, POLICY, 110.0, Facts())
+    assert (step.call.decision, step.call.args[1]) == ("unshed", {"batch": 0.25, "sheddable": 0.25})
+    st, _, _ = decide.after_call(step.state, step.call, ok(), 110.0)
+    assert decide.plan(st, CLASS, POLICY, 169.0, Facts()).call is None
+    step = decide.plan(st, CLASS, POLICY, 170.0, Facts())
+    assert step.call.args[1] == {"batch": 0.0, "sheddable": 0.0}
+    st, _, _ = decide.after_call(step.state, step.call, ok(), 170.0)
+    rest = decide.plan(st, CLASS, POLICY, 300.0, Facts())
+    assert rest.call is None and rest.state.at_rest and rest.state.shed_share is None
+
+
+@pytest.mark.parametrize(("cls", "fleet_", "why"), [
+    ("sheddable", shed_fleet(), "no class below it"),
+    ("gold", shed_fleet(), "not one of the control API's classes"),
+    ("interactive", shed_fleet(pools={}), "pool 'p' is not in the control API's shedding state"),
+    ("interactive", fleet(), "no load shedding"),
+])
+def test_a_class_that_cannot_shed_is_refused_once_and_forgotten(cls: str, fleet_: Result, why: str) -> None:
+    step = decide.plan(class_state(cls), CLASS, POLICY, 0.0, Facts(fleet=fleet_))
+    assert step.call is None and step.state.unknown and why in step.audits[0]["reason"]
+    assert step.audits[0]["outcome"] == "refused"
+    assert not decide.due(step.state, 1.0)  # no more calls until a new episode
+
+
+def test_class_state_round_trips_through_the_journal_form() -> None:
+    st = class_state()
+    step = decide.plan(st, CLASS, POLICY, 0.0, Facts(fleet=shed_fleet()))
+    st, _, _ = decide.after_call(step.state, step.call, ok(), 0.0)
+    assert TargetState.load(json.loads(json.dumps(st.dump())), st.key, CLASS, {}) == st
+
+
+def test_a_class_target_takes_pool_and_class_from_the_labels() -> None:
+    key = CLASS.target_key({"pool": "p", "class": "a/b"})
+    st = TargetState.load(None, key, CLASS, {"pool": "p", "class": "a/b"})
+    assert (key, st.pool, st.class_) == ("class:p/a/b", "p", "a/b")
+    protect = Rule("fc", {}, "class", shed=ShedStep(0.5, 0.5, 60.0, protect="interactive"))
+    key = protect.target_key({"pool": "p"})  # a forecaster warning: no class label
+    assert key == "class:p/interactive" and TargetState.load(None, key, protect, {"pool": "p"}).class_ == "interactive"
