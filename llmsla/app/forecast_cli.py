@@ -49,6 +49,8 @@ def register(subparsers: Any) -> None:
     mo = sub.add_parser("models", help="the model registry: every model trained from the store, its status and metrics")
     mo.add_argument("--limit", type=argtypes.non_negative_int, default=20, help="newest first, at most this many (0 = all; default 20)")
     mo.add_argument("--json", action="store_true", help="one JSON object per model")
+    mo.add_argument("--promote", metavar="MODEL",
+                    help="make this model (id or version) the champion by hand, e.g. to roll back; it is loaded and checked first")
     mo.set_defaults(handler=cmd_models)
     e = sub.add_parser("eval", help="every method on held-out data: (a) simulated test runs, (b) --nab")
     e.add_argument("--data", type=argtypes.input_file, help="data set (default <forecast.dir>/dataset.npz)")
@@ -326,7 +328,16 @@ def cmd_models(args: argparse.Namespace, cfg: Config) -> int:
     handle = open_store(cfg)
     try:
         with handle.connect(autocommit=True) as conn:
+            if args.promote:
+                row = registry.get(conn, args.promote)
+                registry.load(conn, row)  # never make a champion that cannot be served
+                from llmsla.app.forecast_retrain import trained_by
+
+                old = registry.promote(conn, row, f"promoted by hand by {trained_by()}")
+                print(f"{row.label} is the champion" + (f"; {old.label} retired" if old else ""))
             rows = registry.list_models(conn, limit=args.limit)
+    except registry.RegistryError as exc:
+        raise CliError(str(exc)) from None
     except psycopg.Error as exc:
         raise CliError(f"store: {str(exc).strip().splitlines()[0]}") from None
     finally:

@@ -170,6 +170,14 @@ def test_registry_round_trip_and_one_champion(pg_dsn, tmp_path, capsys) -> None:
     assert "retired" in lines[2] and f"replaced by v{rb.version}" in lines[2], out
     rc, out, _ = _run(capsys, pg_dsn, "models", "--json")
     assert [json.loads(ln)["status"] for ln in out.splitlines()] == ["champion", "retired"]
+    # a roll-back by hand: the retired model is the champion again
+    rc, out, err = _run(capsys, pg_dsn, "models", "--promote", ra.version, "--json")
+    assert rc == 0, err
+    assert out.splitlines()[0] == f"model {ra.id} (v{ra.version}) is the champion; model {rb.id} (v{rb.version}) retired"
+    assert [json.loads(ln)["status"] for ln in out.splitlines()[1:]] == ["retired", "champion"]
+    assert json.loads(out.splitlines()[2])["reason"].startswith("promoted by hand by ")
+    line = _one_line_error(*_run(capsys, pg_dsn, "models", "--promote", "999")[::2])
+    assert "no model '999'" in line
 
 
 def _rewrite(conn: psycopg.Connection, row: registry.ModelRow, blob: bytes, *, keep_sha: bool = False) -> None:
@@ -218,8 +226,10 @@ def test_a_corrupt_registry_artifact_is_one_line_and_exit_2(pg_dsn, tmp_path, ca
     assert not (tmp_path / "p.md").exists()
     line = _one_line_error(*_run(capsys, pg_dsn, "backtest", "--registry", "champion", "--from", _iso(0))[::2])
     assert "no champion" in line
+    line = _one_line_error(*_run(capsys, pg_dsn, "models", "--promote", str(row.id))[::2])
+    assert f"model {row.id} (v{row.version})" in line  # a corrupt model is never made the champion
     rc, out, err = _run(capsys, pg_dsn, "models")  # the registry still lists it: nothing else broke
-    assert rc == 0 and row.version in out, err
+    assert rc == 0 and row.version in out and "candidate" in out, err
 
 
 def test_the_gate_promotes_a_better_model_and_refuses_a_worse_one(pg_dsn, tmp_path, capsys, monkeypatch) -> None:
@@ -276,6 +286,9 @@ def test_gate_rule() -> None:
     assert not noisy.promote and "5.0 false alarms per target-day vs at most 4.0" in noisy.reason
     ok = gate.judge(gate.Score("n", 0.48, 12, 25, 3.9, 20.0), champ, margin=0.02, fa_budget=4.0, champion_label="v c")
     assert ok.promote and ok.reason.startswith("promoted over v c")
+    perfect = gate.judge(gate.Score("n", 1.0, 25, 25, 0.0, 20.0), gate.Score("c", 1.0, 25, 25, 0.0, 20.0), margin=0.02,
+                         fa_budget=4.0, champion_label="v c")
+    assert perfect.promote  # a perfect champion is matched, not beaten by an impossible 1.02
     none = gate.judge(gate.Score("n", 0.0, 0, 0, 0.0, float("nan")), champ, margin=0.0, fa_budget=4.0,
                       champion_label="v c")
     assert not none.promote and "no breach" in none.reason
