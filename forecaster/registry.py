@@ -35,6 +35,7 @@ STATUSES = (CANDIDATE, CHAMPION, RETIRED, REFUSED)
 #: the files of an artifact directory, the only members a registry tar may hold
 MEMBERS = (artifact.META, artifact.WEIGHTS)
 T = names.T_FORECAST_MODELS
+VERSION_CHARS = 12  # artifact.save: the first 12 hex digits of a sha256
 _COLUMNS = ("id, version, created_at, trained_by, train_from, train_to, data_sha256, metrics, status, reason, "
             "status_at, artifact_sha256, octet_length(artifact)")
 
@@ -153,10 +154,11 @@ def list_models(conn: psycopg.Connection, *, limit: int = 0) -> list[ModelRow]:
 
 def get(conn: psycopg.Connection, ref: int | str) -> ModelRow:
     """By id (a number) or version; a missing one is a :class:`RegistryError`."""
-    key = str(ref)
-    col = "id" if key.isdigit() else "version"
+    key = str(ref).removeprefix("v")
+    # a version is 12 hex digits, which may all be decimal ones: shorter numbers are ids
+    col = "id" if key.isdigit() and len(key) < VERSION_CHARS else "version"
     row = conn.execute(f"SELECT {_COLUMNS} FROM {T} WHERE {col} = %s",
-                       (int(key) if col == "id" else key.removeprefix("v"),)).fetchone()
+                       (int(key) if col == "id" else key,)).fetchone()
     if row is None:
         raise RegistryError(f"no model {ref!r} in the registry (`llmsla forecast models` lists them)")
     return _row(row)

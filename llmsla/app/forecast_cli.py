@@ -264,9 +264,13 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.errors import CliError
 
     if args.from_store:
+        if args.data:
+            raise CliError("--data and --from-store name two data sets: pick one")
         return _train_from_store(cfg, args)
     if args.start is not None:
         raise CliError("--from reads the store's history: add --from-store")
+    if args.trained_by or args.no_gate:
+        raise CliError("--trained-by and --no-gate are for the registry: add --from-store")
     data, out = _paths(cfg, args)
     ds = _load_data(data)
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)

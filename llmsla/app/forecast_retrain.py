@@ -89,8 +89,16 @@ def run_gate(cfg: Config, conn: psycopg.Connection, h: sd.History, spec: History
     champ, label, _ = champion(conn, log)
     ec = _eval_config(cfg)
     slos = slo_mod.from_config(cfg)
-    champ_ds = ds if (champ.window, champ.horizon) == (ds.window, ds.horizon) else \
-        sd.to_dataset(h, spec.store_spec(cfg, champ.window, champ.horizon), slos)
+    try:
+        champ_ds = ds if (champ.window, champ.horizon) == (ds.window, ds.horizon) else \
+            sd.to_dataset(h, spec.store_spec(cfg, champ.window, champ.horizon), slos)
+    except sd.HistoryError as exc:  # e.g. too short for the champion's longer window: no fair comparison
+        v = gate.Verdict(False, f"kept champion {label}: it cannot be scored on this history ({exc})",
+                         gate.Score.of(cand.version, backtest.score(ds, cand, ec)["test"]),
+                         gate.Score(champ.version, float("nan"), 0, 0, float("nan"), float("nan")), label)
+        registry.record_metrics(conn, row, "gate", v.to_dict())
+        registry.set_status(conn, row, registry.REFUSED, v.reason)
+        return v
     cs = gate.Score.of(cand.version, backtest.score(ds, cand, ec)["test"])
     try:
         chs = gate.Score.of(champ.version, backtest.score(champ_ds, champ, ec)["test"])

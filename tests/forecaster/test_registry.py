@@ -384,3 +384,18 @@ def test_serve_starts_with_the_champion_and_keeps_its_model_over_a_corrupt_one(p
     finally:
         handle.close()
     shutil.rmtree(a)
+
+
+def test_a_champion_the_history_cannot_score_is_kept(pg_dsn, capsys, monkeypatch) -> None:
+    """A held-out part of 57 steps holds the tiny model's window (16) but not the shipped model's
+    (64): no fair comparison, so the candidate is refused with the history's own error."""
+    _store(pg_dsn)
+    for k, v in TINY_ENV.items():
+        monkeypatch.setenv(k, v)
+    rc, out, err = _run(capsys, pg_dsn, "train", "--from-store", "--from", _iso(0), "--to", _iso(N),
+                        "--split", "0.92,0.04,0.04", "--min-breaches", "1")
+    assert rc == 0, err
+    assert "refused: kept champion the shipped model v" in out and "cannot be scored on this history" in out, out
+    assert "history too short" in out, out
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert registry.champion(conn) is None and registry.list_models(conn)[0].status == registry.REFUSED
