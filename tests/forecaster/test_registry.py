@@ -137,6 +137,14 @@ def _variant(tmp: Path, threshold: float, seed: int) -> Path:
 
 def test_registry_round_trip_and_one_champion(pg_dsn, tmp_path, capsys) -> None:
     _migrated(pg_dsn)
+    rc, out, _ = _run(capsys, pg_dsn, "models")
+    assert rc == 0 and out.startswith("no models in the registry") and "shipped model" in out
+    (tmp_path / "d.npz").write_bytes(b"x")
+    for args, says in ((("--from-store",), "--from is required"),
+                       (("--from-store", "--from=-1d", "--data", str(tmp_path / "d.npz")), "pick one"),
+                       (("--no-gate",), "add --from-store"), (("--from=-1d",), "add --from-store")):
+        line = _one_line_error(*_run(capsys, pg_dsn, "train", *args)[::2])
+        assert says in line, (args, line)
     a, b = _variant(tmp_path, 0.9, 1), _variant(tmp_path, 0.8, 2)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         ra = registry.put(conn, a, trained_by="alice@host")
