@@ -40,17 +40,11 @@ def check(art: Artifact) -> None:
                             f"{want[0]} + {want[1]}: retrain it with this llmsla")
 
 
-@dataclass
-class Backtest:
-    results: list[evaluate.MethodResult]  # the model first, then every baseline (held-out part)
-    whole: m.Report  # the model over every split of the history
-
-
-def run(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig, methods: tuple[str, ...], *,
-        log: Callable[[str], None] | None = None) -> Backtest:
-    """Score ``ds`` (built with the model's window and horizon) with the model and ``methods``."""
+def score(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig) -> dict[str, m.Report]:
+    """The model's alarm (its own scaler and serving threshold, the online alarm policy) judged
+    on each split of ``ds`` and on the whole history: ``val``, ``test``, ``whole``. The gate
+    compares a candidate with the champion by these same reports."""
     check(art)
-    t0 = time.perf_counter()
 
     def scorer(ends):  # noqa: ANN001, ANN202 - window end indices -> risks
         return train.predict(art.model, ds.inputs(ends, art.scaler))
@@ -61,9 +55,24 @@ def run(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig, methods: tuple[str,
     def rep(series: list[m.SeriesScores]) -> m.Report:
         return m.report(series, thr, ec.lead_max_steps, ds.step_s, min_onset, ec.policy)
 
-    model = evaluate.MethodResult(MODEL, {"version": art.version}, thr, rep(scores["val"]), rep(scores["test"]),
+    return {"val": rep(scores["val"]), "test": rep(scores["test"]),
+            "whole": rep([s for split in SPLITS for s in scores[split]])}
+
+
+@dataclass
+class Backtest:
+    results: list[evaluate.MethodResult]  # the model first, then every baseline (held-out part)
+    whole: m.Report  # the model over every split of the history
+
+
+def run(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig, methods: tuple[str, ...], *,
+        log: Callable[[str], None] | None = None) -> Backtest:
+    """Score ``ds`` (built with the model's window and horizon) with the model and ``methods``."""
+    t0 = time.perf_counter()
+    reports = score(ds, art, ec)
+    model = evaluate.MethodResult(MODEL, {"version": art.version}, art.threshold, reports["val"], reports["test"],
                                   time.perf_counter() - t0)
-    whole = rep([s for split in SPLITS for s in scores[split]])
+    whole = reports["whole"]
     if log:
         log(f"{MODEL}: {whole.warned[m.NONE]}/{whole.events[m.NONE]} breaches warned over the whole history")
     out = [model]

@@ -123,6 +123,22 @@ class OnlineScorer:
         self.cache = WindowCache(int(self.fc.reread_s * 1000))
         self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=self.scorer.prepare)
 
+    def swap(self, art: Artifact) -> None:
+        """Serve ``art`` from the next step on (a newly promoted champion): its scaler, threshold
+        and window; the window cache and the alarm states are kept, the features rebuilt once
+        (the inputs depend on the scaler). Raises ValueError for a model the scorer cannot serve."""
+        scorer = BatchScorer(art)
+        self.scorer, self.window = scorer, art.window
+        self.name = f"lstm-{art.version}"
+        self.horizon_s = art.horizon * names.REQUEST_WINDOW_S
+        self.hyst.threshold = art.threshold
+        self.hyst.resolve_below = art.threshold * self.fc.resolve_ratio
+        self.hyst.horizon_s = self.horizon_s
+        self.live_accuracy.prefer = self.name
+        self.accuracy_metrics.validation_recall.labels(self.name, str(self.horizon_s)).set(
+            accuracy.validation_recall(art.meta))
+        self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=scorer.prepare)
+
     def _connection(self):
         from llmsla.store import connect
 

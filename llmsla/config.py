@@ -203,6 +203,35 @@ def redis_url_problem(value: str) -> str | None:
     return None
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_DURATION_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def duration_s(value: str) -> float:
+    """A duration key's value in seconds: a number with an optional unit (``90``, ``30m``,
+    ``24h``, ``14d``, ``1w``); ``0`` is zero. Raises ValueError with :func:`duration_problem`'s words."""
+    m = _DURATION.match(value.strip())
+    if m is None:
+        raise ValueError(f"not a duration: {value!r} (a number with an optional unit s, m, h, d or w: 24h, 14d)")
+    return float(m.group(1)) * _DURATION_UNIT_S[m.group(2)]
+
+
+def duration_problem(value: str) -> str | None:
+    """Why ``value`` is not a duration (see :func:`duration_s`), else None."""
+    try:
+        duration_s(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _positive_duration_problem(value: str) -> str | None:
+    problem = duration_problem(value)
+    if problem is None and duration_s(value) <= 0:
+        return "must be more than 0"
+    return problem
+
+
 def token_problem(value: str) -> str | None:
     """Why ``value`` cannot be a bearer token, else None (also for empty, which keeps the key's
     documented meaning: writes refused). Never echoes the value."""
@@ -599,6 +628,10 @@ class ForecastConfig:
     host: str = _k("127.0.0.1", "online: listen address of /metrics (llmsla_forecast_risk)", kind="host")
     port: int = _k(9465, "online: /metrics port", kind="port")
     gpu_map: list[str] = _k([], "replica=node/gpu pairs for GPU features; empty = the fleet simulator's layout (rN on sim-N//8, GPU N%8)")
+    promote_margin: float = _k(0.02, "model registry gate: a retrained model replaces the champion when its held-out breach recall is at least the champion's plus this (absolute), at no more false alarms per target-day than the champion's (or false_alarms_per_day, if that is more)", minimum=0, maximum=1)
+    retrain_every: str = _k("0", "online: `forecast serve` retrains on the store's history this often and runs the gate (24h, 7d; 0 = never); a failed retrain is logged and the champion kept", check=duration_problem)
+    retrain_history: str = _k("14d", "how much history, up to now, an unattended retrain reads (14d)", check=_positive_duration_problem)
+    registry_poll_s: float = _k(60.0, "online: check the model registry this often for a newly promoted champion (0 = never; serving a --model never checks)", minimum=0)
 
     def root(self) -> Path:
         return Path(self.dir) if self.dir else default_data_dir() / "forecast"

@@ -485,6 +485,7 @@ T_FORECASTS_1M = "forecasts_1m"  # roll-up table (trigger) / continuous aggregat
 T_FORECASTS_1H = "forecasts_1h"  # roll-up table (trigger) / continuous aggregate
 T_ACTION_LOG = "action_log"  # alert receiver / control API audit log
 T_AB_RESULTS = "ab_results"
+T_FORECAST_MODELS = "forecast_models"  # the forecaster's model registry (artifacts, status)
 
 #: Time-partitioned tables: retention and partition maintenance apply to these.
 TIME_TABLES: dict[str, str] = {

@@ -1,4 +1,4 @@
-"""``llmsla forecast dataset|train|eval|serve``: the degradation forecaster's commands.
+"""``llmsla forecast dataset|train|eval|backtest|models|serve``: the degradation forecaster's commands.
 
 A composition-root module (it may import everything): ``dataset`` drives the fleet simulator,
 the rest use the forecaster, which itself imports core only. Heavy imports (torch, sklearn)
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, backtest, serve (docs/forecaster.md)")
+    p = subparsers.add_parser("forecast", help="degradation forecaster: dataset, train, eval, backtest, models, serve (docs/forecaster.md)")
     sub = p.add_subparsers(dest="forecast_command", metavar="SUBCOMMAND")
     d = sub.add_parser("dataset", help="simulate trace replays with random faults into a labelled data set")
     d.add_argument("--out", type=argtypes.output_file, help="data set file (default <forecast.dir>/dataset.npz)")
@@ -40,7 +40,18 @@ def register(subparsers: Any) -> None:
     t.add_argument("--out", type=argtypes.writable_dir, help="artifact directory (default <forecast.dir>/model)")
     t.add_argument("--epochs", type=argtypes.key("forecast.epochs"), help="maximum epochs (default forecast.epochs)")
     t.add_argument("--seed", type=argtypes.key("forecast.seed"), help="training seed (default forecast.seed)")
+    t.add_argument("--from-store", action="store_true",
+                   help="train on the store's history (--from..--to), register the model and gate it against the champion")
+    _history_args(t, split=True)
+    t.add_argument("--trained-by", type=argtypes.label, help="--from-store: who trained it, for the registry (default user@host)")
+    t.add_argument("--no-gate", action="store_true", help="--from-store: register the model as a candidate, do not gate it")
     t.set_defaults(handler=cmd_train)
+    mo = sub.add_parser("models", help="the model registry: every model trained from the store, its status and metrics")
+    mo.add_argument("--limit", type=argtypes.non_negative_int, default=20, help="newest first, at most this many (0 = all; default 20)")
+    mo.add_argument("--json", action="store_true", help="one JSON object per model")
+    mo.add_argument("--promote", metavar="MODEL",
+                    help="make this model (id or version) the champion by hand, e.g. to roll back; it is loaded and checked first")
+    mo.set_defaults(handler=cmd_models)
     e = sub.add_parser("eval", help="every method on held-out data: (a) simulated test runs, (b) --nab")
     e.add_argument("--data", type=argtypes.input_file, help="data set (default <forecast.dir>/dataset.npz)")
     e.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model)")
@@ -58,6 +69,7 @@ def register(subparsers: Any) -> None:
     b = sub.add_parser("backtest", help="score a model on the store's history as the online loop would; write the page")
     _history_args(b, split=False)
     b.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
+    b.add_argument("--registry", metavar="MODEL", help="a model of the registry instead: its id, version or 'champion'")
     b.add_argument("--out", type=argtypes.output_file, help="evaluation page (default <forecast.dir>/backtest.md; JSON beside it)")
     b.add_argument("--methods", help="comma-separated baselines (default all)")
     b.add_argument("--learned-max-windows", type=argtypes.non_negative_int, default=12000,
@@ -65,7 +77,8 @@ def register(subparsers: Any) -> None:
     b.set_defaults(handler=cmd_backtest)
     # "serve" like every other service's verb; "run" is its old spelling, kept for one release
     r = sub.add_parser("serve", aliases=["run"], help="score every target online: metrics, forecasts table, alerts to the receiver")
-    r.add_argument("--model", type=argtypes.input_dir, help="artifact directory (default <forecast.dir>/model if trained, else the shipped model)")
+    r.add_argument("--model", type=argtypes.input_dir,
+                   help="serve this artifact directory (default: the registry's champion, else <forecast.dir>/model if trained, else the shipped model)")
     r.add_argument("--steps", type=argtypes.non_negative_int, default=0, help="stop after this many steps (0 = until Ctrl-C)")
     r.add_argument("--receiver", type=argtypes.key("forecast.receiver_url"), help="webhook v4 URL (default forecast.receiver_url)")
     r.set_defaults(handler=cmd_serve)
@@ -248,6 +261,16 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
 
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     extras.require("forecast", "llmsla forecast train")
+    from llmsla.errors import CliError
+
+    if args.from_store:
+        if args.data:
+            raise CliError("--data and --from-store name two data sets: pick one")
+        return _train_from_store(cfg, args)
+    if args.start is not None:
+        raise CliError("--from reads the store's history: add --from-store")
+    if args.trained_by or args.no_gate:
+        raise CliError("--trained-by and --no-gate are for the registry: add --from-store")
     data, out = _paths(cfg, args)
     ds = _load_data(data)
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
@@ -259,6 +282,116 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     print(f"  test AUC-PR {t.auc_pr:.3f}; {what} {t.recall[cause]:.2f} "
           f"(mean lead {t.mean_lead_s[cause]:.0f} s); {t.false_alarms_per_day:.1f} false alarms/day")
     return 0
+
+
+def _history_spec(args: argparse.Namespace) -> Any:
+    from llmsla.app.forecast_retrain import HistorySpec
+    from llmsla.errors import CliError
+
+    if args.start is None:
+        raise CliError("--from is required with a store history (e.g. --from -14d)")
+    return HistorySpec(int(args.start.timestamp() * 1000), int(args.end.timestamp() * 1000), tuple(args.split),
+                       args.min_breaches, args.allow_gaps)
+
+
+def _train_from_store(cfg: Config, args: argparse.Namespace) -> int:
+    """Train on the store's history, register the model as a candidate, gate it (docs/forecaster.md#model-registry)."""
+    import psycopg
+
+    from llmsla.app import forecast_retrain
+    from llmsla.errors import CliError
+    from llmsla.forecaster import registry
+    from llmsla.forecaster import store_dataset as sd
+    from llmsla.store import open_store
+
+    spec = _history_spec(args)
+    tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
+    handle = open_store(cfg)
+    try:
+        with handle.connect(autocommit=True) as conn:
+            res = forecast_retrain.cycle(cfg, conn, spec, by=args.trained_by or forecast_retrain.trained_by(), tc=tc,
+                                         out=args.out, run_the_gate=not args.no_gate, log=_log)
+    except (sd.HistoryError, registry.RegistryError) as exc:
+        raise CliError(str(exc)) from None
+    except psycopg.Error as exc:
+        raise CliError(f"store: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        handle.close()
+    print(f"{res.row.label}: {res.row.status}: {res.message}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace, cfg: Config) -> int:
+    """The registry, newest first: id, version, status, when, by whom, on what, held-out recall."""
+    import psycopg
+
+    from llmsla.errors import CliError
+    from llmsla.forecaster import registry
+    from llmsla.store import open_store
+
+    handle = open_store(cfg)
+    try:
+        with handle.connect(autocommit=True) as conn:
+            if args.promote:
+                row = registry.get(conn, args.promote)
+                registry.load(conn, row)  # never make a champion that cannot be served
+                from llmsla.app.forecast_retrain import trained_by
+
+                old = registry.promote(conn, row, f"promoted by hand by {trained_by()}")
+                print(f"{row.label} is the champion" + (f"; {old.label} retired" if old else ""))
+            rows = registry.list_models(conn, limit=args.limit)
+    except registry.RegistryError as exc:
+        raise CliError(str(exc)) from None
+    except psycopg.Error as exc:
+        raise CliError(f"store: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        handle.close()
+    if args.json:
+        for r in rows:
+            print(json.dumps({k: v for k, v in r.__dict__.items() if k != "label"}, default=str))
+        return 0
+    if not rows:
+        print("no models in the registry (train one: llmsla forecast train --from-store --from -14d); "
+              "forecast serve serves the shipped model")
+        return 0
+
+    def day(t: Any) -> str:
+        import datetime as dt
+
+        return t.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M") if t is not None else "-"
+
+    print(f"{'id':>4}  {'version':12s}  {'status':9s}  {'created (UTC)':16s}  {'trained by':20s}  "
+          f"{'history':33s}  {'recall':>6s}  {'FA/day':>6s}  reason")
+    for r in rows:
+        test = (r.metrics.get("gate") or {}).get("candidate") or {}
+        rec = f"{test['recall']:.2f}" if "recall" in test else "-"
+        fa = f"{test['false_alarms_per_day']:.1f}" if "false_alarms_per_day" in test else "-"
+        print(f"{r.id:>4}  {r.version:12s}  {r.status:9s}  {day(r.created_at):16s}  {r.trained_by[:20]:20s}  "
+              f"{day(r.train_from)} .. {day(r.train_to)[5:]:11s}  {rec:>6s}  {fa:>6s}  {r.reason}")
+    return 0
+
+
+def _registry_artifact(cfg: Config, ref: str) -> tuple[Any, str]:
+    """A registry model by id, version or 'champion', checked; one line and exit 2 when it is not there or corrupt."""
+    import psycopg
+
+    from llmsla.errors import CliError
+    from llmsla.forecaster import registry
+    from llmsla.store import open_store
+
+    handle = open_store(cfg)
+    try:
+        with handle.connect(autocommit=True) as conn:
+            row = registry.champion(conn) if ref == "champion" else registry.get(conn, ref)
+            if row is None:
+                raise CliError("no champion in the registry (forecast serve serves the shipped model)")
+            return registry.load(conn, row), row.label
+    except registry.RegistryError as exc:
+        raise CliError(str(exc)) from None
+    except psycopg.Error as exc:
+        raise CliError(f"store: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        handle.close()
 
 
 def _load_artifact(path: Path):
@@ -401,12 +534,17 @@ def cmd_backtest(args: argparse.Namespace, cfg: Config) -> int:
     for meth in methods:
         if meth not in baselines.METHODS:
             raise CliError(f"--methods: unknown method {meth!r} (known: {', '.join(baselines.METHODS)})")
-    model_dir = _model_dir(cfg, args)
-    art = _load_artifact(model_dir)
+    if args.registry and args.model:
+        raise CliError("--model and --registry name two models: pick one")
+    if args.registry:
+        art, model_name = _registry_artifact(cfg, args.registry)
+    else:
+        model_dir = _model_dir(cfg, args)
+        art, model_name = _load_artifact(model_dir), str(model_dir)
     try:
         backtest.check(art)
     except backtest.BacktestError as exc:
-        raise CliError(f"{model_dir}: {exc}") from None
+        raise CliError(f"{model_name}: {exc}") from None
     out = Path(args.out or cfg.forecast.root() / "backtest.md")
     ds = _store_dataset(cfg, args, art.window, art.horizon)
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
@@ -417,7 +555,7 @@ def cmd_backtest(args: argparse.Namespace, cfg: Config) -> int:
         "history": f"{st['from']} to {st['to']} from the store ({ds.n_series} series; gaps cut: {st['gaps']}); "
                    + ", ".join(f"{s} {st['bounds'][s][0]} .. {st['bounds'][s][1]} ({st['breach_episodes'][s]} "
                                f"breach episodes)" for s in ("train", "val", "test")),
-        "model": f"{model_dir} (LSTM version {art.version}, threshold {art.threshold:.3f} from its own validation)",
+        "model": f"{model_name} (LSTM version {art.version}, threshold {art.threshold:.3f} from its own validation)",
         "labels": f"an SLO breach = a {ds.info['slo_window_steps']}-step SLO window below its objective: "
                   + ", ".join(s["name"] for s in ds.info["slos"]) + "; every breach episode is an event",
         "alarms": f"what the online loop raises: {threshold_rule(ec)}; a breach is warned when the alarm is on "
@@ -453,14 +591,18 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
 
     from prometheus_client import CollectorRegistry
 
+    from llmsla.config import duration_s
     from llmsla.forecaster import alerts, online, train
     from llmsla.forecaster.service import ForecastService
     from llmsla.store import open_store
 
-    model_dir = _model_dir(cfg, args)
-    art = _load_artifact(model_dir)
-    train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
     handle = open_store(cfg)
+    if args.model:
+        art = _load_artifact(args.model)
+        source, watch = f"--model {args.model} (the model registry is not watched)", None
+    else:
+        art, source, watch = _serving_model(cfg, args, handle)
+    train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
     registry = CollectorRegistry()
     receiver = args.receiver or cfg.forecast.receiver_url
     poster = alerts.WebhookPoster(receiver, token=cfg.forecast.receiver_token) if receiver else None
@@ -481,8 +623,12 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        svc = ForecastService(cfg, registry, make_scorer)
+        fc = cfg.forecast
+        svc = ForecastService(cfg, registry, make_scorer, watch=watch if fc.registry_poll_s > 0 else None,
+                              watch_every_s=fc.registry_poll_s, retrain=lambda: _retrain(cfg, handle),
+                              retrain_every_s=duration_s(fc.retrain_every))
         url = await svc.start()
+        print(f"llmsla forecast: serving {source}", flush=True)
         print(f"llmsla forecast: model {art.version} (threshold {art.threshold:.3f}), /metrics on {url}/metrics, "
               f"alerts to {receiver or 'nowhere (no forecast.receiver_url)'}", flush=True)
         try:
@@ -495,3 +641,90 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     finally:
         handle.close()
     return 0
+
+
+def _serving_model(cfg: Config, args: argparse.Namespace, handle: Any) -> tuple[Any, str, Any]:
+    """The model ``forecast serve`` starts with - the registry's champion, else the local default
+    (``<forecast.dir>/model`` if trained, else the shipped model) -, the line that says which, and
+    the watch that hands over a newly promoted champion (``None`` while there is none)."""
+    import psycopg
+
+    from llmsla.forecaster import registry
+
+    serving: dict[str, int | None] = {"id": None}
+    started = False
+    refused: list[str] = []  # champions that did not load
+    bad: set[tuple[int, str]] = set()  # rows that did not load: logged once, not every poll
+
+    def load_champion(conn: psycopg.Connection) -> Any:
+        row = registry.champion(conn)
+        if row is None or row.id == serving["id"] or (row.id, row.artifact_sha256) in bad:
+            return None
+        try:
+            art = registry.load(conn, row)
+        except registry.RegistryError as exc:
+            bad.add((row.id, row.artifact_sha256))
+            refused.append(row.label)
+            log.error("%s; serving %s as before", exc, "the previous model" if serving["id"] else "the local model")
+            return None
+        first = serving["id"] is None and not started
+        serving["id"] = row.id
+        if not first:
+            log.warning("serving the registry's new champion %s from the next step", row.label)
+        return art
+
+    def watch() -> Any:
+        try:
+            with handle.connect(autocommit=True) as conn:
+                return load_champion(conn)
+        except psycopg.Error as exc:
+            log.warning("model registry not read (%s); serving the same model", str(exc).strip().splitlines()[0])
+            return None
+
+    try:
+        with handle.connect(autocommit=True) as conn:
+            art = load_champion(conn)
+    except psycopg.Error as exc:
+        log.warning("model registry not read (%s)", str(exc).strip().splitlines()[0])
+        art = None
+    started = True
+    if art is not None:
+        return art, f"the model registry's champion model {serving['id']} (v{art.version})", watch
+    model_dir = _model_dir(cfg, args)
+    art = _load_artifact(model_dir)
+    which = "the shipped model" if model_dir == _shipped() else str(model_dir)
+    why = f"the registry's champion {refused[0]} does not load" if refused else "no champion in the model registry"
+    return art, f"{which} (v{art.version}): {why}", watch
+
+
+def _shipped() -> Path:
+    from llmsla.forecaster import artifact
+
+    return artifact.PRETRAINED
+
+
+def _retrain(cfg: Config, handle: Any) -> None:
+    """One unattended cycle of ``forecast serve`` (``forecast.retrain_every``): the last
+    ``forecast.retrain_history`` of the store, trained, registered, gated. A history no data
+    set can be built from, or a store error, is one log line; the champion keeps serving."""
+    import psycopg
+
+    from llmsla.app import forecast_retrain
+    from llmsla.config import duration_s
+    from llmsla.forecaster import store_dataset as sd
+
+    now = time.time()
+    spec = forecast_retrain.HistorySpec(int((now - duration_s(cfg.forecast.retrain_history)) * 1000), int(now * 1000))
+    t0 = time.perf_counter()
+    try:
+        with handle.connect(autocommit=True) as conn:
+            out = forecast_retrain.cycle(cfg, conn, spec, by=f"{forecast_retrain.trained_by()} (forecast serve)",
+                                         log=log.debug)
+    except sd.HistoryError as exc:
+        log.warning("forecast retrain skipped: %s; serving the champion as before", exc)
+        return
+    except psycopg.Error as exc:
+        log.warning("forecast retrain failed: store: %s; serving the champion as before",
+                    str(exc).strip().splitlines()[0])
+        return
+    log.warning("forecast retrain (%.0f s): %s", time.perf_counter() - t0, out.message)
