@@ -38,7 +38,6 @@ TIME_MIN = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 TIME_MAX_AHEAD = dt.timedelta(days=366)
 
 _RELATIVE = re.compile(r"^(?:now)?(?:-(\d+(?:\.\d+)?)([smhdw]))?$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -202,7 +201,7 @@ def time(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     try:
         if m:
             try:
-                t = now - dt.timedelta(seconds=float(m.group(1) or 0) * _UNIT_S.get(m.group(2) or "s", 1))
+                t = now - dt.timedelta(seconds=float(m.group(1) or 0) * config.DURATION_UNIT_S[m.group(2) or "s"])
             except OverflowError:  # before year 1
                 raise out_of_range from None
         else:

@@ -204,7 +204,8 @@ def redis_url_problem(value: str) -> str | None:
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
-_DURATION_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+#: seconds per unit of a duration (``24h``, ``14d``); the command line's relative times use the same
+DURATION_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
 def duration_s(value: str) -> float:
@@ -213,7 +214,7 @@ def duration_s(value: str) -> float:
     m = _DURATION.match(value.strip())
     if m is None:
         raise ValueError(f"not a duration: {value!r} (a number with an optional unit s, m, h, d or w: 24h, 14d)")
-    return float(m.group(1)) * _DURATION_UNIT_S[m.group(2)]
+    return float(m.group(1)) * DURATION_UNIT_S[m.group(2)]
 
 
 def duration_problem(value: str) -> str | None:
