@@ -107,7 +107,8 @@ def _windows(req: dict[str, np.ndarray], slo_ttft: float, slo_e2e: float) -> lis
         t = t[np.isfinite(t)]
         n = e - s
         v = {"bucket": dt.datetime.fromtimestamp(key[s, 0] / 1000, dt.UTC), "model": "m", "pool": names.DEFAULT_POOL,
-             "replica": f"r{key[s, 1]}", "arm": labels[s], "requests": n, "ok": n - int(bad[s:e].sum()),
+             "replica": f"r{key[s, 1]}", "arm": labels[s], names.L_TENANT: names.DEFAULT_TENANT,
+             names.L_CLASS: names.DEFAULT_CLASS, "goodput": None, "requests": n, "ok": n - int(bad[s:e].sum()),
              "errors": int(bad[s:e].sum()), "ttft_slo_ms": slo_ttft, "e2e_slo_ms": slo_e2e,
              "ttft_within_slo": int((t <= slo_ttft).sum()), "e2e_within_slo": int((x <= slo_e2e).sum()),
              "ttft_count": len(t), names.C_TTFT_HIST: H.Hist.of(t).literal(), names.C_E2E_HIST: H.Hist.of(x).literal()}

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from llmsla import argtypes
+from llmsla import argtypes, names
 from llmsla.config import Config
 
 
@@ -35,6 +35,9 @@ def register(subparsers: Any) -> None:
                    help="with --sequential: set a failing arm's weight to 0 through the control API (also ab.auto_rollback)")
     r.add_argument("--json", metavar="FILE", type=argtypes.output_file_or_stdout, help="write the report as JSON to FILE ('-' = stdout, no table)")
     r.add_argument("--no-results", action="store_true", help="do not write rows into ab_results")
+    r.add_argument("--by", choices=(names.L_TENANT, names.L_CLASS),
+                   help="cut the report by the requests' tenant or class: the same statistics per arm within each "
+                        "group (a table per group, a summary of all); writes no ab_results rows, never rolls back")
     r.set_defaults(handler=report)
     p.set_defaults(handler=lambda args, cfg: (p.print_help(), 2)[1])
 
@@ -61,6 +64,10 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
                        "(the store keeps its 1-minute roll-up store.retention_days x "
                        f"{ab_data.ROLLUP_RETENTION_FACTOR} days)")
     rollback = args.rollback or cfg.ab.auto_rollback
+    if args.by and args.rollback:
+        raise CliError("--by: a report cut by tenant or class never rolls back (leave out --rollback; the report "
+                       "of the whole experiment decides)")
+    rollback = rollback and not args.by
     if rollback and not args.sequential:
         raise CliError("--rollback (or ab.auto_rollback) needs --sequential: only the always-valid mode may act on a "
                        "report that is re-run while the experiment goes on")
@@ -70,6 +77,14 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
         with store.connect() as conn:
             data = ab_data.from_store(conn, exp, start, end, failed=settings.failed)
             weights, stable = ab_data.weights_timeline(conn, exp, data.start, data.minutes)
+            if args.by:
+                cuts = []
+                for value in ab_data.cut_values(conn, exp, start, end, args.by):
+                    part = ab_data.from_store(conn, exp, start, end, failed=settings.failed, cut=(args.by, value))
+                    cuts.append((value, part, ab_report.analyze(
+                        part, settings, shares=ab_data.expected_shares(exp, weights), srm_minutes=stable,
+                        sequential=args.sequential, end=end)))
+                return _print_cuts(args, exp.key, cuts)
             rep = ab_report.analyze(data, settings, shares=ab_data.expected_shares(exp, weights), srm_minutes=stable,
                                     sequential=args.sequential, end=end)
             if rollback:
@@ -87,6 +102,39 @@ def report(args: argparse.Namespace, cfg: Config) -> int:
             with open(args.json, "w") as fh:
                 json.dump(out, fh, indent=2)
         print_report(rep, data)
+    return 0
+
+
+def _print_cuts(args: argparse.Namespace, experiment: str, cuts: list[tuple[str, Any, Any]]) -> int:
+    """The report per tenant or class: JSON (``{"by", "groups": [{<by>: value, ...report}]}``) or,
+    per group, the whole report's tables, then one summary table of every group and arm."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = {"experiment": experiment, "by": args.by,
+           "groups": [{args.by: value, **rep.to_json()} for value, _, rep in cuts]}
+    if args.json == "-":
+        print(json.dumps(out, indent=2))
+        return 0
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+    console = Console(file=sys.stdout, width=160)
+    if not cuts:
+        console.print(f"no requests of experiment {experiment} in the range: nothing to cut by {args.by}")
+        return 0
+    for value, data, rep in cuts:
+        console.rule(f"{args.by} = {value}")
+        print_report(rep, data)
+    t = Table(title=f"each arm by {args.by}")
+    for col in (args.by, "arm", "requests", "TTFT P99 ms", "E2E P99 ms", "TTFT att.", "E2E att.", "availability"):
+        t.add_column(col, justify="left" if col in (args.by, "arm") else "right")
+    for value, _, rep in cuts:
+        for a in rep.arms:
+            q = a.quantiles_ms
+            t.add_row(value, a.arm, f"{a.requests:,}", _fmt(q[names.AB_METRIC_TTFT_P99]), _fmt(q[names.AB_METRIC_E2E_P99]),
+                      _fmt(a.ttft_attainment, "%"), _fmt(a.e2e_attainment, "%"), _fmt(a.availability, "%"))
+    console.print(t)
     return 0
 
 
@@ -139,7 +187,6 @@ def print_report(rep: Any, data: Any, file: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from llmsla import names
 
     console = Console(file=file or sys.stdout, width=160)
     console.print(f"[bold]A/B report[/bold] {rep.experiment}  {rep.start} .. {rep.end}  ({rep.mode}; control: {rep.control})")

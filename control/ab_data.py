@@ -184,13 +184,42 @@ def _pools(exp: Experiment) -> list[str]:
     return sorted({exp.pool, *(a.strategy.pool for a in exp.arms if a.strategy.pool)})
 
 
+#: The columns a report can be cut by (``llmsla ab report --by``): the request's tenant or class.
+CUTS: tuple[str, ...] = (names.L_TENANT, names.L_CLASS)
+
+
+def _cut_sql(cut: tuple[str, str] | None) -> tuple[str, tuple[str, ...]]:
+    if cut is None:
+        return "", ()
+    column, value = cut
+    if column not in CUTS:
+        raise ValueError(f"cannot cut a report by {column!r}: one of {', '.join(CUTS)}")
+    return f" AND {column} = %s", (value,)
+
+
+def cut_values(conn: StoreReader, exp: Experiment, start: dt.datetime, end: dt.datetime, by: str) -> list[str]:
+    """The values of ``by`` (a :data:`CUTS` column) in the experiment's minutes of the range."""
+    if by not in CUTS:
+        raise ValueError(f"cannot cut a report by {by!r}: one of {', '.join(CUTS)}")
+    start, minutes = minute_range(start, end)
+    rows = conn.execute(
+        f"""SELECT DISTINCT {by} FROM {names.T_REQUEST_WINDOWS_1M}
+            WHERE bucket >= %s AND bucket < %s AND (starts_with(arm, %s) OR (arm = %s AND pool = ANY(%s)))
+            ORDER BY 1""",
+        (start, start + dt.timedelta(minutes=minutes), exp.key + names.ARM_LABEL_SEP, names.DEFAULT_ARM, _pools(exp)),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def from_store(conn: StoreReader, exp: Experiment, start: dt.datetime, end: dt.datetime, *,
-               failed: frozenset[str]) -> ArmMinutes:
+               failed: frozenset[str], cut: tuple[str, str] | None = None) -> ArmMinutes:
     """Aggregates from ``request_windows_1m``: the experiment's labels, and the ``default`` label
-    in the pools its traffic is served in; ``bad`` counts the statuses in ``failed``."""
+    in the pools its traffic is served in; ``bad`` counts the statuses in ``failed``. ``cut``:
+    (column of :data:`CUTS`, value): only that tenant's or class's requests."""
     bad = " + ".join(names.STATUS_COLUMNS[st] for st in sorted(failed))
     start, minutes = minute_range(start, end)
     stop = start + dt.timedelta(minutes=minutes)
+    cut_where, cut_args = _cut_sql(cut)
     rows = conn.execute(
         f"""SELECT bucket, arm, requests, bad, ttft_within, e2e_within, itl_n, itl_sum_ms,
                    array_lower(th, 1), th, array_lower(eh, 1), eh
@@ -200,9 +229,9 @@ def from_store(conn: StoreReader, exp: Experiment, start: dt.datetime, end: dt.d
                          llmsla_hist_sum(ttft_hist) AS th, llmsla_hist_sum(e2e_hist) AS eh
                   FROM {names.T_REQUEST_WINDOWS_1M}
                   WHERE bucket >= %s AND bucket < %s
-                    AND (starts_with(arm, %s) OR (arm = %s AND pool = ANY(%s)))
+                    AND (starts_with(arm, %s) OR (arm = %s AND pool = ANY(%s))){cut_where}
                   GROUP BY bucket, arm) x""",
-        (start, stop, exp.key + names.ARM_LABEL_SEP, names.DEFAULT_ARM, _pools(exp)),
+        (start, stop, exp.key + names.ARM_LABEL_SEP, names.DEFAULT_ARM, _pools(exp), *cut_args),
     ).fetchall()
     parsed = []
     lo, hi = H.SIZE, -1

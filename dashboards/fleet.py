@@ -11,7 +11,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from llmsla import slo_catalog
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.dashboards import common as c
 from llmsla.dashboards import promql, storesql
@@ -29,6 +29,9 @@ def build(cfg: Config) -> dash_m.Dashboard:
     ).with_variable(c.prometheus_datasource()).with_variable(c.store_datasource())
     for v in c.request_variables():
         d = d.with_variable(v)
+    # the store's tenants and classes (the request windows' keys) for the tenancy row
+    d = d.with_variable(c.query_variable(names.L_TENANT, storesql.VAR_TENANT, "Tenant"))
+    d = d.with_variable(c.query_variable(names.L_CLASS, storesql.VAR_CLASS, "Class"))
     for a in c.action_annotations():
         d = d.annotation(a)
     d = d.with_row(dash.Row("Traffic and failures"))
@@ -85,4 +88,16 @@ def build(cfg: Config) -> dash_m.Dashboard:
         "SLO attainment by pool (store)", [storesql.ATTAINMENT_BY_POOL], unit="percentunit", w=12,
         max_val=1, slo=c.slo_line(slo.latency_target, below_is_good=False),
         description="Share of requests within the TTFT / E2E objective, exact at any width (counts roll up)."))
+    d = d.with_row(dash.Row("Tenants and classes (store)"))
+    for by, q in ((names.L_TENANT, storesql.ATTAINMENT_BY_TENANT), (names.L_CLASS, storesql.ATTAINMENT_BY_CLASS)):
+        d = d.with_panel(c.timeseries_panel(
+            f"TTFT attainment and goodput by {by} (store)", [q], unit="percentunit", w=12, max_val=1,
+            slo=c.slo_line(slo.latency_target, below_is_good=False),
+            description=f"Per {by} (the Tenant and Class variables filter them): the share of requests within the TTFT "
+                        "objective, and goodput, the share that succeeded within every latency objective at once "
+                        f"({slo.summary()}). Exact at any width: the windows' counts roll up per tenant and class. "
+                        "Windows written before the store counted goodput are left out of its ratio."))
+    d = d.with_panel(c.table_panel(
+        "Per tenant and class (store)", [storesql.TENANCY_SUMMARY], w=24, h=6,
+        description="Requests, TTFT and E2E attainment and goodput per tenant and class over the range."))
     return c.number_panels(d.build())

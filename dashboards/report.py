@@ -97,7 +97,8 @@ def resolve_variables(ctx: Context) -> None:
     for label, q in zip(names.REQUEST_LABELS, (storesql.VAR_MODEL, storesql.VAR_POOL, storesql.VAR_REPLICA, storesql.VAR_ARM),
                         strict=True):
         ctx.store_vars[label] = Variable(tuple(r[0] for r in runner.sql(ctx.conn, q, ctx.rng, ctx.store_interval_ms).rows))
-    for name, q in (("zone", storesql.VAR_ZONE), ("experiment", storesql.VAR_EXPERIMENT)):
+    for name, q in (("zone", storesql.VAR_ZONE), ("experiment", storesql.VAR_EXPERIMENT),
+                    (names.L_TENANT, storesql.VAR_TENANT), (names.L_CLASS, storesql.VAR_CLASS)):
         ctx.store_vars[name] = Variable(tuple(r[0] for r in runner.sql(ctx.conn, q, ctx.rng, ctx.store_interval_ms).rows))
     if ctx.store_vars["zone"].values:
         pol = runner.sql(ctx.conn, storesql.VAR_POLICY_ID, ctx.rng, ctx.store_interval_ms, ctx.store_vars)
@@ -265,6 +266,25 @@ def arms_section(ctx: Context) -> Section:
     return sec
 
 
+def tenancy_section(ctx: Context) -> Section:
+    q = storesql.TENANCY_SUMMARY
+    sec = Section("SLA attainment per tenant and class", [f"store · {q.key}"])
+    t = ctx.sql(q)
+    if not t or not t.rows:
+        sec.note = _no_data(q)
+        return sec
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2%}"
+
+    sec.table = _table(["tenant", "class", "requests", "TTFT attainment", "E2E attainment", "goodput"],
+                       [[r[0], r[1], f"{int(r[2]):,}", pct(r[3]), pct(r[4]), pct(r[5])] for r in t.rows])
+    worst = min(t.rows, key=lambda r: r[3] if r[3] is not None else 2.0)
+    if worst[3] is not None:
+        ctx.findings.append(f"Tenants: lowest TTFT attainment {worst[3]:.2%} for tenant {worst[0]}, class {worst[1]}.")
+    return sec
+
+
 def actions_section(ctx: Context) -> Section:
     q = storesql.ACTIONS
     sec = Section("Control actions (action_log)", [f"store · {q.key}"])
@@ -303,6 +323,7 @@ def build_sections(ctx: Context) -> list[Section]:
         lambda: lines_section(ctx, storesql.QPS_HISTORY, "Requests per second", "req/s"),
         lambda: gpu_section(ctx),
         lambda: arms_section(ctx),
+        lambda: tenancy_section(ctx),
         lambda: lines_section(ctx, storesql.POLICY_JITTER, "Temperature jitter", "std of temperature"),
         lambda: lines_section(ctx, storesql.RISK_HISTORY, "Forecast risk per target", "risk", objective=0.8),
         lambda: actions_section(ctx),

@@ -15,7 +15,14 @@ from typing import Any
 
 from llmsla import names
 from llmsla.dashboards.query import SqlQuery, register
-from llmsla.dashboards.rollup import FORECAST_TIERS, TIERS, Tier, forecast_windows, request_windows
+from llmsla.dashboards.rollup import (
+    FORECAST_TIERS,
+    LABEL_FILTER,
+    TIERS,
+    Tier,
+    forecast_windows,
+    request_windows,
+)
 
 TIME = "$__timeGroupAlias(bucket, $__interval)"
 T_POLICY, T_FORECASTS, T_ACTIONS, T_AB = names.T_POLICY_WINDOWS, names.T_FORECASTS, names.T_ACTION_LOG, names.T_AB_RESULTS
@@ -50,6 +57,7 @@ def _store_var(label: str) -> SqlQuery:
 
 
 VAR_MODEL, VAR_POOL, VAR_REPLICA, VAR_ARM = (_store_var(lbl) for lbl in names.REQUEST_LABELS)
+VAR_TENANT, VAR_CLASS = (_store_var(lbl) for lbl in (names.L_TENANT, names.L_CLASS))
 VAR_ZONE = _sql("var.zone", f"SELECT DISTINCT zone FROM {T_POLICY} WHERE $__timeFilter(bucket) ORDER BY 1",
                 ("zone",), fmt="table")
 VAR_POLICY_ID = _sql("var.policy_id",
@@ -92,6 +100,41 @@ def _attainment(by: str, where: str | None = None) -> Callable[[tuple[Tier, ...]
         f"GROUP BY 1, 2 ORDER BY 1, 2"
     )
 
+
+#: The tenancy panels' filter: the request labels and the store's tenant and class variables.
+TENANCY_FILTER = f"{LABEL_FILTER} AND {names.L_TENANT} IN (${names.L_TENANT}) AND {names.L_CLASS} IN (${names.L_CLASS})"
+#: Goodput over the requests of the windows that count it (NULL in windows written before the
+#: store had the column: they are left out of both sides, never counted as 0).
+GOODPUT_RATIO = "sum(goodput)::float8 / NULLIF(sum(requests) FILTER (WHERE goodput IS NOT NULL), 0)"
+
+
+def _tenancy(by: str) -> Callable[[tuple[Tier, ...]], str]:
+    cols = [by, "requests", "ttft_within_slo", "goodput"]
+    return lambda tiers: (
+        f"SELECT {TIME}, {by} AS metric,\n"
+        f"       sum(ttft_within_slo)::float8 / NULLIF(sum(requests), 0) AS ttft_attainment,\n"
+        f"       {GOODPUT_RATIO} AS goodput_ratio\n"
+        f"FROM {request_windows(cols, TENANCY_FILTER, tiers=tiers)}\n"
+        f"GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+
+
+_TENANCY_COLS = ("time", "metric", "ttft_attainment", "goodput_ratio")
+ATTAINMENT_BY_TENANT = _tiered("tenancy.by_tenant", _tenancy(names.L_TENANT), _TENANCY_COLS)
+ATTAINMENT_BY_CLASS = _tiered("tenancy.by_class", _tenancy(names.L_CLASS), _TENANCY_COLS)
+TENANCY_SUMMARY = _tiered(
+    "tenancy.summary",
+    lambda tiers: (
+        f"SELECT {names.L_TENANT}, {names.L_CLASS}, sum(requests) AS requests,\n"
+        "       sum(ttft_within_slo)::float8 / NULLIF(sum(requests), 0) AS ttft_attainment,\n"
+        "       sum(e2e_within_slo)::float8 / NULLIF(sum(requests), 0) AS e2e_attainment,\n"
+        f"       {GOODPUT_RATIO} AS goodput_ratio\n"
+        f"FROM {request_windows([names.L_TENANT, names.L_CLASS, 'requests', 'ttft_within_slo', 'e2e_within_slo', 'goodput'], TENANCY_FILTER, tiers=tiers)}\n"
+        "GROUP BY 1, 2 ORDER BY 1, 2"
+    ),
+    (names.L_TENANT, names.L_CLASS, "requests", "ttft_attainment", "e2e_attainment", "goodput_ratio"),
+    fmt="table",
+)
 
 _ATT_COLS = ("time", "metric", "ttft_attainment", "e2e_attainment")
 ATTAINMENT_BY_POOL = _tiered("history.attainment", _attainment("pool"), _ATT_COLS)

@@ -21,15 +21,17 @@ import asyncio
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from llmsla import names
-from llmsla.config import Config
+from llmsla.config import Config, check_key
 from llmsla.exporters.arms import ArmAssigner
+from llmsla.exporters.clients import ClientIdentity
 from llmsla.exporters.openai import CHAT_COMPLETIONS, COMPLETIONS, parse_request, prompt_estimate
 from llmsla.exporters.recorder import StreamTimer
 from llmsla.exporters.recording import Recorder
+from llmsla.exporters.tenants import TenantResolver
 from llmsla.httpkit import ApiError
 from llmsla.spool import SpoolWriter
 
@@ -40,6 +42,23 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _Headers(Mapping[str, str]):
+    """An ASGI request's headers (lower-cased names) looked up by any case of a name, as the
+    gateway's are: the tenant resolver asks for ``Authorization`` and the configured header names."""
+
+    def __init__(self, lowered: dict[str, str]) -> None:
+        self._h = lowered
+
+    def __getitem__(self, key: str) -> str:
+        return self._h[key.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._h)
+
+    def __len__(self) -> int:
+        return len(self._h)
 
 
 class InstrumentedASGI:
@@ -71,6 +90,13 @@ class InstrumentedASGI:
         self.max_body = cfg.gateway.max_body_bytes
         self.max_prompt_chars = cfg.gateway.max_prompt_chars
         self._in_flight = self.metrics.in_flight_child(self.pool)
+        # each request's tenant and class, resolved as the gateway resolves them (the same
+        # [tenants] keys and the same trusted-proxy rule for the tenant header)
+        for k in ("trusted_proxies", "client_header"):
+            check_key(cfg, "gateway." + k)
+        for k in ("header", "api_keys", "api_keys_file", "declared", "classes", "class_header", "default_class"):
+            check_key(cfg, "tenants." + k)
+        self.tenants = TenantResolver(cfg, ClientIdentity(cfg.gateway.trusted_proxies, cfg.gateway.client_header))
 
     @classmethod
     def from_config(cls, app: ASGIApp, cfg: Config, *, registry: Any = None, spool: SpoolWriter | None = None,
@@ -121,6 +147,12 @@ class InstrumentedASGI:
             return
 
         incoming = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        client = scope.get("client")
+        who = self.tenants.resolve(client[0] if client else None, _Headers(incoming))
+        if who.folded_tenant:
+            self.metrics.folded(names.L_TENANT)
+        if who.folded_class:
+            self.metrics.folded(names.L_CLASS)
         rec = self.recorder
         tel = rec.begin(incoming, "POST", scope["path"], req, arrival)  # the SERVER span, when traced
         trace_id = tel.trace_id
@@ -178,7 +210,7 @@ class InstrumentedASGI:
             try:
                 ev = timer.event(end=end, ts_ms=time.time_ns() // 1_000_000, trace_id=trace_id, model=req.model,
                                  pool=self.pool, replica=self.replica, arm=arm, policy=req.policy, status=status,
-                                 prompt_estimate=prompt_estimate(req.prompt_chars))
+                                 prompt_estimate=prompt_estimate(req.prompt_chars), tenant=who.tenant, class_=who.class_)
                 ev.validate()
                 valid = ev
                 rec.record(ev, itl_gaps_ms=timer.gaps_ms, validate=False, first_token=timer.first_token is not None,

@@ -31,9 +31,10 @@ from llmsla.config import Config
 from llmsla.events import RequestEvent, string_problem
 from llmsla.exporters import genai, otel_sdk
 from llmsla.exporters.genai_metrics import GenAIMetrics
-from llmsla.exporters.metrics import LabelGuard, tpot_seconds
+from llmsla.exporters.metrics import LabelGuard
 from llmsla.exporters.openai import CHAT_COMPLETIONS, COMPLETIONS, ParsedRequest
 from llmsla.exporters.recorder import StreamTimer
+from llmsla.goodput import tpot_seconds
 from llmsla.httpkit import next_hop, ratio_sampled, trace_context
 
 log = logging.getLogger(__name__)

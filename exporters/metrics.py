@@ -14,7 +14,6 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
@@ -23,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.events import string_problem
+from llmsla.goodput import GoodputBounds, tpot_seconds
 
 #: Cached label tuples before the cache is reset (bounds memory when clients send junk labels;
 #: the folded values themselves are bounded by the guard, the raw keys are not).
@@ -77,75 +77,6 @@ def observe_n(child: Any, value: float, n: int) -> None:
         return
     child._sum.inc(value * n)
     child._buckets[bisect_left(child._upper_bounds, value)].inc(n)
-
-
-def tpot_seconds(status: str, ttft_s: float | None, e2e_s: float, output_tokens: int) -> float | None:
-    """Per-request time per output token, as the GenAI conventions define
-    ``gen_ai.server.time_per_output_token``: (E2E - TTFT) / (output tokens - 1), for a
-    successful request with a first token and at least two output tokens; else None. One
-    definition for the Prometheus histogram and the OTLP metric, so they agree."""
-    if status != names.STATUS_OK or ttft_s is None or output_tokens < 2:
-        return None
-    return max(0.0, e2e_s - ttft_s) / (output_tokens - 1)
-
-
-@dataclass(frozen=True)
-class GoodputBounds:
-    """The latency objectives a request must meet at once to count as goodput, in seconds (None:
-    no spec sets that SLI). Without a first token (a non-streamed response) TTFT is its E2E, as
-    the event contract records it; without a TPOT (one output token) that objective is moot.
-
-    The fields are the fleet-wide bounds; with a catalog, a request of a tenant or class that a
-    spec targets is held to its own (``Catalog.for_request``: the most specific objective per
-    SLI), so a batch request within the batch class's E2E is goodput
-    (docs/alerting.md#slos-per-class-and-per-tenant)."""
-
-    ttft_s: float | None
-    tpot_s: float | None
-    e2e_s: float | None
-    catalog: slo_catalog.Catalog | None = field(default=None, compare=False, repr=False)
-    #: the tenants and classes some spec targets (empty: every request gets the fields' bounds)
-    tenants: frozenset[str] = frozenset()
-    classes: frozenset[str] = frozenset()
-    #: (tenant, class) as the catalog tells them apart -> their bounds; bounded by the specs
-    _scoped: dict[tuple[str, str], GoodputBounds] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def from_catalog(cls, cat: slo_catalog.Catalog) -> GoodputBounds:
-        def bound(sli: str) -> float | None:
-            o = cat.objective(sli)
-            return None if o is None else o.threshold_ms / 1000.0
-
-        return cls(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT), bound(slo_catalog.SLI_E2E), cat,
-                   cat.scoped_tenants, cat.scoped_classes)
-
-    def for_request(self, tenant: str, class_: str) -> GoodputBounds:
-        """The bounds a request of ``tenant`` and ``class_`` is held to (these, when no spec
-        targets either)."""
-        key = (tenant if tenant in self.tenants else "", class_ if class_ in self.classes else "")
-        if key == ("", "") or self.catalog is None:
-            return self
-        got = self._scoped.get(key)
-        if got is None:
-            cat = self.catalog
-
-            def bound(sli: str) -> float | None:
-                o = cat.for_request(sli, *key)
-                return None if o is None else o.threshold_ms / 1000.0
-
-            got = self._scoped[key] = GoodputBounds(bound(slo_catalog.SLI_TTFT), bound(slo_catalog.SLI_TPOT),
-                                                    bound(slo_catalog.SLI_E2E))
-        return got
-
-    def met(self, ttft_s: float | None, tpot_s: float | None, e2e_s: float, *,
-            tenant: str | None = None, class_: str | None = None) -> bool:
-        """Whether a request met every latency objective at once: the fleet's, or with ``tenant``
-        and/or ``class_`` the most specific objective of that tenant and class per SLI."""
-        if (self.tenants or self.classes) and (tenant in self.tenants or class_ in self.classes):
-            return self.for_request(tenant or "", class_ or "").met(ttft_s, tpot_s, e2e_s)
-        ttft = e2e_s if ttft_s is None else ttft_s
-        return ((self.e2e_s is None or e2e_s <= self.e2e_s) and (self.ttft_s is None or ttft <= self.ttft_s)
-                and (self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s))
 
 
 class LabelGuard:

@@ -49,6 +49,10 @@ def register(subparsers: Any) -> None:
                     help="routing policy (default control.route_policy)")
     fl.add_argument("--policy", dest="route_policy", action=argtypes.OldSpelling, new="--route-policy",
                     type=argtypes.key("control.route_policy"))
+    fl.add_argument("--tenant-mix", default="", metavar="TENANT[/CLASS]:WEIGHT,...",
+                    help="each request's tenant and class drawn with these weights, e.g. "
+                         "acme/interactive:3,globex/batch:1,default:1 (CLASS defaults to interactive); "
+                         "default: every request the default tenant's and class's")
     fl.add_argument("--student-share", type=argtypes.fraction, help="share of requests for role 'student' (0..1)")
     fl.add_argument("--timeout-s", type=argtypes.key("gateway.request_timeout_s"), help="request timeout (default gateway.request_timeout_s)")
     fl.add_argument("--fault", action="append", default=[], metavar="KIND:REPLICA:START:END[:FACTOR]",
@@ -149,7 +153,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.control.router import params_from_config
     from llmsla.control.shed import ShedControls
     from llmsla.errors import CliError
-    from llmsla.fleet import engine, faults, stats, vllm_view, workload
+    from llmsla.fleet import engine, faults, stats, tenancy, vllm_view, workload
     from llmsla.fleet.sink import RecorderSink
     from llmsla.httpkit import BackgroundServer, Limits, add_metrics
     from llmsla.store import open_store
@@ -186,6 +190,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             max_in_flight=cfg.gateway.max_in_flight,
             gpu_interval_s=cfg.gpu.interval_s,
             student_share=args.student_share,
+            tenant_mix=tenancy.parse_mix(args.tenant_mix) if args.tenant_mix else (),
         )
         registry = CollectorRegistry()
         # the pools' student share and schedule, changed by the control API while a paced run goes

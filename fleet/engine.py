@@ -33,6 +33,7 @@ from llmsla.events import GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models, oracle
 from llmsla.fleet.faults import ALL_REPLICAS, GRADUAL, LOAD_KINDS, THERMAL_RISE_C, Fault
 from llmsla.fleet.replica import ReplicaSim, Req
+from llmsla.fleet.tenancy import Picker, Share
 from llmsla.fleet.workload import Arrival
 from llmsla.seams import RolloutHandle
 
@@ -106,6 +107,8 @@ class SimConfig:
     #: pools that receive arrivals (default: every pool, in proportion to its replicas); an A/B
     #: arm's own pool (a canary) is then reached only through its arm
     entry_pools: list[str] | None = None
+    #: each request's (tenant, class) drawn from this mix (fleet/tenancy.py); empty: the defaults
+    tenant_mix: tuple[Share, ...] = ()
 
 
 class RequestRow(NamedTuple):
@@ -271,6 +274,7 @@ class Simulator:
         if cfg.engine_scrape_s > 0:
             self._push(0.0, _SCRAPE)
         trace_rng = random.Random(cfg.seed + 2)
+        tenancy = Picker(cfg.tenant_mix, cfg.seed + 5)  # its own draws: the rest of the run is unchanged
         n_arr, ai = len(arrivals), 0
         heap = self._heap
         pop = heapq.heappop
@@ -294,7 +298,8 @@ class Simulator:
                 r = Req(ai, t, a.prompt, max(1, a.output))
                 r.trace_id = f"{trace_rng.getrandbits(128) | 1:032x}"
                 r.unit = a.unit
-                if a.class_:
+                r.tenant, r.class_ = tenancy.pick()
+                if a.class_:  # an arrival that names its class keeps it over the mix's draw
                     r.class_ = a.class_
                 ai += 1
                 if lock is None:
@@ -545,7 +550,7 @@ class Simulator:
                 ts_ms=self.start_ms + round(t * 1000.0), trace_id=r.trace_id, model=model,
                 pool=r.pool, replica=rid, arm=arm, policy=r.policy or self._policy(r.pool),
                 prompt_tokens=r.prompt, output_tokens=out_tokens, queue_ms=queue_ms,
-                ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status, class_=r.class_,
+                ttft_ms=ttft_ms, itl_ms=itl, e2e_ms=e2e_ms, status=status, tenant=r.tenant, class_=r.class_,
             ))
 
     # -- faults ----------------------------------------------------------------------------------

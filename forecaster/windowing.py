@@ -2,7 +2,7 @@
 
 Building a training set through the streaming job would cost a JVM run per simulation; this
 module computes the same rows with the same definitions (docs/streaming.md: tumbling windows
-aligned to the epoch, keyed by (model, pool, replica, arm) or (node, gpu), exact percentiles
+aligned to the epoch, keyed by (model, pool, replica, arm, tenant, class) or (node, gpu), exact percentiles
 with linear interpolation, ITL pooled from per-request summaries). ``tests/forecaster`` runs
 the real PyFlink job on the same events and checks every column equal, so the training data
 and the online scorer (which reads the store) see identical windows.
@@ -20,6 +20,7 @@ import numpy as np
 
 from llmsla import names
 from llmsla.events import GpuSample, RequestEvent
+from llmsla.goodput import GoodputBounds
 from llmsla.store import schema
 
 Frame = dict[str, np.ndarray]
@@ -49,12 +50,16 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def request_windows(events: Iterable[RequestEvent], *, ttft_slo_ms: float, e2e_slo_ms: float,
-                    width_s: int = names.REQUEST_WINDOW_S) -> Frame:
-    """5 s request windows; a null percentile (no values) is NaN."""
+                    width_s: int = names.REQUEST_WINDOW_S, goodput: GoodputBounds | None = None) -> Frame:
+    """5 s request windows; a null percentile (no values) is NaN. ``goodput``: the catalog's
+    bounds (``GoodputBounds.from_catalog``); default: the TTFT and E2E objectives given, no TPOT
+    objective (the shipped catalog's)."""
+    good = goodput or GoodputBounds(ttft_slo_ms, None, e2e_slo_ms)
     width = width_s * 1000
     groups: dict[tuple, list[RequestEvent]] = {}
     for e in events:
-        groups.setdefault((e.ts_ms - e.ts_ms % width, e.model, e.pool, e.replica, e.arm), []).append(e)
+        key = (e.ts_ms - e.ts_ms % width, e.model, e.pool, e.replica, e.arm, e.tenant, e.class_)
+        groups.setdefault(key, []).append(e)
     rows: list[tuple] = []
     for key in sorted(groups):
         g = groups[key]
@@ -75,7 +80,9 @@ def request_windows(events: Iterable[RequestEvent], *, ttft_slo_ms: float, e2e_s
                      mean, jitter, _pct([e.queue_ms for e in g], 99),
                      sum(e.prompt_tokens for e in g), out_tok, out_tok / width_s,
                      ttft_slo_ms, e2e_slo_ms, sum(t <= ttft_slo_ms for t in ttft), sum(x <= e2e_slo_ms for x in e2e),
-                     len(ttft), math.fsum(ttft), math.fsum(e2e), itl_n, itl_sum, itl_sumsq))
+                     len(ttft), math.fsum(ttft), math.fsum(e2e), itl_n, itl_sum, itl_sumsq,
+                     sum(good.request_met(e.status, e.ttft_ms, e.e2e_ms, e.output_tokens, tenant=e.tenant, class_=e.class_)
+                         for e in g)))
     return _frame(rows, REQUEST_KEYS, REQUEST_VALUES)
 
 

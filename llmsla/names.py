@@ -471,7 +471,7 @@ SPOOL_ALL_KINDS: tuple[str, ...] = (*SPOOL_KINDS, SPOOL_ENGINE)
 
 # --- store tables and views (same names on TimescaleDB and plain PostgreSQL) --------------------
 T_MIGRATIONS = "llmsla_migrations"
-T_REQUEST_WINDOWS = "request_windows"  # 5 s tumbling, per (model, pool, replica, arm)
+T_REQUEST_WINDOWS = "request_windows"  # 5 s tumbling, per (model, pool, replica, arm, tenant, class)
 T_REQUEST_WINDOWS_1M = "request_windows_1m"  # roll-up view / continuous aggregate
 T_REQUEST_WINDOWS_1H = "request_windows_1h"  # roll-up view / continuous aggregate
 T_POLICY_WINDOWS = "policy_windows"  # 60 s tumbling, per (zone, policy_id)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.events import ALL_EVENT_TYPES, ITL_FIELDS, MAX_STRING_CHARS, Field
+from llmsla.goodput import GoodputBounds
 from llmsla.store import rollups, schema
 
 #: Output kind of dead letters in the unioned output stream.
@@ -453,7 +454,7 @@ def _json_array(cols: list[str]) -> str:
 
 #: Label columns of the window tables: the only text a window row carries besides its
 #: histograms (whose array text holds digits, brackets, ``:``, ``=`` and commas only).
-TEXT_COLUMNS = frozenset({*names.REQUEST_LABELS, names.L_ZONE, names.L_POLICY_ID, names.L_NODE, names.L_ENGINE})
+TEXT_COLUMNS = frozenset({*names.REQUEST_SERIES_LABELS, names.L_ZONE, names.L_POLICY_ID, names.L_NODE, names.L_ENGINE})
 _TAB, _LF, _CR = (f"U&'\\{ord(c):04X}'" for c in "\t\n\r")
 
 
@@ -490,7 +491,16 @@ def request_stats_query(cfg: Config, java: bool = True) -> str:
     w = names.REQUEST_WINDOW_S
     slos = slo_catalog.load(cfg)  # within-SLO counts against the specs' thresholds
     ttft_slo, e2e_slo = float(slos.ttft_ms), float(slos.e2e_ms)
-    inner = f"""SELECT model, pool, replica, arm, window_time,
+    # tenant and class are optional on the wire: a line without them (written before tenants)
+    # is the default tenant's and class's, as the event contract reads it
+    labels = {names.L_TENANT: f"COALESCE({names.L_TENANT}, {_text(names.DEFAULT_TENANT, java)})",
+              names.L_CLASS: f"COALESCE(`{names.L_CLASS}`, {_text(names.DEFAULT_CLASS, java)})"}
+    # goodput by each request's own objectives: a spec that targets its tenant or class wins
+    goodput = GoodputBounds.from_catalog(slos).sql(
+        status_ok=f"status = {_text(names.STATUS_OK, java)}", tenant=labels[names.L_TENANT],
+        class_=labels[names.L_CLASS], text=lambda v: _text(v, java))
+    keys = ", ".join([*names.REQUEST_LABELS, *labels.values()])
+    inner = f"""SELECT model, pool, replica, arm, {', '.join(f'{e} AS `{c}`' for c, e in labels.items())}, window_time,
     MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
     COUNT(*) AS requests,
     COUNT(*) FILTER (WHERE status = {_text(names.STATUS_OK, java)}) AS ok,
@@ -505,6 +515,7 @@ def request_stats_query(cfg: Config, java: bool = True) -> str:
     SUM(output_tokens) AS output_tokens,
     COUNT(*) FILTER (WHERE ttft_ms <= {ttft_slo!r}) AS ttft_within,
     COUNT(*) FILTER (WHERE e2e_ms <= {e2e_slo!r}) AS e2e_within,
+    COUNT(*) FILTER (WHERE {goodput}) AS goodput,
     COUNT(ttft_ms) AS ttft_count,
     {_histogram('ttft_ms', java)} AS ttft_hist,
     {_histogram('e2e_ms', java)} AS e2e_hist,
@@ -514,18 +525,18 @@ def request_stats_query(cfg: Config, java: bool = True) -> str:
     SUM(itl_n * itl_mean) AS itl_sum,
     SUM(itl_n * (itl_std * itl_std + itl_mean * itl_mean)) AS itl_sumsq
   FROM TABLE(TUMBLE(TABLE usable_{names.SPOOL_REQUESTS}, DESCRIPTOR(rt), INTERVAL '{w}' SECOND))
-  GROUP BY window_start, window_end, window_time, model, pool, replica, arm"""
+  GROUP BY window_start, window_end, window_time, {keys}"""
     itl_mean = "CASE WHEN itl_n > 0 THEN itl_sum / itl_n END"
     itl_jitter = (
         f"CASE WHEN itl_n > 0 THEN SQRT(GREATEST(itl_sumsq / itl_n - ({itl_mean}) * ({itl_mean}), 0.0)) END"
     )
     exprs = [
-        "bucket", "model", "pool", "replica", "arm", "requests", "ok", "errors", "timeouts",
+        "bucket", "model", "pool", "replica", "arm", "tenant", "class", "requests", "ok", "errors", "timeouts",
         "cancelled", "rejected", f"CAST(requests AS DOUBLE) / {w}", "ttft_p[1]", "ttft_p[2]",
         "ttft_p[3]", "e2e_p[1]", "e2e_p[2]", "e2e_p[3]", itl_mean, itl_jitter, "queue_p99",
         "prompt_tokens", "output_tokens", f"CAST(output_tokens AS DOUBLE) / {w}",
         f"{ttft_slo!r}", f"{e2e_slo!r}", "ttft_within", "e2e_within", "ttft_count", "ttft_sum",
-        "e2e_sum", "itl_n", "itl_sum", "itl_sumsq", "ttft_hist", "e2e_hist",
+        "e2e_sum", "itl_n", "itl_sum", "itl_sumsq", "goodput", "ttft_hist", "e2e_hist",
     ]
     assert len(exprs) == len(REQUEST_COLUMNS)
     cols = ", ".join(e if e == c else f"{e} AS {c}" for e, c in zip(exprs, REQUEST_COLUMNS, strict=True))
@@ -550,12 +561,13 @@ def request_minutes_query(stats_view: str) -> str:
             **{col: f"MAX({src})" for col, src in rollups.maxes()},
             **{h: f"{HISTOGRAM_SUM_FUNCTION}({h})" for h in rollups.HISTS}}
     quantiles = {c: f"{HISTOGRAM_QUANTILE_FUNCTION}({h}, {q!r}E0)" for c, h, q in rollups.QUANTILES}
-    assert [*aggs, *quantiles] == list(MINUTE_COLUMNS[1 + len(names.REQUEST_LABELS):])
+    keys = ", ".join(f"`{k}`" for k in schema.REQUEST_KEYS[1:])
+    assert [*aggs, *quantiles] == list(MINUTE_COLUMNS[len(schema.REQUEST_KEYS):])
     inner = (f"SELECT window_time, MIN(bucket) - MOD(MIN(bucket), {m * 1000}) AS bucket, "
-             f"{', '.join(names.REQUEST_LABELS)},\n    "
+             f"{keys},\n    "
              + ",\n    ".join(f"{a} AS {c}" for c, a in aggs.items())
              + f"\n  FROM TABLE(TUMBLE(TABLE {stats_view}, DESCRIPTOR(stats_time), INTERVAL '{m}' SECOND))\n"
-             f"  GROUP BY window_start, window_end, window_time, {', '.join(names.REQUEST_LABELS)}")
+             f"  GROUP BY window_start, window_end, window_time, {keys}")
     exprs = [quantiles.get(c, c) for c in MINUTE_COLUMNS]
     return f"SELECT window_time, {_copy_line(MINUTE_COLUMNS, exprs)} AS payload FROM (\n  {inner}\n)"
 

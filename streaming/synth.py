@@ -25,6 +25,10 @@ class Keys:
     pools: tuple[str, ...] = ("east", "west")
     replicas: int = 4
     arms: tuple[str, ...] = ("control", "treatment")
+    #: (tenant, class) pairs drawn per line after the rest (so the other columns do not change);
+    #: None: the line carries neither field (a line written before tenants: the defaults). Empty:
+    #: no line carries them.
+    tenancy: tuple[tuple[str, str] | None, ...] = ()
 
     def combos(self) -> list[tuple[str, str, str, str]]:
         return [
@@ -56,29 +60,36 @@ def request_columns(n: int, *, start_ms: int, span_ms: int, seed: int = 0, keys:
     itl_std = np.where(itl_n > 1, np.round(itl_mean * rng.uniform(0.05, 0.6, n), 3), 0.0)
     itl_max = np.round(itl_mean + 3 * itl_std, 3)
     e2e = np.round(ttft + itl_n * itl_mean + rng.uniform(0, 5, n), 3)
-    return {
+    out = {
         "ts_ms": ts, "key": key, "status_idx": status_idx, "ok": ok,
         "prompt_tokens": rng.integers(1, 2000, n), "output_tokens": out_tok, "queue_ms": queue,
         "ttft_ms": ttft, "itl_n": itl_n, "itl_mean": itl_mean, "itl_std": itl_std, "itl_max": itl_max,
         "e2e_ms": e2e, "trace": rng.integers(0, 2**63 - 1, n),
     }
+    tenancy = (keys or Keys()).tenancy
+    if tenancy:
+        out["tenancy"] = rng.integers(0, len(tenancy), n)
+    return out
 
 
 def request_lines(cols: dict[str, np.ndarray], keys: Keys | None = None) -> Iterator[str]:
     """JSON lines (no newline) for the columns; errors/rejections carry ``ttft_ms: null``."""
     combos = (keys or Keys()).combos()
+    tenancy = (keys or Keys()).tenancy
     statuses = names.STATUSES
     c = {k: v.tolist() for k, v in cols.items()}
     for i in range(len(c["ts_ms"])):
         m, p, r, a = combos[c["key"][i]]
         ttft = c["ttft_ms"][i] if c["ok"][i] else "null"
+        tc = tenancy[c["tenancy"][i]] if "tenancy" in c else None
+        extra = "" if tc is None else f',"tenant":"{tc[0]}","class":"{tc[1]}"'
         yield (
             f'{{"v":1,"ts_ms":{c["ts_ms"][i]},"trace_id":"{c["trace"][i]:032x}","model":"{m}",'
             f'"pool":"{p}","replica":"{r}","arm":"{a}","policy":"cosine",'
             f'"prompt_tokens":{c["prompt_tokens"][i]},"output_tokens":{c["output_tokens"][i]},'
             f'"queue_ms":{c["queue_ms"][i]},"ttft_ms":{ttft},"itl_ms":{{"n":{c["itl_n"][i]},'
             f'"mean":{c["itl_mean"][i]},"std":{c["itl_std"][i]},"max":{c["itl_max"][i]}}},'
-            f'"e2e_ms":{c["e2e_ms"][i]},"status":"{statuses[c["status_idx"][i]]}"}}'
+            f'"e2e_ms":{c["e2e_ms"][i]},"status":"{statuses[c["status_idx"][i]]}"{extra}}}'
         )
 
 

@@ -228,7 +228,7 @@ def test_window_tables_have_the_declared_columns(pg_dsn: str, cfg) -> None:
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
                 "AND table_name = %s AND column_name <> %s ORDER BY ordinal_position", (table, schema.UPDATED_AT)))
 
-        assert columns(names.T_REQUEST_WINDOWS) == schema.REQUEST_COLUMNS
+        assert columns(names.T_REQUEST_WINDOWS) == schema.table_order(schema.REQUEST_COLUMNS)
         assert columns(names.T_POLICY_WINDOWS) == schema.POLICY_COLUMNS
         assert columns(names.T_GPU_WINDOWS) == schema.GPU_COLUMNS
-        assert columns(names.T_REQUEST_WINDOWS_1M) == (*schema.REQUEST_KEYS, *rollups.rollup_columns())
+        assert columns(names.T_REQUEST_WINDOWS_1M) == schema.table_order((*schema.REQUEST_KEYS, *rollups.rollup_columns()))

@@ -18,10 +18,10 @@ from test_store import insert_windows, window_row
 
 from llmsla import histogram as H
 from llmsla import names
-from llmsla.store import connect
+from llmsla.store import connect, schema
 from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention, materialize_rollups
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
-from llmsla.store.rollups import HISTS, QUANTILES, ROLLUPS, rollup_columns
+from llmsla.store.rollups import HISTS, KEYS, QUANTILES, ROLLUPS, rollup_columns
 
 UTC = dt.UTC
 M1, H1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
@@ -33,8 +33,11 @@ def _floor(ts: dt.datetime, seconds: int) -> dt.datetime:
 
 
 def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
-    """Roll-up of ``rows`` (latest value per key) into ``seconds`` buckets, computed in Python."""
-    latest = {(r["bucket"], r["model"], r["pool"], r["replica"], r["arm"]): r for r in rows}
+    """Roll-up of ``rows`` (latest value per key) into ``seconds`` buckets, computed in Python.
+    A row without tenant or class is the default's (a writer that does not name them); a
+    window's goodput may be NULL (written before migration 0013), which a sum skips."""
+    defaults = {names.L_TENANT: names.DEFAULT_TENANT, names.L_CLASS: names.DEFAULT_CLASS}
+    latest = {(r["bucket"], *(r.get(k, defaults.get(k)) for k in KEYS)): r for r in rows}
     out: dict[tuple, dict] = {}
     quantile_cols = {c for c, _, _ in QUANTILES}
     for (bucket, *keys), r in latest.items():
@@ -48,9 +51,15 @@ def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
             elif c.endswith("_max") or c.endswith("_slo_ms"):
                 src = c.removesuffix("_max")
                 g[c] = max(g[c], r[src])
+            elif c == "goodput":
+                g[c] = g.get("_goodput_seen") and g[c]
+                if r.get(c) is not None:
+                    g[c] = (g[c] or 0) + r[c]
+                g["_goodput_seen"] = True
             else:
                 g[c] += r[c]
     for g in out.values():  # the bucket's quantiles from its summed counts (None without any)
+        g.pop("_goodput_seen", None)
         for h in HISTS:
             g[h] = g[h] if g[h] != H.EMPTY else None
         for c, h, q in QUANTILES:
@@ -71,10 +80,11 @@ def stored(conn: psycopg.Connection, table: str, *, refresh: bool = True) -> dic
         materialize_rollups(conn, (table,))
     cols = rollup_columns()
     exprs = [f"array_lower({c}, 1), {c}" if c in HISTS else c for c in cols]
-    rows = conn.execute(f"SELECT bucket, model, pool, replica, arm, {', '.join(exprs)} FROM {table}").fetchall()
+    n = 1 + len(KEYS)
+    rows = conn.execute(f"SELECT bucket, {', '.join(KEYS)}, {', '.join(exprs)} FROM {table}").fetchall()
     out = {}
     for r in rows:
-        vals, it = {}, iter(r[5:])
+        vals, it = {}, iter(r[n:])
         for c in cols:
             if c in HISTS:
                 lower, counts = next(it), next(it)
@@ -82,7 +92,7 @@ def stored(conn: psycopg.Connection, table: str, *, refresh: bool = True) -> dic
             else:
                 v = next(it)
                 vals[c] = None if v is None else float(v)
-        out[tuple(r[:5])] = vals
+        out[tuple(r[:n])] = vals
     return out
 
 
@@ -105,11 +115,20 @@ def assert_rollup(got: dict[tuple, dict], rows: list[dict], seconds: int) -> Non
                 assert math.isclose(v, w, rel_tol=1e-12), (key, c, v, w)
 
 
+#: (tenant, class) of the random rows' series: several tenants and classes per replica.
+TENANCY = ((names.DEFAULT_TENANT, names.DEFAULT_CLASS), ("acme", "interactive"), ("acme", "batch"),
+           ("globex", "sheddable"))
+
+
 def random_rows(rng: random.Random, start: dt.datetime, n: int, replicas: int = 3) -> list[dict]:
+    """``replicas`` series per 5 s window, each of one of the TENANCY pairs (so a minute and an
+    hour hold several tenants' and classes' groups per replica), goodput NULL in some windows."""
     rows = []
     for i in range(n):
         for rep in range(replicas):
             r = window_row(start + dt.timedelta(seconds=5 * i), replica=f"r{rep}", requests=rng.randint(2, 50))
+            r[names.L_TENANT], r[names.L_CLASS] = TENANCY[(i // 3 + rep) % len(TENANCY)]
+            r["goodput"] = None if i % 5 == 1 else rng.randint(0, r["ok"])
             r["ttft_p99_ms"] = rng.uniform(50, 5000)
             r["e2e_p99_ms"] = rng.uniform(500, 30000)
             r["queue_p99_ms"] = rng.uniform(0, 100)
@@ -135,7 +154,7 @@ def test_rollup_tables_equal_reference_through_replays(pg_dsn: str, cfg) -> None
             def typ(c: str) -> str:
                 if c == "bucket":
                     return "timestamptz"
-                return "text" if c in ("model", "pool", "replica", "arm", *HISTS) else "float8"
+                return "text" if c in (*KEYS, *HISTS) else "float8"
             cur.execute(
                 f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) SELECT "
                 + ", ".join(f"{c}::integer[]" if c in HISTS else c for c in cols) + " FROM unnest("
@@ -150,11 +169,11 @@ def test_rollup_tables_equal_reference_through_replays(pg_dsn: str, cfg) -> None
         # the refresh that stored() runs, as the refresh policy would, re-materialises them)
         replay = [dict(r, ttft_p99_ms=1.0, requests=1, e2e_hist=H.Hist.of([1.0]).literal()) for r in rows[::4]]
         cols = list(rows[0])
-        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in ("bucket", "model", "pool", "replica", "arm"))
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in ("bucket", *KEYS))
         with conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {names.T_REQUEST_WINDOWS} ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)}) "
-                f"ON CONFLICT (bucket, model, pool, replica, arm) DO UPDATE SET {updates}",
+                f"ON CONFLICT (bucket, {', '.join(KEYS)}) DO UPDATE SET {updates}",
                 [tuple(r[c] for c in cols) for r in replay],
             )
         conn.commit()
@@ -234,7 +253,9 @@ def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
     """Plain only: its roll-ups were views before 0004 and became trigger-kept tables. TimescaleDB's
     were continuous aggregates from 0001 on (asserted here; its upgrade: test_store_migrations)."""
     rows = random_rows(random.Random(5), _floor(dt.datetime.now(UTC) - dt.timedelta(hours=2), 60), 20)
-    rows = [{k: v for k, v in r.items() if k not in HISTS} for r in rows]  # no such columns before 0005
+    # no such columns before 0005 and 0013: the upgrade reads those rows as the default tenant's
+    # and class's, goodput unknown
+    rows = [{k: v for k, v in r.items() if k not in (*HISTS, *schema.REQUEST_ADDED_0013)} for r in rows]
     with connect(pg_dsn) as conn:
         migrate(conn, cfg)
         if recorded_flavor(conn) == "timescale":

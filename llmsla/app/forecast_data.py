@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmsla import names
+from llmsla import names, slo_catalog
 from llmsla.config import Config
 from llmsla.fleet import faults as faults_mod
 from llmsla.fleet import scenarios
 from llmsla.forecaster import features, windowing
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.dataset import Dataset
+from llmsla.goodput import GoodputBounds
 
 #: Share of each trace's timeline per split, in time order.
 SPLIT_SPANS: dict[str, tuple[float, float]] = {"train": (0.0, 0.5), "val": (0.5, 0.7), "test": (0.7, 1.0)}
@@ -56,6 +57,7 @@ def build(cfg: Config, spec: DataSpec, *, log: Callable[[str], None] | None = No
     fc = cfg.forecast
     slos = slo_mod.from_config(cfg)
     ttft_ms, e2e_ms = (next(s.threshold for s in slos if s.sli == sli) for sli in (slo_mod.SLI_TTFT, slo_mod.SLI_E2E))
+    good = GoodputBounds.from_catalog(slo_catalog.load(cfg))  # as the stream job counts goodput
     ds = Dataset.empty("fleet", fc.window_steps, fc.horizon_steps, float(names.REQUEST_WINDOW_S), {
         "slos": [s.__dict__ for s in slos], "slo_window_steps": fc.slo_window_steps,
         "precursor_kinds": list(faults_mod.PRECURSOR_KINDS), "spec": {
@@ -70,7 +72,7 @@ def build(cfg: Config, spec: DataSpec, *, log: Callable[[str], None] | None = No
         res = scenarios.run(sc, col, start_ms=t_ms, cache=cache, gpu_interval_s=cfg.gpu.interval_s,
                             timeout_s=cfg.gateway.request_timeout_s, max_concurrency=cfg.gateway.max_concurrency,
                             max_in_flight=cfg.gateway.max_in_flight)
-        req = windowing.request_windows(col.requests, ttft_slo_ms=ttft_ms, e2e_slo_ms=e2e_ms)
+        req = windowing.request_windows(col.requests, ttft_slo_ms=ttft_ms, e2e_slo_ms=e2e_ms, goodput=good)
         gpu = windowing.gpu_windows(col.gpus)
         pol = windowing.empty(windowing.POLICY_KEYS, windowing.POLICY_VALUES)  # the simulator has no policy
         n_steps = int(sc.duration_s // names.REQUEST_WINDOW_S)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -28,6 +29,7 @@ from llmsla.config import Config
 from llmsla.store import forecast_rollups, maintenance
 from llmsla.store.connection import StoreError, scalar
 from llmsla.store.rollups import (
+    PRE_0013,
     hist_functions_ddl,
     pin_search_path_ddl,
     rollup_cascade_ddl,
@@ -36,6 +38,9 @@ from llmsla.store.rollups import (
     rollup_hist_tables_ddl,
     rollup_increments_ddl,
     rollup_tables_ddl,
+    shaped,
+    tenant_class_plain_ddl,
+    tenant_class_timescale_ddl,
     writer_minutes_ddl,
 )
 
@@ -79,8 +84,16 @@ class Migration:
 
 
 #: SQL generated from Python (one definition: the roll-up column lists, the histogram layout),
-#: rendered into the migration files where these markers stand.
-_GENERATED = {
+#: rendered into the migration files where these markers stand. The markers of migrations before
+#: 0013 render with the roll-ups' columns as they were then (rollups.PRE_0013).
+def _pre_0013(render: Callable[[str], str]) -> Callable[[str], str]:
+    def rendered(flavor: str) -> str:
+        with shaped(PRE_0013):
+            return render(flavor)
+    return rendered
+
+
+_GENERATED_PRE_0013: dict[str, Callable[[str], str]] = {
     "{{ROLLUP_VIEWS}}": lambda flavor: rollup_ddl(timescale=flavor == TIMESCALE),
     "{{ROLLUP_TABLES}}": lambda flavor: rollup_tables_ddl(),
     "{{HIST_FUNCTIONS}}": lambda flavor: hist_functions_ddl(),
@@ -92,6 +105,11 @@ _GENERATED = {
     "{{FORECAST_ROLLUP_TABLES}}": lambda flavor: forecast_rollups.tables_ddl(),
     "{{FORECAST_ROLLUP_CAGGS}}": lambda flavor: forecast_rollups.caggs_ddl(),
     "{{PIN_SEARCH_PATH}}": lambda flavor: pin_search_path_ddl(),
+}
+_GENERATED = {
+    **{marker: _pre_0013(render) for marker, render in _GENERATED_PRE_0013.items()},
+    "{{TENANT_CLASS_PLAIN}}": lambda flavor: tenant_class_plain_ddl(),
+    "{{TENANT_CLASS_TIMESCALE}}": lambda flavor: tenant_class_timescale_ddl(),
 }
 
 

@@ -9,12 +9,16 @@ See docs/store.md#tables-llmslastoremigrations0001_coresql-names-in-llmslanamesp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 from llmsla import names
 from llmsla.store import schema
 
 #: Bucket origin of the plain flavour's date_bin (epoch-aligned like time_bucket).
 ORIGIN = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
-KEYS = names.REQUEST_LABELS
+KEYS: tuple[str, ...] = tuple(schema.REQUEST_KEYS[1:])
 
 ROLLUPS: dict[str, str] = {
     names.T_REQUEST_WINDOWS_1M: "1 minute",
@@ -23,13 +27,45 @@ ROLLUPS: dict[str, str] = {
 
 #: The 5 s columns each roll-up sums, keeps the maximum of, and merges (histograms, migration
 #: 0005, summed by ``llmsla_hist_sum``): declared with the columns in :mod:`llmsla.store.schema`.
-SUMS = schema.REQUEST_SUMS
+SUMS: tuple[str, ...] = schema.REQUEST_SUMS
 _MAXES = schema.REQUEST_MAXES
 HISTS = schema.REQUEST_HISTS
 #: Quantile columns of the roll-ups from the summed histograms: (column, histogram, q).
 QUANTILES: tuple[tuple[str, str, float], ...] = tuple(
     (f"{h.removesuffix('_hist')}_p{round(q * 100)}_ms", h, q) for h in HISTS for q in (0.5, 0.95, 0.99)
 )
+
+
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The roll-ups' key and summed columns as of a migration. A migration's SQL is rendered
+    from the shape the tables had when it ran (its frozen file must not change when a later one
+    adds columns): :data:`PRE_0013` for 0001-0012, :data:`HEAD` (the module's default) after."""
+
+    keys: tuple[str, ...]
+    sums: tuple[str, ...]
+
+
+#: Before migration 0013 added tenant, class and goodput (schema.REQUEST_ADDED_0013).
+PRE_0013 = Shape(names.REQUEST_LABELS, tuple(c for c in schema.REQUEST_SUMS if c not in schema.REQUEST_ADDED_0013))
+HEAD = Shape(KEYS, SUMS)
+
+
+@contextmanager
+def shaped(shape: Shape) -> Iterator[None]:
+    """Render with ``shape``'s columns: the renderers below read :data:`KEYS`, :data:`SUMS` and
+    :data:`VALUE_COLUMNS` when called, so migrations 0001-0012 render (and freeze) exactly as they
+    did. Used by :mod:`llmsla.store.migrate` only; rendering is single-threaded."""
+    global KEYS, SUMS, VALUE_COLUMNS
+    saved = KEYS, SUMS, VALUE_COLUMNS
+    KEYS, SUMS = shape.keys, shape.sums
+    VALUE_COLUMNS = _value_columns()
+    try:
+        yield
+    finally:
+        KEYS, SUMS, VALUE_COLUMNS = saved
 
 
 def _hist_aggregates() -> list[str]:
@@ -48,14 +84,18 @@ def rollup_select(width: str, *, timescale: bool, hist: bool = True) -> str:
         if timescale
         else f"date_bin(INTERVAL '{width}', bucket, {ORIGIN})"
     )
-    cols = [f"{bucket} AS bucket", "model", "pool", "replica", "arm", "count(*) AS windows"]
-    cols += [f"sum({c}) AS {c}" for c in SUMS]
-    cols += [f"max({c}) AS {c}_max" if c.endswith("_p99_ms") else f"max({c}) AS {c}" for c in _MAXES]
+    pairs = [("bucket", f"{bucket} AS bucket"), *((k, k) for k in KEYS), ("windows", "count(*) AS windows")]
+    pairs += [(c, f"sum({c}) AS {c}") for c in SUMS]
+    pairs += [(f"{c}_max", f"max({c}) AS {c}_max") if c.endswith("_p99_ms") else (c, f"max({c}) AS {c}")
+              for c in _MAXES]
     if hist:
-        cols += [f"{a} AS {c}" for a, c in zip(_hist_aggregates(), _hist_columns(), strict=True)]
+        pairs += [(c, f"{a} AS {c}") for a, c in zip(_hist_aggregates(), _hist_columns(), strict=True)]
+    # the order a plain store's tables have (0013 appended its columns), so both flavours agree
+    expr = dict(pairs)
+    cols = [expr[c] for c in schema.table_order(tuple(expr))]
     return (
         "SELECT " + ",\n       ".join(cols) + f"\nFROM {names.T_REQUEST_WINDOWS}\n"
-        f"GROUP BY {bucket}, model, pool, replica, arm"
+        f"GROUP BY {bucket}, {', '.join(KEYS)}"
     )
 
 
@@ -454,7 +494,11 @@ def _fresh_quantiles(target: str, width: str) -> str:
     )
 
 
-VALUE_COLUMNS = ["windows", *SUMS, *(col for col, _ in maxes()), *HISTS]
+def _value_columns() -> list[str]:
+    return ["windows", *SUMS, *(col for col, _ in maxes()), *HISTS]
+
+
+VALUE_COLUMNS = _value_columns()
 
 
 def _insert_increment(target: str, width: str) -> list[str]:
@@ -505,9 +549,10 @@ def _cascaded_increment() -> list[str]:
 
 
 def _update_delta(target: str, width: str, max_source: str, *, source_is_rollup: bool,
-                  counted: tuple[str, ...] = SUMS, values: list[str] | None = None) -> str:
-    """A replay: ``counted`` and histograms += new - old; maxima re-aggregated from ``max_source``
-    (``values``: what the replayed rows give, :func:`_delta_select`)."""
+                  counted: tuple[str, ...] | None = None, values: list[str] | None = None) -> str:
+    """A replay: ``counted`` (default: the sums) and histograms += new - old; maxima
+    re-aggregated from ``max_source`` (``values``: what the replayed rows give, :func:`_delta_select`)."""
+    counted = SUMS if counted is None else counted
     keys = ", ".join(KEYS)
     d_aggs = [*(f"sum(sign * {c}) AS {c}" for c in counted),
               *(f"llmsla_hist_sum({h}) FILTER (WHERE sign > 0) AS {h}_plus" for h in HISTS),
@@ -613,22 +658,90 @@ def _hour_from_replayed_minutes() -> str:
 def writer_minutes_ddl() -> str:
     """Plain flavour, migration 0009: the 5 s triggers skip a writer's own minutes; the 1 m
     table's triggers add such a writer's minute rows to the hour."""
-    m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
-    t = names.T_REQUEST_WINDOWS
-    not_writer = f"current_setting('{WRITER_MINUTES}', true) IS DISTINCT FROM 'on'"
+    m1 = names.T_REQUEST_WINDOWS_1M
     stmts = [
-        _trigger_function(INCREMENT_FUNCTION, _cascaded_increment(), skip_if=_WRITER_MINUTES_ON),
-        _trigger_function(REPLAY_FUNCTION, [_update_delta(m1, ROLLUPS[m1], t, source_is_rollup=False),
-                                            _update_delta(h1, ROLLUPS[h1], m1, source_is_rollup=True)],
-                          skip_if=_WRITER_MINUTES_ON),
-        _trigger_function(MINUTE_INSERT_FUNCTION, _hour_from_minutes(), skip_if=not_writer),
-        _trigger_function(MINUTE_REPLAY_FUNCTION, [_hour_from_replayed_minutes()], skip_if=not_writer),
+        *_writer_minutes_functions(),
         f"CREATE TRIGGER {m1}_hour_insert AFTER INSERT ON {m1}\n"
         f"REFERENCING NEW TABLE AS llmsla_new_rows FOR EACH STATEMENT EXECUTE FUNCTION {MINUTE_INSERT_FUNCTION}()",
         f"CREATE TRIGGER {m1}_hour_update AFTER UPDATE ON {m1}\n"
         f"REFERENCING OLD TABLE AS llmsla_old_rows NEW TABLE AS llmsla_new_rows FOR EACH STATEMENT "
         f"EXECUTE FUNCTION {MINUTE_REPLAY_FUNCTION}()",
     ]
+    return ";\n\n".join(stmts) + ";"
+
+
+def _writer_minutes_functions() -> list[str]:
+    """The four roll-up trigger functions as of 0009 (the 5 s table's, which skip a writer's own
+    minutes, and the 1 m table's, which add them to the hour), for the current shape."""
+    m1, h1 = names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H
+    t = names.T_REQUEST_WINDOWS
+    not_writer = f"current_setting('{WRITER_MINUTES}', true) IS DISTINCT FROM 'on'"
+    return [
+        _trigger_function(INCREMENT_FUNCTION, _cascaded_increment(), skip_if=_WRITER_MINUTES_ON),
+        _trigger_function(REPLAY_FUNCTION, [_update_delta(m1, ROLLUPS[m1], t, source_is_rollup=False),
+                                            _update_delta(h1, ROLLUPS[h1], m1, source_is_rollup=True)],
+                          skip_if=_WRITER_MINUTES_ON),
+        _trigger_function(MINUTE_INSERT_FUNCTION, _hour_from_minutes(), skip_if=not_writer),
+        _trigger_function(MINUTE_REPLAY_FUNCTION, [_hour_from_replayed_minutes()], skip_if=not_writer),
+    ]
+
+
+# -- migration 0013: tenant and class keys, goodput -----------------------------------------------
+# The request windows and both roll-ups gain the request's tenant and class as key columns (the
+# rows written before read as the defaults: names.DEFAULT_TENANT, names.DEFAULT_CLASS) and a
+# goodput count (NULL before: not known). The primary keys grow by the two columns, so the
+# stream job's upserts and the roll-up triggers' ON CONFLICT name them.
+
+def _added_columns(goodput_type: str) -> str:
+    return (f"ADD COLUMN {names.L_TENANT} text NOT NULL DEFAULT '{names.DEFAULT_TENANT}', "
+            f"ADD COLUMN {names.L_CLASS} text NOT NULL DEFAULT '{names.DEFAULT_CLASS}', "
+            f"ADD COLUMN goodput {goodput_type}")
+
+
+def _new_key(table: str) -> str:
+    return f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY (bucket, {', '.join(KEYS)})"
+
+
+def tenant_class_plain_ddl() -> str:
+    """Plain flavour: the columns and keys on the 5 s table and the roll-up tables (sums of
+    bigint are numeric there, as ``CREATE TABLE AS`` typed the others), and the trigger functions
+    re-rendered with them. On a partitioned table both ALTERs reach every partition; the new
+    primary key is built once per partition."""
+    t = names.T_REQUEST_WINDOWS
+    stmts = [f"ALTER TABLE {t} {_added_columns('bigint')}", _new_key(t)]
+    for table in ROLLUPS:
+        stmts += [f"ALTER TABLE {table} {_added_columns('numeric')}", _new_key(table)]
+    stmts += _writer_minutes_functions()
+    return ";\n\n".join(stmts) + ";"
+
+
+#: Suffix of the continuous aggregates as they were before 0013 (kept like PRE_HIST_SUFFIX's).
+PRE_TENANT_SUFFIX = "_pre0013"
+
+
+def tenant_class_timescale_ddl() -> str:
+    """TimescaleDB: the hypertable's converted chunks go back to the rowstore (its segmentby and
+    primary key change; the columnstore policy, re-applied by maintenance after every migrate,
+    converts them again), and the continuous aggregates are created anew with the new key, as
+    0005 did (the old ones renamed, no longer refreshed)."""
+    t = names.T_REQUEST_WINDOWS
+    stmts = []
+    for view in ROLLUPS:
+        old = f"{view}{PRE_TENANT_SUFFIX}"
+        stmts.append(f"ALTER MATERIALIZED VIEW {view} RENAME TO {old}")
+        stmts.append(f"SELECT remove_continuous_aggregate_policy('{old}', if_exists => true)")
+    stmts += [
+        f"CALL remove_columnstore_policy('{t}', if_exists => true)",
+        f"SELECT decompress_chunk(c, if_compressed => true) FROM show_chunks('{t}') c",
+        f"ALTER TABLE {t} SET (timescaledb.enable_columnstore = false)",
+        f"ALTER TABLE {t} {_added_columns('bigint')}",
+        _new_key(t),
+        f"ALTER TABLE {t} SET (timescaledb.enable_columnstore = true, "
+        f"timescaledb.segmentby = '{', '.join(KEYS)}', timescaledb.orderby = 'bucket DESC')",
+        rollup_ddl(timescale=True, hist=True).rstrip(";"),
+    ]
+    for view in ROLLUPS:
+        stmts.append(f"CALL refresh_continuous_aggregate('{view}', NULL, NULL)")
     return ";\n\n".join(stmts) + ";"
 
 

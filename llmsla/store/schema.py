@@ -22,7 +22,9 @@ NONE = "none"
 #: writer lists it, so it is in none of the column lists below.
 UPDATED_AT = "updated_at"
 
-REQUEST_KEYS: tuple[str, ...] = ("bucket", *names.REQUEST_LABELS)
+#: A request window's key: the time bucket, the series labels and (migration 0013) the request's
+#: tenant and class, so every reader can cut by them; summing over them gives the fleet's figures.
+REQUEST_KEYS: tuple[str, ...] = ("bucket", *names.REQUEST_SERIES_LABELS)
 #: ``request_windows`` values before the histograms, in table order, with their roll-up.
 REQUEST_VALUE_ROLLUP: dict[str, str] = {
     "requests": SUM, "ok": SUM, "errors": SUM, "timeouts": SUM, "cancelled": SUM, "rejected": SUM,
@@ -34,6 +36,9 @@ REQUEST_VALUE_ROLLUP: dict[str, str] = {
     "ttft_slo_ms": MAX, "e2e_slo_ms": MAX, "ttft_within_slo": SUM, "e2e_within_slo": SUM,
     "ttft_count": SUM, "ttft_sum_ms": SUM, "e2e_sum_ms": SUM,
     "itl_n": SUM, "itl_sum_ms": SUM, "itl_sumsq_ms2": SUM,
+    # migration 0013: ok requests within every latency objective at once (llmsla.goodput); NULL
+    # in the windows written before it (unknown, not 0)
+    "goodput": SUM,
 }
 REQUEST_VALUES: tuple[str, ...] = tuple(REQUEST_VALUE_ROLLUP)
 #: Latency histograms (migration 0005; :mod:`llmsla.histogram`), summed when rolled up.
@@ -41,6 +46,16 @@ REQUEST_HISTS: tuple[str, ...] = (names.C_TTFT_HIST, names.C_E2E_HIST)
 REQUEST_COLUMNS: tuple[str, ...] = (*REQUEST_KEYS, *REQUEST_VALUES, *REQUEST_HISTS)
 REQUEST_SUMS: tuple[str, ...] = tuple(c for c, r in REQUEST_VALUE_ROLLUP.items() if r == SUM)
 REQUEST_MAXES: tuple[str, ...] = tuple(c for c, r in REQUEST_VALUE_ROLLUP.items() if r == MAX)
+#: The request columns migration 0013 added to the 5 s table and its roll-ups. ``ALTER TABLE``
+#: appends them, so in the tables they stand last (:func:`table_order`); the lists above keep
+#: the keys first (the stream job's payloads and the sink find a row's key in its leading fields,
+#: and COPY names its columns).
+REQUEST_ADDED_0013: tuple[str, ...] = (names.L_TENANT, names.L_CLASS, "goodput")
+
+
+def table_order(columns: tuple[str, ...]) -> tuple[str, ...]:
+    """``columns`` in the order a request window table holds them: 0013's columns last."""
+    return (*(c for c in columns if c not in REQUEST_ADDED_0013), *(c for c in REQUEST_ADDED_0013 if c in columns))
 
 POLICY_KEYS: tuple[str, ...] = ("bucket", names.L_ZONE, names.L_POLICY_ID)
 POLICY_VALUES: tuple[str, ...] = (

@@ -7,6 +7,7 @@ rolls a failing arm back through a real control API, audited in action_log."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -69,14 +70,14 @@ def window_rows(events: list[RequestEvent], slo_ttft: float, slo_e2e: float) -> 
     """5 s windows as the streaming job writes them (the columns the roll-ups and the report use)."""
     groups: dict[tuple, list[RequestEvent]] = {}
     for e in events:
-        groups.setdefault((e.ts_ms - e.ts_ms % 5000, e.model, e.pool, e.replica, e.arm), []).append(e)
+        groups.setdefault((e.ts_ms - e.ts_ms % 5000, e.model, e.pool, e.replica, e.arm, e.tenant, e.class_), []).append(e)
     rows = []
-    for (b, model, pool, replica, arm), evs in sorted(groups.items()):
+    for (b, model, pool, replica, arm, tenant, class_), evs in sorted(groups.items()):
         ttft = [e.ttft_ms for e in evs if e.ttft_ms is not None]
         n = len(evs)
         rows.append({
             "bucket": dt.datetime.fromtimestamp(b / 1000, dt.UTC), "model": model, "pool": pool, "replica": replica,
-            "arm": arm, "requests": n, "ok": sum(e.status == "ok" for e in evs), "errors": sum(e.status == "error" for e in evs),
+            "arm": arm, "tenant": tenant, "class": class_, "requests": n, "ok": sum(e.status == "ok" for e in evs), "errors": sum(e.status == "error" for e in evs),
             "timeouts": sum(e.status == "timeout" for e in evs), "cancelled": 0, "rejected": sum(e.status == "rejected" for e in evs),
             "qps": n / 5, "prompt_tokens": 0, "output_tokens": 0, "output_tps": 0.0,
             "ttft_slo_ms": slo_ttft, "e2e_slo_ms": slo_e2e,
@@ -172,6 +173,43 @@ def test_store_path_equals_the_requests_and_the_report_sees_the_slow_arm(pg_dsn:
     assert not a.srm["flagged"]
 
 
+def _tenanted(events: list[RequestEvent]) -> list[RequestEvent]:
+    """The traffic spread over two tenants and two classes (by arrival order: arm-independent)."""
+    return [dataclasses.replace(e, tenant=("acme", "globex")[i % 2], class_=names.DEFAULT_CLASSES[i // 2 % 2])
+            for i, e in enumerate(events)]
+
+
+def test_report_cut_by_tenant_and_class_equals_each_groups_requests(pg_dsn: str, cfg, traffic) -> None:
+    events, start_ms = traffic
+    events = _tenanted(events)
+    exp = E.parse(SPEC)["exp"]
+    settings = ab_report.Settings.from_config(cfg)
+    start = dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC)
+    end = start + dt.timedelta(minutes=MINUTES)
+    with connect(pg_dsn) as conn:
+        migrate(conn, cfg)
+        load(conn, window_rows(events, cfg.slo.ttft_ms, cfg.slo.e2e_ms))
+        whole = ab_data.from_store(conn, exp, start, end, failed=settings.failed)
+        for by, attr in ((names.L_TENANT, "tenant"), (names.L_CLASS, "class_")):
+            values = ab_data.cut_values(conn, exp, start, end, by)
+            assert values == sorted({getattr(e, attr) for e in events}) and len(values) == 2
+            parts = []
+            for v in values:
+                got = ab_data.from_store(conn, exp, start, end, failed=settings.failed, cut=(by, v))
+                want = ab_data.from_events(exp, [e for e in events if getattr(e, attr) == v], start, end,
+                                           slo_ttft_ms=settings.slo_ttft_ms, slo_e2e_ms=settings.slo_e2e_ms,
+                                           failed=settings.failed)
+                for field in ("requests", "bad", "ttft_within", "e2e_within", "itl_n"):
+                    assert np.array_equal(getattr(got, field), getattr(want, field)), (by, v, field)
+                assert got.requests.sum() > 0
+                assert_same(ab_report.analyze(got, settings).to_json(), ab_report.analyze(want, settings).to_json())
+                parts.append(got)
+            # the groups add up to the whole experiment
+            assert np.array_equal(sum(p.requests for p in parts), whole.requests), by
+        with pytest.raises(ValueError, match="cannot cut a report by 'replica'"):
+            ab_data.from_store(conn, exp, start, end, failed=settings.failed, cut=("replica", "r0"))
+
+
 def _report(args: list[str], capsys) -> tuple[int, str, str]:
     try:
         rc = cli.main(args)
@@ -205,11 +243,20 @@ def test_cli_report_results_rows_errors_and_rollback(pg_dsn: str, cfg, traffic, 
     rc, out, _ = _report([*base, "--json", "-", "--no-results"], capsys)
     report = json.loads(out)
     assert report["mode"] == "fixed" and {a["arm"] for a in report["arms"]} == {"control", "treat"}
+    # cut by tenant: these windows are all the default tenant's, so one group, the same arms
+    rc, out, _ = _report([*base, "--by", "tenant", "--json", "-"], capsys)
+    cut = json.loads(out)
+    assert rc == 0 and cut["by"] == "tenant" and [g["tenant"] for g in cut["groups"]] == [names.DEFAULT_TENANT]
+    assert_same(cut["groups"][0]["arms"], report["arms"])
+    rc, out, _ = _report([*base, "--by", "class", "--no-results"], capsys)
+    assert rc == 0 and f"class = {names.DEFAULT_CLASS}" in out and "each arm by class" in out
     # bad input names the option
     for args, msg in [
         (["--dsn", pg_dsn, "ab", "report", "--experiment", "nope"], "--experiment: unknown experiment 'nope'"),
         ([*base[:-4], "--from", "yesterday"], "argument --from: cannot read 'yesterday' as a time"),
         ([*base, "--rollback"], "--rollback (or ab.auto_rollback) needs --sequential"),
+        ([*base, "--sequential", "--rollback", "--by", "tenant"], "--by: a report cut by tenant or class never rolls back"),
+        ([*base, "--by", "replica"], "argument --by: invalid choice: 'replica'"),
         ([*base[:-4], "--from=-1h", "--to=-2h"], "--from/--to: the range is empty"),
     ]:
         rc, _, err = _report(args, capsys)

@@ -178,3 +178,45 @@ def test_middleware_records_like_the_gateway(tmp_path: Path) -> None:
     assert reg.get_sample_value("llmsla_request_inter_chunk_seconds_count", lbl) == sum(e.itl_ms.n for e in evs)
     assert reg.get_sample_value("llmsla_gateway_bad_requests_total", {"reason": "invalid_json"}) == 1
     assert reg.get_sample_value("llmsla_requests_in_flight", {"pool": cfg.gateway.pool}) == 0
+
+
+def test_middleware_resolves_tenant_and_class_like_the_gateway(tmp_path: Path) -> None:
+    """The same resolver as the gateway (exporters/tenants.py) from the ASGI request's headers:
+    an API key, a trusted proxy's tenant header (any case), a class asked for, an undeclared
+    tenant folded into ``other`` and counted."""
+    cfg = config_mod.load(env={})
+    cfg.spool.dir = str(tmp_path / "spool")
+    cfg.gateway.trusted_proxies = ["127.0.0.1/32"]
+    cfg.tenants.header = "X-Tenant"
+    cfg.tenants.declared = {"acme": "interactive", "globex": "batch"}
+    key = "sk-acme-0123456789abcdef"
+    cfg.tenants.api_keys = {key: "acme"}
+    reg = CollectorRegistry()
+    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, background=False)
+    app = InstrumentedASGI.from_config(tiny_app, cfg, registry=reg, spool=spool, replica="pod-1")
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+
+    async def main() -> list[int]:
+        codes = []
+        async with asgi_server(app) as url, aiohttp.ClientSession() as s:
+            for headers in ({"Authorization": f"Bearer {key}"}, {"x-tenant": "globex"},
+                            {"X-Tenant": "globex", cfg.tenants.class_header: "sheddable"},
+                            {"X-Tenant": "initech"}, {}):
+                async with s.post(url + "/v1/completions", json=body, headers=headers) as r:
+                    codes.append(r.status)
+        return codes
+
+    assert asyncio.run(main()) == [200] * 5
+    spool.close()
+    evs = [e for seg in published_segments(cfg.spool_dir(), names.SPOOL_REQUESTS)
+           for e in read_segment(seg, names.SPOOL_REQUESTS)]
+    other = names.LABEL_OVERFLOW_VALUE
+    assert [(e.tenant, e.class_) for e in evs] == [("acme", "interactive"), ("globex", "batch"),
+                                                  ("globex", "sheddable"), (other, "interactive"),
+                                                  (other, "interactive")]
+    lbl = {"model": MODEL, "pool": cfg.gateway.pool, "replica": "pod-1", "arm": names.DEFAULT_ARM, "status": "ok"}
+    assert reg.get_sample_value("llmsla_requests_total", {**lbl, names.L_TENANT: "globex", names.L_CLASS: "batch"}) == 1
+    assert reg.get_sample_value("llmsla_requests_total", {**lbl, names.L_TENANT: other, names.L_CLASS: "interactive"}) == 2
+    folded = {s.labels.get("label"): s.value for m in reg.collect() for s in m.samples
+              if "overflow" in s.name and s.name.endswith("_total")}
+    assert folded.get(names.L_TENANT) == 1, folded

@@ -54,11 +54,37 @@ def test_simulate_synthetic_without_events(tmp_path: Path, capsys) -> None:
     (["--load", "poisson", "--trace", "azure_conv"], "exactly one of"),
     (["--trace", "/nonexistent.csv"], "no such file"),
     (["--load", "poisson", "--fault", "crash:r9:1:2"], "unknown replica 'r9'"),
+    (["--load", "poisson", "--tenant-mix", "acme:0"], "weight must be a finite number > 0"),
+    (["--load", "poisson", "--tenant-mix", "acme/batch"], "expected TENANT[/CLASS]:WEIGHT"),
+    (["--load", "poisson", "--tenant-mix", "acme:1,acme/interactive:2"], "acme/interactive is named twice"),
 ])
 def test_simulate_bad_arguments_exit_2_with_reason(argv: list[str], msg: str, capsys, tmp_path: Path) -> None:
     rc = cli.main(["simulate", "--no-events", "--duration", "5", *argv])
     assert rc == 2
     assert msg in capsys.readouterr().err
+
+
+def test_simulate_tenant_mix_gives_several_tenants_and_keeps_the_run(tmp_path: Path, capsys) -> None:
+    """A replay with a tenant mix: each event's tenant and class drawn with the weights; the
+    arrivals, routing and latencies are those of the same run without a mix."""
+    def run(spool: Path, *extra: str) -> list:
+        rc = cli.main(["simulate", "--load", "poisson", "--rate", "20", "--duration", "60", "--fleet", "6b:2",
+                       "--spool", str(spool), "--start-ms", "1790000000000", "--seed", "4", "--json", "-", *extra])
+        assert rc == 0
+        capsys.readouterr()
+        return sorted(read_events(spool, names.SPOOL_REQUESTS), key=lambda e: e.trace_id)
+
+    plain = run(tmp_path / "a")
+    mixed = run(tmp_path / "b", "--tenant-mix", "acme/interactive:3,globex/batch:1,default:1")
+    assert {(e.tenant, e.class_) for e in plain} == {(names.DEFAULT_TENANT, names.DEFAULT_CLASS)}
+    counts: dict[tuple[str, str], int] = {}
+    for e in mixed:
+        counts[(e.tenant, e.class_)] = counts.get((e.tenant, e.class_), 0) + 1
+    assert set(counts) == {("acme", "interactive"), ("globex", "batch"), (names.DEFAULT_TENANT, names.DEFAULT_CLASS)}
+    n = len(mixed)
+    assert n > 800 and abs(counts[("acme", "interactive")] / n - 0.6) < 0.06  # weight 3 of 5
+    strip = [(e.trace_id, e.ts_ms, e.replica, e.e2e_ms, e.status) for e in mixed]
+    assert strip == [(e.trace_id, e.ts_ms, e.replica, e.e2e_ms, e.status) for e in plain]
 
 
 def test_student_share_needs_roles(capsys) -> None:

@@ -81,17 +81,31 @@ def _pct(values: pd.Series, q: float) -> float | None:
     return float(np.percentile(v, q * 100)) if len(v) else None
 
 
-def request_windows(events: list, *, ttft_slo: float, e2e_slo: float) -> pd.DataFrame:
+def _goodput(g: pd.DataFrame, ttft_slo: float, e2e_slo: float, tpot_slo: float | None) -> int:
+    """AIPerf's --goodput, restated: ok, TTFT (E2E without a first token), E2E and, where the
+    request has one, TPOT = (E2E - TTFT) / (output tokens - 1) each within its objective (ms)."""
+    ok = g.status == names.STATUS_OK
+    ttft = g.ttft_ms.fillna(g.e2e_ms)
+    good = ok & (ttft <= ttft_slo) & (g.e2e_ms <= e2e_slo)
+    if tpot_slo is not None:
+        has = g.ttft_ms.notna() & (g.output_tokens >= 2)
+        tpot = (g.e2e_ms - g.ttft_ms).clip(lower=0) / (g.output_tokens - 1).where(has, 1)
+        good &= ~has | (tpot <= tpot_slo)
+    return int(good.sum())
+
+
+def request_windows(events: list, *, ttft_slo: float, e2e_slo: float, tpot_slo: float | None = None) -> pd.DataFrame:
     w = WINDOW_MS[names.SPOOL_REQUESTS]
     df = pd.DataFrame([
-        {**{k: getattr(e, k) for k in ("ts_ms", "model", "pool", "replica", "arm", "status",
+        {**{k: getattr(e, k) for k in ("ts_ms", "model", "pool", "replica", "arm", "tenant", "status",
                                        "prompt_tokens", "output_tokens", "queue_ms", "e2e_ms")},
-         "ttft_ms": e.ttft_ms, "itl_n": e.itl_ms.n, "itl_mean": e.itl_ms.mean, "itl_std": e.itl_ms.std}
+         "class": e.class_, "ttft_ms": e.ttft_ms, "itl_n": e.itl_ms.n, "itl_mean": e.itl_ms.mean,
+         "itl_std": e.itl_ms.std}
         for e in events
     ])
     df["bucket"] = _bucket(df["ts_ms"], w)
     rows = []
-    for key, g in df.groupby(["bucket", *names.REQUEST_LABELS], sort=True):
+    for key, g in df.groupby(["bucket", *names.REQUEST_SERIES_LABELS], sort=True):
         n = len(g)
         itl_n = int(g["itl_n"].sum())
         itl_sum = float((g["itl_n"] * g["itl_mean"]).sum())
@@ -100,7 +114,7 @@ def request_windows(events: list, *, ttft_slo: float, e2e_slo: float) -> pd.Data
         ttft = g["ttft_ms"].dropna()
         rows.append({
             "bucket": key[0], "model": key[1], "pool": key[2], "replica": key[3], "arm": key[4],
-            "requests": n,
+            "tenant": key[5], "class": key[6], "requests": n,
             "ok": int((g.status == names.STATUS_OK).sum()),
             "errors": int((g.status == names.STATUS_ERROR).sum()),
             "timeouts": int((g.status == names.STATUS_TIMEOUT).sum()),
@@ -121,6 +135,7 @@ def request_windows(events: list, *, ttft_slo: float, e2e_slo: float) -> pd.Data
             "e2e_within_slo": int((g.e2e_ms <= e2e_slo).sum()),
             "ttft_count": len(ttft), "ttft_sum_ms": float(ttft.sum()), "e2e_sum_ms": float(g.e2e_ms.sum()),
             "itl_n": itl_n, "itl_sum_ms": itl_sum, "itl_sumsq_ms2": itl_sumsq,
+            "goodput": _goodput(g, ttft_slo, e2e_slo, tpot_slo),
             names.C_TTFT_HIST: H.Hist.of(ttft).literal(), names.C_E2E_HIST: H.Hist.of(g.e2e_ms).literal(),
         })
     return pd.DataFrame(rows, columns=list(sql.REQUEST_COLUMNS))

@@ -15,7 +15,7 @@ from test_store_rollups import H1, M1, assert_rollup, stored
 
 from llmsla import histogram as H
 from llmsla import names
-from llmsla.store import connect
+from llmsla.store import connect, schema
 from llmsla.store.migrate import migrate, recorded_flavor
 from llmsla.store.rollups import HISTS
 from llmsla.streaming import sql, synth
@@ -128,6 +128,6 @@ def stored_reference(rows: list[dict]) -> dict:
     from test_store_rollups import reference
 
     ((key, values),) = reference(rows, 60).items()
-    out = dict(zip(("bucket", *names.REQUEST_LABELS), key, strict=True))
+    out = dict(zip(schema.REQUEST_KEYS, key, strict=True))
     out.update({c: (v.literal() if isinstance(v, H.Hist) else v) for c, v in values.items()})
     return out

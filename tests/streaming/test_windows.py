@@ -25,9 +25,13 @@ def _with(line: str, **changes: object) -> str:
     return ref.dumps(d)
 
 
+#: Several tenants and classes, and lines without either (written before tenants: the defaults).
+TENANCY = synth.Keys(tenancy=(("acme", "interactive"), ("acme", "batch"), ("globex", "sheddable"), None))
+
+
 def _requests(now: int, start: int) -> list[str]:
-    cols = synth.request_columns(3000, start_ms=start, span_ms=60_000, seed=7, jitter_ms=1500)
-    lines = list(synth.request_lines(cols))
+    cols = synth.request_columns(3000, start_ms=start, span_ms=60_000, seed=7, jitter_ms=1500, keys=TENANCY)
+    lines = list(synth.request_lines(cols, TENANCY))
     for line in lines[:50]:  # the fast generator writes exactly what the contract accepts
         RequestEvent.from_json(line)
     ts = cols["ts_ms"]
@@ -98,6 +102,9 @@ def test_windows_match_reference_and_replay_is_idempotent(cfg, spool_dirs, tmp_p
     cats = sorted(c for _, c in judged[names.SPOOL_REQUESTS].dead)
     assert cats == sorted(["late"] * 3 + ["parse"] * 3 + ["schema"] * 6 + ["future", "past"])
     assert [c for _, c in judged[names.SPOOL_POLICY].dead] == ["schema", "late"]
+    usable = judged[names.SPOOL_REQUESTS].usable
+    assert {(e.tenant, e.class_) for e in usable} == {("acme", "interactive"), ("acme", "batch"),
+                                                      ("globex", "sheddable"), (names.DEFAULT_TENANT, names.DEFAULT_CLASS)}
 
     want = {
         names.T_REQUEST_WINDOWS: ref.request_windows(judged[names.SPOOL_REQUESTS].usable,
@@ -105,6 +112,9 @@ def test_windows_match_reference_and_replay_is_idempotent(cfg, spool_dirs, tmp_p
         names.T_POLICY_WINDOWS: ref.policy_windows(judged[names.SPOOL_POLICY].usable),
         names.T_GPU_WINDOWS: ref.gpu_windows(judged[names.SPOOL_GPU].usable),
     }
+    reqs = want[names.T_REQUEST_WINDOWS]  # goodput separates: some ok requests miss an objective
+    assert 0 < reqs["goodput"].sum() < reqs["ok"].sum()
+    assert reqs.groupby(["tenant", "class"]).size().size == 4
     want_dead = sorted(
         (kind, "0000000000001-test.jsonl", cat, raw) for kind, j in judged.items() for raw, cat in j.dead
     )

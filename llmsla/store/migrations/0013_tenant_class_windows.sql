@@ -1,0 +1,5 @@
+-- The request windows and their 1 m / 1 h roll-ups gain the request's tenant and class as key
+-- columns (the rows written before read as the default tenant and class) and a goodput count:
+-- ok requests within every latency objective of the SLO catalog at once (llmsla.goodput; NULL in
+-- the windows written before, where it is not known). Sums over tenants and classes give the
+-- fleet's figures as before. See docs/store.md.
