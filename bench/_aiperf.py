@@ -139,13 +139,19 @@ def read_records(path: Path) -> list[Record]:
     return rows
 
 
-def served_rps(records: list[Record]) -> float | None:
-    """Requests completed per second, from the first start to the last end among the records."""
+def span_s(records: list[Record]) -> float | None:
+    """Seconds from the first request's start to the last one's end."""
     spans = [(r.start_ns, r.start_ns + r.latency_ms * 1e6) for r in records
              if r.ok and r.start_ns is not None and r.latency_ms is not None]
     if len(spans) < 2:
         return None
-    return len(spans) / ((max(e for _, e in spans) - min(s for s, _ in spans)) / 1e9)
+    return (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e9
+
+
+def served_rps(records: list[Record]) -> float | None:
+    """Requests completed per second, from the first start to the last end among the records."""
+    span = span_s(records)
+    return None if not span else sum(r.ok for r in records) / span
 
 
 def summary(out: Path, tag: str, stat: str = "avg") -> float | None:
