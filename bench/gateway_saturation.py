@@ -8,7 +8,7 @@ client. Two upstreams (``--upstream``):
   queue in its batch and in the gateway, the situation of a fleet driven past its capacity.
 - ``fast``: the fast SSE upstream (``bench/_sse_upstream.py``), the gateway pinned to its own
   core, so the gateway itself would be the limit, if the client could drive it there: on a
-  2-core machine AIPerf reaches ~190 requests/s against the gateway's ~1,700 per core, so this
+  2-core machine AIPerf completes 190-330 requests/s against the gateway's ~1,500 per core, so this
   mode measures AIPerf's own backlog, not the gateway's (kept to show exactly that).
 
 First the capacity: ``--cap-requests`` offered open loop at ``--cap-rate``, far past what the
