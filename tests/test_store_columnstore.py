@@ -56,7 +56,7 @@ def stored_windows(conn: psycopg.Connection) -> dict[tuple, tuple]:
 def answers(conn: psycopg.Connection, end: dt.datetime) -> dict[tuple, list[tuple]]:
     """Every registered store query over ranges that read each tier (30 m, 6 h, 2 d)."""
     vars_ = {"model": ("m",), "pool": ("p",), "replica": ("r0", "r1", "r2"), "arm": ("default",), "zone": ("eu",),
-             "policy_id": ("p1",), "experiment": ("e1",)}
+             "policy_id": ("p1",), "experiment": ("e1",), "tenant": ("default",), "class": ("interactive",)}
     out = {}
     assert storesql.TTFT_P99_HISTORY.key in REGISTRY  # the store queries are registered
     for span in (dt.timedelta(minutes=30), dt.timedelta(hours=6), dt.timedelta(days=2)):

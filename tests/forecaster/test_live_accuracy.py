@@ -39,7 +39,8 @@ def _windows() -> windowing.Frame:
         for col in windowing.REQUEST_VALUES:
             rows[col].append(0.0)
         rows["bucket"].append(T0 + k * STEP_MS)
-        for key, v in (("model", "6b"), ("pool", names.DEFAULT_POOL), ("replica", "r0"), ("arm", "")):
+        for key, v in (("model", "6b"), ("pool", names.DEFAULT_POOL), ("replica", "r0"), ("arm", ""),
+                       (names.L_TENANT, names.DEFAULT_TENANT), (names.L_CLASS, names.DEFAULT_CLASS)):
             rows[key].append(v)
         for col, v in (("requests", 20), ("ok", 20), ("ttft_count", 20), ("ttft_within_slo", 20),
                        ("e2e_within_slo", 0 if bad else 20), ("qps", 4.0), ("ttft_slo_ms", 800.0),

@@ -71,7 +71,8 @@ def _history() -> tuple[windowing.Frame, windowing.Frame]:
             for col in windowing.REQUEST_VALUES:
                 req[col].append(0.0)
             for key, v in (("bucket", T0 + k * STEP_MS), ("model", "6b"), ("pool", names.DEFAULT_POOL),
-                           ("replica", rep), ("arm", "")):
+                           ("replica", rep), ("arm", ""),
+                           (names.L_TENANT, names.DEFAULT_TENANT), (names.L_CLASS, names.DEFAULT_CLASS)):
                 req[key].append(v)
             slow = rep == "r0" and k in bad
             for col, v in (("requests", 20), ("ok", 20), ("ttft_count", 20), ("ttft_within_slo", 20),
