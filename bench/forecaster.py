@@ -59,6 +59,8 @@ def synthetic_frames(n_replicas: int, n_steps: int, t0: int, pools: int, rng: np
     req["pool"] = np.array([f"p{r % pools}" for _, r in rows], dtype=object)
     req["replica"] = np.array([f"r{r}" for _, r in rows], dtype=object)
     req["arm"] = np.array(["default"] * n, dtype=object)
+    req[names.L_TENANT] = np.array([names.DEFAULT_TENANT] * n, dtype=object)
+    req[names.L_CLASS] = np.array([names.DEFAULT_CLASS] * n, dtype=object)
     for v in windowing.REQUEST_VALUES:
         req[v] = rng.gamma(2.0, 50.0, n)
     req["requests"] = rng.integers(1, 20, n).astype(float)

@@ -73,8 +73,12 @@ def write_frame(conn: psycopg.Connection, table: str, keys: tuple[str, ...], val
     """Insert a frame's rows (NaN as NULL): simulated windows into a store for the online
     scorer's tests and benchmark, without running the streaming job."""
     cols = [*keys, *values]
+    n = len(frame["bucket"])
+    short = [c for c in cols if c not in frame or len(frame[c]) != n]
+    if short:
+        raise ValueError(f"{table}: the frame's columns {', '.join(short)} do not have one value per bucket ({n})")
     rows = []
-    for i in range(len(frame["bucket"])):
+    for i in range(n):
         row: list = [_ts(int(frame["bucket"][i]))]
         row += [int(frame[k][i]) if k == "gpu" else str(frame[k][i]) for k in keys[1:]]
         row += [None if math.isnan(frame[v][i]) else float(frame[v][i]) for v in values]

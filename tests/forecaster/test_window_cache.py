@@ -29,6 +29,8 @@ def _frames(steps: range, replicas: int | list[int] = 4, seed: int = 0):
     req["pool"] = np.array(["p"] * len(rows), dtype=object)
     req["replica"] = np.array([r for _, r in rows], dtype=object)
     req["arm"] = np.array(["a"] * len(rows), dtype=object)
+    req[names.L_TENANT] = np.array([names.DEFAULT_TENANT] * len(rows), dtype=object)
+    req[names.L_CLASS] = np.array([names.DEFAULT_CLASS] * len(rows), dtype=object)
     rng = np.random.default_rng(seed)
     for i, v in enumerate(windowing.REQUEST_VALUES):
         req[v] = np.arange(len(rows), dtype=float) + i + rng.uniform(0, 50, len(rows))
