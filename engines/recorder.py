@@ -90,6 +90,19 @@ class EngineRecorder:
         if self.spool is not None:
             self.spool.write_line(event.to_json())
 
+    def forget(self, target: Target) -> None:
+        """The replica left (discovery): every series of it goes (stale in Prometheus, not 0)."""
+        engine = self._engine.pop(target.replica, None)
+        if engine is None:
+            return
+        labels = self._labels(target, engine)
+        for metric in (*self._values, self.up, self.scrape_seconds, self.preemptions):
+            with contextlib.suppress(KeyError):
+                metric.remove(*labels)
+        for reason in names.ENGINE_FAIL_REASONS:
+            with contextlib.suppress(KeyError):
+                self.failures.remove(target.replica, target.pool, reason)
+
     def failure(self, target: Target, error: ScrapeError, seconds: float) -> None:
         """A failed scrape: ``up 0``, the value series removed, the failure counted."""
         self._clear(target)
