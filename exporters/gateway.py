@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,13 +90,19 @@ class Gateway:
     """The aiohttp application and its per-request logic; one instance per process."""
 
     def __init__(self, cfg: Config, *, plane: ControlPlane, recorder: Recorder,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None,
+                 background: Sequence[Callable[[asyncio.Event], Awaitable[None]]] = ()) -> None:
         """``plane``: the router it picks replicas from, the pools' distillation controls and
         the A/B rollout it applies (and the prober it runs); ``recorder``: where every finished
         request goes (metrics, spool, spans); ``registry``: what its /metrics shows (None: the
-        process's default, or the multi-process merge). ``llmsla.app.wiring.gateway`` builds
-        them from the configuration."""
+        process's default, or the multi-process merge); ``background``: loops run while it
+        serves, each until its event is set (the engine signals feed of
+        ``gateway.engine_signals``). ``llmsla.app.wiring.gateway`` builds them from the
+        configuration."""
         g = cfg.gateway
+        self.background = list(background)
+        self._background_stop = asyncio.Event()
+        self._background_tasks: list[asyncio.Task[None]] = []
         self.cfg = cfg
         self.pool = g.pool
         self.registry = registry
@@ -181,12 +187,23 @@ class Gateway:
             self.membership.start(self.session)
         self.prober.start(self.session)
         self._models_task = asyncio.create_task(self._learn_models(), name="llmsla-gateway-models")
+        self._background_stop.clear()
+        self._background_tasks = [asyncio.create_task(self._run_background(run), name="llmsla-gateway-background")
+                                  for run in self.background]
+
+    async def _run_background(self, run: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+        try:
+            await run(self._background_stop)
+        except Exception:  # noqa: BLE001 - logged: the gateway serves on without it
+            log.exception("gateway background loop failed")
 
     async def _on_cleanup(self, app: web.Application) -> None:
         if self._models_task is not None:
             self._models_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._models_task
+        self._background_stop.set()
+        await asyncio.gather(*self._background_tasks, return_exceptions=True)
         if self.membership is not None:
             await self.membership.stop()
         await self.prober.stop()
