@@ -527,6 +527,7 @@ ENGINE_WINDOW_S = 5
 # risk) are defined with their producers above; these are the dashboards' own.
 L_LE = "le"  # histogram bucket bound (Prometheus)
 L_INSTANCE = "instance"  # added by Prometheus to every scraped series
+L_JOB = "job"  # added by Prometheus: the scrape job (which exporter a series comes from)
 #: ``ab_results.metric`` values the A/B dashboard reads (A/B attribution writes them).
 AB_METRIC_TTFT_P95 = "ttft_p95_ms"
 AB_METRIC_E2E_P95 = "e2e_p95_ms"
