@@ -1,7 +1,8 @@
 """Churn end to end under a replayed trace: real worker processes behind a real gateway whose
 replicas come from a watched file, while the Azure LLM 2023 conversation trace is replayed
 (open loop, four times its speed, prompts and outputs capped for a CPU worker). The file goes
-2 -> 4 -> 1 and one replica is killed outright (SIGKILL) while it serves.
+2 -> 4 -> 1 and one replica is killed outright (SIGKILL) 30 ms after the router sent it a
+request that is still in flight.
 
 What must hold: no request fails except those in flight on the killed replica (each failure is
 on that replica and started before the kill, at most the router's count of them at the kill;
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -88,6 +90,8 @@ async def _one(s: aiohttp.ClientSession, url: str, model: str, prompt: int, outp
             status, rid = r.status, r.headers.get(REPLICA_HEADER)
     except aiohttp.ClientError as exc:
         raw, status, rid = repr(exc).encode(), 0, None
+    if rid is None and (named := re.search(rb"upstream (\S+) failed", raw)):  # an error answer names the replica
+        rid = named.group(1).decode()
     log.append({"t0": t0, "t1": time.monotonic(), "status": status, "replica": rid,
                 "done": raw.rstrip().endswith(b"data: [DONE]") and b"event: error" not in raw, "body": raw[-200:]})
 
@@ -132,8 +136,19 @@ def test_trace_replay_through_2_4_1_and_a_sigkill(tmp_path: Path) -> None:
                     _write(f, urls)  # 2 -> 4
                     marks["up"] = time.monotonic()
                     await asyncio.sleep(max(0.0, start + T_KILL - time.monotonic()))
-                    while router.outstanding(killed) < 2 and time.monotonic() < start + T_KILL + 2:
-                        await asyncio.sleep(0.001)  # kill it while it serves
+                    # kill it while it serves: 30 ms after the router sent it a request (connected
+                    # and streaming by then: a request killed before its connection would just go
+                    # to another replica), if that one is still in flight
+                    def picked() -> int:
+                        return next(x["picks"] for x in router.snapshot()["pools"]["default"] if x["id"] == killed)
+
+                    while time.monotonic() < start + T_DOWN - 0.3:
+                        before = picked()
+                        while picked() == before and time.monotonic() < start + T_DOWN - 0.3:
+                            await asyncio.sleep(0.001)
+                        await asyncio.sleep(0.03)
+                        if router.outstanding(killed) >= 1:
+                            break
                     # the router's count and the kill in one step: the gateway (this loop) cannot
                     # finish a request of that replica in between
                     marks["in_flight_at_kill"] = router.outstanding(killed)
@@ -188,7 +203,8 @@ def test_trace_replay_through_2_4_1_and_a_sigkill(tmp_path: Path) -> None:
     spanning = [x for x in log if x["replica"] == killed and x["t0"] < m["kill"] < x["t1"]]
     finished = [x for x in spanning if x not in failed]
     assert all(x["t1"] - m["kill"] < 0.25 for x in finished), finished
-    assert len(failed) + len(finished) >= m["in_flight_at_kill"], (len(failed), len(finished), m)
+    # (the router's count may also hold a request whose client already has all of it: the
+    # gateway's bookkeeping runs after its last write, so no lower bound beyond one failure)
 
     def first_after(rid: str, t: float) -> float | None:
         times = [ts for ts, n in picks[rid] if ts > t and n > 0]
