@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from llmsla import names
 from llmsla.background import BackgroundTask
 from llmsla.control.probe import HealthProber
 from llmsla.control.router import Replica, Router
 from llmsla.discovery import DiscoveryError, replica_id
+from llmsla.discovery_metrics import DiscoveryMetrics
 from llmsla.redaction import redact
 from llmsla.seams import ReplicaSource
 
@@ -45,8 +47,9 @@ class Membership:
     docstring. Replicas the router had before (a static ``gateway.pools``) are never touched."""
 
     def __init__(self, router: Router, source: ReplicaSource, *, default_pool: str, interval_s: float,
-                 prober: HealthProber | None = None) -> None:
+                 prober: HealthProber | None = None, metrics: DiscoveryMetrics | None = None) -> None:
         self.router = router
+        self.metrics = metrics
         self.source = source
         self.default_pool = default_pool
         self.interval_s = interval_s
@@ -60,19 +63,27 @@ class Membership:
     async def sync_once(self, session: aiohttp.ClientSession | None = None) -> Change:
         """Ask the source once and apply the difference; new replicas are probed at once when
         a prober and a session are given."""
+        change = await self._sync(session)
+        self.publish()
+        return change
+
+    async def _sync(self, session: aiohttp.ClientSession | None) -> Change:
         self.rounds += 1
         change = Change()
         try:
             found = await self.source.resolve()
         except DiscoveryError as exc:
             self._warn(f"{self.source.describe()}: {exc}; keeping the last {len(self.managed)} replicas")
-            self.failures += 1
+            self._failed(exc.reason)
             change.kept = True
             return change
         if not found:
             self._warn(f"{self.source.describe()} names no replica; keeping the last {len(self.managed)}")
+            self._failed(names.DISCOVERY_FAIL_EMPTY)
             change.kept = True
             return change
+        if self.metrics is not None:
+            self.metrics.refreshed()
         self._warned = None
         want: dict[str, Replica] = {}
         for f in found:
@@ -105,6 +116,26 @@ class Membership:
             await self.prober.probe_once(session, only=change.joined)
         return change
 
+    def _failed(self, reason: str) -> None:
+        self.failures += 1
+        if self.metrics is not None:
+            self.metrics.failed(reason)
+
+    def states(self) -> list[tuple[str, str]]:
+        """(pool, state) of every replica the router knows: probing (joined, no healthy probe
+        yet), draining (left the answer, in-flight requests finishing) or serving."""
+        out = []
+        for rep in self.router.replicas():
+            state = (names.DISCOVERY_DRAINING if self.router.is_leaving(rep.id) else
+                     names.DISCOVERY_PROBING if self.router.is_pending(rep.id) else names.DISCOVERY_SERVING)
+            out.append((rep.pool, state))
+        return out
+
+    def publish(self) -> None:
+        """Set the replica gauge from the router as it is now (after every round)."""
+        if self.metrics is not None:
+            self.metrics.set_replicas(self.states())
+
     def _warn(self, msg: str) -> None:
         if msg != self._warned:  # once per distinct problem, not every interval
             log.warning("discovery: %s", msg)
@@ -118,6 +149,7 @@ class Membership:
                 await self.sync_once(session)
             except Exception:  # noqa: BLE001 - one bad round must not stop discovery
                 log.exception("discovery round failed")
+                self._failed(names.DISCOVERY_FAIL_ERROR)
 
     def start(self, session: aiohttp.ClientSession) -> asyncio.Task[None]:
         """Run in the current event loop (after a first :meth:`sync_once`); ``await stop()``."""

@@ -67,6 +67,9 @@ class HealthProber:
             self.router.observe(rid, queue_length=queue)
             if self.router.mark_healthy(rid):
                 log.info("replica %s answered its first health probe: it takes traffic now", rid)
+            if self.router.is_down(rid):  # the gateway marked it down when it refused a connection
+                self.router.set_down(rid, False)
+                log.info("replica %s answers its health probe again: it takes traffic now", rid)
         except LookupError:  # removed meanwhile
             return False
         self.ok += 1

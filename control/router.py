@@ -164,6 +164,14 @@ class Router:
     def is_leaving(self, replica_id: str) -> bool:
         return self._state(replica_id).leaving
 
+    def is_down(self, replica_id: str) -> bool:
+        """Marked down by a health check (:meth:`set_down`)."""
+        return self._state(replica_id).down
+
+    def is_pending(self, replica_id: str) -> bool:
+        """Joined, not yet answered a health probe (takes no traffic)."""
+        return self._state(replica_id).pending
+
     def replicas(self, pool: str | None = None) -> list[Replica]:
         if pool is None:
             return [st.rep for st in self._states.values()]

@@ -66,6 +66,21 @@ def build(cfg: Config) -> dash_m.Dashboard:
                     "tokenizer). Every request of the replica on both sides (the engine knows no model or arm). A "
                     "non-streamed request counts its E2E as TTFT at the gateway, so the gap reads true for streamed "
                     "traffic."))
+    d = d.with_row(dash.Row("Discovery"))
+    d = d.with_panel(c.timeseries_panel(
+        "Replicas known per pool and state", [promql.DISCOVERY_REPLICAS], unit="short", w=8, min_val=0,
+        description="Replicas each consumer of the discovery source knows: the gateway's router (probing: joined, "
+                    "no healthy probe yet; serving; draining: left the answer, in-flight requests finishing) and "
+                    "llmsla engines (serving: its last scrape worked; probing: not yet, or failing). A gap between "
+                    "the two, or replicas stuck in probing, is a replica the fleet has but cannot use."))
+    d = d.with_panel(c.timeseries_panel(
+        "Discovery failures by reason", [promql.DISCOVERY_FAILURES], unit="short", w=8, min_val=0,
+        description="Rounds in which the source could not answer and the last set was kept: missing or unreadable "
+                    "file, a name that does not resolve or times out, an answer naming no replica."))
+    d = d.with_panel(c.timeseries_panel(
+        "Seconds since the last discovery answer", [promql.DISCOVERY_AGE], unit="s", w=8, min_val=0,
+        description="How old each consumer's view of the fleet may be. It should stay near the discovery interval; "
+                    "a steady climb means the source stopped answering and the fleet is frozen at its last set."))
     d = d.with_row(dash.Row("GPU health beside TTFT burn (live)"))
     d = d.with_panel(c.timeseries_panel(
         "TTFT burn rate per replica (5 m)", [promql.REPLICA_TTFT_BURN], unit="x", w=8, min_val=0,

@@ -154,6 +154,20 @@ ENGINE_PREEMPTIONS = _engine("instances.engine_preemptions",
 ENGINE_PREFIX_HITS = _engine("instances.engine_prefix_cache_hits",
                              f"max by ({_ENGINE_BY}) ({names.ENGINE_PREFIX_CACHE_HIT_RATIO}{_ENGINE_SEL})")
 
+# -- discovery (the gateway with gateway.discovery file/dns, and ``llmsla engines``) ----------------
+#: Each consumer exports its own view; ``job`` tells the gateway's from the engine adapters'.
+DISCOVERY_REPLICAS = _q("instances.discovery_replicas",
+                        f"max by ({names.L_JOB}, {names.L_POOL}, {names.L_STATE}) "
+                        f"({names.DISCOVERY_REPLICAS}{selector(names.L_POOL)})",
+                        legend="{{job}} {{pool}} {{state}}", labels=(names.L_POOL, names.L_STATE))
+DISCOVERY_FAILURES = _q("instances.discovery_failures",
+                        f"sum by ({names.L_JOB}, {names.L_SOURCE}, {names.L_REASON}) "
+                        f"(increase({names.DISCOVERY_FAILURES}_total[{RATE}]))",
+                        legend="{{job}} {{source}} {{reason}}", labels=(names.L_SOURCE, names.L_REASON))
+DISCOVERY_AGE = _q("instances.discovery_age",
+                   f"time() - max by ({names.L_JOB}, {names.L_SOURCE}) ({names.DISCOVERY_LAST_SUCCESS})",
+                   legend="{{job}} {{source}}", labels=(names.L_SOURCE,))
+
 # -- SLO and error budget (Sloth's recording rules) -----------------------------------------------
 _SLO_LABELS = (names.L_SLOTH_SERVICE, names.L_SLOTH_SLO)
 _SLO_LEGEND = "{{sloth_service}}/{{sloth_slo}}"

@@ -1,15 +1,21 @@
 """A replica's /metrics body -> an :class:`Exposition` the adapters read by sample name.
 
-Both formats are read with prometheus-client's own parsers (no hand-written one), picked by the
-Content-Type; OpenMetrics is strict so a truncated body is an error. Adapters look samples up by
-*sample* name, so how a parser groups families does not matter. Several label sets of one name
-are aggregated per replica (sums, averages for ratios); NaN counts as absent, never 0.
-See docs/engines.md#what-it-reads-from-each-engine.
+Both formats are read with prometheus-client's own parsers, picked by the Content-Type;
+OpenMetrics is strict so a truncated body is an error. The families an adapter reads are first
+cut out of the body (:func:`select`), and their sample lines are read by :func:`fast_samples`,
+which accepts only the plain shape ``name{k="v",...} value [timestamp]`` and hands anything
+else (escapes, quoted names, exemplars, a missing ``# EOF``) to prometheus-client: at 256
+replicas a second its parser alone would cost more than a core (bench/engines.py). Adapters
+look samples up by *sample* name, so how a parser groups families does not matter. Several
+label sets of one name are aggregated per replica (sums, averages for ratios); NaN counts as
+absent, never 0. See docs/engines.md#what-it-reads-from-each-engine.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -91,7 +97,7 @@ class Exposition:
             le = labels.get("le")
             if le is None:
                 continue
-            key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+            key = labels.group if isinstance(labels, _Labels) else _group(labels)
             try:
                 bound = float(le)
             except ValueError:
@@ -99,8 +105,9 @@ class Exposition:
             groups.setdefault(key, {})[bound] = value
         if not groups:
             return None
-        sums = {tuple(sorted(lab.items())): v for lab, v in self.series(f"{base}_sum", where)}
-        counts = {tuple(sorted(lab.items())): v for lab, v in self.series(f"{base}_count", where)}
+        sums = {lab.group if isinstance(lab, _Labels) else _group(lab): v for lab, v in self.series(f"{base}_sum", where)}
+        counts = {lab.group if isinstance(lab, _Labels) else _group(lab): v
+                  for lab, v in self.series(f"{base}_count", where)}
         bounds: tuple[float, ...] | None = None
         acc: list[float] = []
         total_sum = total_count = 0.0
@@ -115,8 +122,12 @@ class Exposition:
             hsum = sums.get(key)
             if inf is None or hsum is None:
                 return None
-            values = [*cum, inf, hsum]
-            if not all(math.isfinite(v) for v in values) or any(b < a for a, b in zip(cum, [*cum[1:], inf], strict=False)):
+            seq = [*cum, inf]
+            try:  # one NaN or infinity among them makes the sum not finite
+                ok = math.isfinite(math.fsum(seq) + hsum)
+            except OverflowError:
+                return None
+            if not ok or seq != sorted(seq):  # cumulative: never decreasing
                 return None
             acc = [a + c for a, c in zip(acc, cum, strict=True)]
             total_count += inf
@@ -145,6 +156,79 @@ def select(body: str, keep: tuple[str, ...]) -> str:
     return "\n".join(line for line in body.splitlines() if _wanted(line, keep)) + "\n"
 
 
+_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^{}\\#]*)\})? ([^ ]+)(?: -?[0-9.eE+]+)?')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)",?')
+
+
+@functools.lru_cache(maxsize=16)
+def _lines_of(keep: tuple[str, ...]) -> re.Pattern[str]:
+    """The lines of the families starting with one of ``keep``, found by the regex engine (one
+    scan of the body in C instead of a Python test per line)."""
+    # a leading literal newline (the body is given one) lets the engine jump from line to line
+    return re.compile("\n((?:" + "|".join(re.escape(k) for k in keep) + ")[^\n]*)")
+
+
+class _Labels(dict[str, str]):
+    """A parsed label set with its histogram grouping key (the sorted labels but ``le``)
+    computed once: :func:`_labels` shares it between scrapes, so :meth:`Exposition.histogram`
+    need not sort the labels of every bucket line of every scrape again."""
+
+    __slots__ = ("group",)
+    group: tuple[tuple[str, str], ...]
+
+
+@functools.lru_cache(maxsize=8192)
+def _labels(raw: str) -> _Labels | None:
+    """``k="v",...`` as a dict (shared between calls: read-only), None if not the plain shape.
+    Cached: the label sets of a fleet's replicas repeat (one model, the same bucket bounds)."""
+    labels = _Labels()
+    end = 0
+    for lm in _LABEL.finditer(raw):
+        if lm.start() != end:
+            return None
+        labels[lm.group(1)] = lm.group(2)
+        end = lm.end()
+    if end != len(raw):
+        return None
+    labels.group = _group(labels)
+    return labels
+
+
+def _group(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+
+
+_NO_LABELS = _Labels()
+_NO_LABELS.group = ()
+
+
+def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...]) -> Exposition | None:
+    """The samples of the families of ``body`` starting with one of ``keep`` when each of their
+    lines has the plain shape; None for anything else, which the caller then gives to
+    prometheus-client. OpenMetrics must end with ``# EOF`` (a truncated body goes to the strict
+    parser, which refuses it). The label dicts are shared: read them, never change them."""
+    if openmetrics and not body.rstrip().endswith("# EOF"):
+        return None
+    out = Exposition()
+    samples = out.samples
+    match = _SAMPLE.fullmatch
+    for line in _lines_of(keep).findall("\n" + body):
+        m = match(line)
+        if m is None:
+            return None
+        name, raw, value = m.groups()
+        if "\r" in value:  # CRLF line ends: the full parser decides
+            return None
+        labels = _labels(raw) if raw else _NO_LABELS
+        if labels is None:
+            return None
+        try:
+            samples[name].append((labels, float(value)))
+        except ValueError:
+            return None
+    return out
+
+
 def _parse(body: str, content_type: str | None) -> Exposition:
     if is_openmetrics(content_type):
         from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -166,7 +250,10 @@ def parse(body: str, content_type: str | None = None, keep: tuple[str, ...] | No
     an exposition in that format, or holds no sample at all. With ``keep``, only the families
     whose names start with one of those prefixes are parsed (:func:`select`); when none is
     there, the whole body is parsed, to tell garbage from an exposition of something else."""
-    out = _parse(select(body, keep), content_type) if keep else Exposition()
+    out = Exposition()
+    if keep:
+        fast = fast_samples(body, is_openmetrics(content_type), keep)
+        out = fast if fast is not None else _parse(select(body, keep), content_type)
     if not out.samples:
         out = _parse(body, content_type)
     if not out.samples:

@@ -12,6 +12,7 @@ engine for those, or reads them from the store once windowed); they travel in th
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -49,6 +50,9 @@ class EngineRecorder:
         self._values = (self.waiting, self.running, self.kv_usage, self.kv_blocks, self.kv_block_size,
                         self.kv_capacity, self.hit_ratio, self.lora)
         self._engine: dict[str, str] = {}  # replica -> the engine label its series carry
+        #: (value gauge index, labels) -> its bound child: prometheus-client's labels() costs more
+        #: than the set, and a scraper sets every gauge of every replica every second
+        self._bound: dict[tuple[int, tuple[str, str, str]], Any] = {}
 
     def _labels(self, target: Target, engine: str) -> tuple[str, str, str]:
         return (target.replica, target.pool, engine)
@@ -58,7 +62,8 @@ class EngineRecorder:
         if engine is None:
             return
         labels = self._labels(target, engine)
-        for gauge in self._values:
+        for i, gauge in enumerate(self._values):
+            self._bound.pop((i, labels), None)
             with contextlib.suppress(KeyError):
                 gauge.remove(*labels)
 
@@ -76,12 +81,17 @@ class EngineRecorder:
         values = (event.waiting, event.running, event.kv_usage, event.kv_blocks_total, event.kv_block_size,
                   event.kv_capacity_tokens, event.prefix_cache_hit_rate,
                   None if event.lora_adapters is None else len(event.lora_adapters))
-        for gauge, value in zip(self._values, values, strict=True):
+        bound = self._bound
+        for i, (gauge, value) in enumerate(zip(self._values, values, strict=True)):
             if value is None:
-                with contextlib.suppress(KeyError):
-                    gauge.remove(*labels)
+                if bound.pop((i, labels), None) is not None:
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(*labels)
             else:
-                gauge.labels(*labels).set(value)
+                child = bound.get((i, labels))
+                if child is None:
+                    child = bound[(i, labels)] = gauge.labels(*labels)
+                child.set(value)
         self.up.labels(*labels).set(1)
         self.scrape_seconds.labels(*labels).set(seconds)
         child = self.preemptions.labels(*labels)
@@ -89,6 +99,21 @@ class EngineRecorder:
             child.inc(preempted)
         if self.spool is not None:
             self.spool.write_line(event.to_json())
+
+    def forget(self, target: Target) -> None:
+        """The replica left (discovery): every series of it goes (stale in Prometheus, not 0)."""
+        engine = self._engine.pop(target.replica, None)
+        if engine is None:
+            return
+        labels = self._labels(target, engine)
+        for i in range(len(self._values)):
+            self._bound.pop((i, labels), None)
+        for metric in (*self._values, self.up, self.scrape_seconds, self.preemptions):
+            with contextlib.suppress(KeyError):
+                metric.remove(*labels)
+        for reason in names.ENGINE_FAIL_REASONS:
+            with contextlib.suppress(KeyError):
+                self.failures.remove(target.replica, target.pool, reason)
 
     def failure(self, target: Target, error: ScrapeError, seconds: float) -> None:
         """A failed scrape: ``up 0``, the value series removed, the failure counted."""

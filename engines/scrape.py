@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.9,"
           "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 _CHUNK = 64 * 1024
+#: Bodies up to this size are parsed on the event loop, longer ones in a worker thread.
+INLINE_PARSE_CHARS = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,40 @@ class Scraper:
         self.status: dict[str, TargetStatus] = {t.replica: TargetStatus() for t in self.targets}
         self.on_sample = on_sample
         self.on_failure = on_failure
+        self.on_remove: Callable[[Target], None] | None = None
         self._session: Any = None
+        self._stop: asyncio.Event | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    # -- membership --------------------------------------------------------------------------------
+    def sync(self, targets: Sequence[Target]) -> tuple[list[str], list[str]]:
+        """Make ``targets`` the scraped set (discovery): a new one is scraped at once, one no
+        longer named stops being scraped and ``on_remove`` forgets its series; one whose URL,
+        pool or engine changed under the same id starts over. Returns (added, removed) ids."""
+        want = {t.replica: t for t in targets}
+        if len(want) != len(targets):
+            raise ValueError("replica ids must be unique")
+        have = {t.replica: t for t in self.targets}
+        removed = [rid for rid, t in have.items() if want.get(rid) != t]
+        added = [rid for rid, t in want.items() if have.get(rid) != t]
+        for rid in removed:
+            task = self._tasks.pop(rid, None)
+            if task is not None:
+                task.cancel()
+            del self.status[rid]
+            if self.on_remove is not None:
+                self.on_remove(have[rid])
+        self.targets = list(targets)
+        for rid in added:
+            self.status[rid] = TargetStatus()
+            if self._stop is not None:
+                self._start(want[rid], 0.0)
+        return added, [rid for rid in removed if rid not in want]
+
+    def _start(self, target: Target, phase_s: float) -> None:
+        assert self._stop is not None
+        self._tasks[target.replica] = asyncio.create_task(self._loop(target, self._stop, phase_s),
+                                                          name=f"engine-scrape-{target.replica}")
 
     # -- one scrape ------------------------------------------------------------------------------
     async def fetch(self, target: Target) -> tuple[str, str | None]:
@@ -131,15 +166,19 @@ class Scraper:
         applied (hit rate over the interval, resets) and comes with the preemptions since the
         previous one."""
         ts = time.time()
+        state = self.status[target.replica].state  # this target's, even if it is replaced meanwhile
         body, ctype = await self.fetch(target)
         try:
-            expo = await asyncio.to_thread(parse, body, ctype, READS)
+            # a usual exposition (tens of KB) parses in well under a millisecond: in the loop, as
+            # a thread hop would cost more than the parse; a large one in a worker thread
+            expo = (parse(body, ctype, READS) if len(body) <= INLINE_PARSE_CHARS
+                    else await asyncio.to_thread(parse, body, ctype, READS))
             snap = snapshot(expo, target.engine, replica=target.replica, pool=target.pool, ts=ts)
         except ParseError as exc:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None
         except UnknownEngine as exc:
             raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, str(exc)) from None
-        return self.status[target.replica].state.update(snap)
+        return state.update(snap)
 
     async def scrape_all_once(self) -> dict[str, tuple[EngineSnapshot, float] | ScrapeError]:
         """Every target once, concurrently (``llmsla engines --once``)."""
@@ -158,13 +197,13 @@ class Scraper:
             if st.failures == 1 or st.failures % 10 == 0:
                 log.warning("engine %s (%s): scrape failed (%s, %d in a row): %s", target.replica, target.url,
                             exc.reason, st.failures, exc)
-            if self.on_failure is not None:
+            if self.on_failure is not None and self.status.get(target.replica) is st:  # not removed meanwhile
                 self.on_failure(target, exc, st.last_duration_s)
             return exc
         st.up, st.failures, st.last_error, st.last_reason = True, 0, "", ""
         st.last_duration_s = time.monotonic() - start
         st.scrapes += 1
-        if self.on_sample is not None:
+        if self.on_sample is not None and self.status.get(target.replica) is st:
             self.on_sample(target, snap, preempted, st.last_duration_s)
         return snap, preempted
 
@@ -190,13 +229,16 @@ class Scraper:
     async def run(self, stop: asyncio.Event) -> None:
         """Scrape every target on its own schedule until ``stop`` is set."""
         async with self._session_ctx():
+            self._stop = stop
             n = max(1, len(self.targets))
-            tasks = [asyncio.create_task(self._loop(t, stop, i / n * self.cfg.engine.scrape_interval_s),
-                                         name=f"engine-scrape-{t.replica}")
-                     for i, t in enumerate(self.targets)]
+            for i, t in enumerate(self.targets):
+                self._start(t, i / n * self.cfg.engine.scrape_interval_s)
             try:
                 await stop.wait()
             finally:
+                self._stop = None
+                tasks = list(self._tasks.values())
+                self._tasks.clear()
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)

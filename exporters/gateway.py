@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from llmsla import names
 from llmsla.config import Config, check_key
 from llmsla.control.plane import ControlPlane
+from llmsla.control.replica import LastReplicaError
 from llmsla.control.rollout import OUTSIDE, Assignment, Rollout
 from llmsla.control.router import NoReplicaAvailable, Replica
 from llmsla.events import RequestEvent
@@ -47,7 +48,7 @@ from llmsla.exporters.recorder import StreamTimer
 from llmsla.exporters.recording import Recorder
 from llmsla.exporters.saturation import SaturationMonitor
 from llmsla.exporters.tenants import Tenancy, TenantResolver
-from llmsla.exporters.upstream import UpstreamPool, UpstreamResponse
+from llmsla.exporters.upstream import ConnectFailed, UpstreamPool, UpstreamResponse
 from llmsla.httpkit import (
     HEAD_READ,
     REQUEST_ID,
@@ -65,6 +66,8 @@ from llmsla.seams import ReplicaRef
 from llmsla.temperature import Schedule
 
 log = logging.getLogger(__name__)
+#: replicas one request may try when a connection is refused (nothing sent, so safe to retry)
+MAX_CONNECT_TRIES = 3
 
 #: ``error.type`` of errors the gateway itself answers (vs. the client's invalid request).
 GATEWAY_ERROR = "gateway_error"
@@ -93,13 +96,19 @@ class Gateway:
     """The aiohttp application and its per-request logic; one instance per process."""
 
     def __init__(self, cfg: Config, *, plane: ControlPlane, recorder: Recorder,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None,
+                 background: Sequence[Callable[[asyncio.Event], Awaitable[None]]] = ()) -> None:
         """``plane``: the router it picks replicas from, the pools' distillation controls and
         the A/B rollout it applies (and the prober it runs); ``recorder``: where every finished
         request goes (metrics, spool, spans); ``registry``: what its /metrics shows (None: the
-        process's default, or the multi-process merge). ``llmsla.app.wiring.gateway`` builds
-        them from the configuration."""
+        process's default, or the multi-process merge); ``background``: loops run while it
+        serves, each until its event is set (the engine signals feed of
+        ``gateway.engine_signals``). ``llmsla.app.wiring.gateway`` builds them from the
+        configuration."""
         g = cfg.gateway
+        self.background = list(background)
+        self._background_stop = asyncio.Event()
+        self._background_tasks: list[asyncio.Task[None]] = []
         self.cfg = cfg
         self.pool = g.pool
         self.registry = registry
@@ -188,12 +197,23 @@ class Gateway:
             self.membership.start(self.session)
         self.prober.start(self.session)
         self._models_task = asyncio.create_task(self._learn_models(), name="llmsla-gateway-models")
+        self._background_stop.clear()
+        self._background_tasks = [asyncio.create_task(self._run_background(run), name="llmsla-gateway-background")
+                                  for run in self.background]
+
+    async def _run_background(self, run: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+        try:
+            await run(self._background_stop)
+        except Exception:  # noqa: BLE001 - logged: the gateway serves on without it
+            log.exception("gateway background loop failed")
 
     async def _on_cleanup(self, app: web.Application) -> None:
         if self._models_task is not None:
             self._models_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._models_task
+        self._background_stop.set()
+        await asyncio.gather(*self._background_tasks, return_exceptions=True)
         if self.membership is not None:
             await self.membership.stop()
         await self.prober.stop()
@@ -202,6 +222,17 @@ class Gateway:
         if self.session is not None:
             await self.session.close()
         await asyncio.to_thread(self.recorder.shutdown)  # last spans and metric points out
+
+    def _refused(self, rid: str, exc: ConnectFailed) -> None:
+        """A replica took no connection (killed, gone, not yet listening): the request goes to
+        another one, and this one is down for the router until its next healthy probe
+        (``control.probe``), unless it is the pool's last eligible replica."""
+        try:
+            self.router.end(rid, 0.0, ok=False)
+            self.router.set_down(rid, True)
+            log.warning("replica %s took no connection (%s): down until a healthy probe; request retried", rid, exc)
+        except (LookupError, LastReplicaError):
+            pass
 
     # -- simple endpoints ------------------------------------------------------------------------
     async def handle_health(self, request: web.Request) -> web.Response:
@@ -440,12 +471,27 @@ class Gateway:
                     except NoReplicaAvailable as exc:
                         return error_response(503, f"no replica available in pool {pool!r}: {exc}",
                                               code="no_replica", type_=GATEWAY_ERROR, headers=arm_headers)
-                    self.router.begin(rep.id)
-                    timer.dispatch = time.perf_counter()
-                    # the hop's CLIENT span (when traced): the replica's spans are its children
-                    headers["traceparent"] = self.recorder.hop(tel, rep.url, req, request.headers, timer.dispatch)
-                    out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id, **arm_headers}
-                    up = await self.upstream.request(rep.url, "POST", request.path, headers, upstream_body)
+                    refused: list[str] = []  # replicas that took no connection: nothing was sent
+                    while True:
+                        self.router.begin(rep.id)
+                        timer.dispatch = time.perf_counter()
+                        # the hop's CLIENT span (when traced): the replica's spans are its children
+                        headers["traceparent"] = self.recorder.hop(tel, rep.url, req, request.headers, timer.dispatch)
+                        out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id, **arm_headers}
+                        try:
+                            up = await self.upstream.request(rep.url, "POST", request.path, headers, upstream_body)
+                            break
+                        except ConnectFailed as exc:
+                            refused.append(rep.id)
+                            if len(refused) >= MAX_CONNECT_TRIES:
+                                raise
+                            try:
+                                nxt = self.distill.pick(self.router, pool, key, share_pct=share, policy=policy,
+                                                        exclude=refused)
+                            except NoReplicaAvailable:
+                                raise exc from None  # no other replica: this one's failure is the answer
+                            self._refused(rep.id, exc)
+                            rep = nxt
                     if up.status >= 400:
                         body = await up.read()
                         if up.status < 500:

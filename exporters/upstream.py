@@ -223,6 +223,11 @@ class UpstreamResponse:
     close = release
 
 
+class ConnectFailed(ConnectionError):
+    """No connection to the replica could be opened (refused, unreachable, connect timeout):
+    nothing of the request was sent, so another replica may take it."""
+
+
 class UpstreamPool:
     """Keep-alive connections per ``(host, port)``; unlimited in number (the gateway bounds
     concurrency with its own semaphore). Idle connections older than ``keepalive_s`` are
@@ -265,8 +270,11 @@ class UpstreamPool:
             if c.tr is not None:
                 c.tr.close()
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self.connect_timeout_s):
-            _, c = await loop.create_connection(lambda: _Conn(key), key[0], key[1])
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, c = await loop.create_connection(lambda: _Conn(key), key[0], key[1])
+        except (OSError, TimeoutError) as exc:
+            raise ConnectFailed(f"cannot connect to {key[0]}:{key[1]}: {exc or type(exc).__name__}") from exc
         self.connects += 1
         return c, False
 

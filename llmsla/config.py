@@ -378,6 +378,7 @@ class GatewayConfig:
     discovery_file: str = _k("", "with discovery = file: a file of [pool=]url lines (# comments), e.g. http://10.0.0.7:8000 or canary=http://10.0.0.9:8000")
     discovery_dns: str = _k("", "with discovery = dns: name:port resolved to A/AAAA records (a headless Service, e.g. llmsla-worker.llmsla.svc.cluster.local:8000), or an SRV name _service._proto.name (needs the dns extra); http:// or https:// may lead", check=dns_target_problem)
     discovery_interval_s: float = _k(5.0, "how often the discovery file is checked for changes, or the DNS name re-resolved", minimum=0.1, maximum=3600)
+    engine_signals: bool = _k(False, "scrape each replica's own /metrics (vLLM, SGLang, trtllm-serve, Triton; engine.* sets the interval, timeout, size and engine types) and give the router its queue and KV-cache usage, for LADR's engine scorers (control.ladr_engine_queue, control.ladr_engine_kv)")
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
     max_in_flight: int = _k(1024, "reject (429, status rejected) past this many concurrent requests", minimum=1)

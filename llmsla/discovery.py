@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from llmsla import extras
+from llmsla import extras, names
 from llmsla.errors import UserError
 
 if TYPE_CHECKING:
@@ -33,7 +33,12 @@ SOURCES: tuple[str, ...] = ("static", "file", "dns")
 
 
 class DiscoveryError(UserError):
-    """A source could not answer this round (missing file, unresolvable name): keep the last set."""
+    """A source could not answer this round (missing file, unresolvable name): keep the last set.
+    ``reason`` is one of ``names.DISCOVERY_FAIL_REASONS`` (the label of the failure counter)."""
+
+    def __init__(self, message: str, reason: str = names.DISCOVERY_FAIL_ERROR) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, order=True)
@@ -104,14 +109,14 @@ class FileSource:
             st = self.path.stat()
         except OSError as exc:
             self._stamp = None  # read it again whenever it comes back
-            raise DiscoveryError(f"{self.path}: {exc.strerror or exc}") from None
+            raise DiscoveryError(f"{self.path}: {exc.strerror or exc}", names.DISCOVERY_FAIL_MISSING) from None
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:
             return self._last
         try:
             text = self.path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise DiscoveryError(f"{self.path}: cannot read: {exc}") from None
+            raise DiscoveryError(f"{self.path}: cannot read: {exc}", names.DISCOVERY_FAIL_READ) from None
         self.reads += 1
         found, problems = parse_lines(text, str(self.path), self.default_pool)
         for p in problems:  # logged once per change of the file, not every poll
@@ -179,7 +184,7 @@ async def _addresses(name: str, port: int) -> list[str]:
     try:
         infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except socket.gaierror as exc:
-        raise DiscoveryError(f"{name}: {exc.strerror or exc}") from None
+        raise DiscoveryError(f"{name}: {exc.strerror or exc}", names.DISCOVERY_FAIL_RESOLVE) from None
     addrs: dict[str, None] = {}
     for family, _t, _p, _c, sockaddr in infos:
         if family in (socket.AF_INET, socket.AF_INET6):
@@ -220,7 +225,7 @@ class DnsSource:
                     for host, port in await self._srv():
                         pairs += [(a, port) for a in await _addresses(host, port)]
         except TimeoutError:
-            raise DiscoveryError(f"{t.name}: no answer within {self.timeout_s:g} s") from None
+            raise DiscoveryError(f"{t.name}: no answer within {self.timeout_s:g} s", names.DISCOVERY_FAIL_TIMEOUT) from None
         return sorted({Found(self.default_pool, _url(t.scheme, a, p)) for a, p in pairs})
 
     async def _srv(self) -> list[tuple[str, int]]:
@@ -237,7 +242,7 @@ class DnsSource:
         try:
             answer = await res.resolve(self.target.name, "SRV", lifetime=self.timeout_s)
         except dns.exception.DNSException as exc:
-            raise DiscoveryError(f"{self.target.name} SRV: {exc}") from None
+            raise DiscoveryError(f"{self.target.name} SRV: {exc}", names.DISCOVERY_FAIL_RESOLVE) from None
         return sorted({(str(r.target).rstrip("."), int(r.port)) for r in answer})
 
 

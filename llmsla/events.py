@@ -213,9 +213,13 @@ def _parse_hist(kind: str, f: Field, value: Any) -> dict[str, Any]:
             raise EventError(kind, f"{name}.{key}", f"more than {MAX_BUCKETS} buckets")
     if len(le) != len(counts):
         raise EventError(kind, f"{name}.counts", f"{len(counts)} counts for {len(le)} bounds")
-    bounds = [float(_check_number(kind, Field(f"{name}.le[{i}]", "number", ""), b, integer=False))
+    # the common case (plain finite floats, small non-negative ints) without a Field per item:
+    # a scraper validates every engine histogram of every replica every second
+    bounds = [float(b) if type(b) is float and math.isfinite(b) else
+              float(_check_number(kind, Field(f"{name}.le[{i}]", "number", ""), b, integer=False))
               for i, b in enumerate(le)]
-    cum = [int(_check_number(kind, Field(f"{name}.counts[{i}]", "int", "", minimum=0), c, integer=True))
+    cum = [c if type(c) is int and 0 <= c <= _INT_MAX else
+           int(_check_number(kind, Field(f"{name}.counts[{i}]", "int", "", minimum=0), c, integer=True))
            for i, c in enumerate(counts)]
     for i in range(1, len(bounds)):
         if bounds[i] <= bounds[i - 1]:

@@ -209,6 +209,30 @@ ENGINE_FAIL_CONNECT = "connect"
 ENGINE_FAIL_REASONS: tuple[str, ...] = (ENGINE_FAIL_TIMEOUT, ENGINE_FAIL_HTTP, ENGINE_FAIL_TOO_LARGE,
                                         ENGINE_FAIL_PARSE, ENGINE_FAIL_UNKNOWN_ENGINE, ENGINE_FAIL_CONNECT)
 
+# --- discovery (llmsla/discovery.py; the gateway and ``llmsla engines`` export them) ---------------
+#: Replicas a discovery consumer knows, labels pool and state (one of DISCOVERY_STATES): the
+#: gateway's router (probing = joined, not yet answered a health probe; serving; draining = left
+#: the source's answer, in-flight requests finishing), ``llmsla engines`` (probing = not scraped
+#: successfully yet or failing; serving = last scrape worked).
+DISCOVERY_REPLICAS = "llmsla_discovery_replicas"
+DISCOVERY_REFRESHES = "llmsla_discovery_refreshes"  # counter, label source: answers applied
+DISCOVERY_FAILURES = "llmsla_discovery_failures"  # counter, labels source, reason
+DISCOVERY_LAST_SUCCESS = "llmsla_discovery_last_success_timestamp_seconds"  # gauge, label source
+L_STATE = "state"  # a replica's discovery state
+DISCOVERY_PROBING = "probing"
+DISCOVERY_SERVING = "serving"
+DISCOVERY_DRAINING = "draining"
+DISCOVERY_STATES: tuple[str, ...] = (DISCOVERY_PROBING, DISCOVERY_SERVING, DISCOVERY_DRAINING)
+#: Bounded values of the ``reason`` label of ``llmsla_discovery_failures_total``.
+DISCOVERY_FAIL_MISSING = "missing"  # the file is not there (or cannot be stat'ed)
+DISCOVERY_FAIL_READ = "read"  # the file is there but cannot be read or decoded
+DISCOVERY_FAIL_RESOLVE = "resolve"  # the DNS name has no answer (NXDOMAIN, SERVFAIL, no SRV)
+DISCOVERY_FAIL_TIMEOUT = "timeout"  # the DNS answer did not come in time
+DISCOVERY_FAIL_EMPTY = "empty"  # an answer naming no replica (the last set is kept)
+DISCOVERY_FAIL_ERROR = "error"  # anything else (a bug in a round)
+DISCOVERY_FAIL_REASONS: tuple[str, ...] = (DISCOVERY_FAIL_MISSING, DISCOVERY_FAIL_READ, DISCOVERY_FAIL_RESOLVE,
+                                           DISCOVERY_FAIL_TIMEOUT, DISCOVERY_FAIL_EMPTY, DISCOVERY_FAIL_ERROR)
+
 # --- vLLM's own names, as the reference worker and the simulator expose them (exporters) ------------
 #: vLLM V1's ``PrometheusStatLogger`` (``vllm/v1/metrics/loggers.py``): the names, the labels and the
 #: default buckets a vLLM replica exposes, so the worker and the simulator are read by the same
@@ -510,6 +534,7 @@ ENGINE_WINDOW_S = 5
 # risk) are defined with their producers above; these are the dashboards' own.
 L_LE = "le"  # histogram bucket bound (Prometheus)
 L_INSTANCE = "instance"  # added by Prometheus to every scraped series
+L_JOB = "job"  # added by Prometheus: the scrape job (which exporter a series comes from)
 #: ``ab_results.metric`` values the A/B dashboard reads (A/B attribution writes them).
 AB_METRIC_TTFT_P95 = "ttft_p95_ms"
 AB_METRIC_E2E_P95 = "e2e_p95_ms"

@@ -29,6 +29,7 @@ from llmsla import config as config_mod
 from llmsla.app import demo_real
 from llmsla.app.demo_stack import DemoError, Proc, Scale, Stack, prom_query
 from llmsla.app.demo_story import (
+    TRACE,
     Story,
     Summary,
     Timeline,
@@ -74,6 +75,12 @@ receiver_url = "http://127.0.0.1:{receiver_port}/v1/alerts"
 
 [receiver]
 tick_s = 0.5
+
+# llmsla engines: the replicas' own /metrics for the dashboards' engine row; a replica that is not
+# up yet (the simulator starts last) is retried every 2 s, not after a backoff of up to 30 s
+[engine]
+port = {stack.port('engines')}
+backoff_max_s = 2.0
 
 # A candidate routing policy against the default, on half the users each (sessions are the
 # units). A run of minutes is far below the default sample size, so verdicts need fewer requests
@@ -153,6 +160,29 @@ def follow(stack: Stack, story: Story, console: Any, proc: Proc, *, live_at: flo
                 console.print(line)
                 last_print = t_live
             time.sleep(1.0)
+
+
+def engine_upstreams(fleet_metrics_port: int | None) -> list[str]:
+    """What the demo's ``llmsla engines`` scrapes: for a real fleet (None) nothing given, so the
+    gateway's replicas from the demo config (ids r0, r1 like the gateway's); for the simulator,
+    each replica of the story's fleet on its metrics port (``/replicas/<id>``; ids r0, r1, ...
+    in the simulator's order, which ``--upstream`` order gives again)."""
+    if fleet_metrics_port is None:
+        return []
+    from llmsla.fleet.engine import fleet
+    from llmsla.fleet.scenarios import TRACES
+
+    base = f"http://127.0.0.1:{fleet_metrics_port}/replicas"
+    return [f"{r.pool}={base}/{r.id}" for r in fleet(TRACES[TRACE].fleet)]
+
+
+def start_engines(stack: Stack, real: bool) -> dict[str, list[str]]:
+    """``llmsla engines`` for the dashboards' engine row; returns its scrape job."""
+    port = stack.port("engines")
+    ups = engine_upstreams(None if real else stack.port("fleet-metrics"))
+    args = [a for u in ups for a in ("--upstream", u)]
+    stack.llmsla("engines", "engines", *args, ready_url=f"http://127.0.0.1:{port}/healthz", timeout_s=120)
+    return {"engines": [f"127.0.0.1:{port}"]}
 
 
 def run_story(stack: Stack, story: Story, console: Any) -> dict[str, Any]:
@@ -420,8 +450,10 @@ def cmd_demo(args: argparse.Namespace, cfg: config_mod.Config) -> int:
                 fleet = demo_real.start_fleet(stack)
         with console.status("starting the stream job, Prometheus, Alertmanager, the receiver and the forecaster"):
             stack.llmsla("stream", "stream", ready_url=f"http://127.0.0.1:{stack.port('stream-metrics')}/metrics")
-            stack.start_alerting(receiver_port, stack.port("control"),
-                                 fleet.scrape_jobs(stack) if fleet is not None else None)
+            engines = start_engines(stack, real)
+            jobs = fleet.scrape_jobs(stack) if fleet is not None else {
+                "fleet": [f"127.0.0.1:{stack.port('fleet-metrics')}"]}
+            stack.start_alerting(receiver_port, stack.port("control"), {**jobs, **engines})
             stack.llmsla("forecast", "forecast", "serve",
                          ready_url=f"http://127.0.0.1:{stack.port('forecast')}/metrics", timeout_s=120)
         console.print(f"[green]✓[/] stack up in {time.monotonic() - t0:.0f} s: {where}; Prometheus "

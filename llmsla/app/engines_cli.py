@@ -3,8 +3,10 @@
 
 A composition-root module: the replicas and their ids come from the gateway's configuration
 through the gateway's own function (``r0, r1, ...`` in ``gateway.upstreams``,
-``gateway.student_upstreams``, ``gateway.pools`` order), so an ``EngineSample``'s ``replica`` is the
-``RequestEvent``'s; the scraping itself is ``llmsla.engines``, which imports core only.
+``gateway.student_upstreams``, ``gateway.pools`` order), and with ``gateway.discovery`` file or
+dns from the gateway's discovery source (ids from addresses, followed as replicas come and go),
+so an ``EngineSample``'s ``replica`` is the ``RequestEvent``'s; the scraping itself is
+``llmsla.engines``, which imports core only.
 """
 
 from __future__ import annotations
@@ -59,16 +61,40 @@ def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, p
         from llmsla.replicas import replicas_from_config
 
         pairs = [(r.id, r.pool, r.url) for r in replicas_from_config(cfg)]
-    if not pairs:
-        raise ConfigError("no replicas: set gateway.upstreams / gateway.pools or pass --upstream URL")
+    if not pairs and cfg.gateway.discovery == "static":
+        raise ConfigError("no replicas: set gateway.upstreams / gateway.pools, gateway.discovery, or pass --upstream URL")
     suffix = path if path.startswith("/") else "/" + path
     return [Target(rid, pool, url + suffix, engine_type or cfg.engine.engine_of(pool)) for rid, pool, url in pairs]
+
+
+def following(cfg: Config, static: list[Any], upstreams: list[str] | None, engine_type: str | None,
+              path: str) -> tuple[Any, str, str]:
+    """(resolve, source label, description): what ``llmsla engines`` follows. ``--upstream`` or
+    ``gateway.discovery`` static: the fixed ``static`` targets; file or dns: the gateway's source
+    (the static ``gateway.pools`` replicas, r0, r1, ..., stay scraped alongside)."""
+    from llmsla import discovery
+    from llmsla.config import check_discovery
+    from llmsla.engines.follow import fixed, from_source
+
+    if upstreams or cfg.gateway.discovery == "static":
+        return fixed(static), "static", f"{len(static)} configured replicas"
+    check_discovery(cfg)
+    source = discovery.source_from_config(cfg)
+    assert source is not None  # file or dns
+    found = from_source(source, default_pool=cfg.gateway.pool, path=path,
+                        engine_of=lambda pool: engine_type or cfg.engine.engine_of(pool))
+
+    async def resolve() -> list[Any]:
+        return [*static, *await found()]
+    return resolve, cfg.gateway.discovery, source.describe()
 
 
 def engines_main(args: argparse.Namespace, cfg: Config) -> int:
     from prometheus_client import CollectorRegistry
 
     from llmsla import names
+    from llmsla.discovery_metrics import DiscoveryMetrics
+    from llmsla.engines.follow import Follow
     from llmsla.engines.recorder import EngineRecorder
     from llmsla.engines.scrape import ScrapeError, Scraper
     from llmsla.spool import SpoolWriter
@@ -78,8 +104,11 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
     if args.port is not None:
         cfg.engine.port = args.port
     tgts = targets(cfg, args.upstream, args.engine_type, args.path)
+    resolve, source_name, describe = following(cfg, tgts, args.upstream, args.engine_type, args.path)
 
     if args.once:
+        if source_name != "static":
+            tgts = asyncio.run(resolve())
         scraper = Scraper(cfg, tgts)
         results = asyncio.run(scraper.scrape_all_once())
         out: dict[str, Any] = {}
@@ -97,7 +126,10 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
     registry = CollectorRegistry()  # this exporter shows the engine series and nothing else
     spool = SpoolWriter.from_config(cfg, names.SPOOL_ENGINE, registry=registry)
     recorder = EngineRecorder(registry=registry, spool=spool)
-    scraper = Scraper(cfg, tgts, on_sample=recorder.sample, on_failure=recorder.failure)
+    scraper = Scraper(cfg, [], on_sample=recorder.sample, on_failure=recorder.failure)
+    scraper.on_remove = recorder.forget
+    follow = Follow(scraper, resolve, interval_s=cfg.gateway.discovery_interval_s,
+                    metrics=DiscoveryMetrics(source_name, registry=registry), describe=describe)
 
     async def healthz(_request: Any) -> Any:
         return web.json_response({"status": "ok", "replicas": {
@@ -105,9 +137,10 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
             for rid, st in scraper.status.items()}})
 
     try:
-        asyncio.run(serve_exporter(registry, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg), scraper.run,
-                                   banner=lambda url: f"llmsla engines listening on {url}/metrics, scraping "
-                                                      f"{len(tgts)} replicas", healthz=healthz))
+        asyncio.run(serve_exporter(registry, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg), follow.serve,
+                                   banner=lambda url: f"llmsla engines listening on {url}/metrics, "
+                                                      + (f"scraping {len(tgts)} replicas" if source_name == "static"
+                                                         else f"following {describe}"), healthz=healthz))
     finally:
         spool.close()
     return 0

@@ -10,8 +10,10 @@ docs/architecture.md (who builds what).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor
@@ -29,10 +31,13 @@ from llmsla.control.rollout import Rollout
 from llmsla.control.router import Router
 from llmsla.control.router import from_config as router_from_config
 from llmsla.control.shed import ShedControls
+from llmsla.discovery_metrics import DiscoveryMetrics
 from llmsla.exporters import gateway as gateway_mod
 from llmsla.exporters.recording import Recorder
 from llmsla.replicas import Replica, replicas_from_config
 from llmsla.spool import SpoolWriter
+
+log = logging.getLogger(__name__)
 
 
 def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
@@ -63,7 +68,8 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
     membership = None
     if source is not None:
         membership = Membership(router, source, default_pool=cfg.gateway.pool,
-                                interval_s=cfg.gateway.discovery_interval_s, prober=prober)
+                                interval_s=cfg.gateway.discovery_interval_s, prober=prober,
+                                metrics=DiscoveryMetrics.of(cfg.gateway.discovery, registry))
     shed = ShedControls(cfg.tenants.classes, pools, audit=audit, registry=registry, router=router)
     return ControlPlane(router, distill, rollout, audit, prober, membership, shed)
 
@@ -92,7 +98,43 @@ def gateway(cfg: Config, *, registry: CollectorRegistry | None = None, spool: Sp
         exposed = registry if registry is not None else DEFAULT_REGISTRY
         plane = control_plane(cfg, registry=exposed, router=router, rollout=rollout, audit=audit)
     rec = recorder(cfg, registry=registry, spool=spool, span_processor=span_processor)
-    return gateway_mod.Gateway(cfg, plane=plane, recorder=rec, registry=registry)
+    background = [engine_signals(cfg, plane.router)] if cfg.gateway.engine_signals else []
+    return gateway_mod.Gateway(cfg, plane=plane, recorder=rec, registry=registry, background=background)
+
+
+def engine_signals(cfg: Config, router: Router, *, path: str = "/metrics") -> Callable[[asyncio.Event], Awaitable[None]]:
+    """``gateway.engine_signals``: a loop that scrapes the router's replicas' own ``/metrics``
+    with the engine adapters (``engine.*``: interval, timeout, size, engine type per pool),
+    follows the router's replicas as discovery changes them, and hands each sample's queue and
+    KV-cache usage to ``Router.update_engine`` (docs/control.md#engine-signals). Built here: the
+    gateway may not import the engines; it runs the loop it is given."""
+    from llmsla.engines.follow import Follow, metrics_url
+    from llmsla.engines.record import EngineSnapshot
+    from llmsla.engines.scrape import Scraper, Target
+
+    def replicas() -> list[Target]:
+        return [Target(r.id, r.pool, metrics_url(r.url, path), cfg.engine.engine_of(r.pool))
+                for r in router.replicas() if r.url]
+
+    async def resolve() -> list[Target]:
+        return replicas()
+
+    def feed(target: Target, snap: EngineSnapshot, _preempted: float, _seconds: float) -> None:
+        if snap.waiting is None:  # an engine that does not report its queue: nothing to score
+            return
+        try:
+            router.update_engine(target.replica, waiting=snap.waiting, running=snap.running or 0.0,
+                                 kv_usage=snap.kv_usage if snap.kv_usage is not None else 0.0)
+        except LookupError:  # left the router meanwhile
+            pass
+        except ValueError as exc:  # a bad value from the engine: the previous record stays
+            log.warning("engine signals of %s ignored: %s", target.replica, exc)
+
+    async def run(stop: asyncio.Event) -> None:
+        scraper = Scraper(cfg, [], on_sample=feed)
+        follow = Follow(scraper, resolve, interval_s=cfg.engine.scrape_interval_s, describe="the router's replicas")
+        await follow.serve(stop)
+    return run
 
 
 async def start_gateway(cfg: Config, host: str | None = None, port: int | None = None, *,

@@ -29,6 +29,7 @@ from llmsla.discovery import (
     parse_dns_target,
     replica_id,
 )
+from llmsla.discovery_metrics import DiscoveryMetrics
 
 from .test_probe import _replica_server
 
@@ -191,8 +192,14 @@ def test_membership_follows_the_file_and_keeps_the_last_set_on_trouble(tmp_path,
         reg = CollectorRegistry()
         router = Router([Replica("r0", "canary", url=u2)], "round_robin", registry=reg)  # a static one
         m = Membership(router, FileSource(f, "default"), default_pool="default", interval_s=0.05,
-                       prober=HealthProber(router))
+                       prober=HealthProber(router), metrics=DiscoveryMetrics("file", registry=reg))
         i1, i2, i3 = (replica_id("default", u, "default") for u in (u1, u2, u3))
+
+        def known(pool: str, state: str) -> float | None:
+            return reg.get_sample_value(names.DISCOVERY_REPLICAS, {"pool": pool, "state": state})
+
+        def failures(reason: str) -> float | None:
+            return reg.get_sample_value(names.DISCOVERY_FAILURES + "_total", {"source": "file", "reason": reason})
         try:
             async with aiohttp.ClientSession() as s:
                 write(f, f"{u1}\n{u2}\n{u3}\n")
@@ -202,18 +209,26 @@ def test_membership_follows_the_file_and_keeps_the_last_set_on_trouble(tmp_path,
                 assert {router.pick("default").id for _ in range(20)} == {i1, i2}
                 snap = {x["id"]: x for x in router.snapshot()["pools"]["default"]}
                 assert snap[i3]["pending"] and not snap[i1]["pending"]
+                assert (known("default", "serving"), known("default", "probing"), known("default", "draining"),
+                        known("canary", "serving")) == (2, 1, 0, 1)
+                assert reg.get_sample_value(names.DISCOVERY_REFRESHES + "_total", {"source": "file"}) == 1
+                assert reg.get_sample_value(names.DISCOVERY_LAST_SUCCESS, {"source": "file"}) > 0
                 router.set_weight(i1, 2.0)  # operator state on a discovered replica
                 f.unlink()  # missing file: keep the set, warn once
                 with caplog.at_level(logging.WARNING, logger="llmsla.control.membership"):
                     assert (await m.sync_once(s)).kept and (await m.sync_once(s)).kept
                 assert sum("keeping the last 3" in r.getMessage() for r in caplog.records) == 1
+                assert failures(names.DISCOVERY_FAIL_MISSING) == 2
                 write(f, "# emptied by mistake\n")  # no replica at all: keep the set too
                 assert (await m.sync_once(s)).kept
+                assert failures(names.DISCOVERY_FAIL_EMPTY) == 1 and failures(names.DISCOVERY_FAIL_READ) == 0
+                assert known("default", "serving") == 2  # the set kept, and so the count
                 write(f, f"{u1}\ncanary={u1}\n")  # i2, i3 leave; i1 stays with its weight
                 ch = await m.sync_once(s)
                 assert sorted(ch.left) == sorted([i2, i3]) and ch.joined == [f"canary@{i1}"]
                 assert router.replica(i1).weight == 2.0
                 assert {x.id for x in router.replicas()} == {"r0", i1, f"canary@{i1}"}
+                assert (known("default", "serving"), known("default", "probing"), known("canary", "serving")) == (1, 0, 2)
                 text = generate_latest(reg).decode()
                 assert f'replica="{i2}"' not in text and f'replica="{i1}"' in text
                 assert f'{names.ROUTER_WEIGHT}{{pool="canary",replica="r0"}}' in text  # static: untouched

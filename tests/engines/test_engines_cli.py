@@ -117,3 +117,26 @@ def test_bad_options_and_config(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "engine.types" in bad.stderr and "canary" in bad.stderr
     none = _run("engines", "--once", env=env)
     assert none.returncode == 2 and "no replicas" in none.stderr
+
+
+def test_once_follows_the_gateway_discovery_file(tmp_path: Path) -> None:
+    """With gateway.discovery = file: the file's replicas under the gateway's address ids, the
+    static gateway.pools replica beside them as r0; a missing file is a clear error."""
+    from llmsla.discovery import replica_id
+
+    env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool")}
+    f = tmp_path / "replicas"
+    with BackgroundServer() as bg:
+        trt = bg.serve(_engine_app(ex.trtllm().text, "text/plain; version=0.0.4"), "127.0.0.1", 0)
+        tri = bg.serve(_engine_app(ex.TRITON, "text/plain; charset=utf-8"), "127.0.0.1", 0)
+        f.write_text(f"# the fleet\n{trt.url}\ncanary={tri.url}\n")
+        disc = {**env, "LLMSLA_GATEWAY_DISCOVERY": "file", "LLMSLA_GATEWAY_DISCOVERY_FILE": str(f),
+                "LLMSLA_GATEWAY_POOLS": f"static={trt.url}"}
+        out = _run("engines", "--once", env=disc)
+        assert out.returncode == 0, out.stderr
+        got = {rid: (v["sample"]["pool"], v["sample"]["engine"]) for rid, v in json.loads(out.stdout).items()}
+        assert got == {"r0": ("static", "trtllm"), replica_id("default", trt.url, "default"): ("default", "trtllm"),
+                       replica_id("canary", tri.url, "default"): ("canary", "triton")}
+        f.unlink()
+        gone = _run("engines", "--once", env=disc)
+        assert gone.returncode == 2 and str(f) in gone.stderr

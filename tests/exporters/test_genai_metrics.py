@@ -10,8 +10,10 @@ import asyncio
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -110,15 +112,41 @@ def assert_equal_to_prometheus(prom: dict, hists: dict) -> None:
             assert math.isclose(h["sum"], p["sum"], rel_tol=1e-9, abs_tol=1e-12)
 
 
+class _DyingReplica:
+    """A replica that is down but still accepts: every connection is closed at once, unanswered
+    (a process that crashes on each request). The gateway has sent the request, so it cannot try
+    another replica: the request ends in error on this one. (A port with nothing listening would
+    not do: a refused connection goes to another replica, tests/exporters/test_gateway_failover.py.)"""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.recv(65536)  # the request arrived; then the process "dies"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -> None:
     """Mixed traffic: chat and completions, streamed and not, an upstream that refuses the model
     (rejected, the model folded to 'other'), a replica that is down (error)."""
+    dying = _DyingReplica()
     with OtlpReceiver() as rx:
         cfg = worker_cfg(tmp_path)
         with WorkerThread(cfg) as wt:
             g = config_mod.load(env={})
             g.spool.dir, g.spool.segment_max_age_s = str(tmp_path / "gw-spool"), 0.05
-            dead = f"http://127.0.0.1:{free_port()}"
+            dead = dying.url
             g.gateway.upstreams = [wt.url, dead]
             g.control.route_policy = "round_robin"
             g.otel.metrics_endpoint = rx.metrics_url
@@ -148,6 +176,7 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
 
             text, statuses, streamed = asyncio.run(main())
         points = rx.histogram_points()
+    dying.close()
     events = request_events(g)
     assert len(events) == 24
     by_status = Counter(e.status for e in events)

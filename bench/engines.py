@@ -1,0 +1,216 @@
+"""Adapter cost: CPU of ``llmsla engines`` scraping 256 vLLM replicas every second (target: < 5 %
+of one core).
+
+The replicas are one local HTTP server in another process (its CPU is not counted), one path
+per replica, each a realistic vLLM V1 exposition: the families the reference worker exposes
+(what vLLM's ``PrometheusStatLogger`` names, ``exporters/vllm_metrics.py``) plus the ones vLLM
+adds that no adapter reads (token-count and phase-time histograms, request outcomes, the
+process and GC collectors), ``--engines`` engine cores each (data parallelism), values
+different per replica. The
+scraping process runs the real :class:`~llmsla.engines.scrape.Scraper` with the recorder
+(series and spool-line JSON, no disk) for ``--window`` seconds per round; its CPU (user +
+system, every thread) over the wall time is the figure.
+
+Anchor, in the same run on the same texts: the bare ``prometheus_client`` text parser
+(``text_string_to_metric_families``, consumed to the last sample), 256 texts per second, as %
+of one core; and llmsla's parse + adapt alone (no HTTP). Rounds are paired (scraper, then both
+parsers, per round), so machine noise hits all three alike.
+
+    python bench/engines.py [--replicas 256] [--rounds 5] [--window 5] [--engines 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_info, print_table, write_result  # noqa: E402
+
+TARGET_PCT = 5.0
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+_TIME_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                 480.0, 960.0, 1920.0, 7680.0)
+_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+_ITER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def exposition(i: int, engines: int = 1) -> bytes:
+    """Replica ``i``'s /metrics body (Prometheus text format), as a vLLM V1 server answers."""
+    from prometheus_client import (
+        CollectorRegistry,
+        Counter,
+        Histogram,
+        gc_collector,
+        generate_latest,
+        platform_collector,
+        process_collector,
+    )
+
+    from llmsla.exporters.vllm_metrics import VllmMetrics
+
+    rng = random.Random(i)
+    reg = CollectorRegistry()
+    process_collector.ProcessCollector(registry=reg)
+    platform_collector.PlatformCollector(registry=reg)
+    gc_collector.GCCollector(registry=reg)
+    vm = VllmMetrics(reg)
+    ln = ["model_name", "engine"]
+    extra = {
+        "vllm:request_prompt_tokens": _TOKEN_BUCKETS, "vllm:request_generation_tokens": _TOKEN_BUCKETS,
+        "vllm:request_max_num_generation_tokens": _TOKEN_BUCKETS, "vllm:request_params_max_tokens": _TOKEN_BUCKETS,
+        "vllm:request_params_n": (1, 2, 5, 10, 20), "vllm:iteration_tokens_total": _ITER_BUCKETS,
+        "vllm:request_prefill_time_seconds": _TIME_BUCKETS, "vllm:request_decode_time_seconds": _TIME_BUCKETS,
+        "vllm:request_inference_time_seconds": _TIME_BUCKETS,
+    }
+    hists = {n: Histogram(n, n, ln, buckets=b, registry=reg) for n, b in extra.items()}
+    success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                      ["model_name", "engine", "finished_reason"], registry=reg)
+    for engine in [str(e) for e in range(engines)]:
+        s = vm.engine(MODEL, num_blocks=rng.randrange(20000, 40000), engine=engine)
+        s.waiting.set(rng.randrange(0, 20))
+        s.running.set(rng.randrange(0, 64))
+        s.kv_usage.set(rng.random())
+        s.preemptions.inc(rng.randrange(0, 50))
+        q = rng.randrange(10**5, 10**7)
+        s.prefix_queries.inc(q)
+        s.prefix_hits.inc(rng.randrange(0, q))
+        s.prompt_tokens.inc(q)
+        s.generation_tokens.inc(rng.randrange(10**5, 10**7))
+        for _ in range(200):
+            s.ttft.observe(rng.lognormvariate(-2, 1))
+            s.itl.observe(rng.lognormvariate(-4, 0.5))
+            s.e2e.observe(rng.lognormvariate(1, 1))
+            s.queue.observe(rng.lognormvariate(-3, 1.5))
+            for n, h in hists.items():
+                h.labels(MODEL, engine).observe(rng.lognormvariate(5 if "tokens" in n else 0, 1))
+        for reason in ("stop", "length", "abort"):
+            success.labels(MODEL, engine, reason).inc(rng.randrange(0, 10**5))
+    return generate_latest(reg)
+
+
+def _serve(n: int, engines: int, port_q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from aiohttp import web
+
+    bodies = [exposition(i, engines) for i in range(n)]
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=bodies[int(request.match_info["i"])],
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/r/{i}/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port_q.put(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _cpu() -> float:
+    return time.process_time()  # user + system of every thread of this process
+
+
+async def _scrape_window(base: str, n: int, window_s: float) -> dict[str, float]:
+    from prometheus_client import CollectorRegistry
+
+    from llmsla import config as config_mod
+    from llmsla.engines.recorder import EngineRecorder
+    from llmsla.engines.scrape import Scraper, Target
+
+    cfg = config_mod.Config()
+    cfg.engine.scrape_interval_s = 1.0
+    rec = EngineRecorder(registry=CollectorRegistry())
+    scraper = Scraper(cfg, [Target(f"r{i}", "default", f"{base}/r/{i}/metrics", "vllm") for i in range(n)],
+                      on_sample=rec.sample, on_failure=rec.failure)
+    stop = asyncio.Event()
+    task = asyncio.create_task(scraper.run(stop))
+    await asyncio.sleep(1.5)  # every replica scraped once: connections open, first-scrape state set
+    before = {rid: st.scrapes for rid, st in scraper.status.items()}
+    c0, t0 = _cpu(), time.perf_counter()
+    await asyncio.sleep(window_s)
+    cpu, wall = _cpu() - c0, time.perf_counter() - t0
+    scrapes = sum(st.scrapes - before[rid] for rid, st in scraper.status.items())
+    failed = sum(1 for st in scraper.status.values() if not st.up)
+    stop.set()
+    await task
+    return {"cpu_pct": 100 * cpu / wall, "scrapes_per_s": scrapes / wall, "down": failed}
+
+
+def _parse_cost(texts: list[str], which: str) -> float:
+    """CPU seconds to parse every text once (one second's worth at 1 Hz)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from llmsla.engines.adapt import READS, snapshot
+    from llmsla.engines.parse import parse
+
+    c0 = _cpu()
+    if which == "prometheus_client":
+        for t in texts:
+            for fam in text_string_to_metric_families(t):
+                for _ in fam.samples:
+                    pass
+    else:
+        for i, t in enumerate(texts):
+            snapshot(parse(t, "text/plain; version=0.0.4", READS), "vllm", replica=f"r{i}", pool="default", ts=0.0)
+    return _cpu() - c0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--window", type=float, default=5.0, help="seconds of scraping per round")
+    ap.add_argument("--engines", type=int, default=1,
+                    help="engine cores per replica (vLLM data parallelism; 1 = vllm serve's default)")
+    args = ap.parse_args()
+
+    ctx = multiprocessing.get_context("spawn")
+    port_q = ctx.Queue()
+    server = ctx.Process(target=_serve, args=(args.replicas, args.engines, port_q), daemon=True)
+    server.start()
+    try:
+        port = port_q.get(timeout=300)
+        base = f"http://127.0.0.1:{port}"
+        import urllib.request
+
+        texts = [urllib.request.urlopen(f"{base}/r/{i}/metrics").read().decode() for i in range(args.replicas)]
+        sizes = [len(t) for t in texts]
+        rows = []
+        for r in range(args.rounds):
+            s = asyncio.run(_scrape_window(base, args.replicas, args.window))
+            anchor = _parse_cost(texts, "prometheus_client")
+            ours = _parse_cost(texts, "llmsla")
+            rows.append({"round": r, "scraper_cpu_pct": s["cpu_pct"], "scrapes_per_s": s["scrapes_per_s"],
+                         "down": s["down"], "prom_parser_pct": 100 * anchor, "llmsla_parse_adapt_pct": 100 * ours,
+                         "scraper_over_prom": s["cpu_pct"] / (100 * anchor)})
+    finally:
+        server.terminate()
+        server.join(10)
+
+    print_table(rows, f"{args.replicas} vLLM replicas at 1 s, {statistics.mean(sizes) / 1024:.1f} KiB each "
+                      f"(% of one core; target scraper < {TARGET_PCT} %)")
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "round"}
+    print(f"median: scraper {med['scraper_cpu_pct']:.2f} %, bare prometheus_client parser "
+          f"{med['prom_parser_pct']:.2f} %, llmsla parse+adapt {med['llmsla_parse_adapt_pct']:.2f} % of one core; "
+          f"{'meets' if med['scraper_cpu_pct'] < TARGET_PCT else 'MISSES'} the {TARGET_PCT} % target")
+    path = write_result("engines", {"machine": machine_info(), "replicas": args.replicas, "interval_s": 1.0,
+                                    "engines_per_replica": args.engines,
+                                    "window_s": args.window, "exposition_bytes_mean": statistics.mean(sizes),
+                                    "target_pct": TARGET_PCT, "rounds": rows, "median": med})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
