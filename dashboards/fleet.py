@@ -48,6 +48,14 @@ def build(cfg: Config) -> dash_m.Dashboard:
         description="Share of requests that succeeded within every latency objective of the SLO specs at once "
                     f"({slo.summary()}), as AIPerf's --goodput counts them; the dashed line is the strictest "
                     "latency target."))
+    d = d.with_panel(c.timeseries_panel(
+        "Load shedding: requests refused", [promql.SHED_RATE], unit="reqps", w=12, min_val=0,
+        description="Requests answered 429 shed_by_slo per second, by pool and class: the alert receiver sheds "
+                    "less protected classes while a more protected class burns its error budget."))
+    d = d.with_panel(c.timeseries_panel(
+        "Load shedding: share per class", [promql.SHED_SHARE], unit="percentunit", w=12, min_val=0, max_val=1,
+        description="Share of each class's new requests the control API sheds in each pool (0: none); it steps "
+                    "up while the page fires and back down after it resolves."))
     d = d.with_row(dash.Row("Latency"))
     d = d.with_panel(c.timeseries_panel(
         "TTFT P50 / P95 / P99", list(promql.TTFT_QUANTILES), unit="s", log_y=True, slo=c.slo_line(ttft_s),

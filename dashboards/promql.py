@@ -98,6 +98,13 @@ QUEUE_LENGTH = _q("fleet.queue_length",
                   legend="{{instance}}", labels=(names.L_INSTANCE,))
 IN_FLIGHT = _q("fleet.in_flight", f"sum by ({names.L_POOL}) ({names.REQUESTS_IN_FLIGHT}{selector(names.L_POOL)})",
                legend="{{pool}}", labels=(names.L_POOL,))
+#: Load shedding by the error budget: requests refused per second and the share set per class
+SHED_RATE = _q("fleet.shed_rate", f"sum by ({names.L_POOL}, {names.L_CLASS}) "
+               f"(rate({names.GATEWAY_SHED}_total{selector(names.L_POOL)}[{RATE}]))",
+               legend="{{pool}} {{class}} shed", labels=(names.L_POOL, names.L_CLASS))
+SHED_SHARE = _q("fleet.shed_share", f"max by ({names.L_POOL}, {names.L_CLASS}) "
+                f"({names.SHED_SHARE_RATIO}{selector(names.L_POOL)})",
+                legend="{{pool}} {{class}}", labels=(names.L_POOL, names.L_CLASS))
 _ROUTER_SEL = selector(names.L_POOL, names.L_REPLICA)
 ROUTER_PICKS = _q("fleet.router_picks",
                   f"sum by ({names.L_POOL}, {names.L_REPLICA}) (rate({names.ROUTER_PICKS}_total{_ROUTER_SEL}[{RATE}]))",

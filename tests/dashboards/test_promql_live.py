@@ -1,6 +1,6 @@
 """Every PromQL query of the dashboards, run as Grafana runs it, against a real Prometheus that
 scraped real exporters after real traffic: the gateway in front of two reference workers (request
-histograms, counters, in-flight, router picks and weights; worker queue gauges) and a GPU
+histograms, counters, in-flight, router picks and weights, a shed class; worker queue gauges) and a GPU
 recorder's gauges and health signals; ``llmsla engines`` (its own process, as deployed) scraping the
 workers' own vLLM-named /metrics into ``llmsla_engine_*``; plus one always-firing alert rule so
 ``ALERTS`` has a firing series.
@@ -47,6 +47,7 @@ from llmsla.worker.server import WorkerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 N_REQUESTS = 240
+N_SHED = 8  # batch requests while half the class is shed: half served, half refused
 SCRAPE_S = 0.5
 PROBE_RULES = f"""groups:
   - name: llmsla-dashboard-probe
@@ -85,6 +86,18 @@ async def _traffic(url: str, model: str, waves: int = 3) -> None:
         for w in range(waves):
             await asyncio.gather(*(one(w * per + i) for i in range(per)))
             await asyncio.sleep(3 * SCRAPE_S)
+
+
+async def _shed_traffic(url: str, model: str, n: int = N_SHED) -> None:
+    """Requests of the shed batch class: every second one is refused (429 shed_by_slo)."""
+    async with aiohttp.ClientSession() as s:
+        statuses = []
+        for _ in range(n):
+            async with s.post(f"{url}/v1/completions", json={"model": model, "prompt": "x", "max_tokens": 1},
+                              headers={names.CLASS_HEADER: "batch"}) as r:
+                await r.read()
+                statuses.append(r.status)
+    assert sorted(statuses) == [200] * (n // 2) + [429] * (n // 2), statuses
 
 
 def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start_prometheus) -> None:
@@ -143,11 +156,14 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
                         break
                     await asyncio.sleep(0.1)
                 t0 = dt.datetime.now(dt.UTC)
+                # load shedding, as the receiver sets it: half of the batch class refused
+                gw.gateway.plane.shed.set_shares(cfg.gateway.pool, {"batch": 0.5}, actor="test")
+                await _shed_traffic(gw.url, cfg.worker.model)
                 await _traffic(gw.url, cfg.worker.model)
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:  # every request scraped, and two more scrapes for rate()
                     got = await asyncio.to_thread(runner._get, f"{prom.url}/api/v1/query?query=sum({names.REQUESTS}_total)")
-                    if got["result"] and float(got["result"][0]["value"][1]) == N_REQUESTS:
+                    if got["result"] and float(got["result"][0]["value"][1]) == N_REQUESTS + N_SHED // 2:
                         break
                     await asyncio.sleep(0.25)
                 await asyncio.sleep(4 * SCRAPE_S)
