@@ -222,15 +222,23 @@ def threshold_rule(ec: Any) -> str:
 
 
 def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) -> Any:
-    """Train, pick the threshold on validation, score the test split, write the artifact."""
-    from llmsla.forecaster import artifact, evaluate, features, train
+    """Train, pick the threshold on validation, score the test split, write the artifact. With
+    ``forecast.horizons_s`` (fleet mode) the model has one head per horizon, each with its own
+    threshold and metrics; the shortest stays the artifact's ``horizon``/``threshold``."""
+    from llmsla.forecaster import artifact, evaluate, features, horizons, train
 
+    hs = horizons.steps_of(cfg.forecast.horizons_s, ds.step_s) if cfg.forecast.horizons_s and ds.mode == "fleet" else ()
+    tc.horizons = hs
     res = train.train_lstm(ds, tc, log=log)
-    scorer = lambda ends: train.predict(res.model, ds.inputs(ends, res.scaler))  # noqa: E731
     ec = _eval_config(cfg)
-    mr = evaluate.run_model(ds, evaluate.LSTM, scorer, ec, {}, time.perf_counter())
+    if hs:
+        per = horizons.evaluate_heads(ds, res.model, res.scaler, hs, ec)
+    else:
+        scorer = lambda ends: train.predict(res.model, ds.inputs(ends, res.scaler))  # noqa: E731
+        per = [evaluate.run_model(ds, evaluate.LSTM, scorer, ec, {}, time.perf_counter())]
+    mr = per[0]
     meta = {
-        "mode": ds.mode, "window": ds.window, "horizon": ds.horizon, "step_s": ds.step_s,
+        "mode": ds.mode, "window": ds.window, "horizon": hs[0] if hs else ds.horizon, "step_s": ds.step_s,
         "features": list(features.FEATURES) if ds.mode == "fleet" else ["value"],
         "masks": list(features.MASKS) if ds.mode == "fleet" else [],
         "log_features": sorted(features.LOG_FEATURES) if ds.mode == "fleet" else [],
@@ -242,6 +250,10 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
         "metrics": {"val": mr.val.to_dict(), "test": mr.test.to_dict()},
         "data_sha256": ds.digest(),
     }
+    if hs:
+        meta |= {"horizons": list(hs), "thresholds": [r.threshold for r in per],
+                 "horizon_metrics": [{"horizon": h, "val": r.val.to_dict(), "test": r.test.to_dict()}
+                                     for h, r in zip(hs, per, strict=True)]}
     artifact.save(out, res.model, res.scaler, meta)
     return res, mr
 
