@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llmsla.forecaster import evaluate
+from llmsla.forecaster import accuracy, evaluate
 from llmsla.forecaster.dataset import Dataset
 from llmsla.forecaster.model import LstmForecaster
 from llmsla.forecaster.scaler import RobustScaler
@@ -46,12 +46,6 @@ def label(seconds: float) -> str:
     return f"{s}s"
 
 
-def lead_steps(lead_max_steps: int, horizon: int) -> int:
-    """An early warning's window: the configured lead, or the horizon where that is longer (a
-    5 min forecast that fires 4 min ahead is on time)."""
-    return max(int(lead_max_steps), int(horizon))
-
-
 def head_scorer(model: LstmForecaster, ds: Dataset, scaler: RobustScaler | None, head: int,
                 *, batch: int = 4096) -> evaluate.Scorer:
     """Window end indices -> the risk of output ``head`` (the only one of a one-horizon model)."""
@@ -64,7 +58,8 @@ def head_scorer(model: LstmForecaster, ds: Dataset, scaler: RobustScaler | None,
 
 
 def eval_config_for(ec: evaluate.EvalConfig, horizon: int) -> evaluate.EvalConfig:
-    return dataclasses.replace(ec, lead_max_steps=lead_steps(ec.lead_max_steps, horizon))
+    """The evaluation at ``horizon``: its lead window as the live accuracy's (:func:`accuracy.lead_steps`)."""
+    return dataclasses.replace(ec, lead_max_steps=accuracy.lead_steps(horizon, ec.lead_max_steps))
 
 
 def evaluate_heads(ds: Dataset, model: LstmForecaster, scaler: RobustScaler | None, horizons: Sequence[int],

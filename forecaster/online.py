@@ -114,8 +114,11 @@ class OnlineScorer:
         registry = registry if registry is not None else CollectorRegistry()
         self.metrics = Metrics(registry)
         self.accuracy_metrics = AccuracyMetrics(registry)
-        self.accuracy_metrics.validation_recall.labels(self.name, str(self.horizon_s)).set(
-            accuracy.validation_recall(art.meta))
+        # per horizon where the artifact records it (the drift alert compares per horizon)
+        per = art.meta.get("horizon_metrics") or [{"val": (art.meta.get("metrics") or {}).get("val")}]
+        for hs, hm in zip(self.horizons_s[:len(per)], per[:len(self.horizons_s)], strict=True):
+            self.accuracy_metrics.validation_recall.labels(self.name, str(hs)).set(
+                accuracy.validation_recall({"metrics": {"val": hm.get("val")}}))
         self.poster = poster
         self.external_url = external_url
         policy = AlarmPolicy.from_config(self.fc)

@@ -286,7 +286,7 @@ def _load_artifact(path: Path):
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     extras.require("forecast", "llmsla forecast eval")
     from llmsla.errors import CliError
-    from llmsla.forecaster import baselines, evaluate, nab, report, train
+    from llmsla.forecaster import baselines, evaluate, horizons, nab, report, train
 
     data, model_dir = _paths(cfg, args)
     ec = _eval_config(cfg, learned_max_windows=args.learned_max_windows, budgets=(1.0, 2.0, 4.0, 8.0, 16.0))
@@ -299,7 +299,7 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     if art.meta.get("data_sha256") != ds.digest():
         _log(f"note: {model_dir} was trained on another data set than {data}")
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
-    scorer = lambda ends: train.predict(art.model, ds.inputs(ends, art.scaler))  # noqa: E731
+    scorer = horizons.head_scorer(art.model, ds, art.scaler, 0)  # several horizons: the shortest head
     _log("(a) held-out simulated replays")
     fleet = evaluate.run_all(ds, scorer, art.scaler, ec, methods, lstm_seconds=art.meta["train"]["seconds"], log=_log)
     nab_res = None

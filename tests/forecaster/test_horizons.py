@@ -71,6 +71,23 @@ def test_multi_horizon_artifact_round_trips(tiny_ds, multi_trained) -> None:
     assert (y[known] == 1).sum(axis=0).tolist() == sorted((y[known] == 1).sum(axis=0).tolist())
 
 
+def test_online_scorer_exports_each_horizons_validation_recall(multi_trained) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from llmsla.forecaster import accuracy
+
+    art = artifact.load(multi_trained[2])
+    cfg = config_mod.load(env={})
+    reg = CollectorRegistry()
+    scorer = online.OnlineScorer(art, cfg, "postgresql://unused", registry=reg)  # connects on the first step
+    got = {smp.labels["horizon"]: smp.value for fam in reg.collect() for smp in fam.samples
+           if smp.name == names.FORECAST_VALIDATION_RECALL}
+    want = {str(m["horizon"] * 5): accuracy.validation_recall({"metrics": {"val": m["val"]}})
+            for m in art.meta["horizon_metrics"]}
+    assert list(got) == ["15", "30", "60"] and got == pytest.approx(want, nan_ok=True)
+    scorer.close()
+
+
 def test_the_shipped_one_horizon_artifact_still_loads_and_scores() -> None:
     art = artifact.load(artifact.PRETRAINED)
     assert "horizons" not in art.meta and art.model.cfg.outputs == 1
@@ -101,7 +118,8 @@ def test_horizon_steps_labels_and_breach_time() -> None:
     with pytest.raises(ValueError, match="32 s is not a whole number"):
         horizons.steps_of([32], 5.0)
     assert [horizons.label(s) for s in (25, 30, 120, 300, 3600)] == ["25s", "30s", "2m", "5m", "1h"]
-    assert horizons.lead_steps(24, 6) == 24 and horizons.lead_steps(24, 120) == 120
+    ec = horizons.evaluate.EvalConfig(lead_max_steps=24)
+    assert horizons.eval_config_for(ec, 6).lead_max_steps == 24 and horizons.eval_config_for(ec, 120).lead_max_steps == 120
     # the earliest horizon over its own threshold, or none
     assert decide.breach_in_s([0.2, 0.7, 0.9], [0.5, 0.6, 0.95], [30, 120, 300]) == 120
     assert decide.breach_in_s([0.2, 0.1, 0.9], [0.5, 0.6, 0.95], [30, 120, 300]) is None
