@@ -186,19 +186,23 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=0, help="cap the training epochs (0 = the config's, as users run it)")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--targets", type=int, default=64)
+    ap.add_argument("--no-training", action="store_true", help="online rows only (e.g. for a model with several horizons)")
+    ap.add_argument("--name", default="forecaster", help="bench/results/<name>.json")
     args = ap.parse_args()
     art = artifact.load(Path(args.model))
     train.seed_everything(0, cfg.forecast.threads)
     rows, store = online_rows(cfg, art, args.targets, args.steps)
     print_table(rows, f"online, {args.steps} steps ({cfg.forecast.threads} torch threads; "
                       "target: scoring p99 <= 5 ms, reference design 83 ms)")
-    trow = training_row(Path(args.data), args.epochs or None)
-    print_table([trow], "training on the default data set")
-    write_result("forecaster", {
+    trows = [] if args.no_training else [training_row(Path(args.data), args.epochs or None)]
+    if trows:
+        print_table(trows, "training on the default data set")
+    write_result(args.name, {
         "inputs": {"targets": args.targets, "window": art.window, "steps": args.steps, "model": art.version,
-                   "data": args.data, "data_sha256": Dataset.load(Path(args.data)).digest()[:12],
+                   "horizons_s": [h * names.REQUEST_WINDOW_S for h in art.horizons],
+                   "data": args.data, "data_sha256": Dataset.load(Path(args.data)).digest()[:12] if trows else None,
                    "threads": cfg.forecast.threads, "store": store},
-        "online": rows, "training": [trow], "anchor": "bare LSTM forward, same batch, same run",
+        "online": rows, "training": trows, "anchor": "bare LSTM forward, same batch, same run",
         "reference_p99_ms": 83.0, "target_p99_ms": 5.0, "metric": names.FORECAST_RISK})
     print(json.dumps({"scoring_p99_ms": rows[1]["p99_ms"], "scoring_reread_p99_ms": rows[2]["p99_ms"],
                       "full_step_p99_ms": rows[4]["p99_ms"]}))

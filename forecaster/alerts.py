@@ -24,6 +24,7 @@ from typing import Any
 from llmsla import names
 from llmsla.forecaster import decide
 from llmsla.forecaster.decide import TargetAlarm
+from llmsla.forecaster.horizons import label as horizon_label
 from llmsla.forecaster.hysteresis import AlarmPolicy
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,15 @@ def fingerprint(labels: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def alert_labels(pool: str, replica: str, model: str, slo_name: str) -> dict[str, str]:
+def alert_labels(pool: str, replica: str, model: str, slo_name: str, horizon_s: float) -> dict[str, str]:
     """The label set the receiver's policy matches (docs/alerting.md): a forecast is a ticket-level
-    warning from the forecaster, scoped to a replica or (no replica) its whole pool."""
+    warning from the forecaster, scoped to a replica or (no replica) its whole pool, for one
+    horizon (``horizon`` = ``30s``, ``5m``: each horizon is its own alert, and the policy answers
+    a warning minutes ahead with a slower action than one seconds ahead)."""
     labels = {names.L_ALERTNAME: names.FORECAST_ALERTNAME, names.L_SEVERITY: names.SEVERITY_TICKET,
               names.L_SOURCE: names.SOURCE_FORECASTER, names.L_SLO: slo_name, names.L_MODEL: model,
-              names.L_POOL: pool, names.L_SCOPE: names.SCOPE_REPLICA if replica else names.SCOPE_POOL}
+              names.L_POOL: pool, names.L_SCOPE: names.SCOPE_REPLICA if replica else names.SCOPE_POOL,
+              names.L_HORIZON: horizon_label(horizon_s)}
     if replica:
         labels[names.L_REPLICA] = replica
     return labels
@@ -79,7 +83,8 @@ class Hysteresis:
         self.generator_url = generator_url
         self.states: dict[str, TargetAlarm] = {}
 
-    def _alert(self, st: TargetAlarm, status: str, risk: float, now_ms: int, *, why: str = "") -> dict[str, Any]:
+    def _alert(self, st: TargetAlarm, status: str, risk: float, now_ms: int, *, why: str = "",
+               breach_ms: int | None = None) -> dict[str, Any]:
         replica = st.labels.get(names.L_REPLICA, "")
         target = f"{st.labels[names.L_POOL]}/{replica or '*'}"
         what = f"replica {replica}" if replica else "the pool"
@@ -89,15 +94,20 @@ class Hysteresis:
                                    f"of pool {st.labels[names.L_POOL]} (risk {risk:.2f} >= {self.threshold:.2f})"
                                    if status == "firing" else why or f"forecast risk for {target} back below "
                                    f"{self.resolve_below:.2f}")}
+        if status == "firing":
+            ann[names.ANN_PREDICTED_BREACH] = rfc3339(now_ms + self.horizon_s * 1000 if breach_ms is None else breach_ms)
         return {"status": status, "labels": dict(st.labels), "annotations": ann,
                 "startsAt": rfc3339(st.starts_ms), "endsAt": ZERO_TIME if status == "firing" else rfc3339(now_ms),
                 "generatorURL": self.generator_url, "fingerprint": fingerprint(st.labels)}
 
-    def update(self, key: str, risk: float, now_ms: int, labels: dict[str, str]) -> list[tuple[str, dict]]:
+    def update(self, key: str, risk: float, now_ms: int, labels: dict[str, str], *,
+               breach_ms: int | None = None) -> list[tuple[str, dict]]:
+        """Feed one score; ``breach_ms`` is when the breach is expected (default: now + this
+        alarm's horizon), the firing alert's ``predicted_breach_at``."""
         status, st = decide.on_score(self.states.get(key, TargetAlarm()), risk, now_ms, labels,
                                      threshold=self.threshold, policy=self.policy, repeat_ms=self.repeat_ms)
         self.states[key] = st
-        return [] if status is None else [(status, self._alert(st, status, risk, now_ms))]
+        return [] if status is None else [(status, self._alert(st, status, risk, now_ms, breach_ms=breach_ms))]
 
     def expire(self, key: str, now_ms: int, why: str) -> list[tuple[str, dict]]:
         """The target has nothing left to forecast (no traffic): its alarm is forgotten and a firing

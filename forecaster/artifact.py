@@ -3,7 +3,10 @@
 ``artifact.json`` holds the format version, the model version (sha256 of the weights and the
 settings), the model and training configuration, the feature names, input window, horizon, SLO
 targets, the scaler (median/IQR per feature), the alarm threshold and how it was chosen, the
-evaluation metrics and the data set's sha256; ``model.pt`` holds the state dict (tensors only,
+evaluation metrics and the data set's sha256; a model with several horizons adds ``horizons``
+(steps, ascending, one per output of the model) and ``thresholds`` (one per horizon), and keeps
+``horizon``/``threshold`` as its shortest horizon's, so a reader that knows one horizon still
+reads it (docs/forecaster.md#several-horizons); ``model.pt`` holds the state dict (tensors only,
 loaded with ``weights_only=True``), its sha256 recorded in the JSON. Any mismatch - a missing
 key, a truncated weights file, a shape that does not fit - is an :class:`ArtifactError` naming
 the file and the field, never a half-loaded model.
@@ -58,6 +61,17 @@ class Artifact:
     @property
     def horizon(self) -> int:
         return int(self.meta["horizon"])
+
+    @property
+    def horizons(self) -> list[int]:
+        """Label horizons in steps, ascending, one per model output (``[horizon]`` for an
+        artifact with one, as every artifact before several horizons)."""
+        return [int(h) for h in self.meta.get("horizons", [self.meta["horizon"]])]
+
+    @property
+    def thresholds(self) -> list[float]:
+        """The alarm threshold of each of :attr:`horizons`."""
+        return [float(t) for t in self.meta.get("thresholds", [self.meta["threshold"]])]
 
 
 def save(path: Path, model: LstmForecaster, scaler: RobustScaler | None, meta: dict[str, Any]) -> Path:
@@ -144,4 +158,22 @@ def load(path: Path) -> Artifact:
     thr = meta["threshold"]
     if not isinstance(thr, int | float) or not np.isfinite(thr):
         raise ArtifactError(f"{meta_path}: threshold: expected a finite number, got {thr!r}")
+    _check_horizons(meta_path, meta, mcfg.outputs)
     return Artifact(model, scaler, meta)
+
+
+def _check_horizons(meta_path: Path, meta: dict[str, Any], outputs: int) -> None:
+    """``horizons`` and ``thresholds`` (absent in a one-horizon artifact) fit the model's outputs."""
+    if "horizons" not in meta and "thresholds" not in meta:
+        if outputs != 1:
+            raise ArtifactError(f"{meta_path}: model has {outputs} outputs but no horizons field")
+        return
+    hs, ts = meta.get("horizons"), meta.get("thresholds")
+    if (not isinstance(hs, list) or not hs or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hs)
+            or hs != sorted(set(hs))):
+        raise ArtifactError(f"{meta_path}: horizons: expected ascending whole steps >= 1, got {hs!r}")
+    if not isinstance(ts, list) or len(ts) != len(hs) or not all(
+            isinstance(t, int | float) and not isinstance(t, bool) and np.isfinite(t) for t in ts):
+        raise ArtifactError(f"{meta_path}: thresholds: expected {len(hs)} finite numbers (one per horizon), got {ts!r}")
+    if len(hs) != outputs:
+        raise ArtifactError(f"{meta_path}: {len(hs)} horizons but the model has {outputs} outputs")

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llmsla.forecaster import evaluate, features, train
+from llmsla.forecaster import evaluate, features, horizons
 from llmsla.forecaster import metrics as m
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.baselines import RULES
@@ -46,8 +46,9 @@ def score(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig) -> dict[str, m.Re
     compares a candidate with the champion by these same reports."""
     check(art)
 
-    def scorer(ends):  # noqa: ANN001, ANN202 - window end indices -> risks
-        return train.predict(art.model, ds.inputs(ends, art.scaler))
+    # a model with several horizons is judged by its shortest head: the artifact's horizon and
+    # threshold, the ones ``ds`` was built for
+    scorer = horizons.head_scorer(art.model, ds, art.scaler, 0)
 
     scores = {s: evaluate.series_scores(ds, s, scorer) for s in SPLITS}
     thr, min_onset = art.threshold, ds.window - 1

@@ -114,6 +114,25 @@ class Dataset:
     def series_index(self, ends: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, ends, side="right") - 1
 
+    def labels(self, horizons: list[int]) -> np.ndarray:
+        """``[N, len(horizons)]`` int8: a breach within each horizon (steps), -1 where that future
+        is not all known - the label of :attr:`y` for every horizon, series by series."""
+        out = np.full((len(self.breach), len(horizons)), -1, np.int8)
+        for s in range(self.n_series):
+            lo, hi = int(self.offsets[s]), int(self.offsets[s + 1])
+            for k, h in enumerate(horizons):
+                out[lo:hi, k] = slo_mod.future_label(self.breach[lo:hi], int(h))
+        return out
+
+    def with_horizon(self, horizon: int) -> Dataset:
+        """The same series labelled for another horizon (shares the arrays). Breach events stay
+        those of the data set's own horizon (``info["event_gap_steps"]``: gaps merged, faults
+        attributed), so the recall at every horizon counts the same events."""
+        info = {**self.info, "event_gap_steps": int(self.info.get("event_gap_steps", self.horizon))}
+        y = self.labels([horizon])[:, 0]
+        return Dataset(self.mode, self.window, int(horizon), self.step_s, self.feats, self.present, self.signals,
+                       self.breach, y, self.offsets, self.meta, info)
+
     def fit_scaler(self) -> RobustScaler:
         rows = np.concatenate([np.arange(self.offsets[s], self.offsets[s + 1]) for s in self.series_of("train")])
         return RobustScaler.fit(self.feats[rows].astype(float))

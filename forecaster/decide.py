@@ -9,7 +9,7 @@ window scored); rendering and posting the webhook are :mod:`alerts`' job. See do
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from llmsla import names
@@ -45,6 +45,13 @@ def on_score(st: TargetAlarm, risk: float, now_ms: int, labels: dict[str, str], 
     if st.firing and now_ms - st.last_sent_ms >= repeat_ms:
         return FIRING, replace(st, last_sent_ms=now_ms)
     return None, st
+
+
+def breach_in_s(risks: Sequence[float], thresholds: Sequence[float], horizons_s: Sequence[float]) -> float | None:
+    """Seconds until the breach a target's scores predict: the shortest horizon whose risk is at
+    or above its threshold (horizons ascending), or ``None`` when none is - an alert then says
+    "within its own horizon". The ``predicted_breach_at`` of every horizon's alert."""
+    return next((h for r, t, h in zip(risks, thresholds, horizons_s, strict=True) if r >= t), None)
 
 
 def on_idle(st: TargetAlarm | None) -> str | None:

@@ -61,7 +61,8 @@ def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192)
     out = []
     info = ds.info
     precursor = tuple(info.get("precursor_kinds", ()))
-    tail = int(info.get("slo_window_steps", 1)) + ds.horizon
+    gap = int(info.get("event_gap_steps", ds.horizon))  # the events of every horizon are the same
+    tail = int(info.get("slo_window_steps", 1)) + gap
     for s in ds.series_of(split):
         lo, hi = int(ds.offsets[s]), int(ds.offsets[s + 1])
         score = np.full(hi - lo, np.nan)
@@ -70,7 +71,7 @@ def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192)
             score[ends[i: i + batch] - lo] = scorer(ends[i: i + batch])
         if not np.all(np.isfinite(score[ds.window - 1:])):
             raise FloatingPointError(f"series {s}: a scorer returned a non-finite score")
-        eps = m.episodes(ds.breach[lo:hi], ds.horizon)
+        eps = m.episodes(ds.breach[lo:hi], gap)
         meta = ds.meta[s]
         faults, t0 = meta.get("faults", []), int(meta.get("t0_ms", 0))
         m.attribute(eps, faults, ds.step_s, t0, tail, precursor)

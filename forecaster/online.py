@@ -4,7 +4,9 @@ One process scores every target of a store (replicas and pools): it holds the la
 request, GPU and policy windows, re-reading only the newest (``window_cache.py``) in three
 queries, builds the same features as training for the steps that changed (``feature_window.py``), runs
 one batched forward pass, exports ``llmsla_forecast_risk``, upserts the scores into
-``forecasts`` and posts firing/resolved alerts (webhook v4, hysteresis) to the receiver.
+``forecasts`` and posts firing/resolved alerts (webhook v4, hysteresis) to the receiver. A model
+with several horizons gives every target one risk per horizon from the same forward pass; each
+horizon has its own threshold, hysteresis and alert (docs/forecaster.md#several-horizons).
 
 The step scored is the last 5 s window that ended at least ``lag_s`` ago, so the streaming job
 has written it. A step whose window is missing for every target (streaming down, no traffic) is
@@ -43,7 +45,8 @@ class StepResult:
     step_ms: int  # start of the window scored
     scored: int = 0
     skipped: str = ""  # why nothing was scored
-    risks: dict[str, float] = field(default_factory=dict)
+    risks: dict[str, float] = field(default_factory=dict)  # the shortest horizon's
+    horizon_risks: dict[str, list[float]] = field(default_factory=dict)  # one per horizon, ascending
     idle: list[str] = field(default_factory=list)  # targets not scored: no requests for forecast.idle_s
     notifications: list[tuple[str, dict]] = field(default_factory=list)
     seconds: float = 0.0
@@ -55,7 +58,8 @@ class StepResult:
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.risk = Gauge(names.FORECAST_RISK, "Forecast probability of an SLO breach within the horizon",
-                          [names.L_TARGET, names.L_MODEL, names.L_POOL, names.L_REPLICA], registry=registry)
+                          [names.L_TARGET, names.L_MODEL, names.L_POOL, names.L_REPLICA, names.L_HORIZON],
+                          registry=registry)
         self.score_seconds = Histogram(names.FORECAST_SCORE_SECONDS, "Time to score one batch of targets, seconds",
                                        registry=registry, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
         self.notifications = Counter(names.FORECAST_NOTIFICATIONS, "Forecast alert notifications to the receiver",
@@ -82,9 +86,15 @@ class BatchScorer:
         return ts.extra["inputs"] if "inputs" in ts.extra else self.prepare(ts.x, ts.present)
 
     def score(self, x: np.ndarray) -> np.ndarray:
+        """Risks ``[targets]`` (one horizon) or ``[targets, horizons]``."""
         if not np.all(np.isfinite(x)):
             raise FloatingPointError("non-finite model input")  # fleet_inputs never yields one
         return self.model.risk(torch.from_numpy(x)).numpy().astype(float)
+
+    def risks(self, x: np.ndarray) -> np.ndarray:
+        """Risks ``[targets, horizons]``, whatever the number of horizons."""
+        r = self.score(x)
+        return r[:, None] if r.ndim == 1 else r
 
 
 class OnlineScorer:
@@ -98,12 +108,13 @@ class OnlineScorer:
         self.gpu_map = features.gpu_map_from(self.fc.gpu_map)
         self.dsn = dsn
         self.name = f"lstm-{art.version}"
-        self.horizon_s = art.horizon * names.REQUEST_WINDOW_S
+        self.horizon_s = art.horizon * names.REQUEST_WINDOW_S  # the shortest
+        self.horizons_s = [h * names.REQUEST_WINDOW_S for h in art.horizons]
+        self.thresholds = art.thresholds
         registry = registry if registry is not None else CollectorRegistry()
         self.metrics = Metrics(registry)
         self.accuracy_metrics = AccuracyMetrics(registry)
-        self.accuracy_metrics.validation_recall.labels(self.name, str(self.horizon_s)).set(
-            accuracy.validation_recall(art.meta))
+        self._export_validation_recall(art)
         self.poster = poster
         self.external_url = external_url
         policy = AlarmPolicy.from_config(self.fc)
@@ -111,10 +122,9 @@ class OnlineScorer:
         if trained is not None and trained != policy.to_dict():
             log.warning("the threshold of model %s was chosen for the alarm %s; [forecast] sets %s, so its false "
                         "alarm rate is not the evaluated one", art.version, trained, policy.to_dict())
-        self.hyst = alerts.Hysteresis(art.threshold, fire_steps=self.fc.fire_steps,
-                                      resolve_steps=self.fc.resolve_steps, resolve_ratio=self.fc.resolve_ratio,
-                                      repeat_s=self.fc.repeat_s, horizon_s=self.horizon_s,
-                                      generator_url=external_url)
+        #: one alarm per horizon, each with its own threshold and state per target
+        self.hysts = [self._alarm(hs, thr) for hs, thr in zip(self.horizons_s, self.thresholds, strict=True)]
+        self.hyst = self.hysts[0]
         self.live_accuracy = LiveAccuracy(self.slos, slo_window_steps=self.fc.slo_window_steps, policy=policy,
                                           lead_max_steps=self.fc.lead_max_steps, window_s=self.fc.accuracy_window_s,
                                           settle_s=max(self.fc.reread_s, self.fc.lag_s), prefer=self.name)
@@ -124,20 +134,40 @@ class OnlineScorer:
         self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=self.scorer.prepare)
 
     def swap(self, art: Artifact) -> None:
-        """Serve ``art`` from the next step on (a newly promoted champion): its scaler, threshold
-        and window; the window cache and the alarm states are kept, the features rebuilt once
-        (the inputs depend on the scaler). Raises ValueError for a model the scorer cannot serve."""
+        """Serve ``art`` from the next step on (a newly promoted champion): its scaler, thresholds,
+        horizons and window; the window cache and the alarm states of the horizons both models
+        have are kept, the features rebuilt once (the inputs depend on the scaler). Raises
+        ValueError for a model the scorer cannot serve."""
         scorer = BatchScorer(art)
         self.scorer, self.window = scorer, art.window
         self.name = f"lstm-{art.version}"
         self.horizon_s = art.horizon * names.REQUEST_WINDOW_S
-        self.hyst.threshold = art.threshold
-        self.hyst.resolve_below = art.threshold * self.fc.resolve_ratio
-        self.hyst.horizon_s = self.horizon_s
+        horizons_s = [h * names.REQUEST_WINDOW_S for h in art.horizons]
+        kept = dict(zip(self.horizons_s, self.hysts, strict=True))
+        self.hysts = []
+        for hs, thr in zip(horizons_s, art.thresholds, strict=True):
+            hyst = kept.get(hs) or self._alarm(hs, thr)
+            hyst.threshold, hyst.resolve_below, hyst.horizon_s = thr, thr * self.fc.resolve_ratio, hs
+            self.hysts.append(hyst)
+        self.hyst = self.hysts[0]
+        self.horizons_s, self.thresholds = horizons_s, art.thresholds
         self.live_accuracy.prefer = self.name
-        self.accuracy_metrics.validation_recall.labels(self.name, str(self.horizon_s)).set(
-            accuracy.validation_recall(art.meta))
+        self._export_validation_recall(art)
         self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=scorer.prepare)
+
+    def _alarm(self, horizon_s: int, threshold: float) -> alerts.Hysteresis:
+        """A horizon's alarm under the ``[forecast]`` alarm policy."""
+        return alerts.Hysteresis(threshold, fire_steps=self.fc.fire_steps, resolve_steps=self.fc.resolve_steps,
+                                 resolve_ratio=self.fc.resolve_ratio, repeat_s=self.fc.repeat_s,
+                                 horizon_s=horizon_s, generator_url=self.external_url)
+
+    def _export_validation_recall(self, art: Artifact) -> None:
+        """The model's validation recall per horizon where the artifact records it (the drift
+        alert compares the live recall with it, per horizon)."""
+        per = art.meta.get("horizon_metrics") or [{"val": (art.meta.get("metrics") or {}).get("val")}]
+        for hs, hm in zip(self.horizons_s[:len(per)], per[:len(self.horizons_s)], strict=True):
+            self.accuracy_metrics.validation_recall.labels(self.name, str(hs)).set(
+                accuracy.validation_recall({"metrics": {"val": hm.get("val")}}))
 
     def _connection(self):
         from llmsla.store import connect
@@ -147,8 +177,9 @@ class OnlineScorer:
         return self._conn
 
     def _drop_gauge(self, t: features.Target, model: str) -> None:
-        with contextlib.suppress(KeyError):  # never exported
-            self.metrics.risk.remove(t.kind, model, t.pool, t.replica)
+        for hs in self.horizons_s:
+            with contextlib.suppress(KeyError):  # never exported
+                self.metrics.risk.remove(t.kind, model, t.pool, t.replica, str(hs))
 
     def close(self) -> None:
         if self._conn is not None:
@@ -186,7 +217,7 @@ class OnlineScorer:
         targets = ts.targets
         x = self.scorer.inputs(ts)
         t_score = time.perf_counter()
-        risk = self.scorer.score(x)
+        risk = self.scorer.risks(x)
         res.score_seconds = time.perf_counter() - t_score
         self.metrics.score_seconds.observe(res.score_seconds)
         rows, bodies = [], []
@@ -196,31 +227,38 @@ class OnlineScorer:
         served = ts.present[:, -idle_steps:, 0].any(axis=1)
         now_ms = step_ms + STEP_MS
         why = f"no requests for {idle_steps * names.REQUEST_WINDOW_S} s: nothing to forecast"
-        gone = decide.vanished(self.hyst.firing_keys(), (t.id for j, t in enumerate(targets) if served[j]))
+        firing = sorted({k for h in self.hysts for k in h.firing_keys()})
+        gone = decide.vanished(firing, (t.id for j, t in enumerate(targets) if served[j]))
         for key in gone:
             res.idle.append(key)
-            for status, alert in self.hyst.expire(key, now_ms, why):
-                res.notifications.append((status, alert))
-                bodies.append(alerts.payload(status, alert, self.external_url))
+            for hyst in self.hysts:
+                for status, alert in hyst.expire(key, now_ms, why):
+                    res.notifications.append((status, alert))
+                    bodies.append(alerts.payload(status, alert, self.external_url))
         for j, t in enumerate(targets):
             if not served[j]:
                 if t.id not in gone:
                     res.idle.append(t.id)
-                self.hyst.states.pop(t.id, None)
+                for hyst in self.hysts:
+                    hyst.states.pop(t.id, None)
                 self._drop_gauge(t, ts.models[j])
                 continue
-            r = float(risk[j])
-            res.risks[t.id] = r
-            self.metrics.risk.labels(t.kind, ts.models[j], t.pool, t.replica).set(r)
-            rows.append((step_ms, self.name, t.kind, t.pool, t.replica, self.horizon_s, None, self.scorer.art.threshold, r))
+            rs = [float(v) for v in risk[j]]
+            res.risks[t.id] = rs[0]
+            res.horizon_risks[t.id] = rs
             worst = int(np.argmax(ts.signals[j, -1]))
             slo_name = next((s.name for s in self.slos if s.sli == features.SIGNALS[worst]), self.slos[0].name)
-            labels = alerts.alert_labels(t.pool, t.replica, ts.models[j], slo_name)
-            for status, alert in self.hyst.update(t.id, r, step_ms + STEP_MS, labels):
-                res.notifications.append((status, alert))
-                bodies.append(alerts.payload(status, alert, self.external_url))
+            breach_s = decide.breach_in_s(rs, self.thresholds, self.horizons_s)
+            for hyst, hs, thr, r in zip(self.hysts, self.horizons_s, self.thresholds, rs, strict=True):
+                self.metrics.risk.labels(t.kind, ts.models[j], t.pool, t.replica, str(hs)).set(r)
+                rows.append((step_ms, self.name, t.kind, t.pool, t.replica, hs, None, thr, r))
+                labels = alerts.alert_labels(t.pool, t.replica, ts.models[j], slo_name, hs)
+                breach_ms = now_ms + int(1000 * (hs if breach_s is None else min(breach_s, hs)))
+                for status, alert in hyst.update(t.id, r, now_ms, labels, breach_ms=breach_ms):
+                    res.notifications.append((status, alert))
+                    bodies.append(alerts.payload(status, alert, self.external_url))
         store_io.write_forecasts(conn, rows)
-        res.scored = len(rows)
+        res.scored = len(res.risks)
         every = self.fc.accuracy_every_steps
         self._steps += 1
         if every and (self._steps - 1) % every == 0:

@@ -3,7 +3,10 @@
 The scaler is fitted on the train split only, early stopping and the threshold use validation,
 and the test split is only ever scored. With ``balance_onsets`` the positives that need
 foresight carry half of the positive weight, so the loss does not spend itself on persistence.
-Deterministic for a seed on the CPU. See docs/forecaster.md#design.
+Deterministic for a seed on the CPU. With ``horizons`` the model has one head per horizon and
+learns them together (multi-label BCE, each horizon its own positive weight and onset balance, a
+label whose future is not known masked out); docs/forecaster.md#several-horizons.
+See docs/forecaster.md#design.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class TrainConfig:
     stride: int = 2  # every stride-th training window (neighbouring windows overlap in W - 1 steps)
     balance_onsets: bool = True  # positives before an onset weigh as much as those inside a breach
     val_stride: int = 1  # every val_stride-th validation window for early stopping (NAB folds: 2)
+    #: label horizons in steps, one head each; empty = the data set's own horizon, one output
+    horizons: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +55,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     best_epoch: int = 0
     seconds: float = 0.0
-    pos_weight: float = 1.0
+    pos_weight: float | list[float] = 1.0  # one per horizon with several
 
 
 def seed_everything(seed: int, threads: int) -> None:
@@ -77,22 +82,40 @@ def sample_weights(y: np.ndarray, breaching_now: np.ndarray, balance_onsets: boo
     return w
 
 
+def val_auc_pr(y: np.ndarray, score: np.ndarray) -> float:
+    """Validation AUC-PR; with several horizons the mean over them, each on its known labels."""
+    if y.ndim == 1:
+        return auc_pr(y, score)
+    return float(np.mean([auc_pr(y[y[:, k] >= 0, k], score[y[:, k] >= 0, k]) for k in range(y.shape[1])]))
+
+
 def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | None = None) -> TrainResult:
     t_start = time.perf_counter()
     seed_everything(tc.seed, tc.threads)
     scaler = ds.fit_scaler() if ds.mode == "fleet" else None
+    multi = len(tc.horizons) > 0
+    labels = ds.labels(list(tc.horizons)) if multi else ds.y
     tr = ds.samples("train", stride=tc.stride)
     va = ds.samples("val", stride=tc.val_stride)
+    if multi:  # a window counts while its shortest horizon's future is known; longer ones masked
+        tr, va = tr[labels[tr, 0] >= 0], va[labels[va, 0] >= 0]
     if len(tr) == 0 or len(va) == 0:
         raise ValueError("training needs windows in both the train and the val split")
-    ytr = ds.y[tr].astype(np.float32)
-    yva = ds.y[va]
+    known = (labels[tr] >= 0).astype(np.float32)
+    ytr = np.maximum(labels[tr], 0).astype(np.float32)
+    yva = labels[va]
     xtr = ds.inputs(tr, scaler)
     xva = ds.inputs(va, scaler)
-    pos = float(ytr.sum())
-    pos_weight = (len(ytr) - pos) / pos if pos > 0 else 1.0
-    weight = sample_weights(ytr, ds.breach[tr], tc.balance_onsets)
-    model = LstmForecaster(ModelConfig(xtr.shape[-1], tc.hidden, tc.layers, tc.dropout, tc.dense))
+    pos = (ytr * known).sum(axis=0)
+    n_known = known.sum(axis=0)
+    pos_weight = np.where(pos > 0, (n_known - pos) / np.maximum(pos, 1), 1.0)
+    if multi:
+        weight = np.stack([sample_weights(np.where(known[:, k] > 0, ytr[:, k], 0), ds.breach[tr], tc.balance_onsets)
+                           for k in range(ytr.shape[1])], axis=1) * known
+    else:
+        weight = sample_weights(ytr, ds.breach[tr], tc.balance_onsets)
+    outputs = len(tc.horizons) if multi else 1
+    model = LstmForecaster(ModelConfig(xtr.shape[-1], tc.hidden, tc.layers, tc.dropout, tc.dense, outputs))
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
     loss_fn = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight, dtype=torch.float32), reduction="none")
     rng = np.random.default_rng(tc.seed)
@@ -110,7 +133,7 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
             loss.backward()
             opt.step()
             total += loss.item() * len(b)
-        ap = auc_pr(yva, predict(model, xva))
+        ap = val_auc_pr(yva, predict(model, xva))
         history.append({"epoch": epoch, "train_loss": total / len(xtr), "val_auc_pr": ap})
         if log:
             log(f"epoch {epoch}: train loss {total / len(xtr):.4f}, val AUC-PR {ap:.4f}")
@@ -122,4 +145,5 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
                 break
     model.load_state_dict(best_state)
     model.eval()
-    return TrainResult(model, scaler, history, best_epoch, time.perf_counter() - t_start, pos_weight)
+    pw = [float(p) for p in np.atleast_1d(pos_weight)]
+    return TrainResult(model, scaler, history, best_epoch, time.perf_counter() - t_start, pw if multi else pw[0])

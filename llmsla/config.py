@@ -113,6 +113,17 @@ def _optional_url(value: str) -> str | None:
     return None if value == "" else url_problem(value)
 
 
+def _horizons_problem(value: list[float]) -> str | None:
+    """Why ``forecast.horizons_s`` cannot label 5 s windows: each a whole number of windows, no repeats."""
+    step = names.REQUEST_WINDOW_S
+    for h in value:
+        if not isinstance(h, int | float) or isinstance(h, bool) or not math.isfinite(h) or h < step or h % step:
+            return f"each horizon must be a whole multiple of {step} s (the window), got {h!r}"
+    if len(set(value)) != len(value):
+        return f"horizons repeat: {value!r}"
+    return None
+
+
 def split_pool_spec(spec: str) -> tuple[str, str]:
     """``pool=http://host:port`` (``gateway.pools``) as (pool, url); ValueError says why not."""
     pool, sep, url = spec.partition("=")
@@ -601,6 +612,7 @@ class ForecastConfig:
     dir: str = _k("", "data sets and model artifacts; empty = <user data dir>/llmsla/forecast")
     window_steps: int = _k(64, "input window W, 5 s steps", minimum=2)
     horizon_steps: int = _k(5, "label horizon H: an SLO breach within the next H steps", minimum=1)
+    horizons_s: list[float] = _k([], "training: several label horizons in seconds (e.g. [30, 120, 300, 600]), one model head, threshold and alert each; empty = horizon_steps alone", check=_horizons_problem)
     slo_window_steps: int = _k(12, "SLO evaluation window of a label, 5 s steps (counts merged exactly)", minimum=1)
     hidden: int = _k(50, "LSTM hidden units", minimum=1)
     layers: int = _k(1, "LSTM layers", minimum=1)

@@ -340,7 +340,7 @@ DISTILL_STUDENT_SHARE_RATIO = "llmsla_distill_student_share_ratio"
 SHED_SHARE_RATIO = "llmsla_shed_share_ratio"  # gauge 0..1, labels pool, class: share of the class shed
 
 # --- forecaster and alerting ---------------------------------------------------------------------
-FORECAST_RISK = "llmsla_forecast_risk"  # gauge 0..1, labels target, model, pool, replica
+FORECAST_RISK = "llmsla_forecast_risk"  # gauge 0..1, labels target, model, pool, replica, horizon (s)
 ALERT_ACTIONS = "llmsla_alert_actions"  # counter; llmsla_alert_actions_total
 FORECAST_SCORE_SECONDS = "llmsla_forecast_score_seconds"  # histogram: one batch scored
 FORECAST_NOTIFICATIONS = "llmsla_forecast_notifications"  # counter, label status, outcome
@@ -365,6 +365,9 @@ FORECAST_ALERTNAME = "LLMSLAForecastDegradation"
 ANN_RISK = "risk"
 ANN_THRESHOLD = "threshold"
 ANN_HORIZON_S = "horizon_s"
+#: When the breach is expected (RFC 3339): now + the shortest horizon whose risk is over its
+#: threshold. A forecaster alert's ``horizon`` label (L_HORIZON) reads ``30s``, ``2m``, ``5m``.
+ANN_PREDICTED_BREACH = "predicted_breach_at"
 ANN_SUMMARY = "summary"
 #: SLO names (the ``slo`` label, ``metadata.name`` of the specs in deploy/slo/).
 SLO_TTFT = "ttft"

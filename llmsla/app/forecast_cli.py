@@ -235,15 +235,23 @@ def threshold_rule(ec: Any) -> str:
 
 
 def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) -> Any:
-    """Train, pick the threshold on validation, score the test split, write the artifact."""
-    from llmsla.forecaster import artifact, evaluate, features, train
+    """Train, pick the threshold on validation, score the test split, write the artifact. With
+    ``forecast.horizons_s`` (fleet mode) the model has one head per horizon, each with its own
+    threshold and metrics; the shortest stays the artifact's ``horizon``/``threshold``."""
+    from llmsla.forecaster import artifact, evaluate, features, horizons, train
 
+    hs = horizons.steps_of(cfg.forecast.horizons_s, ds.step_s) if cfg.forecast.horizons_s and ds.mode == "fleet" else ()
+    tc.horizons = hs
     res = train.train_lstm(ds, tc, log=log)
-    scorer = lambda ends: train.predict(res.model, ds.inputs(ends, res.scaler))  # noqa: E731
     ec = _eval_config(cfg)
-    mr = evaluate.run_model(ds, evaluate.LSTM, scorer, ec, {}, time.perf_counter())
+    if hs:
+        per = horizons.evaluate_heads(ds, res.model, res.scaler, hs, ec)
+    else:
+        scorer = lambda ends: train.predict(res.model, ds.inputs(ends, res.scaler))  # noqa: E731
+        per = [evaluate.run_model(ds, evaluate.LSTM, scorer, ec, {}, time.perf_counter())]
+    mr = per[0]
     meta = {
-        "mode": ds.mode, "window": ds.window, "horizon": ds.horizon, "step_s": ds.step_s,
+        "mode": ds.mode, "window": ds.window, "horizon": hs[0] if hs else ds.horizon, "step_s": ds.step_s,
         "features": list(features.FEATURES) if ds.mode == "fleet" else ["value"],
         "masks": list(features.MASKS) if ds.mode == "fleet" else [],
         "log_features": sorted(features.LOG_FEATURES) if ds.mode == "fleet" else [],
@@ -255,6 +263,10 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
         "metrics": {"val": mr.val.to_dict(), "test": mr.test.to_dict()},
         "data_sha256": ds.digest(),
     }
+    if hs:
+        meta |= {"horizons": list(hs), "thresholds": [r.threshold for r in per],
+                 "horizon_metrics": [{"horizon": h, "val": r.val.to_dict(), "test": r.test.to_dict()}
+                                     for h, r in zip(hs, per, strict=True)]}
     artifact.save(out, res.model, res.scaler, meta)
     return res, mr
 
@@ -407,7 +419,7 @@ def _load_artifact(path: Path):
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     extras.require("forecast", "llmsla forecast eval")
     from llmsla.errors import CliError
-    from llmsla.forecaster import baselines, evaluate, nab, report, train
+    from llmsla.forecaster import baselines, evaluate, horizons, nab, report, train
 
     data, model_dir = _paths(cfg, args)
     ec = _eval_config(cfg, learned_max_windows=args.learned_max_windows, budgets=(1.0, 2.0, 4.0, 8.0, 16.0))
@@ -420,7 +432,7 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     if art.meta.get("data_sha256") != ds.digest():
         _log(f"note: {model_dir} was trained on another data set than {data}")
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
-    scorer = lambda ends: train.predict(art.model, ds.inputs(ends, art.scaler))  # noqa: E731
+    scorer = horizons.head_scorer(art.model, ds, art.scaler, 0)  # several horizons: the shortest head
     _log("(a) held-out simulated replays")
     fleet = evaluate.run_all(ds, scorer, art.scaler, ec, methods, lstm_seconds=art.meta["train"]["seconds"], log=_log)
     nab_res = None

@@ -15,7 +15,8 @@ from .harness import POLICY
 
 def test_builtin_and_test_policies_load() -> None:
     p = policy.load()
-    assert [r.name for r in p.rules] == ["replica-page", "class-burn", "pool-burn", "replica-forecast", "pool-forecast"]
+    assert [r.name for r in p.rules] == ["replica-page", "class-burn", "pool-burn", "replica-forecast-long",
+                                         "pool-forecast-long", "replica-forecast", "pool-forecast"]
     page = {"scope": "replica", "severity": "page", "source": "burn_rate", "pool": "p", "replica": "r1"}
     assert p.match(page).target_key(page) == "replica:p/r1"
     assert p.match({**page, "scope": "pool"}).name == "pool-burn"  # no class label: the pool's rule
@@ -28,6 +29,18 @@ def test_builtin_and_test_policies_load() -> None:
     fc = p.match({"scope": "replica", "source": "forecaster", "severity": "ticket"})
     assert fc.name == "replica-forecast" and fc.deweight_to == 0.5 and fc.drain_after_s is None  # never drains
     assert p.hold_down(1) == 600 and p.hold_down(2) == 1200 and p.hold_down(9) == 3600
+    # a forecast minutes ahead takes the slower action (student share of the pool), one seconds
+    # ahead (or from a one-horizon model) the routing rule
+    for h in ("2m", "5m", "10m"):
+        rep = {"scope": "replica", "source": "forecaster", "severity": "ticket", "pool": "p", "replica": "r1",
+               "horizon": h}
+        long = p.match(rep)
+        assert long.name == "replica-forecast-long" and long.target_key(rep) == "pool:p"
+        assert long.student_share.max_pct == 20 and long.deweight_to is None
+        assert p.match({**rep, "scope": "pool"}).name == "pool-forecast-long"
+    for h in ("30s", "25s"):
+        rep = {"scope": "replica", "source": "forecaster", "severity": "ticket", "horizon": h}
+        assert p.match(rep).name == "replica-forecast" and p.match({**rep, "scope": "pool"}).name == "pool-forecast"
     assert policy.parse(next(load_docs(POLICY, "x"))).rules[1].student_share.max_pct == 20
 
 

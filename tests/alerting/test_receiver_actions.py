@@ -291,3 +291,26 @@ def test_concurrent_drains_respect_the_cap(pg_dsn: str) -> None:
             assert outcomes == ["applied", "applied", "refused"]
 
     asyncio.run(main())
+
+
+def test_default_policy_answers_a_long_forecast_slowly_and_a_short_one_by_routing(pg_dsn: str) -> None:
+    """The built-in policy: a forecaster warning minutes ahead moves a share of the pool to the
+    student; one seconds ahead deweights the replica (docs/alerting.md, forecaster horizons)."""
+    from importlib import resources
+
+    text = (resources.files("llmsla.alerting") / "policy.default.yaml").read_text()
+
+    async def main() -> None:
+        async with harness(migrated(pg_dsn), policy_text=text) as h:
+            long = alert("firing", replica="r1", severity="ticket", source="forecaster",
+                         alertname="LLMSLAForecastDegradation", horizon="5m")
+            _, body = await h.post(note(long))
+            assert body["results"][0]["decision"] == "act", body
+            assert h.distill.student_share_pct(POOL) == 10 and h.weight("r1") == 1.0  # not re-routed
+            short = alert("firing", replica="r0", severity="ticket", source="forecaster",
+                          alertname="LLMSLAForecastDegradation", horizon="30s", fp="short")
+            _, body = await h.post(note(short))
+            assert body["results"][0]["decision"] == "act", body
+            assert h.weight("r0") == 0.5 and h.distill.student_share_pct(POOL) == 10
+
+    asyncio.run(main())

@@ -7,7 +7,7 @@ from llmsla.forecaster import alerts
 
 from .webhook_server import WebhookServer
 
-LABELS = alerts.alert_labels("default", "r1", "6b", names.SLO_TTFT)
+LABELS = alerts.alert_labels("default", "r1", "6b", names.SLO_TTFT, 25)
 T0 = 1_790_000_000_000  # a real epoch (the receiver refuses a 1970 startsAt)
 
 
@@ -56,8 +56,8 @@ def test_posts_valid_webhook_v4_with_token_and_retries() -> None:
 
 
 def test_pool_target_has_pool_scope_and_no_replica_label() -> None:
-    lab = alerts.alert_labels("chat", "", "70b", names.SLO_AVAILABILITY)
-    h = alerts.Hysteresis(0.5, fire_steps=1, resolve_steps=1, resolve_ratio=1.0, repeat_s=60, horizon_s=25)
+    lab = alerts.alert_labels("chat", "", "70b", names.SLO_AVAILABILITY, 300)
+    h = alerts.Hysteresis(0.5, fire_steps=1, resolve_steps=1, resolve_ratio=1.0, repeat_s=60, horizon_s=300)
     (_, alert), = h.update("chat/*", 0.9, T0, lab)
     from .webhook_server import validate
 

@@ -50,7 +50,7 @@ def test_online_hysteresis_is_the_same_state_machine() -> None:
     p = AlarmPolicy(2, 4, 0.7, repeat_s=40.0)
     h = alerts.Hysteresis(0.5, fire_steps=p.fire_steps, resolve_steps=p.resolve_steps,
                           resolve_ratio=p.resolve_ratio, repeat_s=p.repeat_s, horizon_s=25)
-    labels = alerts.alert_labels("default", "r1", "6b", "ttft-p99")
+    labels = alerts.alert_labels("default", "r1", "6b", "ttft-p99", 25)
     sent = [(i, s) for i, v in enumerate(score) for s, _ in h.update("k", float(v), i * 5000, labels)]
     on = alarm_series(score, 0.5, p)
     edges = [(i, "firing" if on[i] else "resolved") for i in range(len(on)) if on[i] != (on[i - 1] if i else False)]

@@ -141,7 +141,7 @@ def test_ramp_fault_warns_before_the_breach_then_resolves(pg_dsn) -> None:
         n = conn.execute(f"SELECT count(*), count(DISTINCT ts) FROM {names.T_FORECASTS}").fetchone()
     scored = [r for r in results if r.scored]
     assert n == (sum(r.scored for r in scored), len(scored))
-    labels = (("model", "6b"), ("pool", names.DEFAULT_POOL), ("replica", "r1"), ("target", "replica"))
+    labels = (("horizon", "25"), ("model", "6b"), ("pool", names.DEFAULT_POOL), ("replica", "r1"), ("target", "replica"))
     assert scraped[(names.FORECAST_RISK, labels)] == scored[-1].risks[f"{names.DEFAULT_POOL}/r1"]
     assert scraped[(names.FORECAST_SCORE_SECONDS + "_count", ())] == len(scored)
 

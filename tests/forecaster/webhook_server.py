@@ -16,8 +16,10 @@ TOP = {"version": str, "groupKey": str, "truncatedAlerts": int, "status": str, "
 ALERT = {"status": str, "labels": dict, "annotations": dict, "startsAt": str, "endsAt": str,
          "generatorURL": str, "fingerprint": str}
 LABELS = {names.L_ALERTNAME, names.L_SEVERITY, names.L_SOURCE, names.L_SLO, names.L_MODEL, names.L_POOL,
-          names.L_SCOPE}
+          names.L_SCOPE, names.L_HORIZON}
 ANNOTATIONS = {names.ANN_RISK, names.ANN_THRESHOLD, names.ANN_HORIZON_S, names.ANN_SUMMARY}
+#: a firing alert also says when the breach is expected
+FIRING_ANNOTATIONS = ANNOTATIONS | {names.ANN_PREDICTED_BREACH}
 
 
 def _time(v: str) -> dt.datetime:
@@ -40,16 +42,21 @@ def validate(body: dict) -> None:
             assert type(a[k]) is t, (k, type(a[k]))
         assert a["status"] in ("firing", "resolved")
         scoped = LABELS | ({names.L_REPLICA} if a["labels"].get(names.L_SCOPE) == names.SCOPE_REPLICA else set())
-        assert set(a["labels"]) == scoped and set(a["annotations"]) == ANNOTATIONS
+        want = FIRING_ANNOTATIONS if a["status"] == "firing" else ANNOTATIONS
+        assert set(a["labels"]) == scoped and set(a["annotations"]) == want, (a["labels"], a["annotations"])
         assert all(isinstance(v, str) for v in [*a["labels"].values(), *a["annotations"].values()])
         lab = a["labels"]
         assert lab[names.L_ALERTNAME] == names.FORECAST_ALERTNAME and lab[names.L_SOURCE] == names.SOURCE_FORECASTER
         assert lab[names.L_SEVERITY] == names.SEVERITY_TICKET
         float(a["annotations"][names.ANN_RISK]), float(a["annotations"][names.ANN_THRESHOLD])
-        int(a["annotations"][names.ANN_HORIZON_S])
+        horizon_s = int(a["annotations"][names.ANN_HORIZON_S])
+        # the label says the annotation's seconds: 30s, 2m, 5m, 1h
+        unit = {"s": 1, "m": 60, "h": 3600}[lab[names.L_HORIZON][-1]]
+        assert int(lab[names.L_HORIZON][:-1]) * unit == horizon_s, (lab[names.L_HORIZON], horizon_s)
         starts = _time(a["startsAt"])
         if a["status"] == "firing":
             assert a["endsAt"] == "0001-01-01T00:00:00Z"
+            assert _time(a["annotations"][names.ANN_PREDICTED_BREACH]) > starts
         else:
             assert _time(a["endsAt"]) >= starts
         assert len(a["fingerprint"]) == 16 and int(a["fingerprint"], 16) >= 0

@@ -1,0 +1,167 @@
+"""Several horizons on held-out simulated replays: one multi-head LSTM, one LSTM per horizon,
+the shipped one-horizon model and every baseline, each horizon thresholded on validation.
+
+Per horizon (``--horizons``, seconds): the label is "an SLO breach within the horizon", the lead
+window is the configured one or the horizon where that is longer, and the breach events are the
+data set's own (the same at every horizon). Every method's threshold is the lowest whose alarms
+send at most ``--budget`` false notifications per target per healthy day on validation; the test
+split (runs, seeds and trace slices never seen in training; docs/forecaster.md#evaluation) gives
+the recall of precursor-fault breaches, their mean lead, the crashes (chance) and false alarms.
+The choice between the multi-head model and one model per horizon is made on validation.
+
+    python bench/forecaster_horizons.py --data dataset.npz [--horizons 30,120,300,600]
+        [--budget 1] [--epochs 30] [--work DIR] [--candidates multi,single] [--methods ...]
+
+Trained models are kept in ``--work`` and reused by a rerun (delete them to retrain). Results:
+``bench/results/forecaster_horizons.json`` and a Markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_result  # noqa: E402
+
+from llmsla import config as config_mod  # noqa: E402
+from llmsla.forecaster import artifact, baselines, evaluate, features, horizons, train  # noqa: E402
+from llmsla.forecaster.dataset import Dataset  # noqa: E402
+from llmsla.forecaster.hysteresis import AlarmPolicy  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def summary(r: evaluate.MethodResult) -> dict:
+    t, v = r.test, r.val
+    return {"method": r.method, "threshold": r.threshold, "seconds": round(r.seconds, 1),
+            "val": {"recall_precursor": v.recall["precursor"], "lead_s": v.mean_lead_s["precursor"],
+                    "auc_pr": v.auc_pr, "false_alarms_per_day": v.false_alarms_per_day},
+            "test": {"recall_precursor": t.recall["precursor"], "warned": t.warned["precursor"],
+                     "events": t.events["precursor"], "lead_s": t.mean_lead_s["precursor"],
+                     "recall_crash": t.recall["crash"], "crash_warned": t.warned["crash"],
+                     "crash_events": t.events["crash"], "chance": t.chance_recall,
+                     "auc_pr": t.auc_pr, "auc_pr_ahead": t.auc_pr_ahead,
+                     "false_alarms_per_day": t.false_alarms_per_day},
+            "operating_points": [{"budget": p["budget"], "recall": p["test"]["recall"]["precursor"],
+                                  "lead_s": p["test"]["mean_lead_s"]["precursor"],
+                                  "false_alarms_per_day": p["test"]["false_alarms_per_day"]}
+                                 for p in r.extra.get("operating_points", [])]}
+
+
+def trained(work: Path, name: str, ds: Dataset, tc: train.TrainConfig) -> artifact.Artifact:
+    """The model ``name`` from ``work``, trained now if it is not there."""
+    path = work / name
+    if (path / artifact.META).exists():
+        log(f"{name}: reusing {path}")
+        return artifact.load(path)
+    log(f"{name}: training (horizons {tc.horizons or ds.horizon})")
+    res = train.train_lstm(ds, tc, log=lambda m: log(f"{name}: {m}"))
+    hs = list(tc.horizons) or [ds.horizon]
+    meta = {"mode": ds.mode, "window": ds.window, "horizon": hs[0], "step_s": ds.step_s, "threshold": 0.5,
+            "features": list(features.FEATURES), "masks": list(features.MASKS),
+            "train": {**tc.to_dict(), "best_epoch": res.best_epoch, "seconds": round(res.seconds, 1),
+                      "history": res.history}}
+    if tc.horizons:
+        meta |= {"horizons": hs, "thresholds": [0.5] * len(hs)}
+    artifact.save(path, res.model, res.scaler, meta)
+    log(f"{name}: trained in {res.seconds:.0f} s, best epoch {res.best_epoch}")
+    return artifact.load(path)
+
+
+def main() -> int:
+    cfg = config_mod.load()
+    fc = cfg.forecast
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(fc.root() / "dataset.npz"))
+    ap.add_argument("--horizons", default="30,120,300,600", help="seconds, comma separated")
+    ap.add_argument("--budget", type=float, default=1.0, help="false alarms per target per healthy day (validation)")
+    ap.add_argument("--budgets", default="4", help="extra operating points, false alarms per day")
+    ap.add_argument("--epochs", type=int, default=fc.epochs)
+    ap.add_argument("--work", default=str(fc.root() / "horizons"))
+    ap.add_argument("--candidates", default="multi,single")
+    ap.add_argument("--methods", default=",".join(baselines.METHODS))
+    ap.add_argument("--learned-max-windows", type=int, default=4000)
+    ap.add_argument("--name", default="forecaster_horizons", help="bench/results/<name>.json")
+    ap.add_argument("--shipped", default=str(artifact.PRETRAINED), help="today's one-horizon model ('' = skip)")
+    args = ap.parse_args()
+    ds = Dataset.load(Path(args.data))
+    hs = horizons.steps_of([float(x) for x in args.horizons.split(",")], ds.step_s)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    ec = evaluate.EvalConfig(false_alarms_per_day=args.budget, lead_max_steps=fc.lead_max_steps, seed=fc.seed,
+                             policy=AlarmPolicy.from_config(fc), learned_max_windows=args.learned_max_windows,
+                             budgets=tuple(float(b) for b in args.budgets.split(",") if b))
+    base = train.TrainConfig(hidden=fc.hidden, layers=fc.layers, dropout=fc.dropout, dense=fc.dense,
+                             epochs=args.epochs, batch_size=fc.batch_size, lr=fc.lr, patience=fc.patience,
+                             seed=fc.seed, threads=fc.threads, balance_onsets=fc.balance_onsets)
+    train.seed_everything(fc.seed, fc.threads)
+    out: dict = {"horizons_s": [h * ds.step_s for h in hs], "budget": args.budget, "candidates": {},
+                 "baselines": {}, "data_sha256": ds.digest()[:12]}
+    cands = [c for c in args.candidates.split(",") if c]
+    if "multi" in cands:
+        art = trained(work, "multi", ds, dataclasses.replace(base, horizons=hs))
+        rs = horizons.evaluate_heads(ds, art.model, art.scaler, hs, ec)
+        out["candidates"]["multi"] = {"train": art.meta["train"], "per_horizon": [summary(r) for r in rs]}
+        write_result(args.name, out)
+        log("multi: " + ", ".join(f"{h * ds.step_s:g}s recall {r.test.recall['precursor']:.2f} "
+                                  f"lead {r.test.mean_lead_s['precursor']:.0f}" for h, r in zip(hs, rs, strict=True)))
+    if "single" in cands:
+        per = []
+        for h in hs:
+            dsh = ds.with_horizon(h)
+            art = trained(work, f"single-{h}", dsh, base)
+            r = horizons.evaluate_heads(dsh, art.model, art.scaler, [h], ec)[0]
+            per.append(summary(r) | {"train_seconds": art.meta["train"]["seconds"]})
+            out["candidates"]["single"] = {"per_horizon": per}
+            write_result(args.name, out)
+            log(f"single {h * ds.step_s:g}s: recall {r.test.recall['precursor']:.2f} lead "
+                f"{r.test.mean_lead_s['precursor']:.0f}")
+        out["candidates"]["single"] = {"per_horizon": per}
+    if args.shipped:
+        art = artifact.load(Path(args.shipped))
+        r = horizons.evaluate_heads(ds.with_horizon(art.horizon), art.model, art.scaler, [art.horizon], ec)[0]
+        out["shipped"] = summary(r) | {"horizon_s": art.horizon * ds.step_s, "version": art.version}
+        write_result(args.name, out)
+        log(f"shipped ({art.horizon * ds.step_s:g}s): recall {r.test.recall['precursor']:.2f}")
+    methods = tuple(m for m in args.methods.split(",") if m)
+    if methods:
+        scaler = ds.fit_scaler()
+        for h in hs:
+            dsh = ds.with_horizon(h)
+            rs = evaluate.run_all(dsh, None, scaler, horizons.eval_config_for(ec, h), methods,
+                                  log=lambda m, h=h: log(f"{h * ds.step_s:g}s {m}"))
+            out["baselines"][str(h * ds.step_s)] = [summary(r) for r in rs]
+            write_result(args.name, out)
+    write_result(args.name, out)
+    print(table(out))
+    return 0
+
+
+def _cell(s: dict) -> str:
+    t = s["test"]
+    lead = "–" if not np.isfinite(t["lead_s"] or float("nan")) else f"{t['lead_s']:.0f} s"
+    return f"{t['recall_precursor']:.2f} ({t['warned']}/{t['events']}), {lead}, {t['false_alarms_per_day']:.1f}/d"
+
+
+def table(out: dict) -> str:
+    hs = out["horizons_s"]
+    lines = ["| method | " + " | ".join(f"{h:g} s" for h in hs) + " |", "|---|" + "---|" * len(hs)]
+    for name, c in out["candidates"].items():
+        lines.append(f"| lstm {name} | " + " | ".join(_cell(s) for s in c["per_horizon"]) + " |")
+    if out["baselines"]:
+        first = out["baselines"][str(hs[0])]
+        for i, s in enumerate(first):
+            lines.append(f"| {s['method']} | " + " | ".join(_cell(out['baselines'][str(h)][i]) for h in hs) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
