@@ -72,7 +72,7 @@ class Exposition:
         return list(rows) if where is None else [r for r in rows if where(r[0])]
 
     def _finite(self, name: str, where: LabelFilter | None) -> list[float]:
-        return [v for _, v in self.series(name, where) if math.isfinite(v)]
+        return [v for _, v in self._rows(name, where) if math.isfinite(v)]
 
     def total(self, name: str, where: LabelFilter | None = None) -> float | None:
         """Sum over the label sets (finite values only); None when there is none."""
@@ -92,32 +92,32 @@ class Exposition:
     def histogram(self, base: str, where: LabelFilter | None = None) -> Histogram | None:
         """``base``'s buckets summed over label sets whose bounds agree with the first set's; None
         when absent, when a value is not finite or when a set's buckets are not cumulative."""
-        rows = self.series(f"{base}_bucket", where)
+        rows = self._rows(f"{base}_bucket", where)
         if not rows:
             return None
         groups: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
-        for labels, value in rows:
+        known = _BOUNDS
+        for labels, value in rows:  # the hot loop of a scrape: kept to the bone
             le = labels.get("le")
             if le is None:
                 continue
-            try:
-                bound = _BOUNDS[le]
-            except KeyError:
+            bound = known.get(le)
+            if bound is None:
                 try:
                     bound = float(le)
                 except ValueError:
                     return None
-                if len(_BOUNDS) < 4096:
-                    _BOUNDS[le] = bound
-            key = _key(labels)
+                if len(known) < 4096:
+                    known[le] = bound
+            key = labels.group if type(labels) is _Labels else _group(labels)
             g = groups.get(key)
             if g is None:
                 g = groups[key] = {}
             g[bound] = value
         if not groups:
             return None
-        sums = {_key(lab): v for lab, v in self.series(f"{base}_sum", where)}
-        counts = {_key(lab): v for lab, v in self.series(f"{base}_count", where)}
+        sums = {_key(lab): v for lab, v in self._rows(f"{base}_sum", where)}
+        counts = {_key(lab): v for lab, v in self._rows(f"{base}_count", where)}
         bounds: tuple[float, ...] | None = None
         acc: list[float] = []
         total_sum = total_count = 0.0
@@ -125,10 +125,9 @@ class Exposition:
             inf = buckets.pop(math.inf, None)
             if inf is None:
                 inf = counts.get(key)
-            # exposition order is ascending; sorted() then costs one pass and is still checked
-            finite = tuple(sorted(b for b in buckets if b == b and b != -math.inf))
+            finite = tuple(sorted([b for b in buckets if b == b and b != -math.inf]))
             if bounds is None:
-                bounds, acc = finite, [0.0] * len(finite)
+                bounds = finite
             elif finite != bounds:
                 continue  # a label set with other bounds cannot be added bucket by bucket
             cum = [buckets[b] for b in finite]
@@ -140,14 +139,21 @@ class Exposition:
                 ok = math.isfinite(math.fsum(cum) + hsum)
             except OverflowError:
                 return None
-            if not ok or any(cum[i] > cum[i + 1] for i in range(len(cum) - 1)):  # cumulative
+            if not ok or cum != sorted(cum):  # cumulative: never decreasing
                 return None
             cum.pop()
-            acc = [a + c for a, c in zip(acc, cum, strict=True)]
+            acc = [a + c for a, c in zip(acc, cum, strict=True)] if acc else cum
             total_count += inf
             total_sum += hsum
         assert bounds is not None
         return Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count)))
+
+    def _rows(self, name: str, where: LabelFilter | None) -> list[tuple[dict[str, str], float]]:
+        """Like :meth:`series`, without the copy when nothing is filtered (read-only use)."""
+        rows = self.samples.get(name)
+        if rows is None:
+            return []
+        return rows if where is None else [r for r in rows if where(r[0])]
 
 
 #: ``le`` label value -> its float, shared: a fleet repeats a handful of bucket bounds.
