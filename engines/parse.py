@@ -69,10 +69,10 @@ class Exposition:
 
     def series(self, name: str, where: LabelFilter | None = None) -> list[tuple[dict[str, str], float]]:
         rows = self.samples.get(name, [])
-        return [r for r in rows if where is None or where(r[0])]
+        return list(rows) if where is None else [r for r in rows if where(r[0])]
 
     def _finite(self, name: str, where: LabelFilter | None) -> list[float]:
-        return [v for _, v in self.series(name, where) if math.isfinite(v)]
+        return [v for _, v in self._rows(name, where) if math.isfinite(v)]
 
     def total(self, name: str, where: LabelFilter | None = None) -> float | None:
         """Sum over the label sets (finite values only); None when there is none."""
@@ -92,48 +92,78 @@ class Exposition:
     def histogram(self, base: str, where: LabelFilter | None = None) -> Histogram | None:
         """``base``'s buckets summed over label sets whose bounds agree with the first set's; None
         when absent, when a value is not finite or when a set's buckets are not cumulative."""
+        rows = self._rows(f"{base}_bucket", where)
+        if not rows:
+            return None
         groups: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
-        for labels, value in self.series(f"{base}_bucket", where):
+        known = _BOUNDS
+        for labels, value in rows:  # the hot loop of a scrape: kept to the bone
             le = labels.get("le")
             if le is None:
                 continue
-            key = labels.group if isinstance(labels, _Labels) else _group(labels)
-            try:
-                bound = float(le)
-            except ValueError:
-                return None
-            groups.setdefault(key, {})[bound] = value
+            bound = known.get(le)
+            if bound is None:
+                try:
+                    bound = float(le)
+                except ValueError:
+                    return None
+                if len(known) < 4096:
+                    known[le] = bound
+            key = labels.group if type(labels) is _Labels else _group(labels)
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {}
+            g[bound] = value
         if not groups:
             return None
-        sums = {lab.group if isinstance(lab, _Labels) else _group(lab): v for lab, v in self.series(f"{base}_sum", where)}
-        counts = {lab.group if isinstance(lab, _Labels) else _group(lab): v
-                  for lab, v in self.series(f"{base}_count", where)}
+        sums = {_key(lab): v for lab, v in self._rows(f"{base}_sum", where)}
+        counts = {_key(lab): v for lab, v in self._rows(f"{base}_count", where)}
         bounds: tuple[float, ...] | None = None
         acc: list[float] = []
         total_sum = total_count = 0.0
         for key, buckets in groups.items():
-            finite = tuple(sorted(b for b in buckets if math.isfinite(b)))
+            inf = buckets.pop(math.inf, None)
+            if inf is None:
+                inf = counts.get(key)
+            finite = tuple(sorted([b for b in buckets if b == b and b != -math.inf]))
             if bounds is None:
-                bounds, acc = finite, [0.0] * len(finite)
+                bounds = finite
             elif finite != bounds:
                 continue  # a label set with other bounds cannot be added bucket by bucket
             cum = [buckets[b] for b in finite]
-            inf = buckets.get(math.inf, counts.get(key))
             hsum = sums.get(key)
             if inf is None or hsum is None:
                 return None
-            seq = [*cum, inf]
+            cum.append(inf)
             try:  # one NaN or infinity among them makes the sum not finite
-                ok = math.isfinite(math.fsum(seq) + hsum)
+                ok = math.isfinite(math.fsum(cum) + hsum)
             except OverflowError:
                 return None
-            if not ok or seq != sorted(seq):  # cumulative: never decreasing
+            if not ok or cum != sorted(cum):  # cumulative: never decreasing
                 return None
-            acc = [a + c for a, c in zip(acc, cum, strict=True)]
+            cum.pop()
+            acc = [a + c for a, c in zip(acc, cum, strict=True)] if acc else cum
             total_count += inf
             total_sum += hsum
         assert bounds is not None
-        return Histogram(bounds, tuple(int(round(c)) for c in acc), total_sum, int(round(total_count)))
+        return Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count)))
+
+    def _rows(self, name: str, where: LabelFilter | None) -> list[tuple[dict[str, str], float]]:
+        """Like :meth:`series`, without the copy when nothing is filtered (read-only use)."""
+        rows = self.samples.get(name)
+        if rows is None:
+            return []
+        return rows if where is None else [r for r in rows if where(r[0])]
+
+
+#: ``le`` label value -> its float, shared: a fleet repeats a handful of bucket bounds.
+_BOUNDS: dict[str, float] = {}
+
+
+def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A label set's histogram grouping key: its sorted labels but ``le`` (precomputed on the
+    label sets the readers build)."""
+    return labels.group if type(labels) is _Labels else _group(labels)
 
 
 def is_openmetrics(content_type: str | None) -> bool:
@@ -156,16 +186,33 @@ def select(body: str, keep: tuple[str, ...]) -> str:
     return "\n".join(line for line in body.splitlines() if _wanted(line, keep)) + "\n"
 
 
-_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^{}\\#]*)\})? ([^ ]+)(?: -?[0-9.eE+]+)?')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)",?')
+
+
+def _trie(words: list[str]) -> str:
+    """A regex alternation of ``words`` factored by common prefix (a word that is a prefix of
+    another ends the branch: what follows is read as the rest of the name). The regex engine
+    tries alternatives one by one; factored, a line of another family is refused at its first
+    differing character instead of once per kept prefix."""
+    if "" in words:
+        return ""
+    heads: dict[str, list[str]] = {}
+    for w in words:
+        heads.setdefault(w[0], []).append(w[1:])
+    alts = [re.escape(c) + _trie(rest) for c, rest in sorted(heads.items())]
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
 @functools.lru_cache(maxsize=16)
 def _lines_of(keep: tuple[str, ...]) -> re.Pattern[str]:
-    """The lines of the families starting with one of ``keep``, found by the regex engine (one
-    scan of the body in C instead of a Python test per line)."""
+    """The sample lines of the families starting with one of ``keep``, found and split by the
+    regex engine (one scan of the body in C instead of Python work per line). A kept line of
+    the plain shape yields (name, labels, value, ""); any other kept line yields its family's
+    prefix in the last group, which sends the body to prometheus-client."""
+    kept = _trie(sorted(set(keep)))
     # a leading literal newline (the body is given one) lets the engine jump from line to line
-    return re.compile("\n((?:" + "|".join(re.escape(k) for k in keep) + ")[^\n]*)")
+    return re.compile("\n(?:(" + kept + r"[a-zA-Z0-9_:]*)(?:\{([^{}\\#\n]*)\})? ([^ \n\r]+)"
+                      r"(?: -?[0-9.eE+]+)?(?=\n)|(" + kept + ")[^\n]*)")
 
 
 class _Labels(dict[str, str]):
@@ -211,15 +258,13 @@ def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...]) -> Exposit
         return None
     out = Exposition()
     samples = out.samples
-    match = _SAMPLE.fullmatch
-    for line in _lines_of(keep).findall("\n" + body):
-        m = match(line)
-        if m is None:
+    labels_of = _labels
+    if not all(keep):  # an empty prefix keeps everything: the full parser reads it
+        return None
+    for name, raw, value, bad in _lines_of(keep).findall("\n" + body + "\n"):
+        if bad:
             return None
-        name, raw, value = m.groups()
-        if "\r" in value:  # CRLF line ends: the full parser decides
-            return None
-        labels = _labels(raw) if raw else _NO_LABELS
+        labels = labels_of(raw) if raw else _NO_LABELS
         if labels is None:
             return None
         try:
@@ -238,7 +283,9 @@ def _parse(body: str, content_type: str | None) -> Exposition:
     try:
         for family in text_string_to_metric_families(body):
             for s in family.samples:
-                out.samples[s.name].append((dict(s.labels), float(s.value)))
+                labels = _Labels(s.labels)
+                labels.group = _group(labels)
+                out.samples[s.name].append((labels, float(s.value)))
     except Exception as exc:  # the parsers raise ValueError, IndexError, KeyError on garbage
         raise ParseError(f"not a {'OpenMetrics' if is_openmetrics(content_type) else 'Prometheus text'} "
                          f"exposition: {type(exc).__name__}: {str(exc)[:200]}") from None

@@ -53,6 +53,8 @@ class EngineRecorder:
         #: (value gauge index, labels) -> its bound child: prometheus-client's labels() costs more
         #: than the set, and a scraper sets every gauge of every replica every second
         self._bound: dict[tuple[int, tuple[str, str, str]], Any] = {}
+        #: labels -> the bound (up, scrape_seconds, preemptions) children a success sets
+        self._fixed: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
 
     def _labels(self, target: Target, engine: str) -> tuple[str, str, str]:
         return (target.replica, target.pool, engine)
@@ -73,6 +75,7 @@ class EngineRecorder:
         old = self._engine.get(target.replica)
         if old is not None and old != snap.engine:  # first detected (was auto), or the engine changed
             self._clear(target)
+            self._fixed.pop(self._labels(target, old), None)
             for gauge in (self.up, self.scrape_seconds):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*self._labels(target, old))
@@ -92,11 +95,14 @@ class EngineRecorder:
                 if child is None:
                     child = bound[(i, labels)] = gauge.labels(*labels)
                 child.set(value)
-        self.up.labels(*labels).set(1)
-        self.scrape_seconds.labels(*labels).set(seconds)
-        child = self.preemptions.labels(*labels)
+        fixed = self._fixed.get(labels)
+        if fixed is None:
+            fixed = self._fixed[labels] = (self.up.labels(*labels), self.scrape_seconds.labels(*labels),
+                                           self.preemptions.labels(*labels))
+        fixed[0].set(1)
+        fixed[1].set(seconds)
         if preempted > 0:
-            child.inc(preempted)
+            fixed[2].inc(preempted)
         if self.spool is not None:
             self.spool.write_line(event.to_json())
 
@@ -106,6 +112,7 @@ class EngineRecorder:
         if engine is None:
             return
         labels = self._labels(target, engine)
+        self._fixed.pop(labels, None)
         for i in range(len(self._values)):
             self._bound.pop((i, labels), None)
         for metric in (*self._values, self.up, self.scrape_seconds, self.preemptions):

@@ -23,6 +23,7 @@ from llmsla import names
 from llmsla.config import Config
 
 from .adapt import READS, UnknownEngine, snapshot
+from .httpget import Client, FetchError
 from .parse import ParseError, parse
 from .record import EngineSnapshot, ReplicaState
 
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 #: (``vllm_num_requests_running``) but not their ``# TYPE vllm:...`` lines, a body no parser reads.
 ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.9,"
           "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-_CHUNK = 64 * 1024
 #: Bodies up to this size are parsed on the event loop, longer ones in a worker thread.
 INLINE_PARSE_CHARS = 256 * 1024
 
@@ -96,7 +96,7 @@ class Scraper:
         self.on_sample = on_sample
         self.on_failure = on_failure
         self.on_remove: Callable[[Target], None] | None = None
-        self._session: Any = None
+        self._session: Client | None = None
         self._stop: asyncio.Event | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -133,31 +133,18 @@ class Scraper:
     # -- one scrape ------------------------------------------------------------------------------
     async def fetch(self, target: Target) -> tuple[str, str | None]:
         """(body, Content-Type) of one bounded GET; :class:`ScrapeError` on any failure."""
-        import aiohttp
-
         e = self.cfg.engine
+        client = self._session
+        assert client is not None, "fetch runs inside run() or scrape_all_once()"
         try:
             async with asyncio.timeout(e.timeout_s):
-                async with self._session.get(target.url, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
-                    if resp.status != 200:
-                        raise ScrapeError(names.ENGINE_FAIL_HTTP, f"HTTP {resp.status}")
-                    if resp.content_length is not None and resp.content_length > e.max_bytes:
-                        raise ScrapeError(names.ENGINE_FAIL_TOO_LARGE,
-                                          f"Content-Length {resp.content_length} > engine.max_bytes {e.max_bytes}")
-                    buf = bytearray()
-                    async for chunk in resp.content.iter_chunked(_CHUNK):
-                        buf += chunk
-                        if len(buf) > e.max_bytes:
-                            raise ScrapeError(names.ENGINE_FAIL_TOO_LARGE, f"body past engine.max_bytes {e.max_bytes}")
-                    ctype = resp.headers.get("Content-Type")
+                resp = await client.get(target.url)
         except TimeoutError:
             raise ScrapeError(names.ENGINE_FAIL_TIMEOUT, f"no complete answer in engine.timeout_s {e.timeout_s} s") from None
-        except aiohttp.ClientPayloadError as exc:  # truncated body, bad chunking
-            raise ScrapeError(names.ENGINE_FAIL_PARSE, f"broken body: {exc}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ScrapeError(names.ENGINE_FAIL_CONNECT, f"{type(exc).__name__}: {exc}") from None
+        except FetchError as exc:
+            raise ScrapeError(exc.reason, str(exc)) from None
         try:
-            return buf.decode("utf-8"), ctype
+            return resp.body.decode("utf-8"), resp.content_type
         except UnicodeDecodeError as exc:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, f"not UTF-8 at byte {exc.start}") from None
 
@@ -210,21 +197,18 @@ class Scraper:
     # -- the loop --------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _session_ctx(self) -> Any:
-        import aiohttp
-
         if self._session is not None:
             yield self._session
             return
-        # no pool limit: one connection per replica; no proxy from the environment; no
-        # compression asked for (a gzip bomb would pass the size check decompressed).
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        async with aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False,
-                                         headers={"Accept-Encoding": "identity"}) as session:
-            self._session = session
-            try:
-                yield session
-            finally:
-                self._session = None
+        # kept connections, one per replica in use; no proxy from the environment; no
+        # compression asked for (a gzip bomb would pass the size check decompressed)
+        client = Client(self.cfg.engine.max_bytes, ACCEPT)
+        self._session = client
+        try:
+            yield client
+        finally:
+            self._session = None
+            client.close()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Scrape every target on its own schedule until ``stop`` is set."""
@@ -251,8 +235,9 @@ class Scraper:
         while not stop.is_set():
             wait = due - loop.time()
             if wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), wait)
+                # a plain sleep: run() cancels every loop when stop is set, and a wait_for on the
+                # shared event cost a task and an O(replicas) waiter removal per scrape
+                await asyncio.sleep(wait)
                 if stop.is_set():
                     return
             started = loop.time()
