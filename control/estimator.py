@@ -18,8 +18,8 @@ queue, so LADR's Fenwick sampler keeps it live in O(log n) per begin/end.
 Bounded and reset-safe: O(1) memory per replica; an observation that is not finite, negative or
 has no tokens is ignored; each one moves the estimate by at most a factor ``CLIP`` (one outlier
 cannot wreck it, a replica that really changed speed - restarted on other hardware, throttled -
-is followed within a few completions), and the estimate stays in ``[MIN_TPOT, MAX_TPOT]``. See
-docs/control.md#expected-completion-time.
+is followed within about 130 completions), and the estimate stays in ``[MIN_TPOT, MAX_TPOT]``. See
+docs/control.md#expected-completion-time-learnt-replica-speed.
 """
 
 from __future__ import annotations
