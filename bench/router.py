@@ -35,12 +35,16 @@ def _time_per_call(fn, calls: int, repeats: int) -> tuple[float, float]:
     return statistics.median(runs), min(runs)
 
 
-def _router(policy: str, n: int) -> Router:
+#: LADR scoring its learnt expected completion time (bench/routing.py's ``ladr+ect`` row).
+ECT_PARAMS = {"ect": 3.0, "alpha": 0.0, "beta": 0.0}
+
+
+def _router(policy: str, n: int, **params: float) -> Router:
     rng = random.Random(1)
     r = Router([Replica(f"r{i}", "default") for i in range(n)], policy, rng=random.Random(2),
-               ttl_s=3600.0)  # long TTL: the bench must not drift into the all-stale fallback
-    for i in range(n):  # realistic state: measured latencies and some queueing
-        r.end(f"r{i}", rng.uniform(50, 500))
+               ttl_s=3600.0, **params)  # long TTL: the bench must not drift into the all-stale fallback
+    for i in range(n):  # realistic state: measured latencies, TTFT, output tokens, some queueing
+        r.end(f"r{i}", rng.uniform(50, 500), ttft_ms=rng.uniform(5, 20), output_tokens=rng.randint(20, 200))
         for _ in range(rng.randrange(4)):
             r.begin(f"r{i}")
     return r
@@ -89,8 +93,8 @@ def main() -> int:
     rows = [{"what": "random.choice (anchor)", "median_us": anchor_med, "min_us": anchor_min,
              "x_anchor": 1.0, "target_us": TARGET_US, "ok": anchor_med <= TARGET_US}]
     results = {"anchor_random_choice": {"median_us": anchor_med, "min_us": anchor_min}}
-    for policy in POLICIES:
-        r = _router(policy, n)
+    for policy in (*POLICIES, "ladr+ect"):
+        r = _router("ladr", n, **ECT_PARAMS) if policy == "ladr+ect" else _router(policy, n)
         pick = r.pick
 
         def run(k: int, pick=pick) -> None:
@@ -100,7 +104,7 @@ def main() -> int:
         med, mn = _time_per_call(run, calls, repeats)
         rows.append({"what": f"pick {policy}", "median_us": med, "min_us": mn, "x_anchor": med / anchor_med,
                      "target_us": TARGET_US, "ok": med <= TARGET_US})
-        results[policy] = {"median_us": med, "min_us": mn, "ratio_vs_anchor": med / anchor_med,
+        results[policy.replace("+", "_")] = {"median_us": med, "min_us": mn, "ratio_vs_anchor": med / anchor_med,
                            "meets_target": med <= TARGET_US}
         if policy == "ladr":
             r_ex = _router(policy, n)
@@ -123,6 +127,16 @@ def main() -> int:
             rows.append({"what": "ladr refresh() (every 200 ms)", "median_us": med, "min_us": mn,
                          "x_anchor": med / anchor_med, "target_us": "-", "ok": "-"})
             results["ladr_refresh"] = {"median_us": med, "min_us": mn}
+        if policy in ("ladr", "ladr+ect"):  # a refresh then the sampler build its next pick does, O(n)
+            def run_rebuild(k: int, r=r) -> None:
+                for _ in range(k):
+                    r.refresh()
+                    r.pick("default")
+
+            med, mn = _time_per_call(run_rebuild, max(1, calls // 100), repeats)
+            rows.append({"what": f"{policy} refresh() + sampler build", "median_us": med, "min_us": mn,
+                         "x_anchor": med / anchor_med, "target_us": "-", "ok": "-"})
+            results[f"{policy.replace('+', '_')}_refresh_build"] = {"median_us": med, "min_us": mn}
     if not args.no_redis:
         med, mn = _shared_pick(n, calls, repeats)
         rows.append({"what": "pick ladr + Redis shared state", "median_us": med, "min_us": mn,

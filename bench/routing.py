@@ -30,12 +30,14 @@ Then the Azure conversation trace (first ``--trace-minutes``) replayed at 1x, 2x
 on 8 x 6B, and the speed check: one hour of that trace on 8 replicas, engine alone and with the
 gateway's recorders writing the spool (target: <= 30 s wall).
 
-Every scenario, held-out run and variance level also has LADR with engine signals (the
-replicas' waiting / running / KV usage every engine.scrape_interval_s) and the simulator's oracle
-(fleet/oracle.py): each policy's P99 TTFT and E2E as a ratio to the oracle's, and whether LADR
-with engine signals is within 10 % of it. ``--sweep-engine`` sweeps the engine-scorer weights on
-the five training scenarios (how their defaults were chosen); ``--only-oracle`` skips the
-max-QPS search, the replay and the speed check (JSON: routing-oracle.json).
+Every scenario, held-out run and variance level also has LADR with its expected-completion-time
+term (``ladr+ect``: each replica's speed learnt from the completions it returned, times its live
+queue; control/estimator.py), that plus engine signals (the replicas' waiting / running / KV
+usage every engine.scrape_interval_s) and the simulator's oracle (fleet/oracle.py): each policy's
+P99 TTFT and E2E as a ratio to the oracle's, and whether ``ladr+ect`` is within 10 % of it.
+``--sweep-engine`` sweeps the engine-scorer weights on top of ``ladr+ect`` on the five training
+scenarios (how their defaults were chosen); ``--only-oracle`` skips the max-QPS search, the
+replay and the speed check (JSON: routing-oracle.json).
 
     python bench/routing.py [--quick] [--seed 0] [--only-oracle] [--sweep-engine]
 """
@@ -59,28 +61,33 @@ from llmsla.fleet import engine, faults, stats, traces, workload  # noqa: E402
 from llmsla.fleet.sink import RecorderSink  # noqa: E402
 
 POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
-#: LADR fed the replicas' engine signals (waiting, running, KV usage every
-#: engine.scrape_interval_s, held until the next scrape) with both scorers on at weight 1 (the
-#: defaults are 0: see --sweep-engine), and the simulator's oracle (the bound).
-ENGINE, ORACLE = "ladr+engine", "oracle"
+#: LADR scoring the expected completion time it learns (control/estimator.py) instead of relative
+#: latency and queue: ect = 3, alpha = beta = 0, chosen on the five training scenarios (ect 1 / 3 /
+#: 8, ect_n0 4 / 8 / 16 / 32, with and without the queue term; docs/control.md); that plus the
+#: replicas' engine signals (waiting, running, KV usage every engine.scrape_interval_s, held until
+#: the next scrape) with both scorers at llm-d's weight 1 (the defaults are 0: see
+#: --sweep-engine); and the simulator's oracle (the bound).
+ECT, ENGINE, ORACLE = "ladr+ect", "ladr+engine", "oracle"
+ECT_PARAMS: dict[str, float] = {"ect": 3.0, "alpha": 0.0, "beta": 0.0}
 #: Scenario rows: the four policies with default parameters, LADR with engine signals, two LADR
 #: ablations (i.i.d. sampling: systematic = 0; no latency term: alpha = 0, what queue awareness
 #: alone gives) and the oracle.
 VARIANTS: dict[str, tuple[str, dict[str, float]]] = {
     **{p: (p, {}) for p in POLICIES},
-    ENGINE: ("ladr", {"engine_queue": 1.0, "engine_kv": 1.0}),  # llm-d's equal scorer weights
+    ECT: ("ladr", dict(ECT_PARAMS)),
+    ENGINE: ("ladr", {**ECT_PARAMS, "engine_queue": 1.0, "engine_kv": 1.0}),  # llm-d's equal scorer weights
     "ladr(iid)": ("ladr", {"systematic": 0}),
     "ladr(alpha=0)": ("ladr", {"alpha": 0.0}),
     ORACLE: (ORACLE, {}),
 }
 #: Rows of the held-out scenarios and the variance sweep.
-MAIN = (*POLICIES, ENGINE, ORACLE)
+MAIN = (*POLICIES, ECT, ENGINE, ORACLE)
 ANCHOR = "round_robin"
 #: The engine adapters' default cadence (engine.scrape_interval_s): how old LADR's engine data is.
 SCRAPE_S = config_mod.load(env={}).engine.scrape_interval_s
-#: Candidate engine-scorer weights (engine_queue, engine_kv), judged on the five training
-#: scenarios only (``--sweep-engine``); the held-out ones play no part in the default.
-ENGINE_WEIGHTS = ((0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (2.0, 0.0), (0.0, 1.0), (1.0, 1.0))
+#: Candidate engine-scorer weights (engine_queue, engine_kv) on top of ``ladr+ect``, judged on the
+#: five training scenarios only (``--sweep-engine``); the held-out ones play no part in the default.
+ENGINE_WEIGHTS = ((0.0, 0.0), (0.25, 0.0), (0.5, 0.0), (1.0, 0.0), (0.0, 0.25), (0.0, 1.0), (1.0, 1.0))
 #: The reference study's P99 latencies (seconds), static round robin -> LADR.
 REFERENCE = {"chat": (5.1, 1.2), "burst": (9.0, 1.8)}
 SPEED_TARGET_S = 30.0
@@ -149,7 +156,7 @@ def variance_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for factor, mean_s in NOISE_LEVELS:
         per: dict[str, list[dict[str, Any]]] = {p: [] for p in ("round_robin", "least_outstanding", "ladr",
-                                                               ENGINE, ORACLE)}
+                                                               ECT, ENGINE, ORACLE)}
         for seed in range(args.seed, args.seed + args.held_out_seeds):
             arr = _load(sc, sc["rate"], args.duration, seed)
             fl = noise_faults(seed, factor, mean_s, args.duration, 3)
@@ -290,18 +297,19 @@ def held_out(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def sweep_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """LADR+engine's P99 E2E per candidate scorer weights on the training scenarios (ratio to
-    LADR without engine signals, same seeds): how the defaults were chosen."""
+    """LADR+engine's P99 E2E and TTFT per candidate scorer weights on the training scenarios
+    (ratio to ``ladr+ect`` without engine signals, same seeds): how the defaults were chosen."""
     rows = []
     for name, sc in SCENARIOS.items():
         for seed in range(args.seed, args.seed + args.seeds):
             arr = _load(sc, sc["rate"], args.duration, seed)
-            base = stats.summarize(_run(sc, "ladr", arr, seed, args.timeout_s))["e2e_p99_ms"]
+            base = stats.summarize(_run(sc, ECT, arr, seed, args.timeout_s))
             for q, kv in ENGINE_WEIGHTS:
-                p99 = stats.summarize(_run(sc, ENGINE, arr, seed, args.timeout_s,
-                                           {"engine_queue": q, "engine_kv": kv}))["e2e_p99_ms"]
+                s = stats.summarize(_run(sc, ENGINE, arr, seed, args.timeout_s,
+                                         {"engine_queue": q, "engine_kv": kv}))
                 rows.append({"scenario": name, "seed": seed, "engine_queue": q, "engine_kv": kv,
-                             "p99_s": p99 / 1000, "vs_ladr": p99 / base})
+                             "p99_s": s["e2e_p99_ms"] / 1000, "vs_ladr": s["e2e_p99_ms"] / base["e2e_p99_ms"],
+                             "ttft_vs_ladr": (s["ttft_p99_ms"] or 0.0) / max(1e-9, base["ttft_p99_ms"] or 0.0)})
     return rows
 
 
@@ -310,8 +318,9 @@ def sweep_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for q, kv in ENGINE_WEIGHTS:
         rs = [r["vs_ladr"] for r in rows if r["engine_queue"] == q and r["engine_kv"] == kv]
+        ts = [r["ttft_vs_ladr"] for r in rows if r["engine_queue"] == q and r["engine_kv"] == kv]
         out.append({"engine_queue": q, "engine_kv": kv, "geomean_vs_ladr": statistics.geometric_mean(rs),
-                    "worst_vs_ladr": max(rs)})
+                    "worst_vs_ladr": max(rs), "ttft_geomean_vs_ladr": statistics.geometric_mean(ts)})
     return out
 
 
@@ -323,18 +332,22 @@ def oracle_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scenario: is LADR+engine within 10 % of the oracle (P99 TTFT and E2E), and how it
-    compares with LADR without engine signals."""
+    """Per scenario: is ``ladr+ect`` within 10 % of the oracle (P99 TTFT and E2E), how it
+    compares with LADR's defaults, and where ``ladr+engine`` (the same plus engine signals) lands."""
     out = []
     for name in dict.fromkeys(r["scenario"] for r in rows):
         by = {r["policy"]: r for r in rows if r["scenario"] == name}
-        if ENGINE not in by or "ladr" not in by:
+        if ECT not in by or "ladr" not in by:
             continue
-        e, lad = by[ENGINE], by["ladr"]
-        out.append({"scenario": name, "ttft_vs_oracle": e["ttft_vs_oracle"], "e2e_vs_oracle": e["e2e_vs_oracle"],
-                    "within_10pct": e["ttft_vs_oracle"] <= 1.10 and e["e2e_vs_oracle"] <= 1.10,
-                    "e2e_vs_ladr": e["e2e_vs_oracle"] / lad["e2e_vs_oracle"],
-                    "ttft_vs_ladr": e["ttft_vs_oracle"] / lad["ttft_vs_oracle"]})
+        e, lad = by[ECT], by["ladr"]
+        row = {"scenario": name, "ttft_vs_oracle": e["ttft_vs_oracle"], "e2e_vs_oracle": e["e2e_vs_oracle"],
+               "within_10pct": e["ttft_vs_oracle"] <= 1.10 and e["e2e_vs_oracle"] <= 1.10,
+               "e2e_vs_ladr": e["e2e_vs_oracle"] / lad["e2e_vs_oracle"],
+               "ttft_vs_ladr": e["ttft_vs_oracle"] / lad["ttft_vs_oracle"]}
+        if ENGINE in by:
+            row["engine_ttft_vs_oracle"] = by[ENGINE]["ttft_vs_oracle"]
+            row["engine_e2e_vs_oracle"] = by[ENGINE]["e2e_vs_oracle"]
+        out.append(row)
     return out
 
 
@@ -451,9 +464,10 @@ def main() -> int:
     every = rows + held + sweep
     print_table(oracle_table(every), "P99 TTFT and E2E as a ratio to the oracle (median of per-seed ratios; E2E [min, max])")
     judged = verdict(every)
-    print_table(judged, "LADR with engine signals vs the oracle (target: within 10 % on every scenario) and vs LADR")
+    print_table(judged, "LADR with its learnt completion time (ladr+ect) vs the oracle (target: within 10 % on every"
+                        " scenario), vs LADR's defaults, and with engine signals")
     if eng:
-        print_table(sweep_summary(eng), "Engine-scorer weights on the training scenarios (P99 E2E / LADR without them)")
+        print_table(sweep_summary(eng), "Engine-scorer weights on the training scenarios (P99 E2E and TTFT / ladr+ect without them)")
     write_result("routing-oracle" if args.only_oracle else "routing", {
         "inputs": {**vars(args), "slo_e2e_s": slo_s, "scenarios": {k: {**v, "tokens": [t._asdict() for t in v["tokens"]]}
                                                                      for k, v in SCENARIOS.items()}},

@@ -37,6 +37,10 @@ DEFAULT_PARAMS: dict[str, float] = {
     "engine_queue": 0.0,  # weight of the queue scorer (waiting queue, min-max over the group)
     "engine_kv": 0.0,  # weight of the KV-cache scorer (1 - KV usage)
     "engine_ttl_s": 3.0,  # engine data older than this is ignored (3 scrapes at the default 1 s)
+    # expected completion time (control/estimator.py): learnt per-replica speed x live queue
+    # x the pool's recent output length, relative to the best replica's; 0 = off
+    "ect": 0.0,  # weight of -ECT / best ECT in the score
+    "ect_n0": 16.0,  # load-independent share of a decode iteration, in sequences (b0 / b2)
 }
 
 
@@ -62,7 +66,7 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{key}: must be > 0, got {value}")
         if key == "systematic" and value not in (0.0, 1.0):
             raise ValueError(f"systematic: must be 0 or 1, got {value}")
-        if key in ("alpha", "beta", "sharpness", "error_penalty_ms", "engine_queue", "engine_kv") and value < 0:
+        if key in ("alpha", "beta", "sharpness", "error_penalty_ms", "engine_queue", "engine_kv", "ect", "ect_n0") and value < 0:
             raise ValueError(f"{key}: must be >= 0, got {value}")
         out[key] = value
     return out
@@ -70,11 +74,35 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 
-def build_sampler(lst: list[ReplicaState], p: dict[str, float]) -> LadrSampler:
-    """The sampler over the group's fresh replicas (see :class:`LadrSampler`)."""
+def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float) -> list[tuple[float, float]] | None:
+    """Each replica's expected completion time of a new request as ``(a, b)``: ``a + b * queue``
+    seconds, divided by the best replica's at its current queue (so 1 = as good as the best);
+    None before any replica of the group was measured. An unmeasured replica gets the measured
+    ones' mean speed and TTFT (control/estimator.py)."""
+    tp = [s.svc.tpot_per_load for s in fresh if s.svc.tpot_per_load is not None]
+    if not tp or not out_tokens:
+        return None
+    tt = [s.svc.ttft_s for s in fresh if s.svc.ttft_s is not None]
+    tp_mean = sum(tp) / len(tp)
+    tt_mean = sum(tt) / len(tt) if tt else 0.0
+    ab = []
+    for s in fresh:
+        c = s.svc.tpot_per_load
+        t = s.svc.ttft_s
+        b = out_tokens * (tp_mean if c is None else c)
+        t = tt_mean if t is None else t
+        ab.append((t + b * (1.0 + n0), b + t))
+    ref = min(a + b * (s.outstanding + s.extra_q) for (a, b), s in zip(ab, fresh, strict=True))
+    ref = max(ref, 1e-9)
+    return [(a / ref, b / ref) for a, b in ab]
+
+
+def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: float | None = None) -> LadrSampler:
+    """The sampler over the group's fresh replicas (see :class:`LadrSampler`); ``out_tokens``:
+    the pool's recent mean output length, for the ECT term."""
     fresh = [s for s in lst if s.fresh]
     if not fresh:
-        return LadrSampler([], [], 1.0, 0.0)
+        return LadrSampler([], [], [], 0.0)
     alpha, beta, k = p["alpha"], p["beta"], p["sharpness"]
     measured = [s.lat_ema for s in fresh if s.lat_ema is not None]
     ref = min(measured) if measured else 1.0
@@ -89,9 +117,16 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float]) -> LadrSampler:
     for s, e in zip(fresh, eng, strict=True):
         inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
         log_base.append(math.log(s.rep.weight) + k * alpha * inv + k * e)  # + 0.0 without engine data
-    shift = max(lb + per_q * (s.outstanding + s.extra_q) for lb, s in zip(log_base, fresh, strict=True))
+    slopes = [per_q] * len(fresh)
+    ect = p["ect"]
+    terms = ect_terms(fresh, out_tokens, p["ect_n0"]) if ect > 0 else None
+    if terms is not None:  # - k * ect * (a + b * queue): a constant and a per-request slope
+        for i, (a, b) in enumerate(terms):
+            log_base[i] -= k * ect * a
+            slopes[i] = per_q - k * ect * b
+    shift = max(lb + sl * (s.outstanding + s.extra_q) for lb, sl, s in zip(log_base, slopes, fresh, strict=True))
     base = [math.exp(max(lb - shift, -700.0)) for lb in log_base]
-    lad = LadrSampler(fresh, base, math.exp(per_q), p["floor"])
+    lad = LadrSampler(fresh, base, [math.exp(max(sl, -700.0)) for sl in slopes], p["floor"])
     for i, s in enumerate(fresh):
         s.slots.append((lad, i))
     return lad

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from llmsla.control.estimator import ServiceEstimate
 from llmsla.replicas import Replica  # the identity is core (one numbering for every command)
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class ReplicaState:
         "rep", "outstanding", "drained", "down", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
         "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots", "pending", "leaving",
-        "engine", "engine_fresh",
+        "engine", "engine_fresh", "svc",
     )
 
     def __init__(self, rep: Replica, now: float) -> None:
@@ -95,6 +96,7 @@ class ReplicaState:
         self.slots: list[tuple[LadrSampler, int]] = []  # LADR samplers this replica is in, and where
         self.engine: EngineSignal | None = None  # the engine's own last reported state
         self.engine_fresh = False  # engine data no older than engine_ttl_s at the last refresh
+        self.svc = ServiceEstimate()  # learnt speed (LADR's expected-completion-time term)
 
 
 def check_weight(weight: Any) -> None:

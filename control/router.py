@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import extras
 from llmsla.control import ladr, policies
+from llmsla.control.estimator import OutputLength
 from llmsla.control.ladr import DEFAULT_PARAMS, POLICIES, check_params
 from llmsla.control.metrics import RouterMetrics
 from llmsla.control.policies import Group
@@ -78,6 +79,7 @@ class Router:
         self._states: dict[str, ReplicaState] = {}
         self._pools: dict[str, list[ReplicaState]] = {}
         self._levels: dict[str, LoadLevels] = {}
+        self._out: dict[str, OutputLength] = {}  # per pool: recent mean output length (ECT term)
         self._cache: dict[tuple[str, str | None], Group] = {}
         self._rr: dict[tuple[str, str | None], int] = {}
         self._next_refresh = -math.inf
@@ -122,6 +124,7 @@ class Router:
         if not self._pools[st.rep.pool]:
             del self._pools[st.rep.pool]
             del self._levels[st.rep.pool]
+            self._out.pop(st.rep.pool, None)
         for g in (self.metrics.picks, self.metrics.weight, self.metrics.drained, self.metrics.score):
             with contextlib.suppress(KeyError):
                 g.remove(st.rep.pool, st.rep.id)
@@ -325,11 +328,22 @@ class Router:
         for lad, i in st.slots:  # LADR's queue term is live: no herding within a refresh window
             lad.update(i, st)
 
-    def end(self, replica_id: str, latency_ms: float, *, ok: bool = True, ttft_ms: float | None = None) -> None:
-        """The request finished: outstanding -= 1 and its latency feeds the replica's stats."""
+    def end(self, replica_id: str, latency_ms: float, *, ok: bool = True, ttft_ms: float | None = None,
+            output_tokens: int | None = None) -> None:
+        """The request finished: outstanding -= 1 and its latency feeds the replica's stats.
+        With ``output_tokens`` (and ``ttft_ms``) a successful request also teaches the replica's
+        speed estimate and the pool's output length (LADR's ``ect`` term, control/estimator.py)."""
         st = self._states.get(replica_id)
         if st is None:  # removed while in flight
             return
+        if ok and output_tokens is not None and not isinstance(output_tokens, bool) and output_tokens >= 1:
+            # load while it ran ~ the outstanding count as it ends, itself included
+            st.svc.observe(latency_ms / 1000.0, None if ttft_ms is None else ttft_ms / 1000.0,
+                           int(output_tokens), float(max(st.outstanding, 1)) + st.extra_q, self.params["ect_n0"])
+            out = self._out.get(st.rep.pool)
+            if out is None:
+                out = self._out[st.rep.pool] = OutputLength()
+            out.observe(int(output_tokens))
         if st.outstanding > 0:
             st.levels.down(st)  # type: ignore[union-attr]  # as in begin()
             for lad, i in st.slots:
@@ -454,7 +468,8 @@ class Router:
             if lad is not None:
                 for x in lad.states:
                     x.slots = [sl for sl in x.slots if sl[0] is not lad]
-            lad = g.ladr = ladr.build_sampler(g.states, self.params)
+            out = self._out.get(pool)
+            lad = g.ladr = ladr.build_sampler(g.states, self.params, None if out is None else out.mean)
         if self.params["systematic"]:  # golden-ratio sequence from a random start, per group
             key = (pool, role)
             u = self._useq[key] = (self._useq.get(key, self._u0) + _GOLDEN) % 1.0
@@ -513,6 +528,8 @@ class Router:
                     "stats_age_s": max(0.0, now - st.last_seen),
                     "picks": st.picks,
                     "errors": st.errors,
+                    "ect": {"tpot_per_load_s": st.svc.tpot_per_load, "ttft_s": st.svc.ttft_s,
+                            "observations": st.svc.n},
                     "engine": None if st.engine is None else {
                         "waiting": st.engine.waiting, "running": st.engine.running,
                         "kv_usage": st.engine.kv_usage, "age_s": max(0.0, now - st.engine.at),
@@ -522,6 +539,7 @@ class Router:
             ]
         out: dict[str, Any] = {
             "policy": self.policy,
+            "output_tokens_mean": {p: o.mean for p, o in self._out.items()},
             "params": dict(self.params),
             "pools": pools,
             "refreshes": self.refreshes,
@@ -542,7 +560,8 @@ def params_from_config(cfg: Any) -> dict[str, float]:
     try:
         return check_params({"alpha": c.ladr_alpha, "beta": c.ladr_beta, "theta": c.ladr_theta,
                              "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s, "sharpness": c.ladr_sharpness,
-                             "engine_queue": c.ladr_engine_queue, "engine_kv": c.ladr_engine_kv})
+                             "engine_queue": c.ladr_engine_queue, "engine_kv": c.ladr_engine_kv,
+                             "ect": c.ladr_ect})
     except ValueError as exc:
         from llmsla.config import ConfigError
 

@@ -10,23 +10,24 @@ from llmsla.control.replica import ReplicaState
 class LadrSampler:
     """LADR sampler of one group: sampling weights in a Fenwick tree, kept live by begin/end.
 
-    Weight of member i: ``max(base[i] * decay ** queue_i, fl)`` where ``base[i] ~ rep.weight *
+    Weight of member i: ``max(base[i] * decay[i] ** queue_i, fl)`` where ``base[i] ~ rep.weight *
     exp(sharpness * alpha / latency_i)`` (scaled so the best member weighs 1 at the build, and
-    ``fl = floor``) and ``decay = exp(-sharpness * beta / Q)`` are frozen at the refresh (the
-    latency EMA and the queue scale Q change only then, or at a rebuild), and ``queue_i`` is
+    ``fl = floor``) and ``decay[i] = exp(-sharpness * beta / Q)`` (times the expected completion
+    time's growth per queued request when LADR's ``ect`` term is on) are frozen at the refresh
+    (the latency EMA and the queue scale Q change only then, or at a rebuild), and ``queue_i`` is
     the live outstanding count plus what other gateways/reports add. ``begin``/``end`` change one
     member's weight in O(log n); a pick is one Fenwick descent, O(log n).
     """
 
     __slots__ = ("states", "base", "w", "tree", "total", "decay", "fl", "top", "low", "stale")
 
-    def __init__(self, states: list[ReplicaState], base: list[float], decay: float, fl: float) -> None:
+    def __init__(self, states: list[ReplicaState], base: list[float], decay: list[float], fl: float) -> None:
         self.states = states
         self.base = base
         self.decay = decay
         self.fl = fl
         n = len(states)
-        self.w = [max(b * decay ** (st.outstanding + st.extra_q), fl) for b, st in zip(base, states, strict=True)]
+        self.w = [max(b * d ** (st.outstanding + st.extra_q), fl) for b, d, st in zip(base, decay, states, strict=True)]
         tree = [0.0] * (n + 1)
         for i, x in enumerate(self.w, 1):  # O(n) Fenwick build
             tree[i] += x
@@ -46,7 +47,7 @@ class LadrSampler:
 
     def update(self, i: int, st: ReplicaState) -> None:
         """Member ``i`` (0-based) changed its outstanding count."""
-        new = self.base[i] * self.decay ** (st.outstanding + st.extra_q)
+        new = self.base[i] * self.decay[i] ** (st.outstanding + st.extra_q)
         if new < self.fl:
             new = self.fl
         delta = new - self.w[i]

@@ -577,8 +577,10 @@ class Gateway:
                 try:
                     # a client's bad request (upstream 4xx -> rejected) says nothing bad about the
                     # replica: only errors and timeouts are charged as failures
+                    # output tokens (usage, else counted): LADR's completion-time estimate learns from them
                     self.router.end(rep.id, (end - dispatch) * 1000.0,
-                                    ok=status not in (names.STATUS_ERROR, names.STATUS_TIMEOUT), ttft_ms=ttft)
+                                    ok=status not in (names.STATUS_ERROR, names.STATUS_TIMEOUT), ttft_ms=ttft,
+                                    output_tokens=timer.tokens(0)[1] if status == names.STATUS_OK else None)
                 except Exception:  # the router must never cost us the event
                     log.exception("router.end failed")
             self._record(timer, tel, req, who, arm, rep.id if rep else names.NO_REPLICA, status, end=end,

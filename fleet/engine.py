@@ -531,7 +531,7 @@ class Simulator:
                                     queue_ms, ttft_ms, e2e_ms, r.preempted, arm, r.itl_n, r.itl_sum * 1000.0))
         if rep is not None and dispatch is not None:
             self.router.end(rep.id, (t - dispatch) * 1000.0, ok=status == names.STATUS_OK,
-                            ttft_ms=None if first is None else (first - dispatch) * 1000.0)
+                            ttft_ms=None if first is None else (first - dispatch) * 1000.0, output_tokens=out_tokens)
         if dispatch is not None:
             self._slots -= 1
             self._release()
