@@ -1,0 +1,6 @@
+-- Engine roll-ups (engine_windows_1m, engine_windows_1h): per minute and hour and (pool, replica,
+-- engine), the 5 s engine windows under their own column names: counter increases and counts
+-- summed, gauge means weighted by samples, maxima of maxima, the engine's mean TTFT from the
+-- summed sum and count (llmsla.store.engine_rollups, declared in llmsla.store.schema), so a
+-- 7-day engine panel reads 168 rows per replica instead of every 5 s window. The flavour files
+-- create them.
