@@ -471,6 +471,7 @@ HIST_VALUES_MS: tuple[float, ...] = (
 #: range from the smallest to the largest value of a window is stored.
 C_TTFT_HIST = "ttft_hist"
 C_E2E_HIST = "e2e_hist"
+C_ENGINE_TTFT_HIST = "engine_ttft_hist"  # engine_windows (migration 0015): the engine's own TTFT, native buckets spread onto the layout
 
 # --- spool kinds (one sub-directory per event type) ---------------------------------------------
 #: counter, labels kind, reason (:data:`SPOOL_DROP_REASONS`): events a spool writer could not

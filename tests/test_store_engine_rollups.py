@@ -12,6 +12,7 @@ import random
 
 import psycopg
 
+from llmsla import histogram as H
 from llmsla import names
 from llmsla.store import connect, schema
 from llmsla.store.engine_rollups import COLUMNS, ENGINE_ROLLUPS, KEYS
@@ -21,7 +22,8 @@ from llmsla.store.migrate import migrate, recorded_flavor
 UTC = dt.UTC
 M1, H1 = names.T_ENGINE_WINDOWS_1M, names.T_ENGINE_WINDOWS_1H
 T = names.T_ENGINE_WINDOWS
-VALUES = schema.ENGINE_VALUES
+VALUES = (*schema.ENGINE_VALUES, *schema.ENGINE_HISTS)
+HIST = names.C_ENGINE_TTFT_HIST
 
 
 def _floor(ts: dt.datetime, seconds: int) -> dt.datetime:
@@ -52,6 +54,8 @@ def engine_rows(rng: random.Random, start: dt.datetime, n: int) -> list[dict]:
                 row[f"{g}_max"] = row[f"{g}_mean"] * rng.uniform(1, 1.5)
             c, s = row["engine_ttft_count"], row["engine_ttft_sum_ms"]
             row["engine_ttft_mean_ms"] = s / c if c else None
+            row[HIST] = (H.Hist.of(rng.lognormvariate(5, 1) for _ in range(int(c))).literal()
+                         if rep != "r1" and i % 7 != 3 else None)  # some windows without (before 0015)
             rows.append(row)
     return rows
 
@@ -74,6 +78,8 @@ def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
             elif rule == schema.WMEAN:
                 weight = sum(r["samples"] for r in rs if r[c] is not None)
                 g[c] = sum(r[c] * r["samples"] for r in rs if r[c] is not None) / weight if weight else None
+        hist = H.merge([H.Hist.parse(r[HIST]) for r in rs])
+        g[HIST] = None if hist == H.EMPTY else hist  # type: ignore[assignment]
         num, den = schema.ENGINE_RATIOS["engine_ttft_mean_ms"]
         s, n = g[num], g[den]
         g["engine_ttft_mean_ms"] = s / n if s is not None and n else None
@@ -82,11 +88,23 @@ def reference(rows: list[dict], seconds: int) -> dict[tuple, dict]:
 
 
 def stored(conn: psycopg.Connection, table: str) -> dict[tuple, dict]:
+    """A roll-up's rows (refreshed first on TimescaleDB); a histogram as a :class:`Hist`."""
     materialize_rollups(conn, (table,))
-    rows = conn.execute(f"SELECT bucket, {', '.join(KEYS)}, {', '.join(COLUMNS)} FROM {table}").fetchall()
+    cols = [f"array_lower({c}, 1), {c}" if c == HIST else c for c in COLUMNS]
+    rows = conn.execute(f"SELECT bucket, {', '.join(KEYS)}, {', '.join(cols)} FROM {table}").fetchall()
     n = 1 + len(KEYS)
-    return {tuple(r[:n]): {c: None if v is None else float(v) for c, v in zip(COLUMNS, r[n:], strict=True)}
-            for r in rows}
+    out = {}
+    for r in rows:
+        vals, it = {}, iter(r[n:])
+        for c in COLUMNS:
+            if c == HIST:
+                lower, counts = next(it), next(it)
+                vals[c] = None if counts is None else H.Hist.from_array(lower, counts)
+            else:
+                v = next(it)
+                vals[c] = None if v is None else float(v)
+        out[tuple(r[:n])] = vals
+    return out
 
 
 def assert_rollup(got: dict[tuple, dict], rows: list[dict], seconds: int) -> None:
@@ -96,22 +114,24 @@ def assert_rollup(got: dict[tuple, dict], rows: list[dict], seconds: int) -> Non
         assert g.keys() == want[key].keys()
         for c, v in g.items():
             w = want[key][c]
-            if v is None or w is None:
+            if v is None or w is None or isinstance(w, H.Hist):
                 assert v == w, (key, c, v, w)
             else:
                 assert math.isclose(v, w, rel_tol=1e-9), (key, c, v, w)
 
 
-def insert(conn: psycopg.Connection, rows: list[dict], *, upsert: bool = False) -> None:
-    """Many rows in one statement, as the stream job's sink writes a window (``upsert``: a replay)."""
-    cols = list(schema.ENGINE_COLUMNS)
+def insert(conn: psycopg.Connection, rows: list[dict], *, upsert: bool = False, hist: bool = True) -> None:
+    """Many rows in one statement, as the stream job's sink writes a window (``upsert``: a replay;
+    ``hist=False``: a store before 0015, which has no histogram column)."""
+    cols = [c for c in schema.ENGINE_COLUMNS if hist or c != HIST]
     types = {"bucket": "timestamptz", "samples": "int8", "counter_resets": "int8",
-             **dict.fromkeys(KEYS, "text")}
-    sql = (f"INSERT INTO {T} ({', '.join(cols)}) SELECT * FROM unnest("
-           + ", ".join(f"%s::{types.get(c, 'float8')}[]" for c in cols) + ")")
+             **dict.fromkeys((*KEYS, HIST), "text")}
+    sql = (f"INSERT INTO {T} ({', '.join(cols)}) SELECT "
+           + ", ".join(f"{c}::integer[]" if c == HIST else c for c in cols) + " FROM unnest("
+           + ", ".join(f"%s::{types.get(c, 'float8')}[]" for c in cols) + f") AS u({', '.join(cols)})")
     if upsert:
         sql += (f" ON CONFLICT (bucket, {', '.join(KEYS)}) DO UPDATE SET "
-                + ", ".join(f"{c} = EXCLUDED.{c}" for c in VALUES))
+                + ", ".join(f"{c} = EXCLUDED.{c}" for c in VALUES if c in cols))
     conn.execute(sql, [[r[c] for r in rows] for c in cols])
     conn.commit()
 
@@ -128,6 +148,7 @@ def test_engine_rollups_equal_reference_through_replays(pg_dsn: str, cfg) -> Non
         # a replay lowers the maxima and changes the counts: a maximum falls back, sums move
         rng = random.Random(6)
         replay = [dict(r, waiting_max=r["waiting_mean"], kv_usage_max=0.0, samples=r["samples"] + 1,
+                       **{HIST: H.Hist.of([1.0]).literal() if r[HIST] else None},
                        engine_ttft_count=None if r["engine_ttft_count"] is None else 1.0,
                        preemptions=None if r["preemptions"] is None else float(rng.randint(0, 1)))
                   for r in rows[::4]]
@@ -145,18 +166,18 @@ def test_migration_0015_backfills_rows_stored_before(pg_dsn: str, cfg) -> None:
     windows are added to the same groups (plain: the trigger; TimescaleDB: the aggregates)."""
     start = _floor(dt.datetime.now(UTC) - dt.timedelta(hours=5), 3600) + dt.timedelta(minutes=59)
     rows = engine_rows(random.Random(9), start, 30)
-    old, new = rows[:45], rows[45:]
+    old, new = [dict(r, **{HIST: None}) for r in rows[:45]], rows[45:]
     with connect(pg_dsn) as conn:
         migrate(conn, cfg, upto=14)
         assert conn.execute("SELECT to_regclass(%s)", (M1,)).fetchone() == (None,)
-        insert(conn, old)
+        insert(conn, old, hist=False)
         applied = migrate(conn, cfg).applied
         assert applied == ["0015_engine_rollups"], applied
         assert_rollup(stored(conn, M1), old, 60)
         assert_rollup(stored(conn, H1), old, 3600)
         insert(conn, new)
-        assert_rollup(stored(conn, M1), rows, 60)
-        assert_rollup(stored(conn, H1), rows, 3600)
+        assert_rollup(stored(conn, M1), old + new, 60)
+        assert_rollup(stored(conn, H1), old + new, 3600)
         if recorded_flavor(conn) == "timescale":
             got = {v for (v,) in conn.execute(
                 "SELECT view_name FROM timescaledb_information.continuous_aggregates").fetchall()}

@@ -5,7 +5,8 @@ replica. The roll-ups keep, per bucket and (pool, replica, engine), the rows' co
 same names, aggregated as :data:`llmsla.store.schema.ENGINE_VALUE_ROLLUP` declares: counter
 increases and counts summed (each window's increase is reset-safe already, so the sum is too),
 gauge means weighted by the samples behind them, maxima of the maxima, the engine's mean TTFT
-from the summed sum and count. Plain PostgreSQL: tables kept current by a statement-level
+from the summed sum and count, its TTFT histogram (on the store's fixed layout) summed, so any
+range's percentiles come from the summed counts. Plain PostgreSQL: tables kept current by a statement-level
 trigger on ``engine_windows`` (touched minutes re-aggregated from the 5 s rows, touched hours
 from the minutes: idempotent under a replayed window, maxima exact); TimescaleDB: continuous
 aggregates over the hypertable. Both flavours expose the same names, columns and types; the
@@ -24,8 +25,8 @@ ENGINE_ROLLUPS: dict[str, str] = {
     names.T_ENGINE_WINDOWS_1H: "1 hour",
 }
 #: Roll-up columns after the key, in table order: the 5 s rows aggregated (``windows``) and their
-#: value columns under their own names.
-COLUMNS: list[str] = ["windows", *schema.ENGINE_VALUES]
+#: value and histogram columns under their own names.
+COLUMNS: list[str] = ["windows", *schema.ENGINE_VALUES, *schema.ENGINE_HISTS]
 FUNCTION = "llmsla_engine_rollups"
 _LOCK = 0x11A5_0112  # pg_advisory_xact_lock key: one engine roll-up writer at a time
 
@@ -37,6 +38,8 @@ def aggregate(column: str, *, from_rollup: bool) -> str:
     one case where the hour's mean is not the exact sample mean)."""
     if column == "windows":
         return "sum(windows)" if from_rollup else "count(*)"
+    if column in schema.ENGINE_HISTS:  # integer[] in the 5 s rows, bigint[] in a roll-up: overloaded
+        return f"llmsla_hist_sum({column})"
     kind = schema.ENGINE_VALUE_ROLLUP[column]
     w = schema.ENGINE_WEIGHT
     if kind == schema.SUM:

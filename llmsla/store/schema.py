@@ -89,4 +89,8 @@ ENGINE_VALUES: tuple[str, ...] = tuple(ENGINE_VALUE_ROLLUP)
 #: The weight of a :data:`WMEAN` column, and the (sum, count) a :data:`RATIO` column divides.
 ENGINE_WEIGHT = "samples"
 ENGINE_RATIOS: dict[str, tuple[str, str]] = {"engine_ttft_mean_ms": ("engine_ttft_sum_ms", "engine_ttft_count")}
-ENGINE_COLUMNS: tuple[str, ...] = (*ENGINE_KEYS, *ENGINE_VALUES)
+#: The engine's own TTFT histogram (migration 0015): the window's increases of the engine's native
+#: buckets, spread onto the store's fixed layout (streaming NativeHistogram.java), summed when rolled
+#: up; the percentiles of any range come from the summed counts, as for ``ttft_hist``.
+ENGINE_HISTS: tuple[str, ...] = (names.C_ENGINE_TTFT_HIST,)
+ENGINE_COLUMNS: tuple[str, ...] = (*ENGINE_KEYS, *ENGINE_VALUES, *ENGINE_HISTS)
