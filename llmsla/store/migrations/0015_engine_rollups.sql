@@ -4,7 +4,7 @@
 -- Prometheus' histogram_quantile interpolates), an integer array indexed by layout bucket like
 -- request_windows.ttft_hist. Null where the engine has no TTFT histogram and for the windows
 -- written before this migration.
-ALTER TABLE engine_windows ADD COLUMN IF NOT EXISTS engine_ttft_hist integer[];
+ALTER TABLE engine_windows ADD COLUMN engine_ttft_hist integer[];
 -- Engine roll-ups (engine_windows_1m, engine_windows_1h): per minute and hour and (pool, replica,
 -- engine), the 5 s engine windows under their own column names: counter increases and counts
 -- summed, gauge means weighted by samples, maxima of maxima, the engine's mean TTFT from the
