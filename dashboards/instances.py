@@ -5,8 +5,8 @@ SLO-aligned histogram bounds (greens under the objective, oranges to reds over i
 from Prometheus (``histogram_quantile`` per replica); historical rows from the store's windows
 (roll-up picked from the range: the worst 5 s P99 inside each bucket). Under the live rows, each
 replica's engine (queue, KV cache, preemptions, prefix-cache hits; the live ``llmsla_engine_*``
-gauges, like the GPU row) and its engine-measured TTFT beside the gateway's, from the store (the
-engine's histogram is windowed there, not re-exported). See docs/dashboards.md.
+gauges, like the GPU row) and its engine-measured TTFT (mean, P50, P99) beside the gateway's, from
+the store's tier for the range (the engine's histogram is windowed there, not re-exported). See docs/dashboards.md.
 """
 
 from __future__ import annotations
@@ -60,12 +60,14 @@ def build(cfg: Config) -> dash_m.Dashboard:
                     "engine's counters, or its gauge where it has only a gauge). A drop means more prefill work."))
     d = d.with_panel(c.timeseries_panel(
         "Engine TTFT vs gateway TTFT per replica (store)", [storesql.ENGINE_GATEWAY_TTFT], unit="s", w=24,
-        description="Mean TTFT per replica and interval as the gateway measured it and as the engine's own histogram "
-                    "did, from exact sums and counts in the store (request_windows beside engine_windows, 5 s tables), "
-                    "and their difference (gap_s): the time a request spends before the engine (gateway, network, "
-                    "tokenizer). Every request of the replica on both sides (the engine knows no model or arm). A "
-                    "non-streamed request counts its E2E as TTFT at the gateway, so the gap reads true for streamed "
-                    "traffic."))
+        description="TTFT per replica and interval as the gateway measured it and as the engine's own histogram "
+                    "did, from the store (5 s windows up to 1 h of range, 1 m roll-ups up to a day, 1 h beyond, on "
+                    "both sides): the means from exact sums and counts and their difference (gap_s: the time a "
+                    "request spends before the engine: gateway, network, tokenizer), and each side's P50 and P99 "
+                    "of the interval from summed histograms on the store's one layout (the engine's native buckets "
+                    "spread onto it, interpolating inside a bucket as histogram_quantile does). Every request of "
+                    "the replica on both sides (the engine knows no model or arm). A non-streamed request counts "
+                    "its E2E as TTFT at the gateway, so the gap reads true for streamed traffic."))
     d = d.with_row(dash.Row("Discovery"))
     d = d.with_panel(c.timeseries_panel(
         "Replicas known per pool and state", [promql.DISCOVERY_REPLICAS], unit="short", w=8, min_val=0,

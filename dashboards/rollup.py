@@ -35,6 +35,14 @@ FORECAST_TIERS: tuple[Tier, ...] = (
     Tier(names.T_FORECASTS_1H, 3600, None, rollup=True),
 )
 
+#: The engine windows (one row per replica every 5 s) and their roll-ups (migration 0015), same
+#: ranges; the roll-ups keep the 5 s table's column names (llmsla.store.engine_rollups).
+ENGINE_TIERS: tuple[Tier, ...] = (
+    Tier(names.T_ENGINE_WINDOWS, names.ENGINE_WINDOW_S, "1 hour", rollup=False),
+    Tier(names.T_ENGINE_WINDOWS_1M, 60, "1 day", rollup=True),
+    Tier(names.T_ENGINE_WINDOWS_1H, 3600, None, rollup=True),
+)
+
 #: Columns whose name differs between the 5 s table and the roll-ups (logical -> (5 s, roll-up)).
 PER_TIER: dict[str, tuple[str, str]] = {
     "ttft_p99_ms": ("ttft_p99_ms", "ttft_p99_ms_max"),
@@ -94,3 +102,10 @@ def forecast_windows(where: str, *, tiers: tuple[Tier, ...] = FORECAST_TIERS) ->
     pairs.append(("risk AS risk_max", "risk_max"))
     return _union(FORECAST_TIERS, tiers, pairs, where)
 
+
+
+def engine_windows(columns: list[str], where: str, *, tiers: tuple[Tier, ...] = ENGINE_TIERS) -> str:
+    """A derived table ``w`` with ``bucket``, the engine key, ``columns`` (the same names on every
+    tier) and ``width_s``, from the engine windows or a roll-up by the range."""
+    pairs = [(c, c) for c in (names.L_POOL, names.L_REPLICA, names.L_ENGINE, *columns)]
+    return _union(ENGINE_TIERS, tiers, pairs, where)

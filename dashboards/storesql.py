@@ -16,10 +16,12 @@ from typing import Any
 from llmsla import names
 from llmsla.dashboards.query import SqlQuery, register
 from llmsla.dashboards.rollup import (
+    ENGINE_TIERS,
     FORECAST_TIERS,
     LABEL_FILTER,
     TIERS,
     Tier,
+    engine_windows,
     forecast_windows,
     request_windows,
 )
@@ -30,8 +32,9 @@ T_POLICY, T_FORECASTS, T_ACTIONS, T_AB = names.T_POLICY_WINDOWS, names.T_FORECAS
 #: Tiered queries by key -> their SQL on every tier (``raw=False``) or on the 5 s table alone
 #: (``raw=True``: the bench's anchor, what the panel costs without roll-ups).
 TIERED: dict[str, Callable[[bool], str]] = {}
-#: Tiered queries by key -> the table of each tier, finest first (the plan test's expectation).
-TIER_TABLES: dict[str, tuple[str, ...]] = {}
+#: Tiered queries by key -> the tables of each family they read, each tier's table, finest first
+#: (the plan test's expectation: a range reads tier ``i`` of every family).
+TIER_TABLES: dict[str, tuple[tuple[str, ...], ...]] = {}
 
 
 def _sql(key: str, sql: str, columns: tuple[str, ...], **kw: Any) -> SqlQuery:
@@ -41,7 +44,7 @@ def _sql(key: str, sql: str, columns: tuple[str, ...], **kw: Any) -> SqlQuery:
 def _tiered(key: str, build: Callable[[tuple[Tier, ...]], str], columns: tuple[str, ...],
             family: tuple[Tier, ...] = TIERS, **kw: object) -> SqlQuery:
     TIERED[key] = lambda raw: build(family[:1] if raw else family)
-    TIER_TABLES[key] = tuple(t.table for t in family)
+    TIER_TABLES[key] = (tuple(t.table for t in family),)
     return _sql(key, build(family), columns, **kw)
 
 
@@ -155,31 +158,49 @@ ARM_SUMMARY = _tiered(
 )
 
 # -- engine vs gateway TTFT per replica (engine windows beside request windows) -----------------
-#: Mean TTFT from exact sums and counts on both sides, per pool/replica and interval: what the
-#: gateway measured (its clock starts when the request reaches it) and what the engine measured
-#: (its own histogram, from when the request reached the engine). The gap is the time spent
-#: before the engine: gateway, network, tokenizer. Both sides over every request of the replica
-#: (the engine knows no model or arm variable), from the 5 s tables (``engine_windows`` has no
-#: roll-up, so the gateway side reads the same width).
+#: TTFT per pool/replica and interval as the gateway measured it (its clock starts when the
+#: request reaches it) and as the engine measured it (its own histogram, from when the request
+#: reached the engine): the means from exact sums and counts, and their difference (the time spent
+#: before the engine: gateway, network, tokenizer); P50 and P99 of the interval from the summed
+#: histograms on the store's one layout (the engine's native buckets spread onto it by the stream
+#: job), so both sides' percentiles have the same definition. Both over every request of the
+#: replica (the engine knows no model or arm variable); each side from the tier the range picks
+#: (5 s, 1 m or 1 h, the same width on both sides).
 _REPLICA_FILTER = f"{names.L_POOL} IN (${names.L_POOL}) AND {names.L_REPLICA} IN (${names.L_REPLICA})"
 
 
-def _ttft_sums(table: str, sum_col: str, count_col: str) -> str:
-    return (f"SELECT {TIME}, pool || '/' || replica AS metric, sum({sum_col}) AS sum_ms, sum({count_col}) AS n\n"
-            f"  FROM {table} WHERE $__timeFilter(bucket) AND {_REPLICA_FILTER} GROUP BY 1, 2")
+def _ttft_side(windows: str, sum_col: str, count_col: str, hist: str) -> str:
+    return (f"SELECT {TIME}, pool || '/' || replica AS metric, sum({sum_col}) AS sum_ms, sum({count_col}) AS n,\n"
+            f"         llmsla_hist_p50({hist}) AS p50_ms, llmsla_hist_p99({hist}) AS p99_ms\n"
+            f"  FROM {windows} GROUP BY 1, 2")
 
 
+def _engine_gateway_ttft(raw: bool) -> str:
+    gateway = request_windows(["ttft_sum_ms", "ttft_count", names.C_TTFT_HIST], _REPLICA_FILTER,
+                              tiers=TIERS[:1] if raw else TIERS)
+    engine = engine_windows(["engine_ttft_sum_ms", "engine_ttft_count", names.C_ENGINE_TTFT_HIST], _REPLICA_FILTER,
+                            tiers=ENGINE_TIERS[:1] if raw else ENGINE_TIERS)
+    return (
+        "SELECT g.time, g.metric,\n"
+        "       g.sum_ms / NULLIF(g.n, 0) / 1000.0 AS gateway_ttft_s,\n"
+        "       e.sum_ms / NULLIF(e.n, 0) / 1000.0 AS engine_ttft_s,\n"
+        "       (g.sum_ms / NULLIF(g.n, 0) - e.sum_ms / NULLIF(e.n, 0)) / 1000.0 AS gap_s,\n"
+        "       g.p50_ms / 1000.0 AS gateway_p50_s, g.p99_ms / 1000.0 AS gateway_p99_s,\n"
+        "       e.p50_ms / 1000.0 AS engine_p50_s, e.p99_ms / 1000.0 AS engine_p99_s\n"
+        f"FROM ({_ttft_side(gateway, 'ttft_sum_ms', 'ttft_count', names.C_TTFT_HIST)}) AS g\n"
+        f"JOIN ({_ttft_side(engine, 'engine_ttft_sum_ms', 'engine_ttft_count', names.C_ENGINE_TTFT_HIST)}) AS e\n"
+        "  ON e.time = g.time AND e.metric = g.metric\n"
+        "ORDER BY 1, 2"
+    )
+
+
+ENGINE_GATEWAY_TTFT_KEY = "instances.engine_gateway_ttft"
+TIERED[ENGINE_GATEWAY_TTFT_KEY] = _engine_gateway_ttft
+TIER_TABLES[ENGINE_GATEWAY_TTFT_KEY] = (tuple(t.table for t in TIERS), tuple(t.table for t in ENGINE_TIERS))
 ENGINE_GATEWAY_TTFT = _sql(
-    "instances.engine_gateway_ttft",
-    "SELECT g.time, g.metric,\n"
-    "       g.sum_ms / NULLIF(g.n, 0) / 1000.0 AS gateway_ttft_s,\n"
-    "       e.sum_ms / NULLIF(e.n, 0) / 1000.0 AS engine_ttft_s,\n"
-    "       (g.sum_ms / NULLIF(g.n, 0) - e.sum_ms / NULLIF(e.n, 0)) / 1000.0 AS gap_s\n"
-    f"FROM ({_ttft_sums(names.T_REQUEST_WINDOWS, 'ttft_sum_ms', 'ttft_count')}) AS g\n"
-    f"JOIN ({_ttft_sums(names.T_ENGINE_WINDOWS, 'engine_ttft_sum_ms', 'engine_ttft_count')}) AS e\n"
-    "  ON e.time = g.time AND e.metric = g.metric\n"
-    "ORDER BY 1, 2",
-    ("time", "metric", "gateway_ttft_s", "engine_ttft_s", "gap_s"),
+    ENGINE_GATEWAY_TTFT_KEY, _engine_gateway_ttft(False),
+    ("time", "metric", "gateway_ttft_s", "engine_ttft_s", "gap_s", "gateway_p50_s", "gateway_p99_s",
+     "engine_p50_s", "engine_p99_s"),
 )
 
 # -- A/B results ----------------------------------------------------------------------------------

@@ -474,6 +474,7 @@ HIST_VALUES_MS: tuple[float, ...] = (
 #: range from the smallest to the largest value of a window is stored.
 C_TTFT_HIST = "ttft_hist"
 C_E2E_HIST = "e2e_hist"
+C_ENGINE_TTFT_HIST = "engine_ttft_hist"  # engine_windows (migration 0015): the engine's own TTFT, native buckets spread onto the layout
 
 # --- spool kinds (one sub-directory per event type) ---------------------------------------------
 #: counter, labels kind, reason (:data:`SPOOL_DROP_REASONS`): events a spool writer could not
@@ -504,6 +505,8 @@ T_REQUEST_WINDOWS_1H = "request_windows_1h"  # roll-up view / continuous aggrega
 T_POLICY_WINDOWS = "policy_windows"  # 60 s tumbling, per (zone, policy_id)
 T_GPU_WINDOWS = "gpu_windows"  # 5 s tumbling, per (node, gpu)
 T_ENGINE_WINDOWS = "engine_windows"  # 5 s tumbling, per (pool, replica, engine)
+T_ENGINE_WINDOWS_1M = "engine_windows_1m"  # roll-up table (trigger) / continuous aggregate
+T_ENGINE_WINDOWS_1H = "engine_windows_1h"  # roll-up table (trigger) / continuous aggregate
 T_DEAD_LETTERS = "dead_letters"
 T_DEAD_LETTER_COUNTS = "dead_letter_counts"  # view: dead letters per (source, reason category)
 T_DEAD_LETTER_TOTALS = "dead_letter_totals"  # running totals per (source, reason category), outlive retention

@@ -250,8 +250,8 @@ def register_percentiles(t_env) -> None:
 
 
 def register_histogram(t_env) -> None:
-    """Histogram.java with the store's bucket bounds and HistogramQuantile.java with its bucket
-    values (names.HIST_BOUNDS_MS, names.HIST_VALUES_MS: the layout is defined once, in Python,
+    """Histogram.java and NativeHistogram.java with the store's bucket bounds and
+    HistogramQuantile.java with its bucket values (names.HIST_BOUNDS_MS, names.HIST_VALUES_MS: the layout is defined once, in Python,
     and handed to the JVM as constructor arguments)."""
     from pyflink.java_gateway import get_gateway
 
@@ -259,6 +259,8 @@ def register_histogram(t_env) -> None:
     t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_FUNCTION, flink.Histogram(_java_doubles(names.HIST_BOUNDS_MS)))
     t_env._j_tenv.createTemporarySystemFunction(sql.HISTOGRAM_QUANTILE_FUNCTION,
                                                 flink.HistogramQuantile(_java_doubles(names.HIST_VALUES_MS)))
+    t_env._j_tenv.createTemporarySystemFunction(sql.NATIVE_HISTOGRAM_FUNCTION,
+                                                flink.NativeHistogram(_java_doubles(names.HIST_BOUNDS_MS)))
 
 
 def key_by_first_field(ds):  # -> KeyedStream

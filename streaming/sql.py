@@ -197,6 +197,12 @@ def _hist_columns(f: Field) -> tuple[str, str]:
     return f"{f.name}_sum", f"{f.name}_count"
 
 
+#: ``hist`` fields whose native buckets the job also reads (the Java path; one STRING column
+#: ``<name>_buckets``, NativeHistogram.encode's text): the engine's TTFT, windowed into
+#: engine_windows.engine_ttft_hist. The pure-SQL fallback has no histograms (NULL), as for requests.
+NATIVE_BUCKET_FIELDS: frozenset[str] = frozenset({"ttft"})
+
+
 def _spec(kind: str) -> list[tuple[str, str, str]]:
     spec = [("v", "v", "v")]
     for f in ALL_EVENT_TYPES[kind].FIELDS:
@@ -206,6 +212,8 @@ def _spec(kind: str) -> list[tuple[str, str, str]]:
         if f.type == "hist":
             hsum, hcount = _hist_columns(f)
             spec += [(hsum, f"{f.name}.sum", "n"), (hcount, f"{f.name}.count", "i")]
+            if f.name in NATIVE_BUCKET_FIELDS:
+                spec.append((f"{f.name}_buckets", f"{f.name}.buckets", "h"))
             continue
         if f.type == "strings":  # checked by the format (llmsla-json.string-lists), not stored
             continue
@@ -215,7 +223,7 @@ def _spec(kind: str) -> list[tuple[str, str, str]]:
     return spec
 
 
-_SQL_EXTRACT = {"s": _sv, "v": _sv, "r": _sv, "i": _int, "n": _num}
+_SQL_EXTRACT = {"s": _sv, "v": _sv, "r": _sv, "i": _int, "n": _num, "h": lambda path: "CAST(NULL AS STRING)"}
 
 def fallback_columns(kind: str) -> list[tuple[str, str]]:
     """Pure-SQL parse (the fallback without javac): one JSON_VALUE per column, (name, expression)."""
@@ -227,7 +235,7 @@ JSON_ERROR = "json_error"
 # Strings as BYTES (their UTF-8): the planner deep-copies a STRING column at every Calc that reads
 # it, once per row, and passes byte arrays on by reference (SpoolJsonDeserializer.stringValue).
 # They are compared with _text literals and become text where a row is written (_copy_field).
-_SQL_TYPE = {"s": "BYTES", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE"}
+_SQL_TYPE = {"s": "BYTES", "v": "BIGINT", "i": "BIGINT", "n": "DOUBLE", "h": "STRING"}
 
 
 def format_columns(kind: str) -> list[tuple[str, str]]:
@@ -631,30 +639,43 @@ ENGINE_COUNTERS: tuple[tuple[str, str], ...] = (
     ("preemptions_total", "d_preempt"), ("ttft_sum", "d_ttft_sum"), ("ttft_count", "d_ttft_count"))
 
 
-def engine_deltas_query() -> str:
+#: SQL name of the increase of an engine's histogram on the store's layout
+#: (streaming/java/.../NativeHistogram.java on names.HIST_BOUNDS_MS).
+NATIVE_HISTOGRAM_FUNCTION = "LLMSLA_NATIVE_HIST_DELTA"
+
+
+def engine_deltas_query(java: bool = True) -> str:
     """Each usable engine sample with the increase of each counter since the replica's previous
     sample (event-time order; an OVER aggregation, which keeps the time attribute for the window).
 
     Reset-safe, as the contract says (llmsla.events.EngineSample): where ``counter_reset`` is 1, or
     the counter went down, the sample's value is the increase; the replica's first sample, or one
-    after a sample without that counter, has no known increase (null)."""
+    after a sample without that counter, has no known increase (null). The TTFT histogram's
+    increase, per bucket by the same rule and spread onto the store's layout, is computed on the
+    JVM (NativeHistogram.java; null on the pure-SQL fallback)."""
     over = "OVER (PARTITION BY pool, replica, engine ORDER BY rt)"
-    lags = ", ".join(f"LAG({c}) {over} AS prev_{c}" for c, _ in ENGINE_COUNTERS)
+    lagged = [c for c, _ in ENGINE_COUNTERS] + (["ttft_buckets"] if java else [])
+    lags = ", ".join(f"LAG({c}) {over} AS prev_{c}" for c in lagged)
     inner = f"SELECT *, {lags} FROM usable_{names.SPOOL_ENGINE}"
     deltas = ", ".join(
         f"CASE WHEN {c} IS NULL OR prev_{c} IS NULL THEN CAST(NULL AS DOUBLE) "
         f"WHEN counter_reset = 1 OR {c} < prev_{c} THEN CAST({c} AS DOUBLE) "
         f"ELSE CAST({c} - prev_{c} AS DOUBLE) END AS {d}"
         for c, d in ENGINE_COUNTERS)
-    return f"SELECT rt, ts_ms, pool, replica, engine, waiting_n, running_n, kv_usage, prefix_cache_hit_rate, counter_reset, {deltas}\nFROM (\n  {inner}\n)"
+    hist = (f"{NATIVE_HISTOGRAM_FUNCTION}(ttft_buckets, prev_ttft_buckets, CAST(counter_reset AS INT))" if java
+            else "CAST(NULL AS STRING)")
+    return (f"SELECT rt, ts_ms, pool, replica, engine, waiting_n, running_n, kv_usage, prefix_cache_hit_rate, "
+            f"counter_reset, {deltas}, {hist} AS d_ttft_hist\nFROM (\n  {inner}\n)")
 
 
 def engine_windows_query(cfg: Config, java: bool = True) -> str:
     """One row per 5 s window and (pool, replica, engine): ``window_time, payload``. Gauges as
     mean and max over the window's samples (null when the engine exposes none); preemptions and
     the engine's TTFT count and sum as the increases of samples in the window (engine_deltas_query);
-    TTFT mean = sum / count of those increases, in ms (the histogram's sum is in seconds)."""
+    TTFT mean = sum / count of those increases, in ms (the histogram's sum is in seconds); the
+    TTFT histogram as the sum of its increases on the store's layout (null on the fallback)."""
     w = names.ENGINE_WINDOW_S
+    hist = f"{HISTOGRAM_SUM_FUNCTION}(d_ttft_hist)" if java else "CAST(NULL AS STRING)"
     inner = f"""SELECT pool, replica, engine, window_time,
     MIN(ts_ms) - MOD(MIN(ts_ms), {w * 1000}) AS bucket,
     COUNT(*) AS samples, AVG(waiting_n) AS waiting_mean, MAX(waiting_n) AS waiting_max,
@@ -662,12 +683,12 @@ def engine_windows_query(cfg: Config, java: bool = True) -> str:
     AVG(kv_usage) AS kv_usage_mean, MAX(kv_usage) AS kv_usage_max,
     SUM(d_preempt) AS preemptions, AVG(prefix_cache_hit_rate) AS hit_rate_mean,
     SUM(d_ttft_count) AS ttft_count, SUM(d_ttft_sum) * 1000 AS ttft_sum_ms,
-    SUM(counter_reset) AS counter_resets
+    SUM(counter_reset) AS counter_resets, {hist} AS ttft_hist
   FROM TABLE(TUMBLE(TABLE {ENGINE_DELTAS_VIEW}, DESCRIPTOR(rt), INTERVAL '{w}' SECOND))
   GROUP BY window_start, window_end, window_time, pool, replica, engine"""
     cols = ["bucket", "pool", "replica", "engine", "samples", "waiting_mean", "waiting_max", "running_mean",
             "running_max", "kv_usage_mean", "kv_usage_max", "preemptions", "hit_rate_mean", "ttft_count",
-            "ttft_sum_ms", "CASE WHEN ttft_count > 0 THEN ttft_sum_ms / ttft_count END", "counter_resets"]
+            "ttft_sum_ms", "CASE WHEN ttft_count > 0 THEN ttft_sum_ms / ttft_count END", "counter_resets", "ttft_hist"]
     assert len(cols) == len(ENGINE_COLUMNS)
     return f"SELECT window_time, {_copy_line(ENGINE_COLUMNS, cols)} AS payload FROM (\n  {inner}\n)"
 
@@ -740,7 +761,7 @@ def build(cfg: Config, kinds: tuple[str, ...] = names.SPOOL_ALL_KINDS, *, bounde
         if kind == names.SPOOL_REQUESTS:
             views.append((REQUEST_STATS_VIEW, request_stats_query(cfg, java)))
         if kind == names.SPOOL_ENGINE:
-            views.append((ENGINE_DELTAS_VIEW, engine_deltas_query()))
+            views.append((ENGINE_DELTAS_VIEW, engine_deltas_query(java)))
         query = WINDOW_QUERIES[kind](cfg, java)
         if kind in BATCHED:
             table, window_s = BATCHED[kind]

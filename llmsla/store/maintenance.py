@@ -16,6 +16,7 @@ import psycopg
 from llmsla import names
 from llmsla.config import Config
 from llmsla.store.connection import scalar
+from llmsla.store.engine_rollups import ENGINE_ROLLUPS
 from llmsla.store.forecast_rollups import FORECAST_ROLLUPS
 from llmsla.store.rollups import ROLLUPS
 
@@ -23,7 +24,7 @@ WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WI
 #: Roll-ups are small: they are kept this many times as long as the 5 s windows.
 ROLLUP_RETENTION_FACTOR = 4
 #: Every roll-up (request windows, forecasts) -> its bucket width.
-ALL_ROLLUPS: dict[str, str] = {**ROLLUPS, **FORECAST_ROLLUPS}
+ALL_ROLLUPS: dict[str, str] = {**ROLLUPS, **FORECAST_ROLLUPS, **ENGINE_ROLLUPS}
 
 
 def _existing(conn: psycopg.Connection, tables: Iterable[str]) -> list[str]:

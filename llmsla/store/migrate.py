@@ -26,7 +26,7 @@ import psycopg
 
 from llmsla import generated, names
 from llmsla.config import Config
-from llmsla.store import forecast_rollups, maintenance
+from llmsla.store import engine_rollups, forecast_rollups, maintenance
 from llmsla.store.connection import StoreError, scalar
 from llmsla.store.rollups import (
     PRE_0013,
@@ -110,6 +110,8 @@ _GENERATED = {
     **{marker: _pre_0013(render) for marker, render in _GENERATED_PRE_0013.items()},
     "{{TENANT_CLASS_PLAIN}}": lambda flavor: tenant_class_plain_ddl(),
     "{{TENANT_CLASS_TIMESCALE}}": lambda flavor: tenant_class_timescale_ddl(),
+    "{{ENGINE_ROLLUP_TABLES}}": lambda flavor: engine_rollups.tables_ddl(),
+    "{{ENGINE_ROLLUP_CAGGS}}": lambda flavor: engine_rollups.caggs_ddl(),
 }
 
 

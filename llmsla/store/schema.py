@@ -69,13 +69,28 @@ GPU_VALUES: tuple[str, ...] = ("samples", "mem_used_max_bytes", "mem_used_mean_b
                                "util_mean", "temp_max_c", "power_mean_w")
 GPU_COLUMNS: tuple[str, ...] = (*GPU_KEYS, *GPU_VALUES)
 
+#: How an ``engine_windows`` value rolls up into the 1 m / 1 h tiers (migration 0015,
+#: :mod:`llmsla.store.engine_rollups`): counter increases (already reset-safe per window) and
+#: counts add; a gauge's mean is the mean over the samples behind it (weighted by ``samples``);
+#: a maximum keeps its maximum; the engine's mean TTFT is recomputed from the summed sum and count.
+WMEAN = "mean"
+RATIO = "ratio"
+
 #: ``engine_windows`` (docs/streaming.md#windows): gauges as mean and max over the window's
 #: samples, counter increases summed over consecutive samples (reset-safe), the engine's own TTFT
 #: from its histogram's sum and count increases. Null where the engine exposes no such value.
 ENGINE_KEYS: tuple[str, ...] = ("bucket", names.L_POOL, names.L_REPLICA, names.L_ENGINE)
-ENGINE_VALUES: tuple[str, ...] = (
-    "samples", "waiting_mean", "waiting_max", "running_mean", "running_max",
-    "kv_usage_mean", "kv_usage_max", "preemptions", "prefix_cache_hit_rate_mean",
-    "engine_ttft_count", "engine_ttft_sum_ms", "engine_ttft_mean_ms", "counter_resets",
-)
-ENGINE_COLUMNS: tuple[str, ...] = (*ENGINE_KEYS, *ENGINE_VALUES)
+ENGINE_VALUE_ROLLUP: dict[str, str] = {
+    "samples": SUM, "waiting_mean": WMEAN, "waiting_max": MAX, "running_mean": WMEAN, "running_max": MAX,
+    "kv_usage_mean": WMEAN, "kv_usage_max": MAX, "preemptions": SUM, "prefix_cache_hit_rate_mean": WMEAN,
+    "engine_ttft_count": SUM, "engine_ttft_sum_ms": SUM, "engine_ttft_mean_ms": RATIO, "counter_resets": SUM,
+}
+ENGINE_VALUES: tuple[str, ...] = tuple(ENGINE_VALUE_ROLLUP)
+#: The weight of a :data:`WMEAN` column, and the (sum, count) a :data:`RATIO` column divides.
+ENGINE_WEIGHT = "samples"
+ENGINE_RATIOS: dict[str, tuple[str, str]] = {"engine_ttft_mean_ms": ("engine_ttft_sum_ms", "engine_ttft_count")}
+#: The engine's own TTFT histogram (migration 0015): the window's increases of the engine's native
+#: buckets, spread onto the store's fixed layout (streaming NativeHistogram.java), summed when rolled
+#: up; the percentiles of any range come from the summed counts, as for ``ttft_hist``.
+ENGINE_HISTS: tuple[str, ...] = (names.C_ENGINE_TTFT_HIST,)
+ENGINE_COLUMNS: tuple[str, ...] = (*ENGINE_KEYS, *ENGINE_VALUES, *ENGINE_HISTS)

@@ -180,7 +180,8 @@ def test_every_metric_and_table_is_defined_in_names() -> None:
             assert q.tables, q.key
             for t in q.tables:
                 assert t in known and t in {names.T_REQUEST_WINDOWS, names.T_REQUEST_WINDOWS_1M, names.T_REQUEST_WINDOWS_1H,
-                                            names.T_FORECASTS_1M, names.T_FORECASTS_1H, *names.TIME_TABLES}, (q.key, t)
+                                            names.T_FORECASTS_1M, names.T_FORECASTS_1H, names.T_ENGINE_WINDOWS_1M,
+                                            names.T_ENGINE_WINDOWS_1H, *names.TIME_TABLES}, (q.key, t)
             assert not re.search(r"--|/\*", q.sql), f"{q.key}: no SQL comments (Grafana versions differ on them)"
 
 

@@ -32,6 +32,7 @@ from matplotlib import image as mpimg
 from llmsla import names, services
 from llmsla.app.cli import build_parser
 from llmsla.control.audit import AuditLog
+from llmsla.dashboards.report import ENGINE_GAP_TITLE
 from llmsla.store import connect
 from llmsla.store.migrate import migrate
 
@@ -106,6 +107,11 @@ def test_report_from_the_store_alone(pg_dsn: str, cfg, tmp_path: Path) -> None:
                          "Requests per second", "SLA attainment per arm", "Temperature jitter", "Forecast risk per target"}
     for alt, px in pics.items():
         assert px.shape[0] > 150 and px[..., :3].std() > 0.05, alt
+    # both sides' TTFT percentiles per replica beside the gap (histograms in the data's last 90 min)
+    row = re.search(r"<tr><td>p/r0</td><td>(\d+) ms</td><td>(\d+) ms</td><td>(\d+) ms</td><td>(\d+) ms</td></tr>", html)
+    assert row, html[html.find(ENGINE_GAP_TITLE):][:3000]
+    gw50, en50, gw99, en99 = map(int, row.groups())
+    assert en50 < gw50 <= gw99 and en50 <= en99
     # the data's slow stretch on r1 (4x P99, see Data) is what the closing note names
     assert re.search(r"Highest: r1 \d+\.\d+ s", html)
     assert "What this shows" in html and "set_weight p/r1" in html

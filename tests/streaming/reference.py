@@ -174,20 +174,57 @@ def gpu_windows(events: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(sql.GPU_COLUMNS))
 
 
+def native_values_ms(le_s: list[float], per_bucket: list[int]) -> list[float]:
+    """Where the engine TTFT windows place a native histogram's observations (docs/engines.md):
+    the ``c`` of bucket ``(lo, hi]`` at ``lo + (hi - lo) * (k + 0.5) / c``, the first bucket from
+    0, the +Inf bucket's at the highest finite bound; in ms."""
+    bounds = [b * 1000.0 for b in le_s]
+    out: list[float] = []
+    for j, c in enumerate(per_bucket):
+        if j == len(bounds):
+            out += [bounds[-1]] * c
+            continue
+        lo, hi = (bounds[j - 1] if j else 0.0), bounds[j]
+        out += [lo + (hi - lo) * (k + 0.5) / c for k in range(c)]
+    return out
+
+
+def _native_increase(cur: dict | None, prev: dict | None, reset: int) -> list[float] | None:
+    """A sample's TTFT histogram increase as values (None: not known, as for a counter)."""
+    if cur is None or prev is None or not cur["le"]:
+        return None
+    def per_bucket(h: dict) -> list[int]:
+        cum = [*h["counts"], h["count"]]
+        return [c - (cum[i - 1] if i else 0) for i, c in enumerate(cum)]
+    now, before = per_bucket(cur), per_bucket(prev)
+    if reset == 1 or cur["le"] != prev["le"] or any(a < b for a, b in zip(now, before, strict=True)):
+        return native_values_ms(cur["le"], now)
+    return native_values_ms(cur["le"], [a - b for a, b in zip(now, before, strict=True)])
+
+
 def engine_windows(events: list) -> pd.DataFrame:
     """Per replica in time order, each counter's increase since the previous sample (the sample's
     own value where ``counter_reset`` is 1 or the counter went down; unknown for the first sample
-    or after a sample without it), summed per 5 s window; gauges as mean and max."""
+    or after a sample without it), summed per 5 s window; gauges as mean and max; the TTFT
+    histogram's increases placed by :func:`native_values_ms` and counted on the layout (``java``:
+    the pure-SQL fallback has no histograms)."""
     w = WINDOW_MS[names.SPOOL_ENGINE]
     recs = []
     for e in events:
         recs.append({"ts_ms": e.ts_ms, "pool": e.pool, "replica": e.replica, "engine": e.engine,
                      "waiting": e.waiting, "running": e.running, "kv_usage": e.kv_usage,
                      "hit_rate": e.prefix_cache_hit_rate, "reset": e.counter_reset,
-                     "preempt": e.preemptions_total,
+                     "preempt": e.preemptions_total, "ttft": e.ttft,
                      "ttft_sum": e.ttft["sum"] if e.ttft else None,
                      "ttft_count": float(e.ttft["count"]) if e.ttft else None})
     df = pd.DataFrame(recs).sort_values("ts_ms", kind="stable")
+    increases = []
+    for _, g in df.groupby(["pool", "replica", "engine"], sort=False):
+        prev = None
+        for idx, h, reset in zip(g.index, g["ttft"], g["reset"], strict=True):
+            increases.append((idx, _native_increase(h, prev, reset)))
+            prev = h
+    df["d_ttft_values"] = pd.Series(dict(increases), dtype=object)
     for c in ("preempt", "ttft_sum", "ttft_count"):
         deltas = []
         for _, g in df.groupby(["pool", "replica", "engine"], sort=False):
@@ -232,11 +269,12 @@ def engine_windows(events: list) -> pd.DataFrame:
             "engine_ttft_count": count, "engine_ttft_sum_ms": None if tsum is None else tsum * 1000,
             "engine_ttft_mean_ms": tsum * 1000 / count if count else None,
             "counter_resets": int(g.reset.sum()),
+            names.C_ENGINE_TTFT_HIST: H.Hist.of(v for vs in g.d_ttft_values if vs for v in vs).literal(),
         })
     return pd.DataFrame(rows, columns=list(sql.ENGINE_COLUMNS))
 
 
-HIST_COLUMNS = (names.C_TTFT_HIST, names.C_E2E_HIST)
+HIST_COLUMNS = (names.C_TTFT_HIST, names.C_E2E_HIST, names.C_ENGINE_TTFT_HIST)
 
 
 def fetch(conn, table: str) -> pd.DataFrame:

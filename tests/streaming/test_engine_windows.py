@@ -1,6 +1,7 @@
 """Engine samples through the real job (mini-cluster, real PostgreSQL): ``engine_windows`` equals
 a pandas reference computed from the same spooled lines, on the Java path and on the pure-SQL
-fallback; bad lines (each a contract violation, the histogram and list checks of the Java format
+fallback (the engine's TTFT histogram spread onto the layout included), and its 1 m and 1 h
+roll-ups equal those of the stored 5 s rows; bad lines (each a contract violation, the histogram and list checks of the Java format
 included) and a late sample become dead letters with the contract's reason."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_store_engine_rollups import assert_rollup, stored
 
 from llmsla import names
 from llmsla.events import EngineSample
+from llmsla.store import schema
 from llmsla.streaming import synth
 
 from . import reference as ref
@@ -80,6 +83,12 @@ def test_engine_windows_match_reference(cfg, spool_dirs, tmp_path: Path, java: b
                        max_future_ms=int(cfg.stream.max_future_s * 1000),
                        max_past_ms=int(cfg.stream.max_past_s * 1000))
     want = ref.engine_windows(judged.usable)
+    hist = names.C_ENGINE_TTFT_HIST
+    # the engine's TTFT histogram: the Java path spreads its native buckets onto the layout (a
+    # restart and a replica without a histogram included); the fallback has none, as for requests
+    assert want[hist].notna().sum() > 10 and want[hist].isna().any()
+    if not java:
+        want[hist] = None
     cats = sorted(c for _, c in judged.dead)
     assert cats == sorted(["parse"] + ["schema"] * (len(bad) - 1) + ["late"]), judged.dead
     # the reference exercises what the windows must handle: a restart, and null counters
@@ -92,6 +101,12 @@ def test_engine_windows_match_reference(cfg, spool_dirs, tmp_path: Path, java: b
 
     with psycopg.connect(cfg.store.dsn) as conn:
         ref.assert_frames_equal(ref.fetch(conn, names.T_ENGINE_WINDOWS), want, names.T_ENGINE_WINDOWS)
+        # the roll-ups of what the job wrote: sums, maxima, weighted means and histograms of the 5 s rows
+        cols = schema.ENGINE_COLUMNS
+        rows = [dict(zip(cols, r, strict=True)) for r in conn.execute(
+            f"SELECT {', '.join(f'{c}::text' if c == hist else c for c in cols)} FROM {names.T_ENGINE_WINDOWS}")]
+        assert_rollup(stored(conn, names.T_ENGINE_WINDOWS_1M), rows, 60)
+        assert_rollup(stored(conn, names.T_ENGINE_WINDOWS_1H), rows, 3600)
         dead = ref.dead_letters(conn)
         reasons = dict(conn.execute("SELECT raw, reason FROM dead_letters WHERE source = 'engine'").fetchall())
     want_dead = sorted((names.SPOOL_ENGINE, "0000000000001-test.jsonl", c, raw) for raw, c in judged.dead)

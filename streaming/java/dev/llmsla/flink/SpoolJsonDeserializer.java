@@ -77,6 +77,9 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
     /** Most items of a histogram's arrays and of a string list (llmsla.events MAX_BUCKETS, MAX_LIST_ITEMS). */
     private static final int MAX_ITEMS = 64;
     private static final String[] HIST_KEYS = {"le", "counts", "sum", "count"};
+    /** The pseudo-path ({@code ttft.buckets}) of a column that takes a histogram's bounds and counts
+     *  as {@link NativeHistogram#encode} writes them; no JSON key of that name is read. */
+    static final String BUCKETS = "buckets";
 
     private transient JsonFactory factory;
     private transient Map<String, Integer> top;
@@ -401,7 +404,8 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
      * does: the four keys once each and nothing else; {@code le} finite numbers, strictly
      * increasing; {@code counts} integers >= 0, as many, not decreasing, none above {@code count};
      * {@code sum} a finite number; {@code count} an integer >= 0. Its sum and count go to the
-     * columns that read {@code name.sum} and {@code name.count}, if any.
+     * columns that read {@code name.sum} and {@code name.count}, if any, and its bounds and counts
+     * to the column that reads {@code name.buckets}.
      */
     private String readHistogram(JsonParser p, Map<String, Integer> slots, String name, GenericRowData row)
             throws IOException {
@@ -497,6 +501,10 @@ public class SpoolJsonDeserializer implements DeserializationSchema<RowData> {
         }
         if (countSlot != null) {
             row.setField(countSlot, count);
+        }
+        Integer bucketSlot = slots.get(BUCKETS);
+        if (bucketSlot != null) { // the native buckets, for NativeHistogram (a STRING column)
+            row.setField(bucketSlot, StringData.fromString(NativeHistogram.encode(le, counts, count)));
         }
         return null;
     }

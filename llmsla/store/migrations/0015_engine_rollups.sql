@@ -1,0 +1,13 @@
+-- The engine's own TTFT histogram per 5 s window: the increases of the engine's native buckets
+-- over the window's samples (reset-safe, per replica in time order), spread onto the store's one
+-- fixed layout (streaming NativeHistogram.java: uniformly inside each native bucket, as
+-- Prometheus' histogram_quantile interpolates), an integer array indexed by layout bucket like
+-- request_windows.ttft_hist. Null where the engine has no TTFT histogram and for the windows
+-- written before this migration.
+ALTER TABLE engine_windows ADD COLUMN engine_ttft_hist integer[];
+-- Engine roll-ups (engine_windows_1m, engine_windows_1h): per minute and hour and (pool, replica,
+-- engine), the 5 s engine windows under their own column names: counter increases and counts
+-- summed, gauge means weighted by samples, maxima of maxima, the engine's mean TTFT from the
+-- summed sum and count, its TTFT histogram summed (llmsla.store.engine_rollups, declared in
+-- llmsla.store.schema), so a 7-day engine panel reads 168 rows per replica instead of every 5 s
+-- window. The flavour files create them.
