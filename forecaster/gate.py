@@ -53,6 +53,24 @@ class Verdict:
                 "champion": self.champion.to_dict(), "champion_label": self.champion_label}
 
 
+def silent(val: m.Report, fa_budget: float) -> str | None:
+    """Why a freshly trained model never alarms, or None when it does.
+
+    Its threshold is the lowest that keeps validation within ``fa_budget`` false alarms per
+    healthy target-day; a validation part of few target-days allows one or two false alarms,
+    and when even the top scores include more the threshold lands above every score. The gate
+    then refuses it on recall, which alone does not say that the history, not the model, was
+    too short. See docs/forecaster.md#from-the-store-end-to-end."""
+    alarmed = (val.alarm_share > 0) or val.false_alarms > 0 or sum(val.warned.values()) > 0
+    if alarmed or not val.healthy_days > 0:
+        return None
+    room = fa_budget * val.healthy_days
+    return (f"the model never alarms on its validation part: {val.healthy_days:.2f} healthy target-days at "
+            f"{fa_budget:g} false alarms per target-day allow {room:.1f}, and its highest scores held more, "
+            f"so its threshold ({val.threshold:.3f}) is above every score; read a longer history (--from) "
+            f"or give validation a larger --split share")
+
+
 def judge(cand: Score, champ: Score, *, margin: float, fa_budget: float, champion_label: str) -> Verdict:
     """The gate's rule (module docstring), a pure function of the two held-out scores."""
     def verdict(promote: bool, why: str) -> Verdict:

@@ -135,6 +135,10 @@ def cycle(cfg: Config, conn: psycopg.Connection, spec: HistorySpec, *, by: str, 
                            metrics={"bounds": st["bounds"], "breach_episodes": st["breach_episodes"]})
     log(f"registered {row.label}: threshold {mr.threshold:.3f}, held-out breach recall "
         f"{mr.test.recall['none']:.2f}, {mr.test.false_alarms_per_day:.1f} false alarms per target-day")
+    mute = gate.silent(mr.val, fc.false_alarms_per_day)
+    if mute is not None:
+        log(f"warning: {row.label}: {mute}")
+        registry.record_metrics(conn, row, "warning", {"silent": mute})
     if row.status == registry.CHAMPION:
         return Outcome(row, None, f"{row.label} is the champion already (same weights and settings)")
     if not run_the_gate:
@@ -145,4 +149,4 @@ def cycle(cfg: Config, conn: psycopg.Connection, spec: HistorySpec, *, by: str, 
         registry.set_status(conn, row, registry.REFUSED, str(exc))
         return Outcome(row, None, f"{row.label} refused: {exc}")
     v = run_gate(cfg, conn, h, spec, ds, row, cand, log)
-    return Outcome(registry.get(conn, row.id), v, v.reason)
+    return Outcome(registry.get(conn, row.id), v, v.reason if mute is None else f"{v.reason} ({mute})")

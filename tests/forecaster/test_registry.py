@@ -33,6 +33,7 @@ from llmsla import names
 from llmsla.app import forecast_cli, forecast_retrain
 from llmsla.app.cli import main
 from llmsla.forecaster import artifact, features, gate, online, registry, store_io, windowing
+from llmsla.forecaster import metrics as m
 from llmsla.forecaster.service import ForecastService
 from llmsla.store import open_store
 from llmsla.store.migrate import migrate
@@ -301,6 +302,34 @@ def test_gate_rule() -> None:
     none = gate.judge(gate.Score("n", 0.0, 0, 0, 0.0, float("nan")), champ, margin=0.0, fa_budget=4.0,
                       champion_label="v c")
     assert not none.promote and "no breach" in none.reason
+
+
+def test_gate_names_a_candidate_its_short_validation_left_silent() -> None:
+    """Four hours of one target's validation (0.17 healthy days) at 4 false alarms per day
+    allow 0.7: three high-scoring healthy moments put the threshold above every score. The
+    candidate never alarms, and the retrain says why instead of only "recall 0.00"; with room
+    for the three (20 per day), the same scores warn of the breach and nothing is said."""
+    n, step_s, lead = 2880, 5.0, 5
+    score = np.random.default_rng(0).uniform(0.0, 0.5, n)  # healthy noise: many false alarms low down
+    score[[400, 1200, 2400]] = 0.99  # healthy: three false alarms at any threshold that sees them
+    score[1996:2000] = 0.9  # ahead of the breach, inside the lead window
+    breach = np.zeros(n, dtype=bool)
+    breach[2000:2012] = True
+    y = np.zeros(n, dtype=np.int8)
+    y[2000 - lead:2012] = 1
+    s = [m.SeriesScores(score, y, breach, m.episodes(breach, 1))]
+
+    def val_report(budget: float) -> m.Report:
+        thr = m.threshold_for(s, budget, lead, step_s)
+        return m.report(s, thr, lead, step_s, min_onset=0)
+
+    tight = val_report(4.0)
+    assert tight.threshold > score.max()
+    why = gate.silent(tight, 4.0)
+    assert why is not None and "never alarms" in why and "allow 0.7" in why and "longer history" in why, why
+    roomy = val_report(20.0)  # room for 3.3
+    assert roomy.threshold < score.max() and roomy.warned[m.NONE] == roomy.events[m.NONE] == 1, roomy
+    assert gate.silent(roomy, 20.0) is None
 
 
 def test_serve_picks_up_a_promoted_champion_and_scores_through_failing_retrains(pg_dsn, tmp_path, caplog) -> None:
