@@ -10,7 +10,14 @@ the recall of precursor-fault breaches, their mean lead, the crashes (chance) an
 The choice between the multi-head model and one model per horizon is made on validation.
 
     python bench/forecaster_horizons.py --data dataset.npz [--horizons 30,120,300,600]
-        [--budget 1] [--epochs 30] [--work DIR] [--candidates multi,single] [--methods ...]
+        [--budget 1] [--confidence 0.8] [--features +gpu_temp_c] [--slopes gpu_mem_used_ratio:60]
+        [--epochs 30] [--work DIR] [--candidates multi,single] [--methods ...]
+
+``--features``: the LSTM's and the learned baselines' feature list (default: the product's
+default list; ``+name`` adds to it). ``--slopes col:steps,...``: experimental columns, each the
+change of ``col`` over the last ``steps`` steps per step (NaN before), computed here only, to
+measure whether a long-window trend pays before the scorer learns to build it. ``--confidence``:
+thresholds hold the budget at that confidence (metrics.threshold_for).
 
 Trained models are kept in ``--work`` and reused by a rerun (delete them to retrain). Results:
 ``bench/results/forecaster_horizons.json`` and a Markdown table on stdout.
@@ -66,7 +73,7 @@ def trained(work: Path, name: str, ds: Dataset, tc: train.TrainConfig) -> artifa
     res = train.train_lstm(ds, tc, log=lambda m: log(f"{name}: {m}"))
     hs = list(tc.horizons) or [ds.horizon]
     meta = {"mode": ds.mode, "window": ds.window, "horizon": hs[0], "step_s": ds.step_s, "threshold": 0.5,
-            "features": list(features.FEATURES), "masks": list(features.MASKS),
+            "features": ds.features, "masks": list(features.MASKS),
             "train": {**tc.to_dict(), "best_epoch": res.best_epoch, "seconds": round(res.seconds, 1),
                       "history": res.history}}
     if tc.horizons:
@@ -74,6 +81,38 @@ def trained(work: Path, name: str, ds: Dataset, tc: train.TrainConfig) -> artifa
     artifact.save(path, res.model, res.scaler, meta)
     log(f"{name}: trained in {res.seconds:.0f} s, best epoch {res.best_epoch}")
     return artifact.load(path)
+
+
+def with_slopes(ds: Dataset, spec: str) -> Dataset:
+    """``ds`` plus a column ``<col>_slope<steps>`` per ``col:steps`` of ``spec``: per series,
+    (value now - value ``steps`` earlier) / ``steps``, NaN where that is not known."""
+    if not spec:
+        return ds
+    cols, names_ = [], []
+    for part in spec.split(","):
+        col, _, steps_s = part.partition(":")
+        k, j = int(steps_s), ds.features.index(col)
+        out = np.full(len(ds.y), np.nan, np.float32)
+        for s in range(ds.n_series):
+            lo, hi = int(ds.offsets[s]), int(ds.offsets[s + 1])
+            v = ds.feats[lo:hi, j].astype(float)
+            if hi - lo > k:
+                out[lo + k:hi] = (v[k:] - v[:-k]) / k
+        cols.append(out)
+        names_.append(f"{col}_slope{k}")
+    feats = np.concatenate([ds.feats, np.stack(cols, axis=1)], axis=1)
+    return Dataset(ds.mode, ds.window, ds.horizon, ds.step_s, feats, ds.present, ds.signals, ds.breach, ds.y,
+                   ds.offsets, ds.meta, {**ds.info, "features": [*ds.features, *names_]})
+
+
+def feature_list(arg: str, ds: Dataset) -> list[str]:
+    """``--features``: empty = the default list; ``+a,+b`` = the default list and those."""
+    if not arg:
+        return list(features.FEATURES)
+    parts = [p.strip() for p in arg.split(",") if p.strip()]
+    if all(p.startswith("+") for p in parts):
+        return [*features.FEATURES, *(p[1:] for p in parts)]
+    return parts
 
 
 def main() -> int:
@@ -84,6 +123,9 @@ def main() -> int:
     ap.add_argument("--horizons", default="30,120,300,600", help="seconds, comma separated")
     ap.add_argument("--budget", type=float, default=1.0, help="false alarms per target per healthy day (validation)")
     ap.add_argument("--budgets", default="4", help="extra operating points, false alarms per day")
+    ap.add_argument("--confidence", type=float, default=0.0, help="threshold rule: Poisson upper bound at this confidence")
+    ap.add_argument("--features", default="", help="feature list ('' = default; '+a,+b' = default and those)")
+    ap.add_argument("--slopes", default="", help="experimental slope columns col:steps,... (see above)")
     ap.add_argument("--epochs", type=int, default=fc.epochs)
     ap.add_argument("--work", default=str(fc.root() / "horizons"))
     ap.add_argument("--candidates", default="multi,single")
@@ -92,18 +134,21 @@ def main() -> int:
     ap.add_argument("--name", default="forecaster_horizons", help="bench/results/<name>.json")
     ap.add_argument("--shipped", default=str(artifact.PRETRAINED), help="today's one-horizon model ('' = skip)")
     args = ap.parse_args()
-    ds = Dataset.load(Path(args.data))
+    full = with_slopes(Dataset.load(Path(args.data)), args.slopes)
+    ds = full.select(feature_list(args.features, full))
     hs = horizons.steps_of([float(x) for x in args.horizons.split(",")], ds.step_s)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     ec = evaluate.EvalConfig(false_alarms_per_day=args.budget, lead_max_steps=fc.lead_max_steps, seed=fc.seed,
                              policy=AlarmPolicy.from_config(fc), learned_max_windows=args.learned_max_windows,
-                             budgets=tuple(float(b) for b in args.budgets.split(",") if b))
+                             budgets=tuple(float(b) for b in args.budgets.split(",") if b),
+                             confidence=args.confidence)
     base = train.TrainConfig(hidden=fc.hidden, layers=fc.layers, dropout=fc.dropout, dense=fc.dense,
                              epochs=args.epochs, batch_size=fc.batch_size, lr=fc.lr, patience=fc.patience,
                              seed=fc.seed, threads=fc.threads, balance_onsets=fc.balance_onsets)
     train.seed_everything(fc.seed, fc.threads)
-    out: dict = {"horizons_s": [h * ds.step_s for h in hs], "budget": args.budget, "candidates": {},
+    out: dict = {"horizons_s": [h * ds.step_s for h in hs], "budget": args.budget, "confidence": args.confidence,
+                 "features": ds.features, "candidates": {},
                  "baselines": {}, "data_sha256": ds.digest()[:12]}
     cands = [c for c in args.candidates.split(",") if c]
     if "multi" in cands:
@@ -127,7 +172,7 @@ def main() -> int:
         out["candidates"]["single"] = {"per_horizon": per}
     if args.shipped:
         art = artifact.load(Path(args.shipped))
-        r = horizons.evaluate_heads(ds.with_horizon(art.horizon), art.model, art.scaler, [art.horizon], ec)[0]
+        r = horizons.evaluate_heads(full.select(art.meta["features"]).with_horizon(art.horizon), art.model, art.scaler, [art.horizon], ec)[0]
         out["shipped"] = summary(r) | {"horizon_s": art.horizon * ds.step_s, "version": art.version}
         write_result(args.name, out)
         log(f"shipped ({art.horizon * ds.step_s:g}s): recall {r.test.recall['precursor']:.2f}")

@@ -6,8 +6,8 @@ window is materialised until a batch needs it. Every series belongs to exactly o
 (``train``, ``val``, ``test``): the split is decided per run, before any window exists, so a
 window can never straddle two splits and no test run's trace slice or seed appears in training.
 
-Two modes: ``fleet`` (the 12 features + 3 presence masks, robust-scaled by a scaler fitted on
-the train split) and ``univariate`` (one value per step; each window is normalised by its own
+Two modes: ``fleet`` (the features of ``info["features"]`` - :data:`features.FEATURES` where a
+file does not say - + 3 presence masks, robust-scaled by a scaler fitted on the train split) and ``univariate`` (one value per step; each window is normalised by its own
 median and IQR, since real series differ in scale by orders of magnitude).
 """
 
@@ -56,7 +56,7 @@ class Dataset:
     def empty(cls, mode: str, window: int, horizon: int, step_s: float, info: dict | None = None) -> Dataset:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
-        nf = len(feat.FEATURES) if mode == "fleet" else 1
+        nf = len((info or {}).get("features", feat.FEATURES)) if mode == "fleet" else 1
         nm = len(feat.MASKS) if mode == "fleet" else 0
         ns = len(feat.SIGNALS) if mode == "fleet" else 1
         return cls(mode, window, horizon, step_s, np.zeros((0, nf), np.float32), np.zeros((0, nm), bool),
@@ -86,12 +86,31 @@ class Dataset:
         parts = []
         for j, t in enumerate(ts.targets):
             mine = [f for f in faults if f["replica"] in ("*", t.replica) or (not t.replica and f["pool"] == t.pool)]
-            parts.append((feat.transform(ts.x[j]), ts.present[j], ts.signals[j], b[j],
+            parts.append((feat.transform(ts.x[j], self.features), ts.present[j], ts.signals[j], b[j],
                           {**meta, "pool": t.pool, "replica": t.replica, "model": ts.models[j],
                            "t0_ms": ts.t0_ms, "faults": mine}))
         self.extend(parts)
 
     # -- access --------------------------------------------------------------------------------
+    @property
+    def features(self) -> list[str]:
+        """The columns of :attr:`feats` (fleet mode): what a model trained on this set reads."""
+        if self.mode != "fleet":
+            return ["value"]
+        return list(self.info.get("features", feat.FEATURES))
+
+    def select(self, feature_names: list[str] | tuple[str, ...]) -> Dataset:
+        """The same series with only ``feature_names`` as columns, in that order (shares every
+        other array): a model's own feature list out of a set built with more."""
+        have = self.features
+        missing = [n for n in feature_names if n not in have]
+        if missing:
+            raise DatasetError(f"the data set has no features {missing} (it has {have}): rebuild it")
+        cols = [have.index(n) for n in feature_names]
+        return Dataset(self.mode, self.window, self.horizon, self.step_s, self.feats[:, cols], self.present,
+                       self.signals, self.breach, self.y, self.offsets, self.meta,
+                       {**self.info, "features": list(feature_names)})
+
     @property
     def n_series(self) -> int:
         return len(self.meta)
@@ -200,6 +219,8 @@ class Dataset:
         ds = cls(h["mode"], int(h["window"]), int(h["horizon"]), float(h["step_s"]), arrs["feats"],
                  arrs["present"], arrs["signals"], arrs["breach"], arrs["y"], arrs["offsets"], h["meta"], h["info"])
         n = len(ds.y)
+        if ds.mode == "fleet" and ds.feats.shape[1] != len(ds.features):
+            raise DatasetError(f"{path}: {ds.feats.shape[1]} feature columns, the header names {len(ds.features)}")
         if not (len(ds.feats) == len(ds.present) == len(ds.signals) == len(ds.breach) == n
                 and ds.offsets[-1] == n and len(ds.offsets) == len(ds.meta) + 1):
             raise DatasetError(f"{path}: array lengths disagree (a truncated or edited file)")

@@ -43,6 +43,9 @@ class EvalConfig:
     #: extra false-alarm budgets (per target-day) to report operating points at: for each, a
     #: threshold from validation and the test numbers it gives (the trade-off an SRE chooses on)
     budgets: tuple[float, ...] = ()
+    #: > 0: thresholds hold the budget at this confidence (Poisson upper bound of the validation
+    #: count), not on the count alone (:func:`llmsla.forecaster.metrics.threshold_for`)
+    confidence: float = 0.0
 
 
 @dataclass
@@ -83,7 +86,7 @@ def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192)
 def _calibrated(method: str, params: dict, ds: Dataset, scorer: Scorer, ec: EvalConfig, t0: float,
                 extra: dict | None = None) -> MethodResult:
     val = series_scores(ds, "val", scorer)
-    thr = m.threshold_for(val, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy)
+    thr = m.threshold_for(val, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy, ec.confidence)
     test = series_scores(ds, "test", scorer)
     min_onset = ds.window - 1
     extra = dict(extra or {})
@@ -99,7 +102,7 @@ def operating_points(val: list[m.SeriesScores], test: list[m.SeriesScores], ds: 
     """For each budget of ``ec.budgets``: the validation threshold and the test report at it."""
     out = []
     for budget in ec.budgets:
-        thr = m.threshold_for(val, budget, ec.lead_max_steps, ds.step_s, ec.policy)
+        thr = m.threshold_for(val, budget, ec.lead_max_steps, ds.step_s, ec.policy, ec.confidence)
         v, t = (m.report(x, thr, ec.lead_max_steps, ds.step_s, ds.window - 1, ec.policy) for x in (val, test))
         out.append({"budget": budget, "threshold": thr, "val_false_alarms_per_day": v.false_alarms_per_day,
                     "test": t.to_dict()})
@@ -201,7 +204,8 @@ def cross_validate(ds: Dataset, folds: int, make_lstm: Callable[[Dataset], Score
                 model = baselines.fit_learned(name, fds.inputs(tr, None), fds.y[tr], seed=ec.seed)
                 scorer = _learned_scorer(model, fds)
             v = series_scores(fds, "val", scorer)
-            thr = m.threshold_for(v, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy)
+            thr = m.threshold_for(v, ec.false_alarms_per_day, ec.lead_max_steps, ds.step_s, ec.policy,
+                                  ec.confidence)
             for s in v:
                 s.threshold = thr
             t = series_scores(fds, "test", scorer)

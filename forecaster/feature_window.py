@@ -42,6 +42,7 @@ class FeatureWindow:
     slos: list[slo_mod.SloTarget]
     gpu_map: features.GpuMap = features.sim_gpu_map
     prepare: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    feature_names: tuple[str, ...] = features.FEATURES  # the served model's own list
     last: features.TargetSeries | None = None
     full_builds: int = 0  # how often the whole window was built (for tests and the benchmark)
     steps_built: int = 0  # steps built so far, whole windows included
@@ -63,7 +64,7 @@ class FeatureWindow:
         lo_ms = t0_ms + lo * STEP_MS
         new = features.build(rows_between(req, lo_ms, end_ms), rows_between(gpu, lo_ms, end_ms), pol,
                              targets=prev.targets, t0_ms=lo_ms, n_steps=self.n_steps - lo, slos=self.slos,
-                             gpu_map=self.gpu_map, gpu_cells=self._gpu_cells)
+                             gpu_map=self.gpu_map, gpu_cells=self._gpu_cells, feature_names=self.feature_names)
         still = prev.extra["rows_at"][:, shift:shift + lo].any(axis=1) | new.extra["rows_at"].any(axis=1)
         if new.extra["unknown"] or not still.all():  # the targets changed, so did a pool's GPUs
             return self._full(req, gpu, pol, t0_ms)
@@ -87,7 +88,7 @@ class FeatureWindow:
         targets = features.targets_of(req)
         self._gpu_cells = features.gpu_cells_of(targets, self.gpu_map)
         ts = features.build(req, gpu, pol, targets=targets, t0_ms=t0_ms, n_steps=self.n_steps, slos=self.slos,
-                            gpu_map=self.gpu_map, gpu_cells=self._gpu_cells)
+                            gpu_map=self.gpu_map, gpu_cells=self._gpu_cells, feature_names=self.feature_names)
         if self.prepare is not None:
             ts.extra["inputs"] = self.prepare(ts.x, ts.present)
         self.last = ts

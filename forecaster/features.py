@@ -1,5 +1,9 @@
-"""The 12 features per target and 5 s step, from the store's windows: one function for the
+"""The features per target and 5 s step, from the store's windows: one function for the
 training sets and the online scorer, so both see the same numbers.
+
+Each model reads its own feature list (the artifact records it): :data:`FEATURES` is the list
+new models train on, :data:`KNOWN` every feature this function can build; :func:`build` and
+:func:`transform` take the list, so a model trained before a feature was added keeps scoring.
 
 Rows are merged exactly where the store keeps counts and sums; a merged percentile is the
 **maximum** over the rows (an upper bound of the pooled one, the worst replica), because
@@ -11,7 +15,7 @@ See docs/forecaster.md#design.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +28,9 @@ FEATURES: tuple[str, ...] = (
     "qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms", "itl_jitter_ms",
     "queue_p99_ms", "error_ratio", "gpu_mem_used_ratio", "gpu_util", "output_tps", "temperature_jitter",
 )
+#: Every feature :func:`build` can make: the default list and those a model may opt into
+#: (``gpu_temp_c``: the hottest of the target's GPUs, the thermal-throttling precursor).
+KNOWN: tuple[str, ...] = (*FEATURES, "gpu_temp_c")
 #: Heavy-tailed features get log1p before robust scaling (a 60 s TTFT must not be 1,000 IQRs).
 LOG_FEATURES: frozenset[str] = frozenset({"qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms",
                                           "itl_jitter_ms", "queue_p99_ms", "output_tps"})
@@ -78,7 +85,7 @@ class TargetSeries:
     targets: list[Target]
     models: list[str]
     t0_ms: int
-    x: np.ndarray  # [targets, steps, len(FEATURES)], NaN = missing
+    x: np.ndarray  # [targets, steps, len(feature_names)], NaN = missing
     present: np.ndarray  # [targets, steps, len(MASKS)] bool
     counts: np.ndarray  # [targets, steps, len(slo.COUNTS)]
     signals: np.ndarray  # [targets, steps, len(SIGNALS)], 0 where no requests
@@ -102,10 +109,16 @@ def targets_of(req: Frame, *, pools: bool = True) -> list[Target]:
     return sorted(seen)
 
 
+def unknown_features(feature_names: Sequence[str]) -> list[str]:
+    """The names in ``feature_names`` this llmsla cannot build (an artifact from a newer one)."""
+    return [n for n in feature_names if n not in KNOWN]
+
+
 def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: int, n_steps: int,
           slos: list[slo_mod.SloTarget], gpu_map: GpuMap = sim_gpu_map,
-          gpu_cells: GpuCells | None = None) -> TargetSeries:
-    """Features, presence masks, SLO counts and SLI signals for ``targets`` on the step grid.
+          gpu_cells: GpuCells | None = None, feature_names: Sequence[str] = FEATURES) -> TargetSeries:
+    """Features (``feature_names``, in that order), presence masks, SLO counts and SLI signals
+    for ``targets`` on the step grid.
 
     A pool's GPUs are those of its replicas seen in ``req``, unless ``gpu_cells`` is given (the
     online scorer's :class:`~llmsla.forecaster.feature_window.FeatureWindow` builds a few steps at
@@ -114,9 +127,12 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     model), from which ``models`` is taken: the model of a target's first step with a named row;
     and ``unknown``: whether a row on the grid belongs to a replica or pool not in ``targets``.
     """
+    bad = unknown_features(feature_names)
+    if bad:
+        raise ValueError(f"features {bad} cannot be built (known: {list(KNOWN)})")
     nt = len(targets)
     tidx = {(t.pool, t.replica): i for i, t in enumerate(targets)}  # tuples hash in C
-    x = np.full((nt, n_steps, len(FEATURES)), np.nan)
+    x = np.full((nt, n_steps, len(KNOWN)), np.nan)
     present = np.zeros((nt, n_steps, len(MASKS)), dtype=bool)
     counts = np.zeros((nt, n_steps, len(slo_mod.COUNTS)))
 
@@ -161,7 +177,7 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
         itl_mean = np.where(itl_n > 0, itl_sum / np.where(itl_n > 0, itl_n, 1), np.nan)
         itl_jit = np.where(itl_n > 0, np.sqrt(np.maximum(itl_sq / np.where(itl_n > 0, itl_n, 1) - itl_mean**2, 0)), np.nan)
         err_ratio = np.where(has, errors / np.where(has, n, 1), np.nan)
-    f = {name: i for i, name in enumerate(FEATURES)}
+    f = {name: i for i, name in enumerate(KNOWN)}
     x[..., f["qps"]] = n / names.REQUEST_WINDOW_S
     x[..., f["output_tps"]] = add("output_tokens") / names.REQUEST_WINDOW_S
     for col in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "queue_p99_ms"):
@@ -199,13 +215,16 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
             ratio = np.where(total > 0, gpu["mem_used_max_bytes"][gi] / np.where(total > 0, total, 1), np.nan)
         mem = np.full(nt * n_steps, np.nan)
         np.fmax.at(mem, gc, ratio)
+        temp = np.full(nt * n_steps, np.nan)
+        np.fmax.at(temp, gc, gpu["temp_max_c"][gi])
         util_sum = np.zeros(nt * n_steps)
         np.add.at(util_sum, gc, gpu["util_mean"][gi])
         util_n = np.zeros(nt * n_steps)
         np.add.at(util_n, gc, 1.0)
-        mem, util_sum, util_n = (a.reshape(nt, n_steps) for a in (mem, util_sum, util_n))
+        mem, temp, util_sum, util_n = (a.reshape(nt, n_steps) for a in (mem, temp, util_sum, util_n))
         present[..., 1] = util_n > 0
         x[..., f["gpu_mem_used_ratio"]] = mem
+        x[..., f["gpu_temp_c"]] = temp
         with np.errstate(invalid="ignore", divide="ignore"):
             x[..., f["gpu_util"]] = np.where(util_n > 0, util_sum / np.where(util_n > 0, util_n, 1), np.nan)
 
@@ -222,6 +241,7 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
             vals = np.array([by_zone.get((t.pool, int(m)), math.nan) for m in minute])
             x[j, :, f["temperature_jitter"]] = vals
             present[j, :, 2] = np.isfinite(vals)
+    x = x[..., [f[n] for n in feature_names]]
     return TargetSeries(targets, models, t0_ms, x, present, counts, signals,
                         extra={"rows_at": rows_at, "model_at": model_at, "unknown": unknown})
 
@@ -256,14 +276,13 @@ def gpu_cells_of(targets: list[Target], gpu_map: GpuMap, pool_replicas: dict[str
     return gcell
 
 
-def transform(x: np.ndarray) -> np.ndarray:
-    """log1p of the heavy-tailed features (before robust scaling); NaN stays NaN."""
+def transform(x: np.ndarray, feature_names: Sequence[str] = FEATURES) -> np.ndarray:
+    """log1p of the heavy-tailed features (before robust scaling); NaN stays NaN. ``x``'s last
+    axis holds ``feature_names``."""
     out = np.array(x, dtype=float, copy=True)
-    out[..., _LOG_IDX] = np.log1p(np.maximum(out[..., _LOG_IDX], 0.0))
+    idx = [i for i, name in enumerate(feature_names) if name in LOG_FEATURES]
+    out[..., idx] = np.log1p(np.maximum(out[..., idx], 0.0))
     return out
-
-
-_LOG_IDX = [i for i, name in enumerate(FEATURES) if name in LOG_FEATURES]
 
 
 def _codes(col: np.ndarray) -> tuple[list[str], np.ndarray]:

@@ -165,15 +165,39 @@ def candidates(series: list[SeriesScores]) -> np.ndarray:
     return np.unique(np.quantile(allv, qs))
 
 
+def poisson_upper(k: int, confidence: float) -> float:
+    """The upper ``confidence`` bound of a Poisson mean after ``k`` events (the exact one:
+    P(at most k events | mean) = 1 - confidence), by bisection; 0 confidence gives ``k``."""
+    if confidence <= 0:
+        return float(k)
+    lo, hi = float(k), float(k) + 10.0 * math.sqrt(k + 1) + 10.0
+
+    def cdf(mu: float) -> float:
+        term = total = math.exp(-mu)
+        for i in range(1, k + 1):
+            term *= mu / i
+            total += term
+        return total
+
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) > 1.0 - confidence else (lo, mid)
+    return hi
+
+
 def threshold_for(series: list[SeriesScores], target_per_day: float, lead_max: int, step_s: float,
-                  policy: AlarmPolicy = RAW) -> float:
+                  policy: AlarmPolicy = RAW, confidence: float = 0.0) -> float:
     """The lowest threshold down to which the alarms' false alarms per healthy day stay at or
-    under the target (scanned from the top; validation data)."""
+    under the target (scanned from the top; validation data). With ``confidence`` > 0 the rate
+    that must stay under the target is the upper ``confidence`` bound of the count (Poisson)
+    over the healthy days, not the count itself: with few healthy days on validation a rate
+    measured there is noisy, and the bound keeps a margin that shrinks as days are added
+    (docs/forecaster.md#thresholds-that-hold)."""
     cands = candidates(series)
     best = float(np.nextafter(cands.max(), np.inf))
     for thr in cands[::-1]:  # from the top: false alarms grow as the threshold falls
         n, days = false_alarms(series, float(thr), lead_max, step_s, policy)
-        if days > 0 and n / days > target_per_day:
+        if days <= 0 or poisson_upper(n, confidence) / days > target_per_day:
             break
         best = float(thr)
     return best

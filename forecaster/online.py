@@ -67,20 +67,27 @@ class Metrics:
 
 
 class BatchScorer:
-    """Model + scaler: ``[targets, W, C]`` inputs -> risks, one forward pass."""
+    """Model + scaler: ``[targets, W, C]`` inputs -> risks, one forward pass. The features are
+    the artifact's own list (:attr:`feature_names`), so a model keeps scoring after the default
+    list changes."""
 
     def __init__(self, art: Artifact) -> None:
         if art.meta.get("mode") != "fleet":
             raise ValueError("the online scorer needs a fleet-mode artifact (not a univariate one)")
         if art.scaler is None:  # artifact.load reads one for every fleet-mode artifact
             raise ValueError("the online scorer needs a fleet-mode artifact with its scaler")
+        self.feature_names = tuple(art.meta.get("features") or features.FEATURES)
+        bad = features.unknown_features(self.feature_names)
+        if bad:
+            raise ValueError(f"model {art.version} reads features {bad} this llmsla cannot build: upgrade llmsla")
         self.art = art
         self.model = art.model
         self.scaler = art.scaler
 
     def prepare(self, x: np.ndarray, present: np.ndarray) -> np.ndarray:
-        """Features and masks -> model inputs, step by step (so they can be rolled forward)."""
-        return fleet_inputs(features.transform(x), present, self.scaler)
+        """Features (:attr:`feature_names`) and masks -> model inputs, step by step (so they can
+        be rolled forward)."""
+        return fleet_inputs(features.transform(x, self.feature_names), present, self.scaler)
 
     def inputs(self, ts: features.TargetSeries) -> np.ndarray:
         return ts.extra["inputs"] if "inputs" in ts.extra else self.prepare(ts.x, ts.present)
@@ -131,7 +138,8 @@ class OnlineScorer:
         self._steps = 0
         self._conn = None
         self.cache = WindowCache(int(self.fc.reread_s * 1000))
-        self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=self.scorer.prepare)
+        self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=self.scorer.prepare,
+                                      feature_names=self.scorer.feature_names)
 
     def swap(self, art: Artifact) -> None:
         """Serve ``art`` from the next step on (a newly promoted champion): its scaler, thresholds,
@@ -153,7 +161,8 @@ class OnlineScorer:
         self.horizons_s, self.thresholds = horizons_s, art.thresholds
         self.live_accuracy.prefer = self.name
         self._export_validation_recall(art)
-        self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=scorer.prepare)
+        self.features = FeatureWindow(self.window, self.slos, self.gpu_map, prepare=scorer.prepare,
+                                      feature_names=scorer.feature_names)
 
     def _alarm(self, horizon_s: int, threshold: float) -> alerts.Hysteresis:
         """A horizon's alarm under the ``[forecast]`` alarm policy."""

@@ -98,14 +98,16 @@ def unpack(data: bytes, dest: Path, *, what: str) -> Path:
 
 
 def check_features(art: artifact.Artifact, what: str) -> None:
-    """The model must read the features the online scorer builds, in the same order."""
+    """The model's features must be ones the online scorer can build (it builds each model's own
+    list, in the model's order) and its masks the scorer's."""
     if art.meta.get("mode") != "fleet" or art.scaler is None:
         raise RegistryError(f"{what}: not a fleet-mode model with its scaler")
-    want = (list(features_mod.FEATURES), list(features_mod.MASKS))
     got = (list(art.meta.get("features") or []), list(art.meta.get("masks") or []))
-    if got != want:
+    bad = features_mod.unknown_features(got[0])
+    if not got[0] or bad or got[1] != list(features_mod.MASKS):
         raise RegistryError(f"{what}: reads features {got[0]} + masks {got[1]}; this scorer builds "
-                            f"{want[0]} + {want[1]}")
+                            f"features from {list(features_mod.KNOWN)} + masks {list(features_mod.MASKS)}"
+                            + (f" (unknown: {bad})" if bad else ""))
 
 
 def _jsonable(v: Any) -> Any:

@@ -203,6 +203,17 @@ def _load_data(path: Path):
         raise CliError(str(exc)) from None
 
 
+def _features_of(ds: Any, feature_names: list[str], whose: str) -> Any:
+    """``ds`` with the columns ``whose`` reads; a set built without one of them is a CliError."""
+    from llmsla.errors import CliError
+    from llmsla.forecaster.dataset import DatasetError
+
+    try:
+        return ds.select(feature_names)
+    except DatasetError as exc:
+        raise CliError(f"{whose}: {exc}") from None
+
+
 def _train_config(cfg: Config, **over: Any):
     from llmsla.forecaster.train import TrainConfig
 
@@ -252,7 +263,7 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
     mr = per[0]
     meta = {
         "mode": ds.mode, "window": ds.window, "horizon": hs[0] if hs else ds.horizon, "step_s": ds.step_s,
-        "features": list(features.FEATURES) if ds.mode == "fleet" else ["value"],
+        "features": ds.features,
         "masks": list(features.MASKS) if ds.mode == "fleet" else [],
         "log_features": sorted(features.LOG_FEATURES) if ds.mode == "fleet" else [],
         "slos": ds.info.get("slos"), "slo_window_steps": ds.info.get("slo_window_steps"),
@@ -274,6 +285,7 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
     extras.require("forecast", "llmsla forecast train")
     from llmsla.errors import CliError
+    from llmsla.forecaster import features
 
     if args.from_store:
         if args.data:
@@ -285,6 +297,8 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
         raise CliError("--trained-by and --no-gate are for the registry: add --from-store")
     data, out = _paths(cfg, args)
     ds = _load_data(data)
+    if ds.mode == "fleet":  # new models read the default list, whatever else the set holds
+        ds = _features_of(ds, list(features.FEATURES), "the default feature list")
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
     res, mr = train_and_save(cfg, ds, out, tc, log=_log)
     t = mr.test
@@ -429,6 +443,8 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
             raise CliError(f"--methods: unknown method {m!r} (known: {', '.join(baselines.METHODS)})")
     ds = _load_data(data)
     art = _load_artifact(model_dir)
+    if ds.mode == "fleet" and art.meta.get("mode") == "fleet":
+        ds = _features_of(ds, list(art.meta.get("features") or []), f"model {art.version}")
     if art.meta.get("data_sha256") != ds.digest():
         _log(f"note: {model_dir} was trained on another data set than {data}")
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)

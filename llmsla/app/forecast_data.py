@@ -62,7 +62,7 @@ def build(cfg: Config, spec: DataSpec, *, log: Callable[[str], None] | None = No
         "slos": [s.__dict__ for s in slos], "slo_window_steps": fc.slo_window_steps,
         "precursor_kinds": list(faults_mod.PRECURSOR_KINDS), "spec": {
             "traces": list(spec.traces), "runs": spec.runs, "duration_s": spec.duration_s, "seed": spec.seed},
-        "scenarios": [],
+        "scenarios": [], "features": list(features.KNOWN),
     })
     cache: dict[str, list] = {}
     t_ms = START_MS
@@ -77,7 +77,8 @@ def build(cfg: Config, spec: DataSpec, *, log: Callable[[str], None] | None = No
         pol = windowing.empty(windowing.POLICY_KEYS, windowing.POLICY_VALUES)  # the simulator has no policy
         n_steps = int(sc.duration_s // names.REQUEST_WINDOW_S)
         targets = features.targets_of(req)
-        ts = features.build(req, gpu, pol, targets=targets, t0_ms=t_ms, n_steps=n_steps, slos=slos)
+        ts = features.build(req, gpu, pol, targets=targets, t0_ms=t_ms, n_steps=n_steps, slos=slos,
+                            feature_names=features.KNOWN)
         labels = faults_mod.labels(list(sc.faults), t_ms)
         for f in labels:
             f["pool"] = names.DEFAULT_POOL

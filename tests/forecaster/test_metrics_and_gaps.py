@@ -159,3 +159,27 @@ def test_gaps_and_nans_are_masked_and_never_scored() -> None:
     inputs = fleet_inputs(features.transform(ts.x), ts.present, scaler)
     assert np.all(np.isfinite(inputs)) and inputs.shape == (3, 8, len(features.FEATURES) + len(features.MASKS))
     assert ts.signals[targets.index(features.Target("p", "r1")), 5, 2] == pytest.approx(1 / (1 - 0.9995))
+
+
+def test_threshold_with_confidence_keeps_a_margin_that_shrinks_with_healthy_days() -> None:
+    """With a confidence the budget must hold for the Poisson upper bound of the validation count:
+    on one healthy day a single false alarm passes a 1/day budget by count but not by the
+    bound (upper 80 % bound of 1 event: 2.99), and no threshold at all passes on too few days."""
+    assert metrics.poisson_upper(0, 0.8) == pytest.approx(-math.log(0.2), rel=1e-6)
+    assert metrics.poisson_upper(1, 0.8) == pytest.approx(2.994, abs=1e-3)  # chi2(0.8, 4) / 2
+    assert metrics.poisson_upper(3, 0.0) == 3.0
+    day = int(86400 / 5)
+
+    def series(n_days: int, blips: int) -> metrics.SeriesScores:
+        score = np.full(n_days * day, 0.1)
+        score[np.linspace(100, len(score) - 100, blips).astype(int)] = 0.9  # false alarms
+        none = np.zeros(len(score), bool)
+        return metrics.SeriesScores(score, slo_mod.future_label(none, 3), none, [])
+
+    one = [series(1, 1)]
+    assert metrics.threshold_for(one, 1.0, 10, 5.0) <= 0.9  # by count: 1 per day is within 1/day
+    assert metrics.threshold_for(one, 1.0, 10, 5.0, confidence=0.8) > 0.9  # by the bound: not
+    # 1.15 healthy days cannot support 1/day at 80 %: even no alarm at all has a bound of 1.61
+    assert metrics.threshold_for([series(1, 0)], 1.0, 10, 5.0, confidence=0.8) > 0.1
+    # ten healthy days with 4 false alarms: bound 6.72 over 10 days = 0.67/day, within 1/day
+    assert metrics.threshold_for([series(10, 4)], 1.0, 10, 5.0, confidence=0.8) <= 0.9

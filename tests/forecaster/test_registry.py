@@ -211,11 +211,11 @@ def test_a_corrupt_registry_artifact_is_one_line_and_exit_2(pg_dsn, tmp_path, ca
     src = _variant(tmp_path, 0.9, 1)
     meta = json.loads((src / artifact.META).read_text())
     weights = (src / artifact.WEIGHTS).read_bytes()
-    other_features = json.dumps({**meta, "features": [*meta["features"][:-1], "gpu_temp_c"]}).encode()
+    other_features = json.dumps({**meta, "features": [*meta["features"][:-1], "gpu_fan_rpm"]}).encode()
     cases = {  # what is wrong -> (bytes stored, keep the old sha256, what the line must say)
         "sha256": (None, True, "differs from the recorded"),
         "truncated": (None, False, "not a readable tar"),
-        "features": (_tar({artifact.META: other_features, artifact.WEIGHTS: weights}), False, "gpu_temp_c"),
+        "features": (_tar({artifact.META: other_features, artifact.WEIGHTS: weights}), False, "gpu_fan_rpm"),
         "members": (_tar({artifact.META: other_features}), False, "expected the files"),
     }
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
