@@ -174,7 +174,9 @@ def _set_risks(art: artifact.Artifact, risks: list[float]) -> None:
         art.model.out.bias.copy_(torch.tensor([math.log(r / (1 - r)) for r in risks]))
 
 
-def test_online_scorer_keeps_one_alarm_per_horizon(pg_dsn, tmp_path) -> None:
+def _scoring_store(pg_dsn: str) -> config_mod.Config:
+    """A migrated store holding 30 steps of two replicas' windows, and a config that scores at
+    once (no lag, no accuracy pass) and fires or resolves after two steps."""
     cfg = config_mod.load(env={})
     cfg.store.dsn = pg_dsn
     cfg.forecast.lag_s = 0.0
@@ -184,6 +186,11 @@ def test_online_scorer_keeps_one_alarm_per_horizon(pg_dsn, tmp_path) -> None:
         migrate(conn, cfg)
         store_io.write_frame(conn, names.T_REQUEST_WINDOWS, windowing.REQUEST_KEYS, windowing.REQUEST_VALUES,
                              _frames(30))
+    return cfg
+
+
+def test_online_scorer_keeps_one_alarm_per_horizon(pg_dsn, tmp_path) -> None:
+    cfg = _scoring_store(pg_dsn)
     art = _constant_artifact(tmp_path, [6, 60], [0.5, 0.3])  # 30 s and 5 min, each its own threshold
     scorer = online.OnlineScorer(art, cfg, pg_dsn)
     try:
@@ -230,15 +237,7 @@ def test_a_swapped_champion_brings_its_horizons_and_keeps_the_shared_alarm(pg_ds
     """A one-horizon model swapped for a two-horizon champion (the registry's hand-over): the
     30 s alarm keeps its state (no second notification for a firing target), the new 5 min
     head gets its own alarm and threshold, and the forecasts rows follow the new model."""
-    cfg = config_mod.load(env={})
-    cfg.store.dsn = pg_dsn
-    cfg.forecast.lag_s = 0.0
-    cfg.forecast.accuracy_every_steps = 0
-    cfg.forecast.fire_steps, cfg.forecast.resolve_steps = 2, 2
-    with psycopg.connect(pg_dsn) as conn:
-        migrate(conn, cfg)
-        store_io.write_frame(conn, names.T_REQUEST_WINDOWS, windowing.REQUEST_KEYS, windowing.REQUEST_VALUES,
-                             _frames(30))
+    cfg = _scoring_store(pg_dsn)
     one = _constant_artifact(tmp_path / "one", [6], [0.5])
     two = _constant_artifact(tmp_path / "two", [6, 60], [0.6, 0.3])
     scorer = online.OnlineScorer(one, cfg, pg_dsn)
