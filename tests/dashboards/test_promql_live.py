@@ -116,10 +116,11 @@ def test_every_promql_query_returns_what_its_panel_expects(tmp_path: Path, start
         signals.record((str(i), f"GPU-{i}", "NVIDIA H200"), DeviceSignals(sm_clock_hz=1.98e9, throttle_mask=mask))
     gpu.metrics.xid.labels("0", "GPU-0", "NVIDIA H200", "79").inc()
     # the forecaster's risk gauge (its own metric definition) on the same exporter: a replica
-    # target and a pool target, as the online scorer sets them
+    # target and a pool target at two horizons (seconds), as the online scorer sets them
     risk = ForecastMetrics(gpu_reg).risk
-    risk.labels(names.FORECAST_TARGET_REPLICA, cfg.worker.model, cfg.gateway.pool, "r0").set(0.12)
-    risk.labels(names.FORECAST_TARGET_POOL, cfg.worker.model, cfg.gateway.pool, "").set(0.34)
+    for horizon_s, scale in (("30", 1.0), ("300", 1.5)):
+        risk.labels(names.FORECAST_TARGET_REPLICA, cfg.worker.model, cfg.gateway.pool, "r0", horizon_s).set(0.12 * scale)
+        risk.labels(names.FORECAST_TARGET_POOL, cfg.worker.model, cfg.gateway.pool, "", horizon_s).set(0.34 * scale)
     # and its own accuracy, as the online scorer exports it after scoring the stored history
     own = AccuracyMetrics(gpu_reg)
     own.set({25: Accuracy(25, events=4, warned=2, leads_s=[20.0, 45.0], notifications=3, false_alarms=1,
