@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 
 import numpy as np
 import psycopg
@@ -37,7 +38,8 @@ from llmsla.store.migrate import migrate
 from .conftest import tiny_train
 from .webhook_server import validate
 
-T0 = 1_700_000_000_000
+#: recent, so a TimescaleDB store's retention job never drops the test's windows mid-test
+T0 = (int(time.time() * 1000) // 3_600_000 - 2) * 3_600_000
 STEP_MS = features.STEP_MS
 
 
