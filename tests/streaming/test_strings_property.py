@@ -135,7 +135,8 @@ def test_any_string_is_windowed_or_dead_lettered_once_like_the_contract(cfg, spo
             got = ref.fetch(conn, table)
             if not java_parser and table == names.T_REQUEST_WINDOWS:
                 # the latency histograms are the Java path's (Histogram.java): the fallback writes NULL
-                hist = list(ref.HIST_COLUMNS)
+                hist = [c for c in ref.HIST_COLUMNS if c in got.columns]  # the request table's
+                assert hist
                 assert got[hist].isna().all().all(), got[hist].head()
                 df = df.assign(**dict.fromkeys(hist))
             ref.assert_frames_equal(got, df, table)
