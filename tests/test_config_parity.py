@@ -223,7 +223,8 @@ def test_every_llmsla_name_the_project_uses_is_a_key_or_allowed() -> None:
                 continue
             for name in found:
                 used.setdefault(name, str(p.relative_to(root)))
-    sql_functions = {"LLMSLA_HIST", "LLMSLA_HIST_SUM", "LLMSLA_HIST_QUANTILE", "LLMSLA_BASE64"}  # streaming/sql.py
+    sql_functions = {"LLMSLA_HIST", "LLMSLA_HIST_SUM", "LLMSLA_HIST_QUANTILE", "LLMSLA_BASE64",
+                     "LLMSLA_NATIVE_HIST_DELTA"}  # streaming/sql.py
     assert "LLMSLA_DATA_DIR" in used and "LLMSLA_GATEWAY_DISCOVERY" in used  # the scan sees both kinds
     known = set(config_mod.env_names())
     unknown = {n: where for n, where in used.items()
