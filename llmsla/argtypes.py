@@ -189,6 +189,23 @@ memory_size = _typed("memory size", memory_size)
 
 
 # -- time -------------------------------------------------------------------------------------------
+#: a relative time as its own command-line word (``--from -14d``), which argparse takes for an option
+_RELATIVE_WORD = re.compile(r"^-\d+(?:\.\d+)?[smhdw]$")
+
+
+def attach_relative_times(argv: list[str]) -> list[str]:
+    """``--from -14d`` -> ``--from=-14d``: argparse reads a word that starts with ``-`` and is not a
+    plain negative number as an option, so the documented spelling would fail with "expected one
+    argument". No option or positional of llmsla can be such a word, so attaching it is safe."""
+    out: list[str] = []
+    for word in argv:
+        if out and _RELATIVE_WORD.match(word) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def time(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     """A point in time (UTC): ``now``; an offset back from now, ``now-6h`` or ``-6h`` (units s, m,
     h, d, w); epoch seconds; or ISO 8601 (``2025-01-31T12:00:00Z``; no offset = UTC). It must lie

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmsla import argtypes
@@ -44,8 +44,17 @@ REGISTRARS: tuple[str, ...] = (
 Handler = Callable[[argparse.Namespace, config_mod.Config], int]
 
 
+class Parser(argparse.ArgumentParser):
+    """llmsla's parser: a relative time may follow its option as a word of its own (``--from -14d``)."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: Any = None) -> tuple[Any, list[str]]:
+        return super().parse_known_args(argtypes.attach_relative_times(list(sys.argv[1:] if args is None else args)),
+                                        namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="llmsla",
         description="SLA observability and control for LLM inference fleets.",
     )
