@@ -90,7 +90,7 @@ def test_base_and_overlay_pass_offline_validation(built: dict[str, list[dict[str
 def test_cli_validate_passes() -> None:
     done = llmsla("deploy", "validate")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "deploy/k8s/overlays/timescaledb: 38 objects, 0 problems" in done.stdout
+    assert "deploy/k8s/overlays/timescaledb: 39 objects, 0 problems" in done.stdout
 
 
 #: (object, path to a mapping, key to misspell) -- one per kind of schema
@@ -129,7 +129,7 @@ def test_cli_names_a_misspelling_in_the_yaml(tmp_path: Path) -> None:
     done = llmsla("deploy", "validate", "--dir", str(tmp_path / "deploy" / "k8s"), "--kube-version", "1.37.0")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FlinkDeployment/llmsla-stream: spec.job: Additional properties are not allowed ('upgradMode' was unexpected)" in done.stdout
-    assert "deploy/k8s/base: 38 objects, 1 problems" in done.stdout
+    assert "deploy/k8s/base: 39 objects, 1 problems" in done.stdout
 
 
 def test_cli_errors_name_the_option(tmp_path: Path) -> None:
@@ -166,6 +166,27 @@ def test_policy_checks(built: dict[str, list[dict[str, Any]]]) -> None:
     flink = copy.deepcopy(objs["FlinkDeployment/llmsla-stream"])
     flink["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] = []
     assert any("capabilities.drop must contain ALL" in p for p in V.policy_problems(flink))
+    cron = copy.deepcopy(objs["CronJob/llmsla-forecast-retrain"])
+    retrain = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    del retrain["securityContext"]["allowPrivilegeEscalation"]
+    assert any("spec.jobTemplate.spec.template.spec.containers[retrain].securityContext.allowPrivilegeEscalation"
+               in p for p in V.policy_problems(cron))
+
+
+def test_forecaster_follows_the_registry_and_retrains_daily(built: dict[str, list[dict[str, Any]]]) -> None:
+    """The scorer is not pinned to a model directory (a pin turns the registry off, and a fresh
+    claim holds no model), and the CronJob's command is one llmsla's own parser accepts."""
+    from llmsla.app.cli import build_parser
+
+    objs = by_name(built["base"])
+    (serve,) = objs["Deployment/llmsla-forecaster"]["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(serve["args"])
+    assert args.model is None, serve["args"]
+    cron = objs["CronJob/llmsla-forecast-retrain"]["spec"]
+    assert cron["concurrencyPolicy"] == "Forbid"
+    (retrain,) = cron["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(retrain["args"])
+    assert args.from_store and args.start is not None and not args.no_gate, retrain["args"]
 
 
 def _env(objects: list[dict[str, Any]]) -> dict[str, str]:

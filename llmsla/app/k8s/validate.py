@@ -103,6 +103,8 @@ def pod_specs(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     kind, spec = obj.get("kind"), obj.get("spec") or {}
     if kind in WORKLOADS:
         yield "spec.template.spec", spec.get("template", {}).get("spec", {})
+    elif kind == "CronJob":
+        yield "spec.jobTemplate.spec.template.spec", spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec", {})
     elif kind == "FlinkDeployment":
         for where in ("podTemplate", "jobManager.podTemplate", "taskManager.podTemplate"):
             node: Any = spec
