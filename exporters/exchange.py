@@ -10,7 +10,7 @@ body and a way to write the answer. See docs/gateway.md#the-fast-path.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -23,6 +23,14 @@ JSON = "application/json; charset=utf-8"
 def error_body(message: str, *, code: str, param: str | None = None, type_: str = "invalid_request_error") -> bytes:
     """The OpenAI error shape's bytes (what ``httpkit.error_response`` sends)."""
     return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}}).encode()
+
+
+#: ``Exchange.pusher``'s writer: (data, last) -> None, synchronous
+Push = Callable[[bytes, bool], None]
+
+
+class ClientGone(ConnectionResetError):
+    """A write found the client gone (it disconnected, or its connection was closed)."""
 
 
 class Exchange(Protocol):
@@ -50,6 +58,11 @@ class Exchange(Protocol):
     async def start(self, status: int, headers: Mapping[str, str]) -> None: ...
     async def write(self, data: bytes) -> None: ...
     async def end(self, last: bytes = b"") -> None: ...
+    def pusher(self, pause: Callable[[], None], resume: Callable[[], None]) -> Push | None:
+        """After :meth:`start`: a synchronous writer of the stream's pieces, ``last`` ending
+        it, raising :class:`ClientGone`; it calls ``pause`` when the client's buffer is high and
+        ``resume`` when it drained (the caller pauses its source). None: use :meth:`write`."""
+        ...
 
 
 class AiohttpExchange:
@@ -102,6 +115,9 @@ class AiohttpExchange:
     async def end(self, last: bytes = b"") -> None:
         assert self.response is not None
         await self.response.write_eof(last)
+
+    def pusher(self, pause: Callable[[], None], resume: Callable[[], None]) -> Push | None:
+        return None  # aiohttp's writes are coroutines
 
 
 def json_headers(extra: Mapping[str, Any] | None = None) -> dict[str, str]:

@@ -35,7 +35,7 @@ from typing import Any, cast
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from llmsla.exporters.exchange import error_body, json_headers
+from llmsla.exporters.exchange import ClientGone, Push, error_body, json_headers
 from llmsla.httpkit import LINGER_S, ApiError, Guard, GuardedHandler, Limits, derived_request_id
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ class FastProtocol(asyncio.Protocol):
         self.write_paused = False
         self.reading_paused = False
         self.drain: asyncio.Future[None] | None = None
+        self.on_resume: Callable[[], None] | None = None  # a paused relay's source, resumed on drain
 
     # -- connection ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -189,6 +190,9 @@ class FastProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self.on_resume is not None:
+            resume, self.on_resume = self.on_resume, None
+            resume()
         if self.drain is not None and not self.drain.done():
             self.drain.set_result(None)
         self.drain = None
@@ -579,7 +583,7 @@ class FastExchange:
     def _transport(self) -> asyncio.Transport:
         t = self.proto.transport
         if t is None or t.is_closing():
-            raise ConnectionResetError("client disconnected")
+            raise ClientGone("client disconnected")
         return t
 
     async def respond(self, status: int, headers: Mapping[str, str], body: bytes, *, flush: bool = False,
@@ -614,6 +618,28 @@ class FastExchange:
         self.head = b""
         if self.proto.write_paused:
             await self.proto.wait_drained()
+
+    def pusher(self, pause: Callable[[], None], resume: Callable[[], None]) -> Push | None:
+        proto, chunked = self.proto, self.chunked
+
+        def push(data: bytes, last: bool) -> None:
+            t = proto.transport
+            if t is None or t.is_closing():
+                raise ClientGone("client disconnected")
+            if chunked:
+                out = b"%s%x\r\n%s\r\n" % (self.head, len(data), data) if data else self.head
+                if last:
+                    out += b"0\r\n\r\n"
+            else:
+                out = self.head + data
+            self.head = b""
+            if out:
+                t.write(out)
+            if proto.write_paused and not last:  # the client reads slower than the upstream sends
+                pause()
+                proto.on_resume = resume
+
+        return push
 
     async def end(self, last: bytes = b"") -> None:
         t = self._transport()

@@ -31,7 +31,13 @@ from llmsla.control.rollout import OUTSIDE, Assignment, Rollout
 from llmsla.control.router import NoReplicaAvailable, Replica
 from llmsla.events import RequestEvent
 from llmsla.exporters.clients import ClientIdentity
-from llmsla.exporters.exchange import AiohttpExchange, Exchange, error_body, json_headers
+from llmsla.exporters.exchange import (
+    AiohttpExchange,
+    ClientGone,
+    Exchange,
+    error_body,
+    json_headers,
+)
 from llmsla.exporters.fastpath import FastFront
 from llmsla.exporters.gateway_telemetry import RequestTelemetry
 from llmsla.exporters.openai import (
@@ -534,6 +540,26 @@ class Gateway:
                     # the headers with the first one and waits only when its buffer is high); the
                     # last piece goes out with the end of the stream in one send, not two
                     feed, write, clock = timer.feed, ex.write, time.perf_counter
+                    push = ex.pusher(up.pause_reading, up.resume_reading)
+                    if push is not None:  # relayed from the upstream's read callback: no task step per piece
+                        strip = None if stripper is None else stripper.feed
+
+                        def piece(data: bytes, end: bool) -> None:
+                            if data:
+                                feed(data, clock())  # the timer sees the usage the client will not
+                                if strip is not None:
+                                    data = strip(data)
+                            if end and stripper is not None:
+                                data += stripper.flush()
+                            push(data, end)
+
+                        try:
+                            await up.relay(piece)
+                        except ClientGone:
+                            writing = True  # the client left: cancelled, as a failed write below
+                            raise
+                        status = names.STATUS_OK
+                        return None
                     last = b""
                     if stripper is None:
                         async for data in up.iter_chunks():
