@@ -122,6 +122,7 @@ class FastFront:
         #: requests served here / connections handed to aiohttp (tests and docs read them)
         self.served = 0
         self.handed_over = 0
+        self.write_pauses = 0  # times a client's full write buffer paused reading (back-pressure)
 
     def __call__(self) -> FastProtocol:
         return FastProtocol(self)
@@ -185,6 +186,7 @@ class FastProtocol(asyncio.Protocol):
         return False  # a half-closed client is gone: close, which cancels its handler
 
     def pause_writing(self) -> None:
+        self.front.write_pauses += 1
         self.write_paused = True
         self._reading(pause=True)
 

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from llmsla import names
 from llmsla.app import wiring
 from llmsla.control.router import Router
+from llmsla.exporters import fastpath
 from llmsla.exporters import gateway as gw_mod
 from tests.exporters.test_gateway_errors import MODEL, _cfg, events, good, upstream
 
@@ -243,3 +244,31 @@ def test_fast_path_off_serves_everything_on_aiohttp(tmp_path: Path) -> None:
 
     (status, fast), evs = _run(tmp_path, scenario, fast_path=False)
     assert status == 200 and fast is None and [e.status for e in evs] == ["ok"]
+
+
+def test_a_slow_reader_gets_back_pressure_and_the_whole_stream(tmp_path: Path, monkeypatch) -> None:
+    made = fastpath.FastProtocol.connection_made
+
+    def small_buffers(self, transport) -> None:  # a slow network: the kernel buffers little
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        made(self, transport)
+
+    monkeypatch.setattr(fastpath.FastProtocol, "connection_made", small_buffers)
+
+    async def scenario(gw, up) -> dict:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the gateway's buffer fills
+        sock.connect((gw.host, gw.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(_request(json.dumps(good(n=3000)).encode()))
+        await asyncio.sleep(1.0)  # not reading while the upstream sends ~180 KB
+        paused = gw.fast.write_pauses
+        answer = await _read_response(reader)
+        writer.close()
+        return {"paused": paused, "answer": answer}
+
+    got, evs = _run(tmp_path, scenario)
+    status, _, body = got["answer"]
+    assert got["paused"] >= 1  # reading (client and upstream) paused while the client's buffer was full
+    assert status == 200 and body.count(b"data: {") == 3000 and body.endswith(b"data: [DONE]\n\n")
+    assert [(e.status, e.output_tokens) for e in evs] == [("ok", 3000)]
