@@ -77,6 +77,8 @@ http {{
         listen 127.0.0.1:{port} backlog=4096;
         tcp_nodelay on;
         keepalive_requests 100000;
+        keepalive_timeout 600s;
+        client_header_timeout 600s;
         location = /healthz {{ return 200 "ok"; }}
         location / {{
             proxy_pass http://llm;
@@ -136,8 +138,11 @@ class Stack:
         self.proxy_cpu, self.load_cpu = cpus()
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
+        # the load client opens every connection before the first warm-up, and (b)'s warm-up of
+        # the targets before a proxy takes longer than the 10 s slowloris bound on a request head
         self.env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp / "spool"),
-                    "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin"}
+                    "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin", "LLMSLA_HTTP_HEADER_TIMEOUT_S": "600",
+                    "LLMSLA_HTTP_KEEPALIVE_TIMEOUT_S": "600"}
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
     def __enter__(self) -> Stack:
