@@ -150,6 +150,8 @@ class FastProtocol(asyncio.Protocol):
         self.reading_paused = False
         self.drain: asyncio.Future[None] | None = None
         self.on_resume: Callable[[], None] | None = None  # a paused relay's source, resumed on drain
+        self.armed_for = 0.0  # what the timer was set for (the head timeout, keep-alive, linger)
+        self.served = 0  # requests answered on this connection
 
     # -- connection ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -213,6 +215,7 @@ class FastProtocol(asyncio.Protocol):
 
     def _arm(self, after_s: float) -> None:
         self._disarm()
+        self.armed_for = after_s
         self.timer = self.front.loop.call_later(after_s, self._expire)
 
     def _disarm(self) -> None:
@@ -223,8 +226,8 @@ class FastProtocol(asyncio.Protocol):
     def _expire(self) -> None:
         self.timer = None
         if self.task is None and self.transport is not None:  # idle, or a lingering body's time is up
-            if self.msg is None and not self.buf:
-                self.front.guard.timed_out += 1
+            if self.front.limits.header_timeout_s == self.armed_for and not self.served:
+                self.front.guard.timed_out += 1  # no request head in time (aiohttp's count)
             self._close()
 
     def _close(self) -> None:
@@ -411,6 +414,7 @@ class FastProtocol(asyncio.Protocol):
                     else:
                         ex.close = True
                 self.queue.popleft()
+                self.served += 1
                 if not ex.prepared:  # a handler that wrote nothing: still one answer
                     await ex.respond(500, json_headers(), error_body("no response", code="internal_error",
                                                                      type_="gateway_error"), close=True)

@@ -55,8 +55,10 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, s
         await reader.readline()
 
 
-def _run(tmp_path: Path, scenario, **gateway) -> tuple[object, list]:
+def _run(tmp_path: Path, scenario, http: dict | None = None, **gateway) -> tuple[object, list]:
     cfg = _cfg(tmp_path, **gateway)
+    for k, v in (http or {}).items():
+        setattr(cfg.http, k, v)
     reg = CollectorRegistry()
 
     async def main() -> object:
@@ -272,3 +274,30 @@ def test_a_slow_reader_gets_back_pressure_and_the_whole_stream(tmp_path: Path, m
     assert got["paused"] >= 1  # reading (client and upstream) paused while the client's buffer was full
     assert status == 200 and body.count(b"data: {") == 3000 and body.endswith(b"data: [DONE]\n\n")
     assert [(e.status, e.output_tokens) for e in evs] == [("ok", 3000)]
+
+
+def test_silent_and_idle_connections_are_closed(tmp_path: Path) -> None:
+    async def scenario(gw, up) -> dict:
+        got = {}
+        t0 = time.monotonic()
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)  # says nothing
+        got["silent_eof"] = await asyncio.wait_for(reader.read(), 5)
+        got["silent_s"] = time.monotonic() - t0
+        writer.close()
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)
+        writer.write(_request(json.dumps(good(stream=False)).encode()))
+        got["answer"] = (await _read_response(reader))[0]
+        t0 = time.monotonic()
+        got["idle_eof"] = await asyncio.wait_for(reader.read(), 5)  # kept alive, then idle too long
+        got["idle_s"] = time.monotonic() - t0
+        writer.close()
+        got["timed_out"] = gw.served.guard.timed_out
+        got["open"] = gw.served.guard.open
+        return got
+
+    got, evs = _run(tmp_path, scenario, http={"header_timeout_s": 0.3, "keepalive_timeout_s": 0.6})
+    assert got["silent_eof"] == b"" and 0.25 <= got["silent_s"] < 3
+    assert got["answer"] == 200 and got["idle_eof"] == b"" and 0.5 <= got["idle_s"] < 3
+    assert got["timed_out"] == 1  # the silent one; an idle kept-alive connection is not a slow head
+    assert got["open"] == 0
+    assert [e.status for e in evs] == ["ok"]
