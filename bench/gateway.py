@@ -10,6 +10,9 @@ interleaved round by round (order alternating), so a busy moment on a shared mac
 alike; "added" TTFT is a proxy's per-round p50/p99 minus the direct path's in the same round,
 the median over rounds.
 
+``--general`` adds the same gateway with ``gateway.fast_path = false`` (``llmsla-general``) to
+the same interleaved rounds, to show what the fast path changes on the same machine at the same time.
+
 Scenarios: (a) 50 streams x 8 tokens at 2 ms/token; (b) 200 streams x 256 tokens at 20 ms/token;
 (c) closed-loop streams ramped (4, 8, 16, ...) on (a)'s upstream until both proxies' added TTFT
 p99 passes 5 ms. Per proxy it prints requests/s and chunks/s per core (the proxy is pinned to one
@@ -46,6 +49,9 @@ from llmsla.services import free_port, wait_http  # noqa: E402
 NGINX = "/usr/sbin/nginx"
 EXPORTERS = str(Path(__file__).resolve().parent / "exporters.py")
 P99_LIMIT_MS = 5.0
+#: ``--general``: the gateway with ``gateway.fast_path = false`` as a third proxy, same rounds
+GENERAL = "llmsla-general"
+PROXIES = ("nginx", "llmsla", GENERAL)
 #: llmsla's requests/s per core at added p99 <= 5 ms, as a share of nginx's, on (a) and (c).
 RATE_TARGET = 0.25
 #: added TTFT p50 on (b), ms.
@@ -71,6 +77,8 @@ http {{
         listen 127.0.0.1:{port} backlog=4096;
         tcp_nodelay on;
         keepalive_requests 100000;
+        keepalive_timeout 600s;
+        client_header_timeout 600s;
         location = /healthz {{ return 200 "ok"; }}
         location / {{
             proxy_pass http://llm;
@@ -124,13 +132,17 @@ def _cpu_s(pids: list[int]) -> float:
 class Stack:
     """The upstream, nginx (when installed) and the llmsla gateway, pinned; stopped on exit."""
 
-    def __init__(self, tmp: Path, tokens: int, gap_s: float, profile: str | None = None) -> None:
-        self.tmp, self.tokens, self.gap_s, self.profile = tmp, tokens, gap_s, profile
+    def __init__(self, tmp: Path, tokens: int, gap_s: float, profile: str | None = None,
+                 general: bool = False) -> None:
+        self.tmp, self.tokens, self.gap_s, self.profile, self.general = tmp, tokens, gap_s, profile, general
         self.proxy_cpu, self.load_cpu = cpus()
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
+        # the load client opens every connection before the first warm-up, and (b)'s warm-up of
+        # the targets before a proxy takes longer than the 10 s slowloris bound on a request head
         self.env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp / "spool"),
-                    "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin"}
+                    "LLMSLA_CONTROL_ROUTE_POLICY": "round_robin", "LLMSLA_HTTP_HEADER_TIMEOUT_S": "600",
+                    "LLMSLA_HTTP_KEEPALIVE_TIMEOUT_S": "600"}
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
     def __enter__(self) -> Stack:
@@ -162,9 +174,16 @@ class Stack:
         self.procs["llmsla"] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, *run], env=self.env,
                                                 stdout=subprocess.DEVNULL)
         wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs["llmsla"])
+        if self.general:  # the same gateway with its fast path off: aiohttp's server for everything
+            port = self.ports[GENERAL] = free_port()
+            argv = ["gateway", "--port", str(port), "--workers", "1", "--upstream", f"http://127.0.0.1:{up}"]
+            env = {**self.env, "LLMSLA_SPOOL_DIR": str(self.tmp / "spool-general"), "LLMSLA_GATEWAY_FAST_PATH": "false"}
+            self.procs[GENERAL] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, "-m", "llmsla",
+                                                    *argv], env=env, stdout=subprocess.DEVNULL)
+            wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs[GENERAL])
 
     def proxies(self) -> list[str]:
-        return [n for n in ("nginx", "llmsla") if n in self.procs]
+        return [n for n in PROXIES if n in self.procs]
 
     def cpu(self) -> dict[str, float]:
         return {n: _cpu_s(_pids(self.procs[n].pid)) for n in self.proxies()}
@@ -211,18 +230,18 @@ def drive(stack: Stack, concurrency: int, per_stream: int, rounds: int) -> dict[
 
 
 def fixed(name: str, tmp: Path, tokens: int, gap_s: float, concurrency: int, per_stream: int, rounds: int,
-          profile: str | None = None) -> dict[str, Any]:
-    with Stack(tmp, tokens, gap_s, profile) as stack:
+          profile: str | None = None, general: bool = False) -> dict[str, Any]:
+    with Stack(tmp, tokens, gap_s, profile, general) as stack:
         row = drive(stack, concurrency, per_stream, rounds)
     return {"scenario": name, "tokens": tokens, "gap_ms": gap_s * 1000.0, **row}
 
 
-def ramp(tmp: Path, steps: list[int], per_stream: int, rounds: int) -> dict[str, Any]:
+def ramp(tmp: Path, steps: list[int], per_stream: int, rounds: int, general: bool = False) -> dict[str, Any]:
     """(c): more closed-loop streams each step (a higher request rate) until every proxy's added
     p99 passes 5 ms; a proxy's capacity is its highest rate with added p99 <= 5 ms."""
     tokens, gap_s = 8, 0.002
     out: dict[str, Any] = {"scenario": "c", "tokens": tokens, "gap_ms": gap_s * 1000.0, "steps": []}
-    with Stack(tmp, tokens, gap_s) as stack:
+    with Stack(tmp, tokens, gap_s, general=general) as stack:
         passed: set[str] = set()
         for c in steps:
             row = drive(stack, c, per_stream, rounds)
@@ -248,7 +267,7 @@ def ramp(tmp: Path, steps: list[int], per_stream: int, rounds: int) -> dict[str,
 def table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
-        for n in ("nginx", "llmsla"):
+        for n in PROXIES:
             if n not in r:
                 continue
             m = r[n]
@@ -291,6 +310,8 @@ def main() -> int:
     ap.add_argument("--only", choices=["a", "b", "c"], action="append", help="one scenario (repeatable)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per run (default 7, quick 3)")
     ap.add_argument("--profile", metavar="OUT", help="scenario (a) with the gateway under cProfile; print top costs")
+    ap.add_argument("--general", action="store_true",
+                    help=f"also run the gateway with gateway.fast_path = false ({GENERAL}) in the same rounds")
     args = ap.parse_args()
     if not os.access(NGINX, os.X_OK):
         print(f"nginx is not installed ({NGINX}): `apt-get install nginx-light` (Debian/Ubuntu) to compare; "
@@ -317,12 +338,12 @@ def main() -> int:
             (tmp / s).mkdir()
             print(f"scenario ({s}) ...", flush=True)
             if s == "a":
-                results.append(fixed("a", tmp / s, 8, 0.002, 50, 4 if args.quick else 10, rounds))
+                results.append(fixed("a", tmp / s, 8, 0.002, 50, 4 if args.quick else 10, rounds, general=args.general))
             elif s == "b":
-                results.append(fixed("b", tmp / s, 256, 0.020, 200, 1, rounds))
+                results.append(fixed("b", tmp / s, 256, 0.020, 200, 1, rounds, general=args.general))
             else:
                 steps = [4, 8, 16, 32, 64, 128, 256]
-                results.append(ramp(tmp / s, steps, 4 if args.quick else 10, rounds))
+                results.append(ramp(tmp / s, steps, 4 if args.quick else 10, rounds, general=args.general))
         inputs["loadavg_1m_before"], inputs["loadavg_1m_after"] = load0, _loadavg()
     rows = table(results)
     print_table(rows, f"per core (proxies pinned to CPU {proxy_cpu}, upstream and client to CPU {load_cpu})")

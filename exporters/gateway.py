@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,14 @@ from llmsla.control.rollout import OUTSIDE, Assignment, Rollout
 from llmsla.control.router import NoReplicaAvailable, Replica
 from llmsla.events import RequestEvent
 from llmsla.exporters.clients import ClientIdentity
+from llmsla.exporters.exchange import (
+    AiohttpExchange,
+    ClientGone,
+    Exchange,
+    error_body,
+    json_headers,
+)
+from llmsla.exporters.fastpath import FastFront
 from llmsla.exporters.gateway_telemetry import RequestTelemetry
 from llmsla.exporters.openai import (
     CHAT_COMPLETIONS,
@@ -50,16 +58,15 @@ from llmsla.exporters.saturation import SaturationMonitor
 from llmsla.exporters.tenants import Tenancy, TenantResolver
 from llmsla.exporters.upstream import ConnectFailed, UpstreamPool, UpstreamResponse
 from llmsla.httpkit import (
-    HEAD_READ,
-    REQUEST_ID,
     ApiError,
+    Guard,
+    GuardedHandler,
     Limits,
     Served,
     add_metrics,
     add_request_id,
     error_response,
     json_errors,
-    read_body,
 )
 from llmsla.httpkit import serve as serve_http
 from llmsla.seams import ReplicaRef
@@ -309,14 +316,21 @@ class Gateway:
             cached = self._schedule_cache[id(schedule)] = (schedule, json.dumps(schedule.to_dict(), separators=(",", ":")))
         return cached[1]
 
-    def _bad(self, exc: ApiError) -> web.Response:
-        self.metrics.bad_request(exc.code)
-        return exc.response()
+    async def _error(self, ex: Exchange, status: int, message: str, *, code: str, type_: str = GATEWAY_ERROR,
+                     param: str | None = None, headers: Mapping[str, str] | None = None, close: bool = False) -> None:
+        """An OpenAI-shaped error answer (``httpkit.error_response``'s bytes) on either server."""
+        await ex.respond(status, json_headers(headers), error_body(message, code=code, param=param, type_=type_),
+                         close=close)
 
-    def _over_share(self, client: str, request: web.Request) -> web.Response:
+    async def _bad(self, ex: Exchange, exc: ApiError) -> None:
+        self.metrics.bad_request(exc.code)
+        await self._error(ex, exc.status, exc.message, code=exc.code, param=exc.param, type_=exc.type,
+                          headers=exc.headers)
+
+    async def _over_share(self, client: str, ex: Exchange) -> None:
         """429 for a client that already holds its share of the in-flight slots (body unread)."""
         self.metrics.bad_request(names.REASON_CLIENT_OVER_SHARE)
-        if (client == request.remote and request.headers.get("X-Forwarded-For")
+        if (client == ex.remote and ex.headers.get("X-Forwarded-For")
                 and client not in self._proxy_warned and len(self._proxy_warned) < 64):
             # most likely an ingress or load balancer not listed as trusted: say so once per peer
             self._proxy_warned.add(client)
@@ -329,10 +343,8 @@ class Gateway:
                "retry when one finishes. Behind a proxy or load balancer all its clients share its address: "
                "list it in gateway.trusted_proxies (and set gateway.client_header if it names clients "
                "otherwise than X-Forwarded-For)")
-        resp = error_response(429, msg, code=names.REASON_CLIENT_OVER_SHARE, type_=GATEWAY_ERROR,
-                              headers={"Retry-After": "1"})
-        resp.force_close()  # its body is not read: do not keep the connection for another request
-        return resp
+        # its body is not read: do not keep the connection for another request
+        await self._error(ex, 429, msg, code=names.REASON_CLIENT_OVER_SHARE, headers={"Retry-After": "1"}, close=True)
 
     def _shed_ready(self) -> bool:
         """Apply shedding changes other gateways made (the router applies the shared stream on
@@ -342,35 +354,44 @@ class Gateway:
             self.router.apply_shared_ops()
         return self.shed.active
 
-    def _shed(self, cls: str) -> web.Response:
+    async def _shed(self, ex: Exchange, cls: str) -> None:
         """429 for a request whose class is shed in this pool (body unread, no RequestEvent)."""
         self.metrics.shed(self.pool, cls)
         share = self.shed.share(self.pool, cls)
         msg = (f"requests of class {cls!r} are being shed in pool {self.pool!r} ({share:.0%} of them) to protect "
                "the service level of more protected classes; retry later")
-        resp = error_response(429, msg, code=names.REASON_SHED_BY_SLO, type_=GATEWAY_ERROR,
-                              headers={"Retry-After": str(self.shed_retry_after_s)})
-        resp.force_close()  # its body is not read: do not keep the connection for another request
-        return resp
+        # its body is not read: do not keep the connection for another request
+        await self._error(ex, 429, msg, code=names.REASON_SHED_BY_SLO,
+                          headers={"Retry-After": str(self.shed_retry_after_s)}, close=True)
 
     async def handle_completion(self, request: web.Request) -> web.StreamResponse:
-        # the clock starts when the request's head was read, not when this handler got to run: a
-        # saturated gateway's own queueing is in the TTFT and E2E it reports (and in its queue time)
-        arrival = request.get(HEAD_READ) or time.perf_counter()
+        """The completion endpoints on aiohttp's server (the fast path calls :meth:`complete`)."""
+        ex = AiohttpExchange.of(request, time.perf_counter())
+        await self.complete(ex)
+        assert ex.response is not None
+        return ex.response
+
+    async def complete(self, ex: Exchange) -> None:
+        """One completion request, on either server: tenancy, shedding, the per-client bound,
+        the in-flight bound, then :meth:`_proxy`; exactly one answer written to ``ex``."""
+        # the clock starts when the request's first byte was read, not when this handler got to
+        # run: a saturated gateway's own queueing is in the TTFT and E2E it reports (and its queue time)
+        arrival = ex.arrival
+        headers = ex.headers
         # each request's tenant and class, before the body is read (headers only)
-        who = self.tenants.resolve(request.remote, request.headers)
+        who = self.tenants.resolve(ex.remote, headers)
         # load shedding of the request's class in this pool (control API, set by the alert
         # receiver while a more protected class burns): refused before the body is read
         if self._shed_ready() and self.shed.sheds(self.pool, who.class_):
-            return self._shed(who.class_)
+            return await self._shed(ex, who.class_)
         # the per-client bound, before the body is read: a client trickling bodies holds at most
         # client_cap slots, the rest are refused at once
         client: str | None = None
         if self.client_cap:
-            client = self.clients.key(request.remote, request.headers)
+            client = self.clients.key(ex.remote, headers)
             held = self.client_slots.get(client, 0)
             if held >= self.client_cap:
-                return self._over_share(client, request)
+                return await self._over_share(client, ex)
             self.client_slots[client] = held + 1
         # a request holds its in-flight slot from its first body byte: a client trickling its
         # body costs a slot like any other (bounded by http.body_timeout_s)
@@ -381,27 +402,27 @@ class Gateway:
         self.in_flight += 1
         self._in_flight_gauge.inc()
         tel: RequestTelemetry | None = None
-        resp: web.StreamResponse | None = None
+        sent: int | None = None  # the status the client got (None: it left first)
         try:
             try:
-                raw = await read_body(request, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
-                req = parse_request(raw, request.path, max_prompt_chars=self.max_prompt_chars)
+                raw = await ex.read_body(max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+                req = parse_request(raw, ex.path, max_prompt_chars=self.max_prompt_chars)
             except ApiError as exc:
-                return self._bad(exc)
-            tel = self.recorder.begin(request.headers, request.method, request.path, req, arrival)
+                return await self._bad(ex, exc)
+            tel = self.recorder.begin(headers, ex.method, ex.path, req, arrival)
             trace_id = tel.trace_id
-            request[REQUEST_ID] = trace_id  # X-Request-Id: the trace id, to find the request's spans
-            key = unit_key(req.body, request.headers, trace_id)
+            ex.set_request_id(trace_id)  # X-Request-Id: the trace id, to find the request's spans
+            key = unit_key(req.body, headers, trace_id)
             a = self.rollout.assign(self.pool, key)
             timer = StreamTimer(arrival, streaming=req.stream)
             if self.in_flight > self.max_in_flight:
                 self._record(timer, tel, req, who, a.label, names.NO_REPLICA, names.STATUS_REJECTED, pool=self._pool_of(a))
-                resp = error_response(429, f"gateway is at its limit of {self.max_in_flight} requests in flight; "
-                                      "retry later", code="overloaded", type_=GATEWAY_ERROR,
-                                      headers={"Retry-After": "1", **self._arm_headers(a)})
-                return resp
-            resp = await self._proxy(request, raw, req, timer, tel, who, a, key)
-            return resp
+                await self._error(ex, 429, f"gateway is at its limit of {self.max_in_flight} requests in flight; "
+                                  "retry later", code="overloaded",
+                                  headers={"Retry-After": "1", **self._arm_headers(a)})
+            else:
+                await self._proxy(ex, raw, req, timer, tel, who, a, key)
+            sent = ex.status
         finally:
             if client is not None:
                 held = self.client_slots[client] - 1
@@ -412,7 +433,7 @@ class Gateway:
             self.in_flight -= 1
             self._in_flight_gauge.dec()
             if tel is not None:  # the SERVER span ends with the status the client got (none: it left)
-                self.recorder.finish(tel, resp.status if resp is not None else None)
+                self.recorder.finish(tel, sent)
 
     def _pool_of(self, a: Assignment) -> str:
         """The pool serving an assignment: its arm's strategy pool, else this gateway's."""
@@ -428,21 +449,21 @@ class Gateway:
             h[names.ARM_VERSION_HEADER] = a.version
         return h
 
-    async def _proxy(self, request: web.Request, raw: bytes, req: ParsedRequest, timer: StreamTimer,
-                     tel: RequestTelemetry, who: Tenancy, a: Assignment, key: str) -> web.StreamResponse:
+    async def _proxy(self, ex: Exchange, raw: bytes, req: ParsedRequest, timer: StreamTimer,
+                     tel: RequestTelemetry, who: Tenancy, a: Assignment, key: str) -> None:
         traceparent = tel.traceparent  # the gateway's SERVER span, returned to the client
         status = names.STATUS_ERROR
         rep: ReplicaRef | None = None
-        resp: web.StreamResponse | None = None
         up: UpstreamResponse | None = None
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
         arm = a.label
         strategy = a.strategy
         pool = self._pool_of(a)
         arm_headers = self._arm_headers(a)
+        in_headers = ex.headers
         headers = {"Content-Type": "application/json", "traceparent": traceparent}
         for h in FORWARD_HEADERS:
-            v = request.headers.get(h)
+            v = in_headers.get(h)
             if v is not None:
                 headers[h] = v
         # the arm's temperature schedule, else the control plane's for the pool; applied by the replica
@@ -469,17 +490,17 @@ class Gateway:
                         # (a session keeps its side); the arm's route policy, else the router's
                         rep = self.distill.pick(self.router, pool, key, share_pct=share, policy=policy)
                     except NoReplicaAvailable as exc:
-                        return error_response(503, f"no replica available in pool {pool!r}: {exc}",
-                                              code="no_replica", type_=GATEWAY_ERROR, headers=arm_headers)
+                        return await self._error(ex, 503, f"no replica available in pool {pool!r}: {exc}",
+                                                 code="no_replica", headers=arm_headers)
                     refused: list[str] = []  # replicas that took no connection: nothing was sent
                     while True:
                         self.router.begin(rep.id)
                         timer.dispatch = time.perf_counter()
                         # the hop's CLIENT span (when traced): the replica's spans are its children
-                        headers["traceparent"] = self.recorder.hop(tel, rep.url, req, request.headers, timer.dispatch)
+                        headers["traceparent"] = self.recorder.hop(tel, rep.url, req, in_headers, timer.dispatch)
                         out_headers = {"traceparent": traceparent, REPLICA_HEADER: rep.id, **arm_headers}
                         try:
-                            up = await self.upstream.request(rep.url, "POST", request.path, headers, upstream_body)
+                            up = await self.upstream.request(rep.url, "POST", ex.path, headers, upstream_body)
                             break
                         except ConnectFailed as exc:
                             refused.append(rep.id)
@@ -496,31 +517,49 @@ class Gateway:
                         body = await up.read()
                         if up.status < 500:
                             status = names.STATUS_REJECTED
-                            return web.Response(status=up.status, body=body, headers={
-                                **out_headers, "Content-Type": up.headers.get("content-type", "application/json")})
-                        return error_response(502, f"upstream {rep.id} answered {up.status}: "
-                                              f"{body[:200].decode('utf-8', 'replace')}", code="upstream_error",
-                                              type_=GATEWAY_ERROR, headers=out_headers)
+                            return await ex.respond(up.status, {
+                                **out_headers, "Content-Type": up.headers.get("content-type", "application/json")}, body)
+                        return await self._error(ex, 502, f"upstream {rep.id} answered {up.status}: "
+                                                 f"{body[:200].decode('utf-8', 'replace')}", code="upstream_error",
+                                                 headers=out_headers)
                     if not req.stream:
                         body = await up.read()
                         now = time.perf_counter()
                         timer.feed(body, now)
                         timer.finish_body(now)
-                        resp = web.Response(status=up.status, body=body, headers={
-                            **out_headers, "Content-Type": up.headers.get("content-type", "application/json")})
                         writing = True  # send it here, so E2E ends at the last byte written
-                        await resp.prepare(request)
-                        await resp.write_eof()
+                        await ex.respond(up.status, {
+                            **out_headers, "Content-Type": up.headers.get("content-type", "application/json")}, body,
+                            flush=True)
                         status = names.STATUS_OK
-                        return resp
+                        return None
                     out_headers["Content-Type"] = up.headers.get("content-type", "text/event-stream")
                     out_headers["Cache-Control"] = "no-cache"
-                    resp = web.StreamResponse(status=up.status, headers=out_headers)
-                    await resp.prepare(request)
-                    # write-through: each upstream piece is written as it arrives (aiohttp sends
-                    # the headers with the first one and drains only past 64 KiB buffered); the
-                    # last piece goes out with the chunked terminator in one send, not two
-                    feed, write, clock = timer.feed, resp.write, time.perf_counter
+                    await ex.start(up.status, out_headers)
+                    # write-through: each upstream piece is written as it arrives (the server sends
+                    # the headers with the first one and waits only when its buffer is high); the
+                    # last piece goes out with the end of the stream in one send, not two
+                    feed, write, clock = timer.feed, ex.write, time.perf_counter
+                    push = ex.pusher(up.pause_reading, up.resume_reading)
+                    if push is not None:  # relayed from the upstream's read callback: no task step per piece
+                        strip = None if stripper is None else stripper.feed
+
+                        def piece(data: bytes, end: bool) -> None:
+                            if data:
+                                feed(data, clock())  # the timer sees the usage the client will not
+                                if strip is not None:
+                                    data = strip(data)
+                            if end and stripper is not None:
+                                data += stripper.flush()
+                            push(data, end)
+
+                        try:
+                            await up.relay(piece)
+                        except ClientGone:
+                            writing = True  # the client left: cancelled, as a failed write below
+                            raise
+                        status = names.STATUS_OK
+                        return None
                     last = b""
                     if stripper is None:
                         async for data in up.iter_chunks():
@@ -545,28 +584,28 @@ class Gateway:
                                 writing = False
                         last += stripper.flush()
                     writing = True
-                    await resp.write_eof(last)
+                    await ex.end(last)
                     status = names.STATUS_OK
-                    return resp
+                    return None
         except TimeoutError:
             status = names.STATUS_TIMEOUT
             msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
-            return await self._fail(request, resp, 504, msg, "upstream_timeout", arm_headers)
+            return await self._fail(ex, 504, msg, "upstream_timeout", arm_headers)
         except asyncio.CancelledError:
             status = names.STATUS_CANCELLED
             raise
         except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
-            if writing and resp is not None and isinstance(exc, ConnectionError | RuntimeError):
+            if writing and isinstance(exc, ConnectionError | RuntimeError):
                 status = names.STATUS_CANCELLED
-                return resp
+                return None
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"
-            return await self._fail(request, resp, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",
+            return await self._fail(ex, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",
                                     "upstream_error", arm_headers)
         except Exception as exc:  # a bug here must still answer (never a bare 500) and record
             status = names.STATUS_ERROR
             log.exception("gateway failure on %s", tel.trace_id)
-            return await self._fail(request, resp, 502, f"gateway failed: {type(exc).__name__}", "gateway_error", arm_headers)
+            return await self._fail(ex, 502, f"gateway failed: {type(exc).__name__}", "gateway_error", arm_headers)
         finally:
             end = time.perf_counter()
             if up is not None:
@@ -586,16 +625,16 @@ class Gateway:
             self._record(timer, tel, req, who, arm, rep.id if rep else names.NO_REPLICA, status, end=end,
                          upstream_url=rep.url if rep else None, pool=pool)
 
-    async def _fail(self, request: web.Request, resp: web.StreamResponse | None, http_status: int,
-                    message: str, code: str, headers: dict[str, str] | None = None) -> web.StreamResponse:
+    async def _fail(self, ex: Exchange, http_status: int, message: str, code: str,
+                    headers: dict[str, str] | None = None) -> None:
         """An error response, or an SSE error event when the stream has already begun."""
-        if resp is None or not resp.prepared:
-            return error_response(http_status, message, code=code, type_=GATEWAY_ERROR, headers=headers)
+        if not ex.prepared:
+            return await self._error(ex, http_status, message, code=code, headers=headers)
         err = {"error": {"message": message, "type": GATEWAY_ERROR, "param": None, "code": code}}
         with contextlib.suppress(ConnectionError, RuntimeError, OSError):
-            await resp.write(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
-            await resp.write_eof()
-        return resp
+            await ex.write(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
+            await ex.end()
+        return None
 
     def _record(self, timer: StreamTimer, tel: RequestTelemetry, req: ParsedRequest, who: Tenancy, arm: str, replica: str,
                 status: str, *, end: float | None = None, upstream_url: str | None = None,
@@ -639,6 +678,8 @@ class RunningGateway:
     #: what stops with it, in order, after the listener (the spool and the control plane its
     #: builder opened for it)
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: the fast path's protocol factory (None with ``gateway.fast_path = false``)
+    fast: FastFront | None = None
 
     @property
     def host(self) -> str:
@@ -667,13 +708,21 @@ async def start(gateway: Gateway, host: str | None = None, port: int | None = No
     cfg = gateway.cfg
     # handler_cancellation: a client that disconnects cancels its handler, which records
     # ``cancelled`` and aborts the upstream request instead of generating for nobody.
+    fronts: list[FastFront] = []
+
+    def front(fallback: Callable[[], GuardedHandler], guard: Guard) -> FastFront:
+        # the completion endpoints on the fast path; everything else on aiohttp's protocol
+        fronts.append(FastFront(gateway.complete, fallback, guard, gateway.limits, gateway.max_body))
+        return fronts[-1]
+
     try:
         served = await serve_http(gateway.app(), cfg.gateway.host if host is None else host,
-                                  cfg.gateway.port if port is None else port, gateway.limits, reuse_port=reuse_port)
+                                  cfg.gateway.port if port is None else port, gateway.limits, reuse_port=reuse_port,
+                                  front=front if cfg.gateway.fast_path else None)
     except BaseException:
         for close in closers:
             close()
         raise
     monitor = SaturationMonitor(gateway.registry, list(served.server.sockets))
     monitor.start()
-    return RunningGateway(gateway, served, monitor, list(closers))
+    return RunningGateway(gateway, served, monitor, list(closers), fronts[0] if fronts else None)

@@ -16,7 +16,7 @@ import contextlib
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
 import httptools
@@ -38,7 +38,7 @@ class _Conn(asyncio.Protocol):
 
     __slots__ = ("key", "tr", "idle_since", "parser", "head_size", "until_close", "status", "headers",
                  "keep_alive", "queue", "queued", "waiter", "head_fut", "error", "got_bytes", "paused",
-                 "done")
+                 "done", "sink")
 
     def __init__(self, key: tuple[str, int]) -> None:
         self.key = key
@@ -61,6 +61,8 @@ class _Conn(asyncio.Protocol):
         self.got_bytes = False
         self.paused = False
         self.done = False
+        #: :meth:`UpstreamResponse.relay`'s callback: pieces go to it after each read, not the queue
+        self.sink: Callable[[bytes, bool], None] | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, tr: asyncio.BaseTransport) -> None:
@@ -91,6 +93,23 @@ class _Conn(asyncio.Protocol):
             self._fail(UpstreamProtocolError(f"malformed upstream response: {exc}"))
             if self.tr is not None:
                 self.tr.abort()
+            return
+        if self.sink is not None and (self.queue or self.done):
+            self._deliver()
+
+    def _deliver(self) -> None:
+        """This read's pieces to the relay's sink, in one call (the last with the end of the
+        body); an exception from the sink (its client gone) ends the relay with it."""
+        sink, q = self.sink, self.queue
+        assert sink is not None
+        data = q.popleft() if len(q) == 1 else b"".join(q)
+        q.clear()
+        self.queued = 0
+        try:
+            sink(data, self.done)
+        except Exception as exc:  # noqa: BLE001 - handed to the relay's caller
+            self.sink = None
+            self._fail(exc)
 
     def pause_writing(self) -> None:  # the request body is small; nothing to pause
         pass
@@ -134,7 +153,7 @@ class _Conn(asyncio.Protocol):
             return
         self.queue.append(data)
         self.queued += len(data)
-        if self.queued > HIGH_WATER and not self.paused and self.tr is not None:
+        if self.sink is None and self.queued > HIGH_WATER and not self.paused and self.tr is not None:
             self.paused = True
             self.tr.pause_reading()
         self._wake()
@@ -195,6 +214,54 @@ class UpstreamResponse:
                 await c.waiter
             finally:
                 c.waiter = None
+
+    async def relay(self, sink: Callable[[bytes, bool], None]) -> None:
+        """Hand the body to ``sink(data, last)`` from the connection's own read callback: each
+        read's pieces in one call as they arrive, ``last`` True on the call that ends the body
+        (its data may be empty), with no task step per piece. Returns when the body is complete;
+        raises ``ConnectionError`` when the upstream goes away first, or what ``sink`` raised.
+        Back-pressure is the caller's: :meth:`pause_reading` / :meth:`resume_reading`."""
+        c = self._conn
+        ended = False
+
+        def deliver(data: bytes, last: bool) -> None:
+            nonlocal ended
+            ended = last
+            sink(data, last)
+
+        if c.queue or c.done:  # what arrived with the head
+            data = b"".join(c.queue)
+            c.queue.clear()
+            c.queued = 0
+            if c.paused and c.tr is not None:
+                c.paused = False
+                c.tr.resume_reading()
+            deliver(data, c.done and c.error is None)
+        while not c.done and c.error is None:
+            c.sink = deliver
+            c.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await c.waiter
+            finally:
+                c.waiter = None
+                c.sink = None
+        if c.error is not None:
+            raise c.error
+        if not ended:  # the body ended with the connection (no length, not chunked)
+            sink(b"", True)
+        self.release()
+
+    def pause_reading(self) -> None:
+        c = self._conn
+        if not c.paused and c.tr is not None:
+            c.paused = True
+            c.tr.pause_reading()
+
+    def resume_reading(self) -> None:
+        c = self._conn
+        if c.paused and c.tr is not None:
+            c.paused = False
+            c.tr.resume_reading()
 
     @property
     def complete(self) -> bool:

@@ -398,6 +398,7 @@ class GatewayConfig:
     trusted_proxies: list[str] = _k([], "peers (IP addresses or CIDR networks, e.g. 10.0.0.0/8) whose gateway.client_header names the client (an ingress, a load balancer, an auth proxy); the header of any other peer is ignored", check=_each(network_problem))
     client_header: str = _k("X-Forwarded-For", "header naming the client when the peer is a trusted proxy: X-Forwarded-For (its rightmost address that is not a trusted proxy) or any other header (its whole value, e.g. an auth proxy's X-Client-Id)", check=header_name_problem)
     max_prompt_chars: int = _k(65536, "reject prompts (all message contents) longer than this many characters (400)", minimum=1)
+    fast_path: bool = _k(True, "serve POST /v1/chat/completions and /v1/completions on the gateway's own HTTP/1.1 protocol (httptools), which costs a core a fraction of the general server; every other path, and any request the fast path does not take (a Content-Encoding, Expect, Upgrade, a head split over reads), is served by the general server on the same port. false = the general server for everything")
     request_usage: bool = _k(True, "ask a streaming upstream for its token usage (stream_options.include_usage) when the client did not, and strip that chunk from what the client receives")
     workers: int = _k(1, "gateway processes sharing the port (SO_REUSEPORT, multi-process metrics)", minimum=1)
 

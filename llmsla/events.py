@@ -10,6 +10,7 @@ A bad record raises :class:`EventError`, which names the field and the reason.
 
 from __future__ import annotations
 
+import functools
 import json
 import keyword
 import math
@@ -57,12 +58,19 @@ class Field:
     def attr(self) -> str:
         """The event's attribute of this field: its name, with ``_`` after a Python keyword
         (``class`` is ``class_``)."""
-        return self.name + "_" if keyword.iskeyword(self.name) else self.name
+        return _attr_of(self.name)
 
     @property
     def optional(self) -> bool:
         """A line may leave the field out (or hold null)."""
         return self.nullable or self.default is not None
+
+
+@functools.cache
+def _attr_of(name: str) -> str:
+    """:attr:`Field.attr`, computed once per name: validation asks it for every field of every
+    event a producer writes (the gateway: one per request)."""
+    return name + "_" if keyword.iskeyword(name) else name
 
 
 _INT_MAX = 2**63 - 1

@@ -141,10 +141,15 @@ def request_id(request: web.Request) -> str:
     fresh random trace-id-shaped value (32 hex digits), so every response has one."""
     rid = request.get(REQUEST_ID)
     if rid is None:
-        ctx = incoming_span(request.headers) if "traceparent" in request.headers else None
-        rid = f"{ctx.trace_id:032x}" if ctx is not None and ctx.is_valid else f"{_rand(128) or 1:032x}"
-        request[REQUEST_ID] = rid
+        rid = request[REQUEST_ID] = derived_request_id(request.headers)
     return rid
+
+
+def derived_request_id(headers: Mapping[str, str]) -> str:
+    """The id of a request whose handler set none: the trace id of its ``traceparent``, else a
+    fresh random trace-id-shaped value (32 hex digits)."""
+    ctx = incoming_span(headers) if "traceparent" in headers else None
+    return f"{ctx.trace_id:032x}" if ctx is not None and ctx.is_valid else f"{_rand(128) or 1:032x}"
 
 
 def add_request_id(app: web.Application) -> None:
@@ -340,7 +345,7 @@ def add_metrics(app: web.Application, *registries: Any) -> None:
     app.router.add_get("/metrics", handler)
 
 
-class _Guard:
+class Guard:
     """Connection accounting shared by the handlers of one server."""
 
     def __init__(self, limits: Limits) -> None:
@@ -351,14 +356,18 @@ class _Guard:
         self.malformed = 0  # requests aiohttp's parser rejected (400)
 
 
-class _GuardedHandler(RequestHandler):
+#: ``serve(front=...)``: (aiohttp's protocol factory, the connection accounting) -> the factory used
+Front = Callable[[Callable[[], "GuardedHandler"], "Guard"], Callable[[], asyncio.BaseProtocol]]
+
+
+class GuardedHandler(RequestHandler):
     """aiohttp's protocol plus a deadline on each request head and the connection bound.
 
     A head is complete when aiohttp's parser has produced a message (its request count moved);
     the deadline starts when the connection opens and when the first byte of a later head
     arrives, and closes the connection if that head is still incomplete when it fires."""
 
-    def __init__(self, manager: web.Server, *, guard: _Guard, **kwargs: Any) -> None:
+    def __init__(self, manager: web.Server, *, guard: Guard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._admitted = False
@@ -459,7 +468,7 @@ class Served:
     server: asyncio.Server
     host: str
     port: int
-    guard: _Guard
+    guard: Guard
 
     @property
     def url(self) -> str:
@@ -497,20 +506,25 @@ def bind_problem(host: str, port: int, exc: OSError) -> str:
 
 async def serve(app: web.Application, host: str, port: int, limits: Limits = DEFAULT_LIMITS, *,
                 reuse_port: bool = False, handler_cancellation: bool = True,
-                on_listening: Callable[[int], None] | None = None) -> Served:
-    """Listen on ``host:port`` (0 = a free port) with the slow-client bounds of ``limits``."""
+                on_listening: Callable[[int], None] | None = None,
+                front: Front | None = None) -> Served:
+    """Listen on ``host:port`` (0 = a free port) with the slow-client bounds of ``limits``.
+    ``front``: a protocol factory put before aiohttp's (given aiohttp's factory and the
+    connection accounting), which serves what it can and hands each other connection over
+    (the gateway's fast path, docs/gateway.md#the-fast-path)."""
     runner = web.AppRunner(app, handler_cancellation=handler_cancellation, access_log=None)
     await runner.setup()
     server = runner.server
     assert server is not None
-    guard = _Guard(limits)
+    guard = Guard(limits)
     loop = asyncio.get_running_loop()
-    def factory() -> _GuardedHandler:
-        return _GuardedHandler(server, guard=guard, loop=loop, keepalive_timeout=limits.keepalive_timeout_s,
+    def factory() -> GuardedHandler:
+        return GuardedHandler(server, guard=guard, loop=loop, keepalive_timeout=limits.keepalive_timeout_s,
                                lingering_time=LINGER_S, access_log=None)
 
+    make: Callable[[], asyncio.BaseProtocol] = factory if front is None else front(factory, guard)
     try:
-        srv = await loop.create_server(factory, host, port, reuse_port=reuse_port or None, backlog=1024)
+        srv = await loop.create_server(make, host, port, reuse_port=reuse_port or None, backlog=1024)
     except OSError as exc:  # in use, unresolvable, not ours, permission denied: one line, not a traceback
         await runner.cleanup()
         raise BindError(bind_problem(host, port, exc), exc.errno) from None
