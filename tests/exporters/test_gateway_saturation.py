@@ -109,10 +109,17 @@ def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> 
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_ready(url, proc, log)
-            res = subprocess.run([sys.executable, "-c", CLIENT, str(port), str(N)], capture_output=True,
-                                 text=True, timeout=120)
-            assert res.returncode == 0, res.stderr[-3000:]
-            client = json.loads(res.stdout)
+            # the burst must be one: a client descheduled while sending (a busy runner) spreads it
+            # out, and then nothing queued. Such a run measures nothing, so it is sent again.
+            sent_ids: set[str] = set()
+            for _attempt in range(3):
+                res = subprocess.run([sys.executable, "-c", CLIENT, str(port), str(N)], capture_output=True,
+                                     text=True, timeout=120)
+                assert res.returncode == 0, res.stderr[-3000:]
+                client = json.loads(res.stdout)
+                sent_ids |= {r["request_id"] for r in client["requests"]}
+                if client["burst_ms"] < 50:
+                    break
             with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
                 exposition = r.read().decode()
         finally:
@@ -123,7 +130,7 @@ def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> 
     assert not bad, (len(bad), bad[:3])
     events = {e.trace_id: e for seg in published_segments(spool, names.SPOOL_REQUESTS)
               for e in read_segment(seg, names.SPOOL_REQUESTS)}
-    assert set(events) == set(got) and len(got) == N
+    assert set(events) == sent_ids and len(got) == N  # every request of every burst has its event
     gw = np.array([events[k].ttft_ms for k in got])
     cl = np.array([got[k]["ttft_ms"] for k in got])
     queue = np.array([events[k].queue_ms for k in got])
