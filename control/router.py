@@ -458,7 +458,7 @@ class Router:
             now = self._clock()
             if now >= self._next_refresh:
                 self.refresh(now)
-            st = self._pick_ladr(g, pool, role, exclude, _tokens(prompt_tokens))
+            st = self._pick_ladr(g, pool, role, exclude, None if prompt_tokens is None else _tokens(prompt_tokens))
         elif policy == "round_robin":
             st = policies.round_robin(g, exclude)
             self._rr[(pool, role)] = g.rr  # survives cache invalidation

@@ -93,9 +93,20 @@ class LadrSampler:
 
     def sample(self, u: float) -> ReplicaState:
         """The member whose cumulative weight interval holds ``u * total``."""
-        return self.states[self._index(u)]
+        x = u * self.total  # the descent of _index, inlined: this is every LADR pick
+        tree, n = self.tree, len(self.w)
+        pos = 0
+        step = self.top
+        while step:
+            nxt = pos + step
+            if nxt <= n and tree[nxt] <= x:
+                pos = nxt
+                x -= tree[nxt]
+            step >>= 1
+        return self.states[pos if pos < n else n - 1]  # float rounding may walk past the end
 
     def _index(self, u: float) -> int:
+        """The index :meth:`sample` returns the member of."""
         x = u * self.total
         tree, n = self.tree, len(self.w)
         pos = 0
