@@ -35,18 +35,24 @@ def _time_per_call(fn, calls: int, repeats: int) -> tuple[float, float]:
     return statistics.median(runs), min(runs)
 
 
-#: LADR scoring its learnt expected completion time (bench/routing.py's ``ladr+ect`` row).
-ECT_PARAMS = {"ect": 3.0, "alpha": 0.0, "beta": 0.0}
+#: LADR scoring its learnt expected completion time (bench/routing.py's ``ladr+ect`` row);
+#: ``ladr+ect+prompt``: the same with prompt sizes known (learnt prefill speeds that differ, each
+#: pick weighing its own prompt: the rejection step of control/sampler.py).
+ECT_PARAMS = {"ect": 3.0, "alpha": 0.0, "beta": 0.0, "floor": 0.001}
 
 
-def _router(policy: str, n: int, **params: float) -> Router:
+def _router(policy: str, n: int, prompts: bool = False, **params: float) -> Router:
     rng = random.Random(1)
     r = Router([Replica(f"r{i}", "default") for i in range(n)], policy, rng=random.Random(2),
                ttl_s=3600.0, **params)  # long TTL: the bench must not drift into the all-stale fallback
     for i in range(n):  # realistic state: measured latencies, TTFT, output tokens, some queueing
+        if prompts:  # prompt sizes known: prefill speeds learnt, half the replicas 3x slower to prefill
+            ahead = r.begin(f"r{i}", 500)
+            r.first_token(f"r{i}", (3.0 if i % 2 else 1.0) * rng.uniform(5, 20), prompt_tokens=500,
+                          ahead_tokens=ahead)
         r.end(f"r{i}", rng.uniform(50, 500), ttft_ms=rng.uniform(5, 20), output_tokens=rng.randint(20, 200))
         for _ in range(rng.randrange(4)):
-            r.begin(f"r{i}")
+            r.begin(f"r{i}", rng.randint(50, 2000) if prompts else None)
     return r
 
 
@@ -93,13 +99,18 @@ def main() -> int:
     rows = [{"what": "random.choice (anchor)", "median_us": anchor_med, "min_us": anchor_min,
              "x_anchor": 1.0, "target_us": TARGET_US, "ok": anchor_med <= TARGET_US}]
     results = {"anchor_random_choice": {"median_us": anchor_med, "min_us": anchor_min}}
-    for policy in (*POLICIES, "ladr+ect"):
-        r = _router("ladr", n, **ECT_PARAMS) if policy == "ladr+ect" else _router(policy, n)
+    for policy in (*POLICIES, "ladr+ect", "ladr+ect+prompt"):
+        if policy.startswith("ladr+ect"):
+            r = _router("ladr", n, prompts=policy.endswith("prompt"), **ECT_PARAMS)
+        else:
+            r = _router(policy, n)
         pick = r.pick
+        sizes = [50, 120, 700, 3000, 20000, 90] if policy.endswith("prompt") else [None]
 
-        def run(k: int, pick=pick) -> None:
-            for _ in range(k):
-                pick("default")
+        def run(k: int, pick=pick, sizes=sizes) -> None:
+            m = len(sizes)
+            for j in range(k):  # each request's own prompt size: long ones go where prefill is fast
+                pick("default", prompt_tokens=sizes[j % m])
 
         med, mn = _time_per_call(run, calls, repeats)
         rows.append({"what": f"pick {policy}", "median_us": med, "min_us": mn, "x_anchor": med / anchor_med,
@@ -127,11 +138,11 @@ def main() -> int:
             rows.append({"what": "ladr refresh() (every 200 ms)", "median_us": med, "min_us": mn,
                          "x_anchor": med / anchor_med, "target_us": "-", "ok": "-"})
             results["ladr_refresh"] = {"median_us": med, "min_us": mn}
-        if policy in ("ladr", "ladr+ect"):  # a refresh then the sampler build its next pick does, O(n)
+        if policy in ("ladr", "ladr+ect", "ladr+ect+prompt"):  # a refresh then the sampler build its next pick does, O(n)
             def run_rebuild(k: int, r=r) -> None:
                 for _ in range(k):
                     r.refresh()
-                    r.pick("default")
+                    r.pick("default", prompt_tokens=700)
 
             med, mn = _time_per_call(run_rebuild, max(1, calls // 100), repeats)
             rows.append({"what": f"{policy} refresh() + sampler build", "median_us": med, "min_us": mn,

@@ -31,10 +31,12 @@ on 8 x 6B, and the speed check: one hour of that trace on 8 replicas, engine alo
 gateway's recorders writing the spool (target: <= 30 s wall).
 
 Every scenario, held-out run and variance level also has LADR with its expected-completion-time
-term (``ladr+ect``: each replica's speed learnt from the completions it returned, times its live
-queue; control/estimator.py), that plus engine signals (the replicas' waiting / running / KV
-usage every engine.scrape_interval_s) and the simulator's oracle (fleet/oracle.py): each policy's
-P99 TTFT and E2E as a ratio to the oracle's, and whether ``ladr+ect`` is within 10 % of it.
+term (``ladr+ect``: each replica's decode and prefill speed per token learnt from the first tokens
+and completions it returned, times its live queue and the prompt tokens waiting there, and each
+request's own prompt size; control/estimator.py), that plus engine signals (the replicas'
+waiting / running / KV usage every engine.scrape_interval_s) and the simulator's oracle
+(fleet/oracle.py): each policy's P99 TTFT and E2E as a ratio to the oracle's, and whether
+``ladr+ect`` is within 10 % of it.
 ``--sweep-engine`` sweeps the engine-scorer weights on top of ``ladr+ect`` on the five training
 scenarios (how their defaults were chosen); ``--only-oracle`` skips the max-QPS search, the
 replay and the speed check (JSON: routing-oracle.json).
@@ -68,7 +70,10 @@ POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
 #: the next scrape) with both scorers at llm-d's weight 1 (the defaults are 0: see
 #: --sweep-engine); and the simulator's oracle (the bound).
 ECT, ENGINE, ORACLE = "ladr+ect", "ladr+engine", "oracle"
-ECT_PARAMS: dict[str, float] = {"ect": 3.0, "alpha": 0.0, "beta": 0.0}
+#: floor 0.001 (LADR's default 0.01 keeps ~0.5 % of picks on a replica it judges 8x slower: the
+#: mixed fleet's 70B, whose TTFT then is the P99) was chosen on the training scenarios too.
+ECT_PARAMS: dict[str, float] = {"ect": 3.0, "alpha": 0.0, "beta": 0.0, "floor": 0.001}
+
 #: Scenario rows: the four policies with default parameters, LADR with engine signals, two LADR
 #: ablations (i.i.d. sampling: systematic = 0; no latency term: alpha = 0, what queue awareness
 #: alone gives) and the oracle.

@@ -153,19 +153,21 @@ class DistillControls:
         return role_for_share(pool, key, share_pct)
 
     def pick(self, router: ReplicaRouter, pool: str, key: str, *, exclude: Collection[str] = (),
-             share_pct: float | None = None, policy: str | None = None) -> ReplicaRef:
+             share_pct: float | None = None, policy: str | None = None,
+             prompt_tokens: int | None = None) -> ReplicaRef:
         """Route a request: the key's role if the pool has replicas of it, else any replica (a
         pool without a teacher/student split routes as if there were no controls). ``share_pct``
-        and ``policy`` are an A/B arm's overrides of the pool's share and the router's policy."""
+        and ``policy`` are an A/B arm's overrides of the pool's share and the router's policy;
+        ``prompt_tokens`` the request's prompt size (the router's pick weighs it)."""
         from llmsla.control.router import NoReplicaAvailable
 
         role = self.role_for(pool, key, share_pct)
         if router.has_role(pool, role):
             try:
-                return router.pick(pool, role=role, exclude=exclude, policy=policy)
+                return router.pick(pool, role=role, exclude=exclude, policy=policy, prompt_tokens=prompt_tokens)
             except NoReplicaAvailable:  # every replica of that role excluded: any role
                 pass
-        return router.pick(pool, exclude=exclude, policy=policy)
+        return router.pick(pool, exclude=exclude, policy=policy, prompt_tokens=prompt_tokens)
 
     # -- writes ----------------------------------------------------------------------------------
     def set_student_share(self, pool: str, pct: Any, *, actor: str, reason: str = "",

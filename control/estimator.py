@@ -2,23 +2,34 @@
 expected-completion-time (ECT) term: no engine internals, no oracle knowledge.
 
 A continuously batched replica makes one token per running sequence per iteration, and an
-iteration costs about ``b0 + b2 * batch``: a request's decode time is its output length times
-an inter-token time that grows with the load. The router cannot see the batch, but it knows its
-own outstanding count ``q`` on the replica, so per replica it learns
+iteration costs about ``b0 + b1 * prefill_tokens + b2 * batch``: a request's decode time is its
+output length times an inter-token time that grows with the load, its TTFT the prefill of the
+prompt tokens ahead of it and its own. The router cannot see the batch, but it knows its own
+outstanding count ``q`` on the replica and the prompt size of each request it routes (the
+request body), so per replica it learns, per token:
 
-* ``tpot_per_load`` (seconds per output token per unit of load): an EWMA of
-  ``(latency - ttft) / (output - 1) / (q + n0)`` over completions, ``n0`` the load-independent
-  share of an iteration (``b0 / b2`` is 8-24 on the simulator's catalogue; 16 by default);
-* ``ttft_s``: an EWMA of the time to first token (prefill plus any wait for a batch slot);
+* ``tpot_per_load`` (seconds per output token per unit of load): ``(latency - ttft) / (output -
+  1) / (q + n0)``, ``n0`` the load-independent share of an iteration (``b0 / b2`` is 8-24 on the
+  simulator's catalogue; 16 by default);
+* ``prefill_per_token`` (seconds per prompt token): ``ttft / (ahead + prompt)``, ``ahead`` the
+  prompt tokens of the requests routed to the replica before it that had no first token yet when
+  it was dispatched - a long prompt does not make its replica look slow;
+* ``ttft_s`` (TTFT per unit of load), used when the caller knows no prompt sizes;
 
-and per pool the recent mean output length. The expected completion time of a request sent to
-replica i now is then ``ttft_i + out * tpot_per_load_i * (q_i + 1 + n0)``, linear in the live
-queue, so LADR's Fenwick sampler keeps it live in O(log n) per begin/end.
+and per pool the recent mean output and prompt lengths. The expected completion time of a
+request of ``p`` prompt tokens sent to replica i now is then ``prefill_i * (W_i + p) + out *
+tpot_per_load_i * (q_i + 1 + n0)``, ``W_i`` the prompt tokens waiting for their first token
+there: linear in the live queue and waiting tokens, so LADR's Fenwick sampler keeps it live in
+O(log n) per begin/first token/end (control/ladr.py).
 
-Bounded and reset-safe: O(1) memory per replica; an observation that is not finite, negative or
-has no tokens is ignored; each one moves the estimate by at most a factor ``CLIP`` (one outlier
-cannot wreck it, a replica that really changed speed - restarted on other hardware, throttled -
-is followed within about 130 completions), and the estimate stays in ``[MIN_TPOT, MAX_TPOT]``. See
+Robust and bounded: O(1) memory per replica; an observation that is not finite, negative or has
+no tokens is ignored; each one moves an estimate by at most a factor ``CLIP`` (one outlier
+cannot wreck it), and estimates stay in their bounds. The gain is ``GAIN`` (about the last 50
+completions: noise in identical replicas' latencies must not steer traffic) until ``RUN``
+residuals in a row fall beyond ``MARGIN`` on the same side of the estimate - the replica
+changed speed (throttled, restarted on other hardware) - and then ``FAST_GAIN`` until the
+estimate is within ``MARGIN``: a 3x slowdown is within 2x of the estimate after about 10
+completions instead of 20, one stuck request moves nothing. See
 docs/control.md#expected-completion-time-learnt-replica-speed.
 """
 
@@ -26,13 +37,24 @@ from __future__ import annotations
 
 import math
 
-#: Weight of a new observation in the per-replica EWMAs (about the last 50 completions: a slower memory
-#: keeps noise in the latencies of identical replicas from steering the traffic).
+#: Weight of a new observation in the per-replica EWMAs while nothing changes.
 GAIN = 0.02
+#: Weight of a new observation while the residuals are persistently one-sided (a speed change).
+FAST_GAIN = 0.15
+#: Residuals in a row beyond ``MARGIN`` on one side of the estimate that mean a change.
+RUN = 8
+#: A residual counts towards a run only when the observation is this factor off the estimate:
+#: queueing makes small residuals come in runs on a steady replica, a real change is large.
+#: (6 and 1.5 fired on replicas slowed 3x for ~20 s at a time and made their estimates swing:
+#: bench/routing.py's variance sweep, P99 TTFT 1.9x the oracle's instead of 1.4x; 8 and 2 never
+#: fire on the training scenarios.)
+MARGIN = 2.0
 #: One observation moves an estimate by at most this factor (outliers, restarts).
 CLIP = 4.0
-#: Bounds of the per-token, per-load time (seconds): 10 ns .. 10 s.
+#: Bounds of the per-token, per-load decode time (seconds): 10 ns .. 10 s.
 MIN_TPOT, MAX_TPOT = 1e-8, 10.0
+#: Bounds of the per-prompt-token prefill time (seconds): 1 ns .. 1 s.
+MIN_PREFILL, MAX_PREFILL = 1e-9, 1.0
 #: Bounds of the TTFT estimate (seconds).
 MAX_TTFT_S = 3600.0
 
@@ -44,15 +66,36 @@ def _clipped_ewma(old: float | None, x: float, gain: float, clip: float) -> floa
     return old + gain * (x - old)
 
 
+def _run(run: int, old: float | None, x: float) -> int:
+    """The signed count of residuals in a row beyond ``MARGIN`` above (+) or below (-) the
+    estimate (0 after one within it: the fast gain closes the gap to ``MARGIN``, the slow one
+    the rest - holding the fast gain longer made the estimates of replicas whose speed
+    changes every ~20 s noisier, bench/routing.py's variance sweep)."""
+    if old is None:
+        return 0
+    if x > old * MARGIN:
+        return run + 1 if run > 0 else 1
+    if x * MARGIN < old:
+        return run - 1 if run < 0 else -1
+    return 0
+
+
+def _gain(run: int) -> float:
+    return FAST_GAIN if abs(run) >= RUN else GAIN
+
+
 class ServiceEstimate:
     """One replica's learnt speed (see the module docstring)."""
 
-    __slots__ = ("tpot_per_load", "ttft_s", "n")
+    __slots__ = ("tpot_per_load", "prefill_per_token", "ttft_s", "n", "run_tpot", "run_prefill")
 
     def __init__(self) -> None:
         self.tpot_per_load: float | None = None
+        self.prefill_per_token: float | None = None
         self.ttft_s: float | None = None
-        self.n = 0  # observations taken
+        self.n = 0  # completions taken
+        self.run_tpot = 0  # change detectors: signed runs of one-sided residuals
+        self.run_prefill = 0
 
     def observe(self, latency_s: float, ttft_s: float | None, output_tokens: int, load: float, n0: float) -> bool:
         """A completed request: end-to-end ``latency_s``, ``ttft_s`` (None: unknown), its
@@ -70,30 +113,49 @@ class ServiceEstimate:
             tpot = (latency_s - ttft_s) / (output_tokens - 1) / (load + n0)
             if tpot > 0:
                 tpot = min(MAX_TPOT, max(MIN_TPOT, tpot))
-                self.tpot_per_load = _clipped_ewma(self.tpot_per_load, tpot, GAIN, CLIP)
+                old = self.tpot_per_load
+                self.run_tpot = _run(self.run_tpot, old, tpot)
+                self.tpot_per_load = _clipped_ewma(old, tpot, _gain(self.run_tpot), CLIP)
                 used = True
         self.n += used
         return used
 
+    def observe_prefill(self, ttft_s: float, tokens: float) -> bool:
+        """A first token ``ttft_s`` after dispatch, behind ``tokens`` prompt tokens (those ahead
+        of the request on the replica when it was dispatched, and its own). False when unusable."""
+        if not (isinstance(ttft_s, int | float) and isinstance(tokens, int | float) and math.isfinite(ttft_s)
+                and math.isfinite(tokens) and ttft_s >= 0 and tokens >= 1):
+            return False
+        x = min(MAX_PREFILL, max(MIN_PREFILL, ttft_s / tokens))
+        old = self.prefill_per_token
+        self.run_prefill = _run(self.run_prefill, old, x)
+        self.prefill_per_token = _clipped_ewma(old, x, _gain(self.run_prefill), CLIP)
+        return True
+
     def reset(self) -> None:
         """Forget what was learnt (a replica replaced behind the same id)."""
-        self.tpot_per_load = self.ttft_s = None
-        self.n = 0
+        self.tpot_per_load = self.prefill_per_token = self.ttft_s = None
+        self.n = self.run_tpot = self.run_prefill = 0
 
 
-class OutputLength:
-    """A pool's recent mean output length (tokens): what a new request is expected to produce."""
+class MeanLength:
+    """A pool's recent mean request length in tokens (output: what a new request is expected to
+    produce; prompt: the size of the prompts ahead of a new one)."""
 
     __slots__ = ("mean",)
 
-    #: Weight of a new completion: outputs vary a lot, so a longer memory (~100 completions).
+    #: Weight of a new request: lengths vary a lot, so a longer memory (~100 requests).
     GAIN = 0.01
 
     def __init__(self) -> None:
         self.mean: float | None = None
 
-    def observe(self, output_tokens: int) -> None:
-        if output_tokens < 1:
+    def observe(self, tokens: float) -> None:
+        if not (isinstance(tokens, int | float) and math.isfinite(tokens) and tokens >= 1):
             return
-        x = float(output_tokens)
+        x = float(tokens)
         self.mean = x if self.mean is None else self.mean + self.GAIN * (x - self.mean)
+
+
+#: The name the output-length tracker had first (tests and callers that import it).
+OutputLength = MeanLength

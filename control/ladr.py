@@ -41,6 +41,7 @@ DEFAULT_PARAMS: dict[str, float] = {
     # x the pool's recent output length, relative to the best replica's; 0 = off
     "ect": 0.0,  # weight of -ECT / best ECT in the score
     "ect_n0": 16.0,  # load-independent share of a decode iteration, in sequences (b0 / b2)
+    "ect_ttft": 0.0,  # extra weight of the expected TTFT (learnt prefill speed x prompt tokens ahead)
 }
 
 
@@ -66,7 +67,8 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{key}: must be > 0, got {value}")
         if key == "systematic" and value not in (0.0, 1.0):
             raise ValueError(f"systematic: must be 0 or 1, got {value}")
-        if key in ("alpha", "beta", "sharpness", "error_penalty_ms", "engine_queue", "engine_kv", "ect", "ect_n0") and value < 0:
+        if key in ("alpha", "beta", "sharpness", "error_penalty_ms", "engine_queue", "engine_kv", "ect", "ect_n0",
+                   "ect_ttft") and value < 0:
             raise ValueError(f"{key}: must be >= 0, got {value}")
         out[key] = value
     return out
@@ -74,32 +76,49 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 
-def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float) -> list[tuple[float, float]] | None:
-    """Each replica's expected completion time of a new request as ``(a, b)``: ``a + b * queue``
-    seconds, divided by the best replica's at its current queue (so 1 = as good as the best);
-    None before any replica of the group was measured. An unmeasured replica gets the measured
-    ones' mean speed and TTFT (control/estimator.py)."""
-    tp = [s.svc.tpot_per_load for s in fresh if s.svc.tpot_per_load is not None]
-    if not tp or not out_tokens:
-        return None
-    tt = [s.svc.ttft_s for s in fresh if s.svc.ttft_s is not None]
+def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float, prompt_mean: float | None = None,
+              w_ect: float = 1.0, w_ttft: float = 0.0) -> list[tuple[float, float, float]] | None:
+    """Each replica's cost of a new request of the pool's mean prompt size as ``(a, b, c)``:
+    ``a + b * queue + c * waiting_prompt_tokens``, ``c`` also the cost of each prompt token more
+    than ``prompt_mean`` (its prefill speed). The cost is ``w_ect`` times the expected completion
+    time plus ``w_ttft`` times the expected TTFT, divided by the best replica's expected
+    completion time now (1 = as good as the best). Without prompt sizes (no ``prompt_mean``, or no replica's
+    prefill speed learnt yet) the TTFT is the learnt TTFT per unit of load, ``c`` is 0 and
+    ``w_ttft`` unused. Before the first completion the cost is the expected TTFT alone (first
+    tokens come seconds earlier: a slow replica is not sent a third of the first seconds'
+    traffic); None before anything was measured. An unmeasured replica gets the measured ones'
+    mean (control/estimator.py)."""
+    views = [(s.svc.tpot_per_load, s.svc.prefill_per_token) for s in fresh]
+    tp = [v[0] for v in views if v[0] is not None]
+    pf = [v[1] for v in views if v[1] is not None] if prompt_mean else []
+    if not tp or not out_tokens:  # no completion yet: the first tokens' prefill speed alone
+        tp, out_tokens = [0.0], 0.0
+        if not pf:
+            return None
     tp_mean = sum(tp) / len(tp)
-    tt_mean = sum(tt) / len(tt) if tt else 0.0
-    ab = []
-    for s in fresh:
-        c = s.svc.tpot_per_load
-        t = s.svc.ttft_s
-        b = out_tokens * (tp_mean if c is None else c)
-        t = tt_mean if t is None else t
-        ab.append((t + b * (1.0 + n0), b + t))
-    ref = min(a + b * (s.outstanding + s.extra_q) for (a, b), s in zip(ab, fresh, strict=True))
-    ref = max(ref, 1e-9)
-    return [(a / ref, b / ref) for a, b in ab]
+    bs = [out_tokens * (tp_mean if v[0] is None else v[0]) for v in views]
+    queues = [s.outstanding + s.extra_q for s in fresh]
+    if pf and prompt_mean:  # TTFT = prefill speed x (prompt tokens waiting + this prompt)
+        pf_mean = sum(pf) / len(pf)
+        cs = [pf_mean if v[1] is None else v[1] for v in views]
+        abc = [(c * prompt_mean + b * (1.0 + n0), b, c) for b, c in zip(bs, cs, strict=True)]
+    else:  # TTFT per unit of load: grows with the queue
+        tt = [s.svc.ttft_s for s in fresh if s.svc.ttft_s is not None]
+        tt_mean = sum(tt) / len(tt) if tt else 0.0
+        ts = [tt_mean if s.svc.ttft_s is None else s.svc.ttft_s for s in fresh]
+        w_ttft = 0.0
+        abc = [(t + b * (1.0 + n0), b + t, 0.0) for b, t in zip(bs, ts, strict=True)]
+    ref = max(1e-9, min(a + b * q + c * s.wait_tok for (a, b, c), q, s in zip(abc, queues, fresh, strict=True)))
+    e = w_ect / ref
+    if w_ttft > 0 and prompt_mean:  # the TTFT counted again, w_ttft times: c * (W + prompt)
+        return [((a + w_ttft * c * prompt_mean) * e, b * e, c * (1.0 + w_ttft) * e) for a, b, c in abc]
+    return [(a * e, b * e, c * e) for a, b, c in abc]
 
 
-def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: float | None = None) -> LadrSampler:
-    """The sampler over the group's fresh replicas (see :class:`LadrSampler`); ``out_tokens``:
-    the pool's recent mean output length, for the ECT term."""
+def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: float | None = None,
+                  prompt_mean: float | None = None) -> LadrSampler:
+    """The sampler over the group's fresh replicas (see :class:`LadrSampler`); ``out_tokens``
+    and ``prompt_mean``: the pool's recent mean output and prompt lengths, for the ECT term."""
     fresh = [s for s in lst if s.fresh]
     if not fresh:
         return LadrSampler([], [], [], 0.0)
@@ -118,15 +137,23 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: floa
         inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
         log_base.append(math.log(s.rep.weight) + k * alpha * inv + k * e)  # + 0.0 without engine data
     slopes = [per_q] * len(fresh)
+    tok_slopes = [0.0] * len(fresh)
     ect = p["ect"]
-    terms = ect_terms(fresh, out_tokens, p["ect_n0"]) if ect > 0 else None
-    if terms is not None:  # - k * ect * (a + b * queue): a constant and a per-request slope
-        for i, (a, b) in enumerate(terms):
-            log_base[i] -= k * ect * a
-            slopes[i] = per_q - k * ect * b
-    shift = max(lb + sl * (s.outstanding + s.extra_q) for lb, sl, s in zip(log_base, slopes, fresh, strict=True))
+    terms = ect_terms(fresh, out_tokens, p["ect_n0"], prompt_mean, ect, p["ect_ttft"]) if ect > 0 else None
+    prefill: list[float] | None = None
+    if terms is not None:  # - k * (a + b * queue + c * waiting tokens): a constant and two slopes
+        for i, (a, b, c) in enumerate(terms):
+            log_base[i] -= k * a
+            slopes[i] = per_q - k * b
+            tok_slopes[i] = -k * c
+        if max(tok_slopes) > min(tok_slopes):  # prefill speeds differ: a pick's own prompt matters
+            prefill = [-x for x in tok_slopes]
+    live = [lb + sl * (s.outstanding + s.extra_q) + ts * s.wait_tok
+            for lb, sl, ts, s in zip(log_base, slopes, tok_slopes, fresh, strict=True)]
+    shift = max(live)
     base = [math.exp(max(lb - shift, -700.0)) for lb in log_base]
-    lad = LadrSampler(fresh, base, [math.exp(max(sl, -700.0)) for sl in slopes], p["floor"])
+    lad = LadrSampler(fresh, base, [math.exp(max(sl, -700.0)) for sl in slopes], p["floor"],
+                      prefill=prefill, prompt_mean=prompt_mean or 0.0, tok_slopes=tok_slopes)
     for i, s in enumerate(fresh):
         s.slots.append((lad, i))
     return lad

@@ -94,12 +94,15 @@ def p2c(g: Group, exclude: Collection[str], rnd: Callable[[], float]) -> Replica
     return b
 
 
-def ladr(lad: LadrSampler, u: float, exclude: Collection[str], rnd: Callable[[], float]) -> ReplicaState | None:
-    """The LADR sampler's member at ``u`` (a uniform draw); None if it has no fresh member or
-    every member is excluded (the router then falls back to least outstanding)."""
+def ladr(lad: LadrSampler, u: float, exclude: Collection[str], rnd: Callable[[], float],
+         prompt: float | None = None) -> ReplicaState | None:
+    """The LADR sampler's member at ``u`` (a uniform draw), weighed by its prefill cost of a
+    ``prompt``-token request when the sampler knows the replicas' prefill speeds; None if it has
+    no fresh member or every member is excluded (the router then falls back to least
+    outstanding)."""
     if not lad.states:
         return None
-    st = lad.sample(u)
+    st = lad.sample(u) if prompt is None else lad.sample_prompt(u, prompt, rnd)
     if exclude and st.rep.id in exclude:  # rare (gateway retries): sample the rest directly
         rest = [(x, w) for x, w in zip(lad.states, lad.w, strict=True) if x.rep.id not in exclude]
         if not rest:

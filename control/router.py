@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import extras
 from llmsla.control import ladr, policies
-from llmsla.control.estimator import OutputLength
+from llmsla.control.estimator import MeanLength
 from llmsla.control.ladr import DEFAULT_PARAMS, POLICIES, check_params
 from llmsla.control.metrics import RouterMetrics
 from llmsla.control.policies import Group
@@ -79,7 +79,8 @@ class Router:
         self._states: dict[str, ReplicaState] = {}
         self._pools: dict[str, list[ReplicaState]] = {}
         self._levels: dict[str, LoadLevels] = {}
-        self._out: dict[str, OutputLength] = {}  # per pool: recent mean output length (ECT term)
+        self._out: dict[str, MeanLength] = {}  # per pool: recent mean output length (ECT term)
+        self._prompt: dict[str, MeanLength] = {}  # per pool: recent mean prompt length (ECT term)
         self._cache: dict[tuple[str, str | None], Group] = {}
         self._rr: dict[tuple[str, str | None], int] = {}
         self._next_refresh = -math.inf
@@ -125,6 +126,7 @@ class Router:
             del self._pools[st.rep.pool]
             del self._levels[st.rep.pool]
             self._out.pop(st.rep.pool, None)
+            self._prompt.pop(st.rep.pool, None)
         for g in (self.metrics.picks, self.metrics.weight, self.metrics.drained, self.metrics.score):
             with contextlib.suppress(KeyError):
                 g.remove(st.rep.pool, st.rep.id)
@@ -321,31 +323,69 @@ class Router:
         return n
 
     # -- request lifecycle -----------------------------------------------------------------------
-    def begin(self, replica_id: str) -> None:
-        """The request was dispatched to ``replica_id``."""
+    def begin(self, replica_id: str, prompt_tokens: int | None = None) -> float:
+        """The request was dispatched to ``replica_id``; ``prompt_tokens``: its prompt size (as
+        given to :meth:`pick`). Returns the prompt tokens routed there before it that await
+        their first token: give it back to :meth:`first_token` (how LADR learns prefill speed)."""
         st = self._state(replica_id)
         st.levels.up(st)  # type: ignore[union-attr]  # set on joining a pool; per request: no check
+        ahead = st.wait_tok
+        prompt = _tokens(prompt_tokens)
+        if prompt is not None:
+            st.wait_tok = ahead + prompt
+            pm = self._prompt.get(st.rep.pool)
+            if pm is None:
+                pm = self._prompt[st.rep.pool] = MeanLength()
+            pm.observe(prompt)
         for lad, i in st.slots:  # LADR's queue term is live: no herding within a refresh window
             lad.update(i, st)
+        return ahead
+
+    def first_token(self, replica_id: str, ttft_ms: float, *, prompt_tokens: int | None = None,
+                    ahead_tokens: float | None = None) -> None:
+        """The request's first token came ``ttft_ms`` after its dispatch: its prompt no longer
+        waits (``prompt_tokens`` as given to :meth:`begin`), and with ``ahead_tokens`` (what
+        :meth:`begin` returned) the replica's prefill speed is learnt. Call it at most once per
+        request; its :meth:`end` then carries no ``prompt_tokens``."""
+        st = self._states.get(replica_id)
+        if st is None:  # removed while in flight
+            return
+        prompt = _tokens(prompt_tokens)
+        if prompt is None:
+            return
+        st.wait_tok = max(0.0, st.wait_tok - prompt)
+        for lad, i in st.slots:
+            lad.update(i, st)
+        if (isinstance(ahead_tokens, int | float) and not isinstance(ahead_tokens, bool) and ahead_tokens >= 0
+                and isinstance(ttft_ms, int | float) and not isinstance(ttft_ms, bool)):
+            ttft_s, tokens = ttft_ms / 1000.0, ahead_tokens + prompt
+            st.svc.observe_prefill(ttft_s, tokens)  # checks what it takes
 
     def end(self, replica_id: str, latency_ms: float, *, ok: bool = True, ttft_ms: float | None = None,
-            output_tokens: int | None = None) -> None:
+            output_tokens: int | None = None, prompt_tokens: int | None = None) -> None:
         """The request finished: outstanding -= 1 and its latency feeds the replica's stats.
         With ``output_tokens`` (and ``ttft_ms``) a successful request also teaches the replica's
-        speed estimate and the pool's output length (LADR's ``ect`` term, control/estimator.py)."""
+        speed estimate and the pool's output length (LADR's ``ect`` term, control/estimator.py).
+        ``prompt_tokens``: as given to :meth:`begin`, for a request whose :meth:`first_token` was
+        not reported (an error, a non-streamed answer): its prompt stops counting as waiting."""
         st = self._states.get(replica_id)
         if st is None:  # removed while in flight
             return
         if ok and output_tokens is not None and not isinstance(output_tokens, bool) and output_tokens >= 1:
-            # load while it ran ~ the outstanding count as it ends, itself included
+            load = float(max(st.outstanding, 1)) + st.extra_q  # load while it ran ~ the count as it ends
             st.svc.observe(latency_ms / 1000.0, None if ttft_ms is None else ttft_ms / 1000.0,
-                           int(output_tokens), float(max(st.outstanding, 1)) + st.extra_q, self.params["ect_n0"])
+                           int(output_tokens), load, self.params["ect_n0"])
             out = self._out.get(st.rep.pool)
             if out is None:
-                out = self._out[st.rep.pool] = OutputLength()
+                out = self._out[st.rep.pool] = MeanLength()
             out.observe(int(output_tokens))
+        prompt = _tokens(prompt_tokens)
+        if prompt is not None:  # no first token was reported for it: it waits no more
+            st.wait_tok = max(0.0, st.wait_tok - prompt)
         if st.outstanding > 0:
             st.levels.down(st)  # type: ignore[union-attr]  # as in begin()
+            if st.outstanding == 0:  # idle: nothing waits (heals a caller's missed first_token)
+                st.wait_tok = 0.0
             for lad, i in st.slots:
                 lad.update(i, st)
         # end-to-end, not TTFT: a replica that starts fast but decodes slowly (long context, a
@@ -400,12 +440,15 @@ class Router:
 
     # -- picking ---------------------------------------------------------------------------------
     def pick(self, pool: str, *, role: str | None = None, exclude: Collection[str] = (),
-             policy: str | None = None) -> Replica:
+             policy: str | None = None, prompt_tokens: int | None = None) -> Replica:
         """The replica for the next request of ``pool`` (optionally only replicas of ``role``).
 
         ``policy`` overrides the router's for this pick (an A/B arm's route policy): one router
         keeps one set of replica stats and outstanding counts whichever policy picks, so arms
-        that share replicas see each other's load (separate routers per arm would not)."""
+        that share replicas see each other's load (separate routers per arm would not).
+        ``prompt_tokens``: the request's prompt size as the gateway reads it from the body (LADR's
+        ``ect`` term sends a long prompt where prefill is fast; pass the same value to
+        :meth:`end`). None or a bad value: the pool's mean prompt is assumed."""
         shared = self.shared
         if shared is not None and shared.inbox:  # operator actions taken on another gateway
             self.apply_shared_ops()
@@ -415,7 +458,7 @@ class Router:
             now = self._clock()
             if now >= self._next_refresh:
                 self.refresh(now)
-            st = self._pick_ladr(g, pool, role, exclude)
+            st = self._pick_ladr(g, pool, role, exclude, None if prompt_tokens is None else _tokens(prompt_tokens))
         elif policy == "round_robin":
             st = policies.round_robin(g, exclude)
             self._rr[(pool, role)] = g.rr  # survives cache invalidation
@@ -462,20 +505,22 @@ class Router:
         levels = self._levels.get(pool)
         return None if levels is None else policies.least_outstanding(g, levels, role, exclude)
 
-    def _pick_ladr(self, g: Group, pool: str, role: str | None, exclude: Collection[str]) -> ReplicaState | None:
+    def _pick_ladr(self, g: Group, pool: str, role: str | None, exclude: Collection[str],
+                   prompt: float | None = None) -> ReplicaState | None:
         lad = g.ladr
         if lad is None or lad.stale:
             if lad is not None:
                 for x in lad.states:
                     x.slots = [sl for sl in x.slots if sl[0] is not lad]
-            out = self._out.get(pool)
-            lad = g.ladr = ladr.build_sampler(g.states, self.params, None if out is None else out.mean)
+            out, pm = self._out.get(pool), self._prompt.get(pool)
+            lad = g.ladr = ladr.build_sampler(g.states, self.params, None if out is None else out.mean,
+                                              None if pm is None else pm.mean)
         if self.params["systematic"]:  # golden-ratio sequence from a random start, per group
             key = (pool, role)
             u = self._useq[key] = (self._useq.get(key, self._u0) + _GOLDEN) % 1.0
         else:
             u = self._random()
-        st = policies.ladr(lad, u, exclude, self._random)
+        st = policies.ladr(lad, u, exclude, self._random, prompt)
         if st is None:  # no fresh replica, or all excluded: least outstanding, documented fallback
             return self._pick_lo(g, pool, role, exclude)
         return st
@@ -529,7 +574,8 @@ class Router:
                     "picks": st.picks,
                     "errors": st.errors,
                     "ect": {"tpot_per_load_s": st.svc.tpot_per_load, "ttft_s": st.svc.ttft_s,
-                            "observations": st.svc.n},
+                            "prefill_per_token_s": st.svc.prefill_per_token, "observations": st.svc.n,
+                            "waiting_prompt_tokens": st.wait_tok},
                     "engine": None if st.engine is None else {
                         "waiting": st.engine.waiting, "running": st.engine.running,
                         "kv_usage": st.engine.kv_usage, "age_s": max(0.0, now - st.engine.at),
@@ -540,6 +586,7 @@ class Router:
         out: dict[str, Any] = {
             "policy": self.policy,
             "output_tokens_mean": {p: o.mean for p, o in self._out.items()},
+            "prompt_tokens_mean": {p: o.mean for p, o in self._prompt.items()},
             "params": dict(self.params),
             "pools": pools,
             "refreshes": self.refreshes,
@@ -551,6 +598,13 @@ class Router:
             out["shared"] = self.shared.describe()
         return out
 
+
+
+def _tokens(value: Any) -> float | None:
+    """A caller's token count as a float, or None when it is missing or not a count >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 1:
+        return None
+    return float(value)
 
 
 def params_from_config(cfg: Any) -> dict[str, float]:

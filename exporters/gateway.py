@@ -230,12 +230,20 @@ class Gateway:
             await self.session.close()
         await asyncio.to_thread(self.recorder.shutdown)  # last spans and metric points out
 
-    def _refused(self, rid: str, exc: ConnectFailed) -> None:
+    def _first_token(self, rid: str, timer: StreamTimer, prompt_tokens: int, ahead: float) -> None:
+        """The first token came back: the router learns the replica's prefill speed from it."""
+        try:
+            self.router.first_token(rid, ((timer.first_token or 0.0) - (timer.dispatch or 0.0)) * 1000.0,
+                                    prompt_tokens=prompt_tokens, ahead_tokens=ahead)
+        except Exception:  # the router must never cost us the stream
+            log.exception("router.first_token failed")
+
+    def _refused(self, rid: str, exc: ConnectFailed, prompt_tokens: int | None = None) -> None:
         """A replica took no connection (killed, gone, not yet listening): the request goes to
         another one, and this one is down for the router until its next healthy probe
         (``control.probe``), unless it is the pool's last eligible replica."""
         try:
-            self.router.end(rid, 0.0, ok=False)
+            self.router.end(rid, 0.0, ok=False, prompt_tokens=prompt_tokens)
             self.router.set_down(rid, True)
             log.warning("replica %s took no connection (%s): down until a healthy probe; request retried", rid, exc)
         except (LookupError, LastReplicaError):
@@ -456,6 +464,7 @@ class Gateway:
         rep: ReplicaRef | None = None
         up: UpstreamResponse | None = None
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
+        ahead: float | None = None  # prompt tokens waiting on the replica at dispatch; None once told
         arm = a.label
         strategy = a.strategy
         pool = self._pool_of(a)
@@ -481,6 +490,9 @@ class Gateway:
                 upstream_body, stripper = asked, UsageStripper()
         share = strategy.student_share_pct if strategy is not None else None
         policy = strategy.route_policy if strategy is not None else None
+        # the prompt's size as the body says it (~4 characters a token): the router weighs it
+        # at the pick and learns the replica's prefill speed from it at the end (same value)
+        prompt_tokens = prompt_estimate(req.prompt_chars)
         try:
             async with asyncio.timeout(self.timeout_s):
                 assert self._slots is not None and self.upstream is not None
@@ -488,13 +500,14 @@ class Gateway:
                     try:
                         # the student share (the arm's, else the pool's), deterministic per unit
                         # (a session keeps its side); the arm's route policy, else the router's
-                        rep = self.distill.pick(self.router, pool, key, share_pct=share, policy=policy)
+                        rep = self.distill.pick(self.router, pool, key, share_pct=share, policy=policy,
+                                                prompt_tokens=prompt_tokens)
                     except NoReplicaAvailable as exc:
                         return await self._error(ex, 503, f"no replica available in pool {pool!r}: {exc}",
                                                  code="no_replica", headers=arm_headers)
                     refused: list[str] = []  # replicas that took no connection: nothing was sent
                     while True:
-                        self.router.begin(rep.id)
+                        ahead = self.router.begin(rep.id, prompt_tokens)
                         timer.dispatch = time.perf_counter()
                         # the hop's CLIENT span (when traced): the replica's spans are its children
                         headers["traceparent"] = self.recorder.hop(tel, rep.url, req, in_headers, timer.dispatch)
@@ -508,10 +521,10 @@ class Gateway:
                                 raise
                             try:
                                 nxt = self.distill.pick(self.router, pool, key, share_pct=share, policy=policy,
-                                                        exclude=refused)
+                                                        exclude=refused, prompt_tokens=prompt_tokens)
                             except NoReplicaAvailable:
                                 raise exc from None  # no other replica: this one's failure is the answer
-                            self._refused(rep.id, exc)
+                            self._refused(rep.id, exc, prompt_tokens)
                             rep = nxt
                     if up.status >= 400:
                         body = await up.read()
@@ -564,6 +577,9 @@ class Gateway:
                     if stripper is None:
                         async for data in up.iter_chunks():
                             feed(data, clock())
+                            if ahead is not None and timer.first_token is not None:
+                                self._first_token(rep.id, timer, prompt_tokens, ahead)
+                                ahead = None
                             if up.complete:  # the generator ends at its next step
                                 last = data
                                 continue
@@ -574,6 +590,9 @@ class Gateway:
                         strip = stripper.feed
                         async for data in up.iter_chunks():
                             feed(data, clock())  # the timer sees the usage the client will not
+                            if ahead is not None and timer.first_token is not None:
+                                self._first_token(rep.id, timer, prompt_tokens, ahead)
+                                ahead = None
                             out = strip(data)
                             if up.complete:
                                 last = out
@@ -619,7 +638,8 @@ class Gateway:
                     # output tokens (usage, else counted): LADR's completion-time estimate learns from them
                     self.router.end(rep.id, (end - dispatch) * 1000.0,
                                     ok=status not in (names.STATUS_ERROR, names.STATUS_TIMEOUT), ttft_ms=ttft,
-                                    output_tokens=timer.tokens(0)[1] if status == names.STATUS_OK else None)
+                                    output_tokens=timer.tokens(0)[1] if status == names.STATUS_OK else None,
+                                    prompt_tokens=prompt_tokens if ahead is not None else None)
                 except Exception:  # the router must never cost us the event
                     log.exception("router.end failed")
             self._record(timer, tel, req, who, arm, rep.id if rep else names.NO_REPLICA, status, end=end,

@@ -415,7 +415,7 @@ class Simulator:
             return
         rep = self.reps[rep_id]
         r.rep = rep
-        self.router.begin(rep_id)
+        r.ahead = self.router.begin(rep_id, r.prompt)
         self._transit[rep_id].append(r)
         net = cfg.net_delay_s
         out_delay, r.net_back = net, net
@@ -427,7 +427,8 @@ class Simulator:
     def _pick(self, r: Req, role: str | None) -> str:
         """The router's pick, or the oracle's among the replicas the router would consider."""
         if not self._oracle or (r.route_policy is not None and r.route_policy != names.ORACLE_POLICY):
-            return self.router.pick(r.pool, role=role, policy=r.route_policy).id
+            # the prompt size the gateway reads from the request body, as the gateway passes it
+            return self.router.pick(r.pool, role=role, policy=r.route_policy, prompt_tokens=r.prompt).id
         reps = [self.reps[x.id] for x in self.router.eligible(r.pool, role=role)]
         best = oracle.pick(reps, r.prompt, r.output, self.now, self._transit)
         if best is None:
@@ -486,9 +487,15 @@ class Simulator:
         if version != rep.version or not rep.up:
             return
         t = self.now
+        newcomers = rep.prefill  # they make their first token in this segment
         for r in rep.advance():
             if not r.done:
                 self._push(t + r.net_back, _FINISH, r)
+        for r in newcomers:  # the router hears of a first token as the gateway would (its TTFT)
+            if r.ahead is not None and r.first_t is not None and not r.done and r.dispatch_t is not None:
+                self.router.first_token(rep.id, (r.first_t + r.net_back - r.dispatch_t) * 1000.0,
+                                        prompt_tokens=r.prompt, ahead_tokens=r.ahead)
+                r.ahead = None
         self._plan(rep, t)
 
     def _on_finish(self, r: Req, status: str | None) -> None:
@@ -531,7 +538,8 @@ class Simulator:
                                     queue_ms, ttft_ms, e2e_ms, r.preempted, arm, r.itl_n, r.itl_sum * 1000.0))
         if rep is not None and dispatch is not None:
             self.router.end(rep.id, (t - dispatch) * 1000.0, ok=status == names.STATUS_OK,
-                            ttft_ms=None if first is None else (first - dispatch) * 1000.0, output_tokens=out_tokens)
+                            ttft_ms=None if first is None else (first - dispatch) * 1000.0, output_tokens=out_tokens,
+                            prompt_tokens=r.prompt if r.ahead is not None else None)  # no first token told
         if dispatch is not None:
             self._slots -= 1
             self._release()

@@ -26,7 +26,7 @@ class Req:
     __slots__ = (
         "i", "trace_id", "unit", "class_", "arm", "route_policy", "policy", "pool", "role", "prompt", "output", "arrival", "rep", "net_back", "dispatch_t",
         "engine_t", "admit_t", "first_t", "last_t", "gen", "kv", "itl_n", "itl_sum", "itl_sq", "itl_max",
-        "preempted", "dead", "done", "tenant", "class_",
+        "preempted", "dead", "done", "tenant", "class_", "ahead",
     )
 
     def __init__(self, i: int, arrival: float, prompt: int, output: int) -> None:
@@ -58,6 +58,7 @@ class Req:
         self.preempted = 0
         self.dead = False  # timed out / failed while queued or running: drop at the next boundary
         self.done = False  # outcome recorded
+        self.ahead: float | None = None  # prompt tokens the router saw ahead at dispatch; None once told
         self.tenant = names.DEFAULT_TENANT  # SimConfig.tenant_mix (fleet/tenancy.py)
         self.class_ = names.DEFAULT_CLASS
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import sys
 
 import pytest
@@ -191,3 +192,110 @@ def test_ect_weight_comes_from_config():
     assert from_config(cfg, [Replica("r0", "default")], shared=None).params["ect"] == 3.0
     with pytest.raises(config_mod.ConfigError, match="ladr_ect"):
         config_mod.load(env={"LLMSLA_CONTROL_LADR_ECT": "-1"})
+
+
+# -- prefill speed per prompt token, change detection ---------------------------------------------
+
+def test_prefill_converges_on_a_known_per_token_rate_whatever_the_prompt():
+    """Prompts vary 100x (Mooncake) and the tokens ahead vary too: TTFT / (ahead + prompt) is
+    the replica's rate, so identical replicas learn the same speed."""
+    rng = random.Random(4)
+    a, b = ServiceEstimate(), ServiceEstimate()
+    for _ in range(500):
+        for est in (a, b):
+            prompt, ahead = rng.randint(100, 10_000), rng.choice((0, 0, 2_000, 30_000))
+            assert est.observe_prefill(2e-5 * (ahead + prompt), ahead + prompt)
+    assert a.prefill_per_token == pytest.approx(2e-5, rel=1e-6)
+    assert b.prefill_per_token == pytest.approx(2e-5, rel=1e-6)
+
+
+def test_noisy_prefill_stays_near_its_rate_and_equal_replicas_stay_equal():
+    rng = random.Random(5)
+    ests = [ServiceEstimate() for _ in range(3)]
+    spread = []
+    for i in range(4000):
+        for est in ests:
+            tokens = rng.randint(50, 20_000)
+            est.observe_prefill(1e-5 * tokens * rng.lognormvariate(0, 0.3), tokens)
+        if i > 500:
+            vals = [e.prefill_per_token for e in ests]
+            spread.append(max(vals) / min(vals))
+    mean_noise = math.exp(0.3 ** 2 / 2)
+    for est in ests:
+        assert est.prefill_per_token == pytest.approx(1e-5 * mean_noise, rel=0.15)
+    assert statistics.median(spread) < 1.15  # identical replicas look identical (no steering)
+
+
+@pytest.mark.parametrize("ttft, tokens", [(math.nan, 10), (-1.0, 10), (0.1, 0), (0.1, math.inf), (math.inf, 5),
+                                          (0.1, -3)])
+def test_bad_prefill_observations_are_ignored(ttft, tokens):
+    est = ServiceEstimate()
+    est.observe_prefill(0.01, 100)
+    assert est.observe_prefill(ttft, tokens) is False
+    assert est.prefill_per_token == pytest.approx(1e-4)
+
+
+def test_a_slowdown_is_caught_in_a_few_completions_not_dozens():
+    """Residuals persistently beyond MARGIN on one side switch to FAST_GAIN until the estimate
+    is within MARGIN: a replica throttled 4x is within MARGIN after RUN + a few completions,
+    half what GAIN alone needs, decode and prefill alike, and back the same way."""
+    def catch_up(est: ServiceEstimate, tpot: float, prefill: float) -> int:
+        m = estimator.MARGIN
+        n = 0
+        while not (tpot / m <= est.tpot_per_load <= tpot * m and prefill / m <= est.prefill_per_token <= prefill * m):
+            _complete(est, tpot, 0.01, 100, 10)
+            est.observe_prefill(prefill * 1000, 1000)
+            n += 1
+            assert n < estimator.RUN + 8, (est.tpot_per_load, est.prefill_per_token)
+        return n
+
+    est = ServiceEstimate()
+    for _ in range(300):
+        _complete(est, 0.001, 0.01, 100, 10)
+        est.observe_prefill(0.01, 1000)
+    n = catch_up(est, 0.004, 4e-5)
+    assert n >= estimator.RUN  # not on the first outliers
+    plain = 0.001  # the plain EWMA's pace on the same observations
+    m = 0
+    while plain < 0.004 / estimator.MARGIN:
+        plain = estimator._clipped_ewma(plain, 0.004, estimator.GAIN, estimator.CLIP)
+        m += 1
+    assert m > 2 * n
+    for _ in range(300):
+        _complete(est, 0.004, 0.01, 100, 10)
+        est.observe_prefill(0.04, 1000)
+    catch_up(est, 0.001, 1e-5)  # it recovers
+
+
+def test_noise_alone_rarely_switches_to_the_fast_gain():
+    """Small residuals never count, and log-normal noise of sigma 0.5 puts few observations
+    beyond MARGIN: the run rarely reaches RUN on a steady replica."""
+    rng = random.Random(6)
+    est = ServiceEstimate()
+    fast = 0
+    for i in range(5000):
+        est.observe_prefill(1e-5 * 1000 * rng.lognormvariate(0, 0.5), 1000)
+        fast += i > 100 and abs(est.run_prefill) >= estimator.RUN
+    assert fast < 0.005 * 5000
+
+
+def test_reset_forgets_prefill_and_the_detectors():
+    est = ServiceEstimate()
+    for _ in range(20):
+        _complete(est, 0.001, 0.01, 100, 10)
+        est.observe_prefill(0.5, 1000)  # a far-off run: the detector is mid-run
+        est.observe_prefill(0.001, 1000)
+    est.reset()
+    assert (est.prefill_per_token, est.run_prefill, est.run_tpot, est.tpot_per_load) == (None, 0, 0, None)
+    est.observe_prefill(0.02, 1000)  # the first observation after a reset is taken whole
+    assert est.prefill_per_token == pytest.approx(2e-5)
+
+
+def test_memory_is_bounded_with_prefill_too():
+    est = ServiceEstimate()
+    for i in range(10_000):
+        _complete(est, 0.001, 0.01, 2 + i % 300, 1 + i % 50)
+        est.observe_prefill(0.001 * (1 + i % 7), 1 + i % 5000)
+    assert not hasattr(est, "__dict__")
+    assert all(not isinstance(getattr(est, f), list | dict) for f in est.__slots__)
+    assert sys.getsizeof(est) < 100

@@ -1,7 +1,9 @@
 """The gateway gives LADR's completion-time estimate what it learns from: each successful
-response's output tokens and TTFT reach ``Router.end``. A real reference worker behind a real
-gateway; after a few streamed and non-streamed requests the router knows the pool's output
-length (all four) and the replica's speed (the two streamed ones; docs/control.md#expected-completion-time-learnt-replica-speed)."""
+response's output tokens and TTFT reach ``Router.end``, each request's prompt size (read from its
+body) reaches ``Router.pick`` and ``Router.begin``, and each streamed first token
+``Router.first_token``. A real reference worker behind a real gateway; after a few streamed and
+non-streamed requests the router knows the pool's output and prompt lengths (all four) and the
+replica's decode and prefill speed (the two streamed ones; docs/control.md#expected-completion-time-learnt-replica-speed)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,17 @@ from prometheus_client import CollectorRegistry
 
 from llmsla import config as config_mod
 from llmsla.app import wiring
+from llmsla.exporters.openai import prompt_estimate
 from llmsla.worker.server import WorkerThread
 
 TOKENS = 12
+PROMPT = "count with me"
 
 
 async def _requests(url: str, model: str) -> None:
     async with aiohttp.ClientSession() as s:
         for stream in (False, True, False, True):
-            body = {"model": model, "prompt": "count with me", "max_tokens": TOKENS, "ignore_eos": True,
+            body = {"model": model, "prompt": PROMPT, "max_tokens": TOKENS, "ignore_eos": True,
                     "stream": stream}
             async with s.post(url + "/v1/completions", json=body) as r:
                 assert r.status == 200, await r.text()
@@ -36,10 +40,20 @@ def test_gateway_feeds_output_tokens_to_the_router(tmp_path: Path) -> None:
     try:
         cfg.gateway.upstreams = [worker.start()]
 
+        picked: list[int | None] = []
+
         async def main() -> dict:
             async with wiring.serve_gateway(cfg, "127.0.0.1", 0, registry=CollectorRegistry(), spool=None) as gw:
+                router = gw.gateway.plane.router
+                real_pick = router.pick
+
+                def pick(*a, **kw):  # a spy: the real router picks
+                    picked.append(kw.get("prompt_tokens"))
+                    return real_pick(*a, **kw)
+
+                router.pick = pick  # type: ignore[method-assign]  # spy on the real router's pick
                 await _requests(gw.url, cfg.worker.model)
-                return gw.gateway.plane.router.snapshot()
+                return router.snapshot()
 
         snap = asyncio.run(main())
     finally:
@@ -51,3 +65,8 @@ def test_gateway_feeds_output_tokens_to_the_router(tmp_path: Path) -> None:
     assert ect["observations"] == 2
     assert ect["tpot_per_load_s"] is not None and ect["tpot_per_load_s"] > 0
     assert ect["ttft_s"] is not None and ect["ttft_s"] > 0
+    # the prompt's size as the gateway reads it from the body reaches the pick and the router
+    assert picked == [prompt_estimate(len(PROMPT))] * 4
+    assert snap["prompt_tokens_mean"][pool] == prompt_estimate(len(PROMPT))
+    assert ect["prefill_per_token_s"] is not None and ect["prefill_per_token_s"] > 0  # streamed first tokens
+    assert ect["waiting_prompt_tokens"] == 0  # every prompt released: first token or end
