@@ -558,8 +558,12 @@ class Gateway:
                         strip = None if stripper is None else stripper.feed
 
                         def piece(data: bytes, end: bool) -> None:
+                            nonlocal ahead
                             if data:
                                 feed(data, clock())  # the timer sees the usage the client will not
+                                if ahead is not None and timer.first_token is not None:
+                                    self._first_token(rep.id, timer, prompt_tokens, ahead)
+                                    ahead = None
                                 if strip is not None:
                                     data = strip(data)
                             if end and stripper is not None:
