@@ -74,9 +74,9 @@ class Hysteresis:
     notifications to send, rendered as webhook v4 alerts."""
 
     def __init__(self, threshold: float, *, fire_steps: int, resolve_steps: int, resolve_ratio: float,
-                 repeat_s: float, horizon_s: int, generator_url: str = "") -> None:
+                 repeat_s: float, horizon_s: int, generator_url: str = "", fire_window: int = 0) -> None:
         self.threshold = threshold
-        self.policy = AlarmPolicy(fire_steps, resolve_steps, resolve_ratio)
+        self.policy = AlarmPolicy(fire_steps, resolve_steps, resolve_ratio, fire_window=fire_window)
         self.resolve_below = threshold * resolve_ratio
         self.repeat_ms = int(repeat_s * 1000)
         self.horizon_s = horizon_s

@@ -168,7 +168,8 @@ class OnlineScorer:
         """A horizon's alarm under the ``[forecast]`` alarm policy."""
         return alerts.Hysteresis(threshold, fire_steps=self.fc.fire_steps, resolve_steps=self.fc.resolve_steps,
                                  resolve_ratio=self.fc.resolve_ratio, repeat_s=self.fc.repeat_s,
-                                 horizon_s=horizon_s, generator_url=self.external_url)
+                                 horizon_s=horizon_s, generator_url=self.external_url,
+                                 fire_window=self.fc.fire_window)
 
     def _export_validation_recall(self, art: Artifact) -> None:
         """The model's validation recall per horizon where the artifact records it (the drift
