@@ -627,6 +627,7 @@ class ForecastConfig:
     balance_onsets: bool = _k(True, "training: positives ahead of a breach onset weigh as much as those inside a breach (early warning over persistence)")
     threads: int = _k(1, "torch CPU threads for training and scoring (a 50-unit LSTM gains little from more; on a shared machine two oversubscribed threads trained ~10x slower than one)", minimum=1)
     false_alarms_per_day: float = _k(4.0, "alarm threshold target: false alarms per target per healthy day, chosen on validation", minimum=0)
+    threshold_confidence: float = _k(0.0, "threshold rule: > 0 = the threshold keeps the upper bound (Poisson, this confidence) of validation false alarms within false_alarms_per_day, not the count alone (0 = the count rule); forecast train, train --from-store, backtest and the benches", minimum=0, maximum=0.999)
     lead_max_steps: int = _k(24, "an alarm up to this many steps before a breach counts as an early warning", minimum=1)
     interval_s: float = _k(5.0, "online: seconds between scoring steps", minimum=0.1)
     lag_s: float = _k(10.0, "online: score the last 5 s window that ended at least this long ago (streaming latency)", minimum=0)
