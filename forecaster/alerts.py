@@ -3,7 +3,7 @@
 The forecaster talks to alerting only over webhook v4, the payload Alertmanager itself sends,
 so the receiver handles forecast alerts and burn-rate alerts with one code path (its policy
 matches ``alertname``/``source``). Hysteresis: an alert fires after ``fire_steps`` consecutive
-scores at or above the threshold and resolves after ``resolve_steps`` consecutive scores below
+scores at or above the threshold (or ``fire_steps`` of the last ``fire_window``) and resolves after ``resolve_steps`` consecutive scores below
 ``resolve_ratio * threshold`` (:mod:`llmsla.forecaster.hysteresis`, the same alarm the
 evaluation scores and picks thresholds for); a firing alert is re-sent every ``repeat_s``
 (Alertmanager's repeat interval). A failed POST is kept and retried on the next step (bounded), so a receiver

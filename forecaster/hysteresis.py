@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmsla.config import ForecastConfig
+from llmsla.config import ForecastConfig, check_forecast_alarm
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,9 @@ class AlarmPolicy:
 
     @classmethod
     def from_config(cls, fc: ForecastConfig) -> AlarmPolicy:
-        """From ``[forecast]`` (``fire_steps``, ``resolve_steps``, ``resolve_ratio``, ``repeat_s``)."""
+        """From ``[forecast]`` (``fire_steps``, ``fire_window``, ``resolve_steps``, ``resolve_ratio``,
+        ``repeat_s``); a window shorter than ``fire_steps`` is the config's one-line error."""
+        check_forecast_alarm(fc)
         return cls(int(fc.fire_steps), int(fc.resolve_steps), float(fc.resolve_ratio), float(fc.repeat_s),
                    int(fc.fire_window))
 

@@ -116,3 +116,21 @@ def test_online_hysteresis_k_of_n_sends_what_the_evaluation_counts() -> None:
     assert len(sent) >= 4
     # and k-of-n fires where two in a row would not have yet: the policies differ on this series
     assert on.tolist() != alarm_series(score, 0.6, AlarmPolicy(3, 4, 0.7, repeat_s=40.0)).tolist()
+
+
+def test_a_fire_window_shorter_than_fire_steps_is_one_config_error(tmp_path, capsys) -> None:
+    """Every command reading the policy refuses it as ``llmsla config check`` does: one line."""
+    from llmsla import config as config_mod
+    from llmsla.app.cli import main
+    from llmsla.config import ConfigError
+
+    cfg = config_mod.load(env={"LLMSLA_FORECAST_FIRE_STEPS": "3", "LLMSLA_FORECAST_FIRE_WINDOW": "2"})
+    with pytest.raises(ConfigError, match=r"forecast\.fire_window: 2 is shorter than forecast\.fire_steps \(3\)"):
+        AlarmPolicy.from_config(cfg.forecast)
+    cfg = config_mod.load(env={"LLMSLA_FORECAST_FIRE_STEPS": "3", "LLMSLA_FORECAST_FIRE_WINDOW": "5"})
+    assert AlarmPolicy.from_config(cfg.forecast) == AlarmPolicy(3, 6, 0.8, 300.0, fire_window=5)
+    conf = tmp_path / "llmsla.toml"
+    conf.write_text("[forecast]\nfire_steps = 3\nfire_window = 2\n")
+    assert main(["--config", str(conf), "config", "check"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "forecast.fire_window" in err[0], err
