@@ -123,7 +123,8 @@ def main() -> int:
     ap.add_argument("--horizons", default="30,120,300,600", help="seconds, comma separated")
     ap.add_argument("--budget", type=float, default=1.0, help="false alarms per target per healthy day (validation)")
     ap.add_argument("--budgets", default="4", help="extra operating points, false alarms per day")
-    ap.add_argument("--confidence", type=float, default=0.0, help="threshold rule: Poisson upper bound at this confidence")
+    ap.add_argument("--confidence", type=float, default=fc.threshold_confidence,
+                    help="threshold rule: Poisson upper bound at this confidence (default forecast.threshold_confidence)")
     ap.add_argument("--features", default="", help="feature list ('' = default; '+a,+b' = default and those)")
     ap.add_argument("--slopes", default="", help="experimental slope columns col:steps,... (see above)")
     ap.add_argument("--epochs", type=int, default=fc.epochs)

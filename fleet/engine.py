@@ -29,7 +29,7 @@ from llmsla import names
 from llmsla.control.distill import DistillControls, role_for_share
 from llmsla.control.router import LastReplicaError, NoReplicaAvailable, Replica, Router
 from llmsla.control.shed import ShedControls
-from llmsla.events import GpuSample, ItlSummary, RequestEvent
+from llmsla.events import EngineSample, GpuSample, ItlSummary, RequestEvent
 from llmsla.fleet import models, oracle
 from llmsla.fleet.faults import ALL_REPLICAS, GRADUAL, LOAD_KINDS, THERMAL_RISE_C, Fault
 from llmsla.fleet.replica import ReplicaSim, Req
@@ -219,6 +219,7 @@ class Simulator:
         self._gradual_run = False  # the run has gradual faults: ticks re-apply them
         self.rows: list[RequestRow] = []
         self.sink: Sink | None = None
+        self.engine_sink: Callable[[EngineSample], None] | None = None
         self.start_ms = 0
         self.drain_refused = 0
 
@@ -235,8 +236,14 @@ class Simulator:
             start_ms: int | None = None, until_s: float | None = None,
             pace: float = 0.0, live_from_s: float = 0.0,
             progress: Callable[[float], None] | None = None,
-            on_live: Callable[[], None] | None = None) -> SimResult:
+            on_live: Callable[[], None] | None = None,
+            engine_sink: Callable[[EngineSample], None] | None = None) -> SimResult:
         """Simulate ``arrivals`` (time-sorted) with ``faults``; events go to ``sink``.
+
+        ``engine_sink``: each up replica's engine state (waiting and running requests, KV usage,
+        cumulative preemptions) as an :class:`EngineSample` - what ``llmsla engines`` would
+        scrape from a vLLM replica - at every GPU sample (``gpu_interval_s``); the forecaster's
+        simulated data sets read it like the store's ``engine_windows``.
 
         ``start_ms``: epoch ms of simulated time 0. Default: now minus the simulated span, so
         every event lies in the recent past (the streaming job dead-letters events more than
@@ -265,6 +272,7 @@ class Simulator:
         lock = self.lock
         self.start_ms = start_ms
         self.sink = sink
+        self.engine_sink = engine_sink
         for f in faults:
             self._push(f.start_s, _FAULT_ON, f)
             self._push(f.end_s, _FAULT_OFF, f)
@@ -663,7 +671,25 @@ class Simulator:
                     kv_usage=min(1.0, rep.kv_at(t) / max(1, rep.kv_cap)), at=t)
         self._push(t + self.cfg.engine_scrape_s, _SCRAPE)
 
+    def _sample_engines(self, t: float) -> None:
+        """Each up replica's engine gauges and preemption counter at ``t`` (see :meth:`run`)."""
+        out = self.engine_sink
+        if out is None:
+            return
+        ts_ms = self.start_ms + round(t * 1000.0)
+        for rep in self.reps.values():
+            if rep.up:
+                out(EngineSample(
+                    ts_ms=ts_ms, replica=rep.id, pool=rep.pool, engine=names.ENGINE_VLLM,
+                    waiting=float(sum(1 for r in rep.waiting if not r.dead)),
+                    running=float(sum(1 for r in rep.running if not r.dead)),
+                    kv_usage=min(1.0, rep.kv_at(t) / max(1, rep.kv_cap)), kv_blocks_total=None, kv_block_size=None,
+                    kv_capacity_tokens=rep.kv_cap, preemptions_total=float(rep.preemptions),
+                    prefix_cache_hits_total=None, prefix_cache_queries_total=None, prefix_cache_hit_rate=None,
+                    lora_adapters=None, counter_reset=0, ttft=None, itl=None, e2e=None, queue=None))
+
     def _sample_gpus(self, t: float) -> None:
+        self._sample_engines(t)
         sink, cfg = self.sink, self.cfg
         for rep in self.reps.values():
             busy = rep.busy_time(t)

@@ -10,9 +10,11 @@ test runs are named by their traces and seeds.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmsla.events import EngineSample
 from llmsla.fleet import engine, traces, workload
 from llmsla.fleet.faults import ALL_REPLICAS, LOAD_KINDS, Fault
 
@@ -129,7 +131,10 @@ def arrivals(sc: Scenario, cache: dict[str, list] | None = None) -> list[workloa
 
 
 def run(sc: Scenario, sink: engine.Sink | None, *, start_ms: int, policy: str = "ladr",
-        cache: dict[str, list] | None = None, **sim: Any) -> engine.SimResult:
-    """Simulate the scenario into ``sink`` with simulated time 0 at ``start_ms``."""
+        cache: dict[str, list] | None = None, engine_sink: Callable[[EngineSample], None] | None = None,
+        **sim: Any) -> engine.SimResult:
+    """Simulate the scenario into ``sink`` (and the replicas' engine state into ``engine_sink``)
+    with simulated time 0 at ``start_ms``."""
     cfg = engine.SimConfig(replicas=engine.fleet(sc.fleet), policy=policy, seed=sc.seed, **sim)
-    return engine.Simulator(cfg).run(arrivals(sc, cache), faults=list(sc.faults), sink=sink, start_ms=start_ms)
+    return engine.Simulator(cfg).run(arrivals(sc, cache), faults=list(sc.faults), sink=sink, start_ms=start_ms,
+                                     engine_sink=engine_sink)

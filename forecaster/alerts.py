@@ -3,7 +3,7 @@
 The forecaster talks to alerting only over webhook v4, the payload Alertmanager itself sends,
 so the receiver handles forecast alerts and burn-rate alerts with one code path (its policy
 matches ``alertname``/``source``). Hysteresis: an alert fires after ``fire_steps`` consecutive
-scores at or above the threshold and resolves after ``resolve_steps`` consecutive scores below
+scores at or above the threshold (or ``fire_steps`` of the last ``fire_window``) and resolves after ``resolve_steps`` consecutive scores below
 ``resolve_ratio * threshold`` (:mod:`llmsla.forecaster.hysteresis`, the same alarm the
 evaluation scores and picks thresholds for); a firing alert is re-sent every ``repeat_s``
 (Alertmanager's repeat interval). A failed POST is kept and retried on the next step (bounded), so a receiver
@@ -74,9 +74,9 @@ class Hysteresis:
     notifications to send, rendered as webhook v4 alerts."""
 
     def __init__(self, threshold: float, *, fire_steps: int, resolve_steps: int, resolve_ratio: float,
-                 repeat_s: float, horizon_s: int, generator_url: str = "") -> None:
+                 repeat_s: float, horizon_s: int, generator_url: str = "", fire_window: int = 0) -> None:
         self.threshold = threshold
-        self.policy = AlarmPolicy(fire_steps, resolve_steps, resolve_ratio)
+        self.policy = AlarmPolicy(fire_steps, resolve_steps, resolve_ratio, fire_window=fire_window)
         self.resolve_below = threshold * resolve_ratio
         self.repeat_ms = int(repeat_s * 1000)
         self.horizon_s = horizon_s

@@ -48,26 +48,29 @@ class FeatureWindow:
     steps_built: int = 0  # steps built so far, whole windows included
     _gpu_cells: features.GpuCells = field(default_factory=dict)
 
-    def update(self, req: Frame, gpu: Frame, pol: Frame, *, t0_ms: int, changed_from_ms: int) -> features.TargetSeries:
-        """The series of ``[t0_ms, t0_ms + n_steps * STEP)`` from the frames of that range, given
-        that no row before ``changed_from_ms`` differs from the previous call's frames."""
+    def update(self, req: Frame, gpu: Frame, pol: Frame, *, t0_ms: int, changed_from_ms: int,
+               eng: Frame | None = None) -> features.TargetSeries:
+        """The series of ``[t0_ms, t0_ms + n_steps * STEP)`` from the frames of that range (``eng``:
+        the engine windows), given that no row before ``changed_from_ms`` differs from the
+        previous call's frames."""
         end_ms = t0_ms + self.n_steps * STEP_MS
         req = rows_between(req, t0_ms, end_ms)  # targets_of counts only rows on the grid
         prev = self.last
         if prev is None or (t0_ms - prev.t0_ms) % STEP_MS or t0_ms < prev.t0_ms:
-            return self._full(req, gpu, pol, t0_ms)
+            return self._full(req, gpu, pol, t0_ms, eng)
         shift = (t0_ms - prev.t0_ms) // STEP_MS
         lo = max(0, -(-(changed_from_ms - t0_ms) // STEP_MS))  # first step that may have changed
         lo = min(lo, self.n_steps - shift)  # steps after prev's end were never built
         if lo <= 0:
-            return self._full(req, gpu, pol, t0_ms)
+            return self._full(req, gpu, pol, t0_ms, eng)
         lo_ms = t0_ms + lo * STEP_MS
         new = features.build(rows_between(req, lo_ms, end_ms), rows_between(gpu, lo_ms, end_ms), pol,
                              targets=prev.targets, t0_ms=lo_ms, n_steps=self.n_steps - lo, slos=self.slos,
-                             gpu_map=self.gpu_map, gpu_cells=self._gpu_cells, feature_names=self.feature_names)
+                             gpu_map=self.gpu_map, gpu_cells=self._gpu_cells, feature_names=self.feature_names,
+                             eng=None if eng is None else rows_between(eng, lo_ms, end_ms))
         still = prev.extra["rows_at"][:, shift:shift + lo].any(axis=1) | new.extra["rows_at"].any(axis=1)
         if new.extra["unknown"] or not still.all():  # the targets changed, so did a pool's GPUs
-            return self._full(req, gpu, pol, t0_ms)
+            return self._full(req, gpu, pol, t0_ms, eng)
         self.steps_built += self.n_steps - lo
 
         def splice(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -82,13 +85,14 @@ class FeatureWindow:
             extra=extra)
         return self.last
 
-    def _full(self, req: Frame, gpu: Frame, pol: Frame, t0_ms: int) -> features.TargetSeries:
+    def _full(self, req: Frame, gpu: Frame, pol: Frame, t0_ms: int, eng: Frame | None) -> features.TargetSeries:
         self.full_builds += 1
         self.steps_built += self.n_steps
         targets = features.targets_of(req)
         self._gpu_cells = features.gpu_cells_of(targets, self.gpu_map)
         ts = features.build(req, gpu, pol, targets=targets, t0_ms=t0_ms, n_steps=self.n_steps, slos=self.slos,
-                            gpu_map=self.gpu_map, gpu_cells=self._gpu_cells, feature_names=self.feature_names)
+                            gpu_map=self.gpu_map, gpu_cells=self._gpu_cells, feature_names=self.feature_names,
+                            eng=eng)
         if self.prepare is not None:
             ts.extra["inputs"] = self.prepare(ts.x, ts.present)
         self.last = ts

@@ -28,12 +28,18 @@ FEATURES: tuple[str, ...] = (
     "qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms", "itl_jitter_ms",
     "queue_p99_ms", "error_ratio", "gpu_mem_used_ratio", "gpu_util", "output_tps", "temperature_jitter",
 )
+#: The engine's own state (``engine_windows``: the serving engine's scrape, ``llmsla engines``):
+#: requests waiting for a batch slot, the fullest KV cache, preemptions per second. A pool sums
+#: its replicas' queues and preemptions and takes the fullest cache.
+ENGINE_FEATURES: tuple[str, ...] = ("engine_waiting", "engine_kv_usage", "engine_preemptions_per_s")
 #: Every feature :func:`build` can make: the default list and those a model may opt into
-#: (``gpu_temp_c``: the hottest of the target's GPUs, the thermal-throttling precursor).
-KNOWN: tuple[str, ...] = (*FEATURES, "gpu_temp_c")
+#: (``gpu_temp_c``: the hottest of the target's GPUs, the thermal-throttling precursor; the
+#: engine's state, :data:`ENGINE_FEATURES`).
+KNOWN: tuple[str, ...] = (*FEATURES, "gpu_temp_c", *ENGINE_FEATURES)
 #: Heavy-tailed features get log1p before robust scaling (a 60 s TTFT must not be 1,000 IQRs).
 LOG_FEATURES: frozenset[str] = frozenset({"qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms",
-                                          "itl_jitter_ms", "queue_p99_ms", "output_tps"})
+                                          "itl_jitter_ms", "queue_p99_ms", "output_tps", "engine_waiting",
+                                          "engine_preemptions_per_s"})
 MASKS: tuple[str, ...] = ("has_requests", "has_gpu", "has_policy")
 #: SLI signals the univariate baselines forecast: latency quantile / threshold, error ratio / budget.
 SIGNALS: tuple[str, ...] = slo_mod.SLIS
@@ -116,7 +122,8 @@ def unknown_features(feature_names: Sequence[str]) -> list[str]:
 
 def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: int, n_steps: int,
           slos: list[slo_mod.SloTarget], gpu_map: GpuMap = sim_gpu_map,
-          gpu_cells: GpuCells | None = None, feature_names: Sequence[str] = FEATURES) -> TargetSeries:
+          gpu_cells: GpuCells | None = None, feature_names: Sequence[str] = FEATURES,
+          eng: Frame | None = None) -> TargetSeries:
     """Features (``feature_names``, in that order), presence masks, SLO counts and SLI signals
     for ``targets`` on the step grid.
 
@@ -126,6 +133,8 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     per (target, step) cell ``rows_at`` (any request row) and ``model_at`` (the first named row's
     model), from which ``models`` is taken: the model of a target's first step with a named row;
     and ``unknown``: whether a row on the grid belongs to a replica or pool not in ``targets``.
+    ``eng``: the engine windows (:data:`ENGINE_FEATURES`; NaN where a target has none, or
+    without it).
     """
     bad = unknown_features(feature_names)
     if bad:
@@ -228,6 +237,10 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
         with np.errstate(invalid="ignore", divide="ignore"):
             x[..., f["gpu_util"]] = np.where(util_n > 0, util_sum / np.where(util_n > 0, util_n, 1), np.nan)
 
+    # -- engine windows: a replica's rows and its pool's ------------------------------------------
+    if eng is not None and len(eng["bucket"]):
+        _engine_features(eng, tidx, t0_ms, n_steps, x, [f[n] for n in ENGINE_FEATURES])
+
     # -- policy windows (60 s, zone = pool): the last minute that ended by the step's end -------
     if len(pol["bucket"]):
         pw = names.POLICY_WINDOW_S * 1000
@@ -244,6 +257,41 @@ def build(req: Frame, gpu: Frame, pol: Frame, *, targets: list[Target], t0_ms: i
     x = x[..., [f[n] for n in feature_names]]
     return TargetSeries(targets, models, t0_ms, x, present, counts, signals,
                         extra={"rows_at": rows_at, "model_at": model_at, "unknown": unknown})
+
+
+def _engine_features(eng: Frame, tidx: dict[tuple[str, str], int], t0_ms: int, n_steps: int, x: np.ndarray,
+                     cols: list[int]) -> None:
+    """Write the engine features into ``x`` (columns ``cols``: waiting, KV usage, preemptions/s):
+    each row feeds its replica's target and its pool's, summed (the queue, preemptions) or the
+    maximum (the KV cache); a cell without a known value stays NaN."""
+    nt = x.shape[0]
+    estep = (eng["bucket"] - t0_ms) // STEP_MS
+    ok = np.flatnonzero((estep >= 0) & (estep < n_steps) & ((eng["bucket"] - t0_ms) % STEP_MS == 0))
+    if not len(ok):
+        return
+    pools, replicas = eng["pool"][ok].tolist(), eng["replica"][ok].tolist()
+    rep_t = np.array([tidx.get((p, r), -1) for p, r in zip(pools, replicas, strict=True)], dtype=np.int64)
+    pool_t = np.array([tidx.get((p, ""), -1) for p in pools], dtype=np.int64)
+    ti = np.stack([rep_t, pool_t], axis=1).ravel()
+    ri = np.repeat(ok, 2)
+    keep = ti >= 0
+    ti, ri = ti[keep], ri[keep]
+    cell = ti * n_steps + estep[ri]
+
+    def total(col: str) -> np.ndarray:
+        v = eng[col][ri]
+        known = np.isfinite(v)
+        out = np.zeros(nt * n_steps)
+        np.add.at(out, cell[known], v[known])
+        seen = np.zeros(nt * n_steps, dtype=bool)
+        seen[cell[known]] = True
+        return np.where(seen, out, np.nan).reshape(nt, n_steps)
+
+    kv = np.full(nt * n_steps, np.nan)
+    np.fmax.at(kv, cell, eng["kv_usage_max"][ri])
+    x[..., cols[0]] = total("waiting_mean")
+    x[..., cols[1]] = kv.reshape(nt, n_steps)
+    x[..., cols[2]] = total("preemptions") / names.ENGINE_WINDOW_S
 
 
 def first_models(model_at: np.ndarray) -> list[str]:

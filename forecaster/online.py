@@ -168,7 +168,8 @@ class OnlineScorer:
         """A horizon's alarm under the ``[forecast]`` alarm policy."""
         return alerts.Hysteresis(threshold, fire_steps=self.fc.fire_steps, resolve_steps=self.fc.resolve_steps,
                                  resolve_ratio=self.fc.resolve_ratio, repeat_s=self.fc.repeat_s,
-                                 horizon_s=horizon_s, generator_url=self.external_url)
+                                 horizon_s=horizon_s, generator_url=self.external_url,
+                                 fire_window=self.fc.fire_window)
 
     def _export_validation_recall(self, art: Artifact) -> None:
         """The model's validation recall per horizon where the artifact records it (the drift
@@ -217,12 +218,12 @@ class OnlineScorer:
         res = StepResult(step_ms)
         t0 = step_ms - (self.window - 1) * STEP_MS
         conn = self._connection()
-        req, gpu, pol = self.cache.read(conn, t0, step_ms + STEP_MS)
+        req, gpu, pol, eng = self.cache.read(conn, t0, step_ms + STEP_MS)
         if not np.any(req["bucket"] == step_ms):
             res.skipped = f"no request windows at {alerts.rfc3339(step_ms)} (streaming behind or no traffic)"
             res.seconds = time.perf_counter() - t_start
             return res
-        ts = self.features.update(req, gpu, pol, t0_ms=t0, changed_from_ms=self.cache.changed_from_ms)
+        ts = self.features.update(req, gpu, pol, t0_ms=t0, changed_from_ms=self.cache.changed_from_ms, eng=eng)
         targets = ts.targets
         x = self.scorer.inputs(ts)
         t_score = time.perf_counter()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,7 @@ class History:
     ts: features.TargetSeries  # the whole range, built chunk by chunk
     breach: np.ndarray  # [targets, steps] the SLO window ending at each step breaches
     served: np.ndarray  # [steps] any request window of any target (False: a gap)
+    feature_names: tuple[str, ...] = features.FEATURES  # the columns of ``ts.x``
 
     @property
     def t0_ms(self) -> int:
@@ -69,9 +71,10 @@ def read_targets(conn: StoreReader, from_ms: int, to_ms: int) -> list[features.T
 
 def read_history(conn: StoreReader, from_ms: int, to_ms: int, *, slos: list[slo_mod.SloTarget],
                  slo_window_steps: int, gpu_map: features.GpuMap = features.sim_gpu_map,
-                 chunk_steps: int = CHUNK_STEPS) -> History:
-    """Features and breaches of every step in ``[from_ms, to_ms)`` (on the 5 s grid). The SLO
-    window of the first steps reaches back before ``from_ms``; those steps are read too."""
+                 chunk_steps: int = CHUNK_STEPS, feature_names: Sequence[str] = features.FEATURES) -> History:
+    """Features (``feature_names``, those a model reads) and breaches of every step in
+    ``[from_ms, to_ms)`` (on the 5 s grid). The SLO window of the first steps reaches back
+    before ``from_ms``; those steps are read too."""
     from_ms -= from_ms % STEP_MS
     to_ms -= to_ms % STEP_MS
     pre = slo_window_steps - 1
@@ -87,9 +90,9 @@ def read_history(conn: StoreReader, from_ms: int, to_ms: int, *, slos: list[slo_
     parts = []
     for cs in range(start, to_ms, chunk_steps * STEP_MS):
         k = min(chunk_steps, (to_ms - cs) // STEP_MS)
-        req, gpu, pol = store_io.read_windows(conn, cs, cs + k * STEP_MS)
+        req, gpu, pol, eng = store_io.read_windows(conn, cs, cs + k * STEP_MS)
         parts.append(features.build(req, gpu, pol, targets=targets, t0_ms=cs, n_steps=k, slos=slos,
-                                    gpu_map=gpu_map, gpu_cells=cells))
+                                    gpu_map=gpu_map, gpu_cells=cells, feature_names=feature_names, eng=eng))
 
     def cat(get) -> np.ndarray:  # noqa: ANN001 - a field accessor
         return np.concatenate([get(p) for p in parts], axis=1)
@@ -102,7 +105,7 @@ def read_history(conn: StoreReader, from_ms: int, to_ms: int, *, slos: list[slo_
     ts = features.TargetSeries(targets, features.first_models(model_at[:, cut]), from_ms, cat(lambda p: p.x)[:, cut],
                                cat(lambda p: p.present)[:, cut], counts[:, cut], cat(lambda p: p.signals)[:, cut],
                                extra={"rows_at": rows_at[:, cut], "model_at": model_at[:, cut]})
-    return History(ts, breach, rows_at[:, cut].any(axis=0))
+    return History(ts, breach, rows_at[:, cut].any(axis=0), tuple(feature_names))
 
 
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -157,7 +160,7 @@ def to_dataset(h: History, spec: StoreSpec, slos: list[slo_mod.SloTarget], info:
     bounds = {s: (first + a, first + b) for s, (a, b) in split_bounds(n, spec.split).items()}
     ds = Dataset.empty("fleet", spec.window, spec.horizon, float(names.REQUEST_WINDOW_S), {
         "source": "store", "slos": [s.__dict__ for s in slos], "slo_window_steps": spec.slo_window_steps,
-        "precursor_kinds": [], "scenarios": [],
+        "precursor_kinds": [], "scenarios": [], "features": list(h.feature_names),
         "store": {"from": iso(h.t0_ms + first * STEP_MS), "to": iso(h.t0_ms + (last + 1) * STEP_MS),
                   "split": list(spec.split), "gaps": len(holes),
                   "bounds": {s: [iso(h.t0_ms + a * STEP_MS), iso(h.t0_ms + b * STEP_MS)] for s, (a, b) in bounds.items()}},
@@ -180,7 +183,7 @@ def to_dataset(h: History, spec: StoreSpec, slos: list[slo_mod.SloTarget], info:
                     continue  # not serving in this stretch: the online scorer has nothing to score
                 episodes[split] += sum(lo + e.onset >= a for e in m.episodes(h.breach[j, lo:hi], spec.horizon))
                 contexts.append(max(0, a - lo))
-                parts.append((features.transform(ts.x[j, lo:hi]), ts.present[j, lo:hi], ts.signals[j, lo:hi],
+                parts.append((features.transform(ts.x[j, lo:hi], h.feature_names), ts.present[j, lo:hi], ts.signals[j, lo:hi],
                               h.breach[j, lo:hi], {
                                   "split": split, "run": f"store/{split}/{iso(h.t0_ms + lo * STEP_MS)}",
                                   "trace": "store", "seed": 0, "pool": t.pool, "replica": t.replica,

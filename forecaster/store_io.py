@@ -50,22 +50,24 @@ class Table:
     width_ms: int = names.REQUEST_WINDOW_S * 1000
 
 
-#: request, GPU and policy windows; a 60 s policy window is used for the minute after it, so
-#: policy rows are read from two minutes before the scored range
+#: request, GPU, policy and engine windows; a 60 s policy window is used for the minute after
+#: it, so policy rows are read from two minutes before the scored range
 TABLES: tuple[Table, ...] = (
     Table(names.T_REQUEST_WINDOWS, w.REQUEST_KEYS, w.REQUEST_VALUES),
     Table(names.T_GPU_WINDOWS, w.GPU_KEYS, w.GPU_VALUES, width_ms=names.GPU_WINDOW_S * 1000),
     Table(names.T_POLICY_WINDOWS, w.POLICY_KEYS, w.POLICY_VALUES, lookback_ms=2 * names.POLICY_WINDOW_S * 1000,
           width_ms=names.POLICY_WINDOW_S * 1000),
+    Table(names.T_ENGINE_WINDOWS, w.ENGINE_KEYS, w.ENGINE_VALUES, width_ms=names.ENGINE_WINDOW_S * 1000),
 )
 
 
-def read_windows(conn: StoreReader, from_ms: int, to_ms: int) -> tuple[w.Frame, w.Frame, w.Frame]:
-    """Request and GPU windows with ``from_ms <= bucket < to_ms``; policy windows from two
-    minutes earlier (a 60 s window is used for the minute after it)."""
-    requests, gpus, policies = (read_table(conn, t.table, t.keys, t.values, from_ms - t.lookback_ms, to_ms)
-                                for t in TABLES)
-    return requests, gpus, policies
+def read_windows(conn: StoreReader, from_ms: int, to_ms: int) -> tuple[w.Frame, w.Frame, w.Frame, w.Frame]:
+    """Request, GPU and engine windows with ``from_ms <= bucket < to_ms``; policy windows from
+    two minutes earlier (a 60 s window is used for the minute after it). In :data:`TABLES` order:
+    requests, GPUs, policies, engines."""
+    requests, gpus, policies, engines = (read_table(conn, t.table, t.keys, t.values, from_ms - t.lookback_ms, to_ms)
+                                         for t in TABLES)
+    return requests, gpus, policies, engines
 
 
 def write_frame(conn: psycopg.Connection, table: str, keys: tuple[str, ...], values: tuple[str, ...],

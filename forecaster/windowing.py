@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from llmsla import names
-from llmsla.events import GpuSample, RequestEvent
+from llmsla.events import EngineSample, GpuSample, RequestEvent
 from llmsla.goodput import GoodputBounds
 from llmsla.store import schema
 
@@ -33,6 +33,11 @@ GPU_VALUES = schema.GPU_VALUES
 POLICY_KEYS = schema.POLICY_KEYS
 #: The policy columns the features read: decision counts and temperatures, not the latencies.
 POLICY_VALUES: tuple[str, ...] = tuple(c for c in schema.POLICY_VALUES if not c.endswith("_ms"))
+ENGINE_KEYS = schema.ENGINE_KEYS
+#: The engine columns the features read: the queue, the KV cache and preemptions, not the
+#: engine's own latencies and histograms (the request windows hold the served latencies).
+ENGINE_VALUES: tuple[str, ...] = ("samples", "waiting_mean", "waiting_max", "running_mean", "running_max",
+                                  "kv_usage_mean", "kv_usage_max", "preemptions", "counter_resets")
 
 
 
@@ -101,6 +106,45 @@ def gpu_windows(samples: Iterable[GpuSample], *, width_s: int = names.GPU_WINDOW
     return _frame(rows, GPU_KEYS, GPU_VALUES)
 
 
+def engine_windows(samples: Iterable[EngineSample], *, width_s: int = names.ENGINE_WINDOW_S) -> Frame:
+    """5 s engine windows per (pool, replica, engine), as the stream job writes ``engine_windows``
+    (docs/streaming.md#windows): gauges as mean and max over the window's samples; preemptions
+    as the sum of the counter's increases between a replica's consecutive samples (the sample's
+    own value after a reset or a decrease; unknown for a replica's first sample, so a window of
+    unknowns is NaN)."""
+    width = width_s * 1000
+    groups: dict[tuple, list[tuple[float | None, float | None, float | None, float | None, int]]] = {}
+    prev: dict[tuple, float | None] = {}
+    for s in sorted(samples, key=lambda e: e.ts_ms):  # stable: a replica's samples in time order
+        who = (s.pool, s.replica, s.engine)
+        before, cur = prev.get(who), s.preemptions_total
+        if cur is None or before is None:
+            d = None
+        else:
+            d = cur if s.counter_reset == 1 or cur < before else cur - before
+        prev[who] = cur
+        groups.setdefault((s.ts_ms - s.ts_ms % width, *who), []).append(
+            (s.waiting, s.running, s.kv_usage, d, s.counter_reset))
+
+    def known(v: list) -> list[float]:
+        return [float(x) for x in v if x is not None]
+
+    def mean(v: list) -> float:
+        k = known(v)
+        return math.fsum(k) / len(k) if k else math.nan
+
+    def top(v: list) -> float:
+        k = known(v)
+        return max(k) if k else math.nan
+
+    rows = []
+    for key in sorted(groups):
+        waiting, running, kv, inc, resets = (list(c) for c in zip(*groups[key], strict=True))
+        rows.append((*key, len(waiting), mean(waiting), top(waiting), mean(running), top(running), mean(kv), top(kv),
+                     math.fsum(known(inc)) if known(inc) else math.nan, sum(resets)))
+    return _frame(rows, ENGINE_KEYS, ENGINE_VALUES)
+
+
 def _frame(rows: list[tuple], keys: tuple[str, ...], values: tuple[str, ...]) -> Frame:
     if not rows:
         return empty(keys, values)
@@ -127,9 +171,14 @@ class Collector:
         self.requests: list[RequestEvent] = []
         self.gpus: list[GpuSample] = []
         self.gpu_models: dict[tuple[str, int], str] = {}
+        self.engines: list[EngineSample] = []
 
     def request(self, event: RequestEvent) -> None:
         self.requests.append(event)
 
     def gpu(self, sample: GpuSample, model_name: str) -> None:
         self.gpus.append(sample)
+
+    def engine(self, sample: EngineSample) -> None:
+        """The simulator's ``engine_sink`` (for :func:`engine_windows`)."""
+        self.engines.append(sample)

@@ -628,6 +628,7 @@ class ForecastConfig:
     balance_onsets: bool = _k(True, "training: positives ahead of a breach onset weigh as much as those inside a breach (early warning over persistence)")
     threads: int = _k(1, "torch CPU threads for training and scoring (a 50-unit LSTM gains little from more; on a shared machine two oversubscribed threads trained ~10x slower than one)", minimum=1)
     false_alarms_per_day: float = _k(4.0, "alarm threshold target: false alarms per target per healthy day, chosen on validation", minimum=0)
+    threshold_confidence: float = _k(0.0, "threshold rule: > 0 = the threshold keeps the upper bound (Poisson, this confidence) of validation false alarms within false_alarms_per_day, not the count alone (0 = the count rule); forecast train, train --from-store, backtest and the benches", minimum=0, maximum=0.999)
     lead_max_steps: int = _k(24, "an alarm up to this many steps before a breach counts as an early warning", minimum=1)
     interval_s: float = _k(5.0, "online: seconds between scoring steps", minimum=0.1)
     lag_s: float = _k(10.0, "online: score the last 5 s window that ended at least this long ago (streaming latency)", minimum=0)
@@ -635,6 +636,7 @@ class ForecastConfig:
     receiver_url: str = _k("", "online: Alertmanager webhook v4 receiver URL for forecast alerts; empty = no alerts", check=_optional_url)
     receiver_token: str = _k("", "online: bearer token sent to the receiver (also LLMSLA_FORECAST_RECEIVER_TOKEN); at least 16 characters, no whitespace", kind="secret", check=token_problem)
     fire_steps: int = _k(2, "online: consecutive steps at or above the threshold before an alert fires", minimum=1)
+    fire_window: int = _k(0, "online and evaluation: k-of-n persistence, an alert fires on a step at or above the threshold when fire_steps of the last fire_window steps were (0 = fire_steps in a row)", minimum=0, maximum=60)
     resolve_steps: int = _k(6, "online: consecutive steps below resolve_ratio x threshold before it resolves", minimum=1)
     idle_s: float = _k(60.0, "online: a target that served no request for this long is not scored and its alert resolves (nothing to forecast: a drained replica)", minimum=5.0)
     resolve_ratio: float = _k(0.8, "online: hysteresis, resolve below this share of the threshold", minimum=0)
@@ -1080,6 +1082,14 @@ def check_startup(cfg: Config) -> None:
     slo_catalog.load(cfg)
     check_worker_kv(cfg)
     check_tenants(cfg)
+    check_forecast_alarm(cfg.forecast)
+
+
+def check_forecast_alarm(fc: ForecastConfig) -> None:
+    """``forecast.fire_window``: 0, or a window that holds ``fire_steps`` (k of n needs n >= k)."""
+    if fc.fire_window and fc.fire_window < fc.fire_steps:
+        raise ConfigError(f"forecast.fire_window: {fc.fire_window} is shorter than forecast.fire_steps "
+                          f"({fc.fire_steps}); k of n needs n >= k (0 = fire_steps in a row)")
 
 
 def read_api_keys_file(path: str, where: str = "tenants.api_keys_file") -> dict[str, str]:

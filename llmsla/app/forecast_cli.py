@@ -229,19 +229,25 @@ def _train_config(cfg: Config, **over: Any):
 
 def _eval_config(cfg: Config, **over: Any):
     """Evaluation settings from ``[forecast]``: the alarm the online loop raises (its
-    hysteresis) is the alarm every method is judged and thresholded by."""
+    hysteresis) is the alarm every method is judged and thresholded by, and the threshold rule
+    (``threshold_confidence``) the one every command picks thresholds with."""
     from llmsla.forecaster.evaluate import EvalConfig
     from llmsla.forecaster.hysteresis import AlarmPolicy
 
     return EvalConfig(false_alarms_per_day=cfg.forecast.false_alarms_per_day,
                       lead_max_steps=cfg.forecast.lead_max_steps, seed=cfg.forecast.seed,
-                      policy=AlarmPolicy.from_config(cfg.forecast), **over)
+                      policy=AlarmPolicy.from_config(cfg.forecast),
+                      confidence=cfg.forecast.threshold_confidence, **over)
 
 
 def threshold_rule(ec: Any) -> str:
     p = ec.policy
-    return (f"lowest with <= {ec.false_alarms_per_day:g} false alarms per target per healthy day on validation, "
-            f"alarm = {p.fire_steps} steps at or above it, resolved after {p.resolve_steps} below "
+    rule = (f"the upper {ec.confidence:.0%} Poisson bound of its false alarms <= {ec.false_alarms_per_day:g} per"
+            if ec.confidence > 0 else f"<= {ec.false_alarms_per_day:g} false alarms per")
+    fire = (f"{p.fire_steps} of {p.window} steps at or above it (firing on one that is)" if p.window > p.fire_steps
+            else f"{p.fire_steps} steps at or above it")
+    return (f"lowest with {rule} target per healthy day on validation, "
+            f"alarm = {fire}, resolved after {p.resolve_steps} below "
             f"{p.resolve_ratio:g} x it, re-notified every {p.repeat_s:g} s while on")
 
 
@@ -268,7 +274,8 @@ def train_and_save(cfg: Config, ds: Any, out: Path, tc: Any, log: Any = None) ->
         "log_features": sorted(features.LOG_FEATURES) if ds.mode == "fleet" else [],
         "slos": ds.info.get("slos"), "slo_window_steps": ds.info.get("slo_window_steps"),
         "threshold": mr.threshold,
-        "threshold_rule": threshold_rule(ec), "alarm_policy": ec.policy.to_dict(),
+        "threshold_rule": threshold_rule(ec), "threshold_confidence": ec.confidence,
+        "alarm_policy": ec.policy.to_dict(),
         "train": {**tc.to_dict(), "best_epoch": res.best_epoch, "seconds": round(res.seconds, 1),
                   "pos_weight": res.pos_weight, "history": res.history},
         "metrics": {"val": mr.val.to_dict(), "test": mr.test.to_dict()},

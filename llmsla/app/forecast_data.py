@@ -71,14 +71,15 @@ def build(cfg: Config, spec: DataSpec, *, log: Callable[[str], None] | None = No
         col = windowing.Collector()
         res = scenarios.run(sc, col, start_ms=t_ms, cache=cache, gpu_interval_s=cfg.gpu.interval_s,
                             timeout_s=cfg.gateway.request_timeout_s, max_concurrency=cfg.gateway.max_concurrency,
-                            max_in_flight=cfg.gateway.max_in_flight)
+                            max_in_flight=cfg.gateway.max_in_flight, engine_sink=col.engine)
         req = windowing.request_windows(col.requests, ttft_slo_ms=ttft_ms, e2e_slo_ms=e2e_ms, goodput=good)
         gpu = windowing.gpu_windows(col.gpus)
         pol = windowing.empty(windowing.POLICY_KEYS, windowing.POLICY_VALUES)  # the simulator has no policy
+        eng = windowing.engine_windows(col.engines)  # what `llmsla engines` + the stream job would store
         n_steps = int(sc.duration_s // names.REQUEST_WINDOW_S)
         targets = features.targets_of(req)
         ts = features.build(req, gpu, pol, targets=targets, t0_ms=t_ms, n_steps=n_steps, slos=slos,
-                            feature_names=features.KNOWN)
+                            feature_names=features.KNOWN, eng=eng)
         labels = faults_mod.labels(list(sc.faults), t_ms)
         for f in labels:
             f["pool"] = names.DEFAULT_POOL

@@ -72,12 +72,14 @@ def ramp_in_store(pg_dsn: str) -> Ramp:
     # a held-out slice of the stretched trace (test split: its last 30 %) and seed
     sc = scenarios.Scenario("azure_conv", 4242, "6b:5", 5200.0, 1300.0, 2.0, (fault,), 2.0)
     col = windowing.Collector()
-    scenarios.run(sc, col, start_ms=T0)
+    scenarios.run(sc, col, start_ms=T0, engine_sink=col.engine)
     req = windowing.request_windows(col.requests, ttft_slo_ms=cfg.slo.ttft_ms, e2e_slo_ms=cfg.slo.e2e_ms)
     gpu = windowing.gpu_windows(col.gpus)
+    eng = windowing.engine_windows(col.engines)
     with psycopg.connect(pg_dsn) as conn:
         store_io.write_frame(conn, names.T_REQUEST_WINDOWS, windowing.REQUEST_KEYS, windowing.REQUEST_VALUES, req)
         store_io.write_frame(conn, names.T_GPU_WINDOWS, windowing.GPU_KEYS, windowing.GPU_VALUES, gpu)
+        store_io.write_frame(conn, names.T_ENGINE_WINDOWS, windowing.ENGINE_KEYS, windowing.ENGINE_VALUES, eng)
 
     # ground truth, independently of the scorer: r1's SLO windows from the same rows
     n_steps = int(sc.duration_s * 1000 // STEP_MS)

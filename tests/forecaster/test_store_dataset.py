@@ -252,3 +252,51 @@ def test_a_store_built_window_equals_the_online_scorers_input(pg_dsn) -> None:
                 np.testing.assert_allclose(ds.inputs(np.array([end]), art.scaler)[0], x[j], rtol=1e-5, atol=1e-5)
     finally:
         scorer.close()
+
+
+def _engine_reading_artifact(tmp_path: Path, window: int) -> artifact.Artifact:
+    """A small LSTM (random weights) that reads the engine's state beside the default list."""
+    import torch
+
+    from llmsla.forecaster.model import LstmForecaster, ModelConfig
+    from llmsla.forecaster.scaler import RobustScaler
+
+    names_ = [*features.FEATURES, *features.ENGINE_FEATURES]
+    torch.manual_seed(0)
+    model = LstmForecaster(ModelConfig(len(names_) + len(features.MASKS), hidden=4, dense=4))
+    scaler = RobustScaler(np.zeros(len(names_)), np.ones(len(names_)))
+    meta = {"mode": "fleet", "window": window, "horizon": 5, "step_s": 5.0, "threshold": 0.5,
+            "features": names_, "masks": list(features.MASKS)}
+    artifact.save(tmp_path / "eng", model, scaler, meta)
+    return artifact.load(tmp_path / "eng")
+
+
+def test_engine_features_from_the_store_equal_the_online_scorers(pg_dsn, tmp_path) -> None:
+    """A model that reads the engine's queue, KV usage and preemptions: the online scorer (its
+    incremental reads of ``engine_windows``) and ``read_history`` (the store data set) build
+    the same engine features, bit for bit, from the simulated run's engine windows."""
+    ramp = ramp_in_store(pg_dsn)
+    cfg = ramp.cfg
+    art = _engine_reading_artifact(tmp_path, 32)
+    slos = slo_mod.from_config(cfg)
+    scorer = online.OnlineScorer(art, cfg, pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        h = store_dataset.read_history(conn, RAMP_T0, RAMP_T0 + ramp.n_steps * STEP_MS, slos=slos,
+                                       slo_window_steps=cfg.forecast.slo_window_steps, chunk_steps=50,
+                                       feature_names=art.meta["features"])
+    eng_cols = [art.meta["features"].index(n) for n in features.ENGINE_FEATURES]
+    waiting = h.ts.x[..., eng_cols[0]]
+    assert np.isfinite(waiting).mean() > 0.9 and np.nanmax(waiting) > 0, "engine windows take part"
+    assert np.nanmax(h.ts.x[..., eng_cols[1]]) > 0.1  # the KV cache fills under the ramp
+    try:
+        for k in range(art.window - 1, ramp.n_steps, 37):  # consecutive scorer steps read incrementally
+            res = scorer.step(RAMP_T0 + (k + 1) * STEP_MS)
+            assert res.scored
+            live = scorer.features.last
+            assert live is not None
+            rows = [h.ts.targets.index(t) for t in live.targets]
+            sl = slice(k - art.window + 1, k + 1)
+            np.testing.assert_array_equal(h.ts.x[rows, sl][..., eng_cols], live.x[..., eng_cols])
+            np.testing.assert_array_equal(h.ts.x[rows, sl], live.x)
+    finally:
+        scorer.close()

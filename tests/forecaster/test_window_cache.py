@@ -51,7 +51,18 @@ def _frames(steps: range, replicas: int | list[int] = 4, seed: int = 0):
     pol["policy_id"] = np.array(["x"] * len(minutes), dtype=object)
     for v in windowing.POLICY_VALUES:
         pol[v] = rng.uniform(0, 1, len(minutes))
-    return req, gpu, pol
+    eng = windowing.empty(windowing.ENGINE_KEYS, windowing.ENGINE_VALUES)
+    eng["bucket"] = req["bucket"].copy()
+    eng["pool"] = req["pool"].copy()
+    eng["replica"] = req["replica"].copy()
+    eng["engine"] = np.array([names.ENGINE_VLLM] * len(rows), dtype=object)
+    for v in windowing.ENGINE_VALUES:
+        eng[v] = rng.uniform(0, 8, len(rows))
+    eng["kv_usage_max"] = rng.uniform(0, 1, len(rows))
+    eng["preemptions"][::5] = np.nan  # a replica's first sample: unknown
+    eng["samples"] = np.full(len(rows), 5.0)
+    eng["counter_resets"] = np.zeros(len(rows))
+    return req, gpu, pol, eng
 
 
 def _write(conn: psycopg.Connection, frames) -> None:
@@ -92,9 +103,9 @@ def test_incremental_reads_equal_full_reads(pg_dsn) -> None:
         # the streaming job stalls (nothing new for 6 steps), then writes them all at once
         for s in range(31, 37):
             step(s)
-        req, gpu, pol = _frames(range(30, 40))
+        req, gpu, pol, eng = _frames(range(30, 40))
         late = pol["bucket"] >= T0 + 30 * STEP  # minutes not written yet (the job upserts them)
-        _write(conn, (req, gpu, {k: v[late] for k, v in pol.items()}))
+        _write(conn, (req, gpu, {k: v[late] for k, v in pol.items()}, eng))
         for s in range(37, 42):
             step(s)
         # the clock goes back: a full read again
@@ -119,18 +130,18 @@ def test_rolled_features_equal_a_full_build(pg_dsn) -> None:
     with psycopg.connect(pg_dsn) as conn:
         migrate(conn, cfg)
         _write(conn, _frames(range(0, 31), seed=1))
-        cache, fw = WindowCache(reread), FeatureWindow(window, slos)
+        cache, fw = WindowCache(reread), FeatureWindow(window, slos, feature_names=features.KNOWN)
         steps = 0
 
         def step(s: int) -> None:
             nonlocal steps
             t0, end = T0 + (s - window + 1) * STEP, T0 + (s + 1) * STEP
-            req, gpu, pol = cache.read(conn, t0, end)
-            got = fw.update(req, gpu, pol, t0_ms=t0, changed_from_ms=cache.changed_from_ms)
-            want_req, want_gpu, want_pol = store_io.read_windows(conn, t0, end)
+            req, gpu, pol, eng = cache.read(conn, t0, end)
+            got = fw.update(req, gpu, pol, t0_ms=t0, changed_from_ms=cache.changed_from_ms, eng=eng)
+            want_req, want_gpu, want_pol, want_eng = store_io.read_windows(conn, t0, end)
             on_grid = {k: v[want_req["bucket"] >= t0] for k, v in want_req.items()}
             want = features.build(want_req, want_gpu, want_pol, targets=features.targets_of(on_grid), t0_ms=t0,
-                                  n_steps=window, slos=slos)
+                                  n_steps=window, slos=slos, feature_names=features.KNOWN, eng=want_eng)
             _same_series(got, want)
             steps += 1
 
@@ -142,15 +153,19 @@ def test_rolled_features_equal_a_full_build(pg_dsn) -> None:
         assert T0 % 60_000 == 0  # so minute 12 feeds steps 23-34, in the window
         conn.execute(f"UPDATE {names.T_POLICY_WINDOWS} SET temperature_jitter = 7 WHERE bucket = %s",
                      (store_io._ts(T0 + 12 * STEP),))
+        conn.execute(f"UPDATE {names.T_ENGINE_WINDOWS} SET waiting_mean = 42 WHERE bucket = %s AND replica = 'r2'",
+                     (store_io._ts(T0 + 28 * STEP),))
         conn.commit()
         step(31)
+        col = features.KNOWN.index("engine_waiting")
+        assert fw.last is not None and (fw.last.x[:, 28 - (31 - window + 1), col] >= 42).any(), "late engine upsert seen"
         assert fw.full_builds == builds_before, "a late upsert inside reread is rolled in, not rebuilt"
         for s in range(32, 37):  # stalled: nothing new
             step(s)
         # the job catches up; r3 is gone from now on and r5 joins
-        req, gpu, pol = _frames(range(31, 61), replicas=[0, 1, 2, 5], seed=2)
+        req, gpu, pol, eng = _frames(range(31, 61), replicas=[0, 1, 2, 5], seed=2)
         late = pol["bucket"] >= T0 + 31 * STEP
-        _write(conn, (req, gpu, {k: v[late] for k, v in pol.items()}))
+        _write(conn, (req, gpu, {k: v[late] for k, v in pol.items()}, eng))
         for s in range(37, 60):  # r3 leaves the window at s = 53
             step(s)
         step(52)  # the clock goes back
