@@ -61,8 +61,8 @@ def test_windowing_equals_the_streaming_job(cfg, tmp_path) -> None:
     want_req = windowing.request_windows(req_ev, ttft_slo_ms=cfg.slo.ttft_ms, e2e_slo_ms=cfg.slo.e2e_ms)
     want_gpu = windowing.gpu_windows(gpu_ev)
     with psycopg.connect(cfg.store.dsn) as conn:
-        got_req, got_gpu, got_pol = store_io.read_windows(conn, start - 60_000, start + 3_600_000)
-    assert len(got_pol["bucket"]) == 0
+        got_req, got_gpu, got_pol, got_eng = store_io.read_windows(conn, start - 60_000, start + 3_600_000)
+    assert len(got_pol["bucket"]) == 0 and len(got_eng["bucket"]) == 0  # the scenario wrote neither
     for want, got, keys, values in ((want_req, got_req, windowing.REQUEST_KEYS, windowing.REQUEST_VALUES),
                                     (want_gpu, got_gpu, windowing.GPU_KEYS, windowing.GPU_VALUES)):
         order_w = np.lexsort([want[k].astype(str) for k in reversed(keys)])
