@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import cast
 from urllib.parse import urlsplit
 
 from llmsla import names
@@ -57,8 +58,8 @@ class _Conn(asyncio.Protocol):
 
     # -- protocol callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCP and SSL transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
