@@ -15,9 +15,12 @@ from dataclasses import dataclass, field, replace
 
 from llmsla.events import EngineSample
 
-from .parse import Histogram
+from .parse import Histogram, Reuse
 
 HISTOGRAMS = ("ttft", "itl", "e2e", "queue")
+#: The EngineSample fields :meth:`EngineSnapshot.to_event` fills with contract-checked values
+#: (:meth:`Histogram.wire`): ``validate(checked=...)`` need not check them again.
+CHECKED_FIELDS = frozenset(HISTOGRAMS)
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,9 @@ class EngineSnapshot:
         def nonneg(v: float | None) -> float | None:
             return None if v is None else max(0.0, v)
 
-        h = {name: (hist.to_dict() if (hist := self.histograms.get(name)) else None) for name in HISTOGRAMS}
+        # each histogram's wire form was checked by the contract when first built (parse.py), or
+        # is checked here: validate(checked=CHECKED_FIELDS) then skips them
+        h = {name: (hist.wire(name) if (hist := self.histograms.get(name)) else None) for name in HISTOGRAMS}
         return EngineSample(
             ts_ms=int(self.ts * 1000), replica=self.replica, pool=self.pool, engine=self.engine,
             waiting=nonneg(self.waiting), running=nonneg(self.running), kv_usage=clip01(self.kv_usage),
@@ -92,6 +97,8 @@ class ReplicaState:
     #: preemptions counted since this process started, across engine restarts (re-exported as a
     #: counter that never goes down)
     preemptions: float = 0.0
+    #: the last scrape's runs of kept lines and histograms, to skip re-reading unchanged ones
+    reuse: Reuse = field(default_factory=Reuse)
 
     def update(self, snap: EngineSnapshot) -> tuple[EngineSnapshot, float]:
         """``snap`` with the hit rate from counter increases and ``counter_reset`` set, and the

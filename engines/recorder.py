@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from llmsla import names
 from llmsla.spool import SpoolWriter
 
-from .record import EngineSnapshot
+from .record import CHECKED_FIELDS, EngineSnapshot
 from .scrape import ScrapeError, Target
 
 _LABELS = names.ENGINE_LABELS
@@ -71,7 +71,7 @@ class EngineRecorder:
 
     def sample(self, target: Target, snap: EngineSnapshot, preempted: float, seconds: float) -> None:
         """A successful scrape: gauges, the preemption counter, the spool line."""
-        event = snap.to_event().validate()
+        event = snap.to_event().validate(checked=CHECKED_FIELDS)
         old = self._engine.get(target.replica)
         if old is not None and old != snap.engine:  # first detected (was auto), or the engine changed
             self._clear(target)

@@ -158,8 +158,8 @@ class Scraper:
         try:
             # a usual exposition (tens of KB) parses in well under a millisecond: in the loop, as
             # a thread hop would cost more than the parse; a large one in a worker thread
-            expo = (parse(body, ctype, READS) if len(body) <= INLINE_PARSE_CHARS
-                    else await asyncio.to_thread(parse, body, ctype, READS))
+            expo = (parse(body, ctype, READS, state.reuse) if len(body) <= INLINE_PARSE_CHARS
+                    else await asyncio.to_thread(parse, body, ctype, READS, state.reuse))
             snap = snapshot(expo, target.engine, replica=target.replica, pool=target.pool, ts=ts)
         except ParseError as exc:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None

@@ -1,0 +1,117 @@
+"""A replica's unchanged families are not read again (engines/parse.py ``Reuse``): an idle
+replica's byte-identical histogram is the previous scrape's object, a changed one is read anew,
+a counter reset is still seen, and the reader learns no wrong shape from a line it read once.
+The contract's histogram check runs where the parser builds a histogram: one it refuses is
+absent (None), never a crash of the replica's scrape."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmsla.engines.adapt import READS, snapshot
+from llmsla.engines.parse import Histogram, Reuse, parse
+from llmsla.engines.record import CHECKED_FIELDS, ReplicaState
+from llmsla.events import EngineSample, EventError
+
+from . import expositions as ex
+
+TEXT = "text/plain; version=0.0.4; charset=utf-8"
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+def body(waiting: int, ttft_count: int, *, extra: str = "") -> str:
+    """A small vLLM body: a gauge and a TTFT histogram whose +Inf bucket and count are ``ttft_count``."""
+    lab = 'engine="0",model_name="m"'
+    return (f"# HELP vllm:num_requests_waiting w\n# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{lab}}} {waiting}.0\n"
+            f"# HELP {TTFT} t\n# TYPE {TTFT} histogram\n"
+            f'{TTFT}_bucket{{{lab},le="0.1"}} 1.0\n{TTFT}_bucket{{{lab},le="1.0"}} 2.0\n'
+            f'{TTFT}_bucket{{{lab},le="+Inf"}} {ttft_count}.0\n'
+            f"{TTFT}_count{{{lab}}} {ttft_count}.0\n{TTFT}_sum{{{lab}}} 1.5\n{extra}")
+
+
+def test_unchanged_histogram_is_reused_and_a_changed_one_read_again() -> None:
+    reuse = Reuse()
+    first = parse(body(3, 5), TEXT, READS, reuse).histogram(TTFT)
+    again = parse(body(7, 5), TEXT, READS, reuse)  # the gauge moved, the histogram did not
+    assert again.total("vllm:num_requests_waiting") == 7.0
+    assert again.histogram(TTFT) is first
+    moved = parse(body(7, 6), TEXT, READS, reuse).histogram(TTFT)
+    assert moved is not first and moved is not None
+    assert (moved.count, moved.counts) == (6, (1, 2)) and (first is not None and first.count == 5)
+    # without a Reuse, or with another replica's, nothing is shared
+    assert parse(body(7, 6), TEXT, READS).histogram(TTFT) is not moved
+    assert parse(body(7, 6), TEXT, READS, Reuse()).histogram(TTFT) == moved
+
+
+def test_counter_reset_is_still_seen_with_reuse() -> None:
+    state = ReplicaState()
+    for count, reset in ((9, False), (9, False), (4, True), (4, False)):
+        expo = parse(body(1, count), TEXT, READS, state.reuse)
+        snap, _ = state.update(snapshot(expo, "vllm", replica="r0", pool="p", ts=1.0))
+        assert snap.counter_reset is reset
+        hist = snap.histograms["ttft"]
+        assert hist is not None and hist.count == count
+
+
+def test_every_engines_exposition_reads_the_same_with_reuse() -> None:
+    for rendered in (ex.vllm(), ex.sglang(), ex.trtllm()):
+        for text in (rendered.text, rendered.openmetrics):
+            ctype = TEXT if text is rendered.text else "application/openmetrics-text; version=1.0.0"
+            reuse = Reuse()
+            cold = snapshot(parse(text, ctype, READS), "auto", replica="r", pool="p", ts=1.0)
+            for _ in range(3):
+                warm = snapshot(parse(text, ctype, READS, reuse), "auto", replica="r", pool="p", ts=1.0)
+                assert warm == cold
+
+
+def test_a_line_read_once_teaches_no_wrong_shape() -> None:
+    reuse = Reuse()
+    parse(body(1, 5), TEXT, READS, reuse)
+    # the same head with a value the strict shape refuses, a timestamp, and a CR: each is read
+    # (or refused) as the full reader would, not as "known head, new value"
+    lab = 'engine="0",model_name="m"'
+    with_ts = parse(body(1, 5).replace(f"vllm:num_requests_waiting{{{lab}}} 1.0",
+                                       f"vllm:num_requests_waiting{{{lab}}} 2.0 1700000000000"), TEXT, READS, reuse)
+    assert with_ts.total("vllm:num_requests_waiting") == 2.0
+    from llmsla.engines.parse import ParseError
+    with pytest.raises(ParseError):
+        parse(body(1, 5).replace(f"{{{lab}}} 1.0", f"{{{lab}}} one"), TEXT, READS, reuse)
+    crlf = parse(body(1, 5).replace("\n", "\r\n"), TEXT, READS, reuse)  # prometheus-client's reading
+    assert crlf.total("vllm:num_requests_waiting") == parse(body(1, 5).replace("\n", "\r\n"), TEXT).total(
+        "vllm:num_requests_waiting")
+
+
+@pytest.mark.parametrize("bad", [
+    "negative",  # counts below 0 are cumulative but not counts
+    "too_many",  # more bounds than the contract carries
+])
+def test_a_histogram_the_contract_refuses_is_absent_not_a_crash(bad: str) -> None:
+    lab = 'model_name="m"'
+    if bad == "negative":
+        lines = [f'{TTFT}_bucket{{{lab},le="0.1"}} -3.0', f'{TTFT}_bucket{{{lab},le="+Inf"}} -1.0',
+                 f"{TTFT}_count{{{lab}}} -1.0", f"{TTFT}_sum{{{lab}}} 0.0"]
+    else:
+        lines = [f'{TTFT}_bucket{{{lab},le="{i / 100}"}} {i}.0' for i in range(1, 70)]
+        lines += [f'{TTFT}_bucket{{{lab},le="+Inf"}} 70.0', f"{TTFT}_count{{{lab}}} 70.0", f"{TTFT}_sum{{{lab}}} 1.0"]
+    text = f"vllm:num_requests_running{{{lab}}} 2.0\n" + "\n".join(lines) + "\n"
+    for reuse in (None, Reuse()):
+        expo = parse(text, TEXT, READS, reuse)
+        assert expo.histogram(TTFT) is None
+        snap = snapshot(expo, "vllm", replica="r0", pool="p", ts=1.0)
+        event = snap.to_event().validate()  # the whole contract: nothing else is refused
+        assert event.ttft is None and event.running == 2.0
+
+
+def test_the_checked_fields_are_checked_by_the_contract_once() -> None:
+    good = Histogram((0.1, 1.0), (1, 2), 1.5, 3)
+    assert good.wire("itl") is good.wire("itl") == {"le": [0.1, 1.0], "counts": [1, 2], "sum": 1.5, "count": 3}
+    with pytest.raises(EventError, match="itl"):
+        Histogram((1.0, 0.1), (1, 2), 1.5, 3).wire("itl")  # bounds not increasing: the contract's rule
+    with pytest.raises(EventError, match="queue.count"):
+        Histogram((0.1,), (5,), 1.0, 2).wire("queue")
+    assert {f.name for f in EngineSample.FIELDS if f.type == "hist"} == CHECKED_FIELDS
+    # validate(checked=...) skips only those; every other field is still checked
+    snap = snapshot(parse(body(1, 5), TEXT, READS), "vllm", replica="", pool="p", ts=1.0)
+    with pytest.raises(EventError, match="replica"):
+        snap.to_event().validate(checked=CHECKED_FIELDS)
