@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from llmsla import names
 from llmsla.events import EngineSample, EventError
@@ -134,6 +134,14 @@ class Exposition:
         rows = self._rows(f"{base}_bucket", where)
         if not rows:
             return None
+        plan = _plan(rows)
+        if plan is not None:  # one label set, its buckets in order: the values are the counts
+            layout, key = plan
+            vals = [v for _, v in rows]
+            hsums = [v for lab, v in self._rows(f"{base}_sum", where) if _key(lab) == key]
+            if not hsums:
+                return None
+            return _checked(layout, vals, hsums[-1])
         groups: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
         known = _BOUNDS
         for labels, value in rows:  # the hot loop of a scrape: kept to the bone
@@ -185,12 +193,7 @@ class Exposition:
             total_count += inf
             total_sum += hsum
         assert bounds is not None
-        hist = Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count)))
-        try:  # where the engine's numbers become a contract field: a histogram it refuses is absent
-            hist.wire()
-        except EventError:
-            return None
-        return hist
+        return _built(Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count))))
 
     def _rows(self, name: str, where: LabelFilter | None) -> list[tuple[dict[str, str], float]]:
         """Like :meth:`series`, without the copy when nothing is filtered (read-only use)."""
@@ -202,6 +205,58 @@ class Exposition:
 
 #: ``le`` label value -> its float, shared: a fleet repeats a handful of bucket bounds.
 _BOUNDS: dict[str, float] = {}
+#: A histogram's bucket label sets (the very objects) -> (finite bounds, label set but le) when
+#: they are one label set's buckets in increasing order ending with +Inf, else None: the
+#: layout of an engine's histogram is the same scrape after scrape, and across a fleet.
+_PLANS: dict[tuple[_Labels, ...], tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None] = {}
+
+
+def _plan(rows: Rows) -> tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None:
+    """The simple layout of ``rows`` (see ``_PLANS``), None for any other."""
+    if any(type(lab) is not _Labels for lab, _ in rows):
+        return None
+    labs = cast(tuple[_Labels, ...], tuple([lab for lab, _ in rows]))
+    try:
+        return _PLANS[labs]  # _Labels hash by identity (see _Labels)
+    except KeyError:
+        pass
+    plan: tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None = None
+    key = labs[0].group
+    les = [lab.get("le") for lab in labs]
+    if len(labs) > 1 and les[-1] == "+Inf" and all(lab.group == key for lab in labs):
+        try:
+            bounds = tuple(float(le) for le in les[:-1])  # type: ignore[arg-type]  # None: TypeError
+        except (TypeError, ValueError):
+            bounds = ()
+        if len(bounds) == len(labs) - 1 and all(math.isfinite(b) for b in bounds) and all(
+                a < b for a, b in zip(bounds, bounds[1:], strict=False)):
+            plan = (bounds, key)
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[labs] = plan
+    return plan
+
+
+def _checked(bounds: tuple[float, ...], cum: list[float], hsum: float) -> Histogram | None:
+    """One label set's histogram from its cumulative values (+Inf last) and sum; None when one
+    is not finite or they decrease."""
+    try:  # one NaN or infinity among them makes the sum not finite
+        ok = math.isfinite(math.fsum(cum) + hsum)
+    except OverflowError:
+        return None
+    if not ok or cum != sorted(cum):  # cumulative: never decreasing
+        return None
+    return _built(Histogram(bounds, tuple([int(round(c)) for c in cum[:-1]]), 0.0 + hsum, int(round(cum[-1]))))
+
+
+def _built(hist: Histogram) -> Histogram | None:
+    """``hist`` once the contract's own check of the EngineSample histogram field passed, else
+    None: here the engine's numbers become a contract field (a histogram it refuses is absent)."""
+    try:
+        hist.wire()
+    except EventError:
+        return None
+    return hist
 
 
 def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -266,6 +321,11 @@ class _Labels(dict[str, str]):
 
     __slots__ = ("group",)
     group: tuple[tuple[str, str], ...]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        """By identity (equality stays by content): a cache keyed by label sets then hits only
+        for the same objects, which the readers share between scrapes (``_PLANS``)."""
+        return id(self)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -115,3 +115,20 @@ def test_the_checked_fields_are_checked_by_the_contract_once() -> None:
     snap = snapshot(parse(body(1, 5), TEXT, READS), "vllm", replica="", pool="p", ts=1.0)
     with pytest.raises(EventError, match="replica"):
         snap.to_event().validate(checked=CHECKED_FIELDS)
+
+
+def test_bucket_layouts_read_alike_in_order_or_not() -> None:
+    """One label set in order takes the layout shortcut; shuffled, it takes the general path:
+    the same histogram. A NaN count or a decrease is None either way."""
+    in_order = body(1, 5)
+    lines = in_order.split("\n")
+    buckets = [i for i, line in enumerate(lines) if "_bucket" in line]
+    shuffled = list(lines)
+    for i, j in zip(buckets, reversed(buckets), strict=True):
+        shuffled[i] = lines[j]
+    a = parse(in_order, TEXT, READS).histogram(TTFT)
+    b = parse("\n".join(shuffled), TEXT, READS).histogram(TTFT)
+    assert a == b == Histogram((0.1, 1.0), (1, 2), 1.5, 5)
+    for text in (in_order, "\n".join(shuffled)):
+        assert parse(text.replace("} 2.0", "} NaN"), TEXT, READS).histogram(TTFT) is None
+        assert parse(text.replace("} 2.0", "} 0.5"), TEXT, READS).histogram(TTFT) is None
