@@ -14,6 +14,7 @@ absent, never 0. See docs/engines.md#what-it-reads-from-each-engine.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections import defaultdict
@@ -51,8 +52,9 @@ class Histogram:
     counts: tuple[int, ...]
     sum: float
     count: int
-    #: :meth:`wire`'s answer, once computed (a histogram is immutable)
+    #: :meth:`wire`'s answer and its JSON, once computed (a histogram is immutable)
     _wire: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
+    _json: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, object]:
         return {"le": list(self.le), "counts": list(self.counts), "sum": self.sum, "count": self.count}
@@ -68,6 +70,14 @@ class Histogram:
             wire = EngineSample.check_field(name, self.to_dict())
             object.__setattr__(self, "_wire", wire)
         return wire
+
+    def wire_json(self, name: str = "ttft") -> str:
+        """:meth:`wire` as the spool line writes it (compact JSON), kept like it."""
+        text = self._json
+        if text is None:
+            text = json.dumps(self.wire(name), separators=(",", ":"), allow_nan=False)
+            object.__setattr__(self, "_json", text)
+        return text
 
     def scaled(self, factor: float) -> Histogram:
         """Bounds and sum times ``factor`` (Triton's milliseconds -> seconds)."""

@@ -10,10 +10,11 @@ since the restart (the rule Prometheus's ``rate()`` applies), and ``counter_rese
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 
-from llmsla.events import EngineSample
+from llmsla.events import SCHEMA_VERSION, EngineSample
 
 from .parse import Histogram, Reuse
 
@@ -68,6 +69,29 @@ class EngineSnapshot:
             lora_adapters=None if self.lora_adapters is None else list(self.lora_adapters),
             counter_reset=int(self.counter_reset), ttft=h["ttft"], itl=h["itl"], e2e=h["e2e"], queue=h["queue"],
         )
+
+
+#: Whether the histogram fields close EngineSample's field list (so :func:`sample_line` can
+#: append their kept JSON to the rest's); else it writes ``to_json()`` itself.
+_HISTS_LAST = tuple(f.name for f in EngineSample.FIELDS[-len(HISTOGRAMS):]) == HISTOGRAMS
+_HEAD_FIELDS = tuple((f.name, f.attr) for f in EngineSample.FIELDS[:-len(HISTOGRAMS)])
+
+
+def sample_line(event: EngineSample, snap: EngineSnapshot) -> str:
+    """``event.to_json()`` (``event`` is ``snap.to_event()``), with each histogram's JSON the
+    one kept on its :class:`Histogram`: an idle replica's four histograms are not serialised
+    again every second. The same text, byte for byte (tests/engines/test_reuse.py)."""
+    if not _HISTS_LAST:
+        return event.to_json()
+    head: dict[str, object] = {"v": SCHEMA_VERSION}
+    for name, attr in _HEAD_FIELDS:
+        head[name] = getattr(event, attr)
+    parts = [json.dumps(head, separators=(",", ":"), allow_nan=False)[:-1]]
+    for name in HISTOGRAMS:
+        hist = snap.histograms.get(name)
+        parts.append(f',"{name}":{hist.wire_json(name) if hist else "null"}')
+    parts.append("}")
+    return "".join(parts)
 
 
 def as_int(value: float | None) -> int | None:

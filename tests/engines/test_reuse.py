@@ -132,3 +132,48 @@ def test_bucket_layouts_read_alike_in_order_or_not() -> None:
     for text in (in_order, "\n".join(shuffled)):
         assert parse(text.replace("} 2.0", "} NaN"), TEXT, READS).histogram(TTFT) is None
         assert parse(text.replace("} 2.0", "} 0.5"), TEXT, READS).histogram(TTFT) is None
+
+
+def test_sample_line_is_to_json_byte_for_byte() -> None:
+    from llmsla.engines.record import sample_line
+
+    for rendered in (ex.vllm(), ex.sglang(), ex.trtllm()):
+        reuse = Reuse()
+        for _ in range(2):  # the second time, each histogram's JSON is the kept one
+            snap = snapshot(parse(rendered.text, TEXT, READS, reuse), "auto", replica="r\"0é", pool="p", ts=1.5)
+            event = snap.to_event().validate(checked=CHECKED_FIELDS)
+            assert sample_line(event, snap) == event.to_json()
+            assert EngineSample.from_json(sample_line(event, snap)) == event.validate()
+    triton = snapshot(parse(ex.TRITON, TEXT, READS), "triton", replica="r0", pool="p", ts=1.0)
+    assert sample_line(triton.to_event(), triton) == triton.to_event().to_json()
+
+
+def test_recorder_sets_an_idle_replicas_gauges_again_after_a_failure() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from llmsla import names
+    from llmsla.engines.recorder import EngineRecorder
+    from llmsla.engines.scrape import ScrapeError, Target
+
+    reg = CollectorRegistry()
+    rec = EngineRecorder(registry=reg)
+    target = Target("r0", "p", "http://127.0.0.1:1/metrics", "vllm")
+    labels = {"replica": "r0", "pool": "p", "engine": "vllm"}
+    snap = snapshot(parse(body(4, 5), TEXT, READS), "vllm", replica="r0", pool="p", ts=1.0)
+
+    def waiting() -> float | None:
+        return reg.get_sample_value(names.ENGINE_REQUESTS_WAITING, labels)
+
+    rec.sample(target, snap, 0.0, 0.01)
+    rec.sample(target, snap, 0.0, 0.01)  # unchanged: not set again, still there
+    assert waiting() == 4.0
+    rec.failure(target, ScrapeError(names.ENGINE_FAIL_TIMEOUT, "slow"), 0.8)
+    assert waiting() is None and reg.get_sample_value(names.ENGINE_UP, labels) == 0.0
+    rec.sample(target, snap, 0.0, 0.01)  # the same values as before the failure: set again
+    assert waiting() == 4.0 and reg.get_sample_value(names.ENGINE_UP, labels) == 1.0
+    rec.sample(target, snapshot(parse(body(6, 5), TEXT, READS), "vllm", replica="r0", pool="p", ts=2.0), 0.0, 0.01)
+    assert waiting() == 6.0
+    rec.forget(target)
+    assert waiting() is None
+    rec.sample(target, snap, 0.0, 0.01)
+    assert waiting() == 4.0
