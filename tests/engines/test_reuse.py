@@ -177,3 +177,23 @@ def test_recorder_sets_an_idle_replicas_gauges_again_after_a_failure() -> None:
     assert waiting() is None
     rec.sample(target, snap, 0.0, 0.01)
     assert waiting() == 4.0
+
+
+@pytest.mark.parametrize("value, culprit", [
+    ({"le": [0.1, 0.1], "counts": [1, 2], "sum": 1.0, "count": 2}, "ttft.le[1]"),  # not strictly
+    ({"le": [0.1, float("nan")], "counts": [1, 2], "sum": 1.0, "count": 2}, "ttft.le[1]"),
+    ({"le": [0.1, float("inf")], "counts": [1, 2], "sum": 1.0, "count": 2}, "ttft.le[1]"),
+    ({"le": [1e308, 1.7e308], "counts": [1, 2], "sum": 1.0, "count": 2}, None),  # finite, sum past range
+    ({"le": [0.1, 0.5], "counts": [1, True], "sum": 1.0, "count": 2}, "ttft.counts[1]"),
+    ({"le": [0.1, 0.5], "counts": [1, 2**63], "sum": 1.0, "count": 2**63}, "ttft.counts[1]"),
+    ({"le": [0.1, 0.5], "counts": [1.0, 2.0], "sum": 1.0, "count": 2}, None),  # whole floats read as ints
+    ({"le": [0.1, 0.5], "counts": [2, 1], "sum": 1.0, "count": 2}, "ttft.counts[1]"),
+])
+def test_the_histogram_rule_refuses_and_names_each_culprit(value: dict[str, object], culprit: str | None) -> None:
+    if culprit is None:
+        out = EngineSample.check_field("ttft", value)
+        assert out["counts"] == [1, 2] and all(type(c) is int for c in out["counts"])
+        return
+    with pytest.raises(EventError) as err:
+        EngineSample.check_field("ttft", value)
+    assert err.value.field == culprit
