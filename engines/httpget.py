@@ -147,6 +147,10 @@ class _Conn(asyncio.Protocol):
         buf = self.buf
         while len(buf) < n:
             await self._more()
+        if len(buf) == n:  # the usual case: the body is all there is, copied once
+            body = bytes(buf)
+            buf.clear()
+            return body
         body = bytes(buf[:n])
         del buf[:n]
         return body
