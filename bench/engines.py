@@ -217,8 +217,13 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=5.0, help="seconds of scraping per round")
     ap.add_argument("--engines", type=int, default=1,
                     help="engine cores per replica (vLLM data parallelism; 1 = vllm serve's default)")
+    ap.add_argument("--asyncio", action="store_true",
+                    help="scrape on asyncio's own loop instead of llmsla engines' (uvloop where installed)")
     args = ap.parse_args()
     from llmsla.exporters.cli import run_loop
+
+    if args.asyncio:
+        run_loop = asyncio.run  # noqa: F811 - the plain loop, to compare
 
     ctx = multiprocessing.get_context("spawn")
     port_q = ctx.Queue()
