@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import cast
 from urllib.parse import urlsplit
 
 from llmsla import names
@@ -57,8 +58,8 @@ class _Conn(asyncio.Protocol):
 
     # -- protocol callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCP and SSL transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -146,6 +147,10 @@ class _Conn(asyncio.Protocol):
         buf = self.buf
         while len(buf) < n:
             await self._more()
+        if len(buf) == n:  # the usual case: the body is all there is, copied once
+            body = bytes(buf)
+            buf.clear()
+            return body
         body = bytes(buf[:n])
         del buf[:n]
         return body

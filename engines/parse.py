@@ -14,13 +14,16 @@ absent, never 0. See docs/engines.md#what-it-reads-from-each-engine.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from llmsla import names
+from llmsla.events import EngineSample, EventError
 
 OPENMETRICS_TYPE = "application/openmetrics-text"
 
@@ -49,20 +52,49 @@ class Histogram:
     counts: tuple[int, ...]
     sum: float
     count: int
+    #: :meth:`wire`'s answer and its JSON, once computed (a histogram is immutable)
+    _wire: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
+    _json: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, object]:
         return {"le": list(self.le), "counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+    def wire(self, name: str = "ttft") -> dict[str, Any]:
+        """The ``EngineSample`` histogram field of this histogram, checked by the contract's own
+        rule once (:class:`~llmsla.events.EventError` if it breaks it) and then kept: an idle
+        replica's unchanged histogram is the same object scrape after scrape, and is not checked
+        again. ``name``: the field, for the error's message. The dict is shared: read it, never
+        change it."""
+        wire = self._wire
+        if wire is None:
+            wire = EngineSample.check_field(name, self.to_dict())
+            object.__setattr__(self, "_wire", wire)
+        return wire
+
+    def wire_json(self, name: str = "ttft") -> str:
+        """:meth:`wire` as the spool line writes it (compact JSON), kept like it."""
+        text = self._json
+        if text is None:
+            text = json.dumps(self.wire(name), separators=(",", ":"), allow_nan=False)
+            object.__setattr__(self, "_json", text)
+        return text
 
     def scaled(self, factor: float) -> Histogram:
         """Bounds and sum times ``factor`` (Triton's milliseconds -> seconds)."""
         return Histogram(tuple(b * factor for b in self.le), self.counts, self.sum * factor, self.count)
 
 
+Rows = list[tuple[dict[str, str], float]]
+
+
 @dataclass
 class Exposition:
-    """Samples by name: each a list of (labels, value), in exposition order."""
+    """Samples by name: each a list of (labels, value), in exposition order. The row lists may
+    be shared with a replica's earlier scrapes (:class:`Reuse`): read them, never change them."""
 
-    samples: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=lambda: defaultdict(list))
+    samples: dict[str, Rows] = field(default_factory=lambda: defaultdict(list))
+    #: the replica's histogram memo when read with one (:func:`fast_samples`)
+    reuse: Reuse | None = None
 
     def names(self) -> Iterable[str]:
         return self.samples.keys()
@@ -91,10 +123,35 @@ class Exposition:
 
     def histogram(self, base: str, where: LabelFilter | None = None) -> Histogram | None:
         """``base``'s buckets summed over label sets whose bounds agree with the first set's; None
-        when absent, when a value is not finite or when a set's buckets are not cumulative."""
+        when absent, when a value is not finite or when a set's buckets are not cumulative.
+
+        Read with a :class:`Reuse` and unfiltered, a histogram whose bucket, sum and count rows
+        are the very lists of the replica's previous scrape (their text did not change) is the
+        previous scrape's :class:`Histogram` object, not built again."""
+        reuse = self.reuse
+        if reuse is None or where is not None:
+            return self._histogram(base, where)
+        samples = self.samples
+        rows = (samples.get(f"{base}_bucket"), samples.get(f"{base}_sum"), samples.get(f"{base}_count"))
+        last = reuse.hists.get(base)
+        if last is not None and last[0] is rows[0] and last[1] is rows[1] and last[2] is rows[2]:
+            return last[3]
+        hist = self._histogram(base, None)
+        reuse.hists[base] = (*rows, hist)
+        return hist
+
+    def _histogram(self, base: str, where: LabelFilter | None) -> Histogram | None:
         rows = self._rows(f"{base}_bucket", where)
         if not rows:
             return None
+        plan = _plan(rows)
+        if plan is not None:  # one label set, its buckets in order: the values are the counts
+            layout, key = plan
+            vals = [v for _, v in rows]
+            hsums = [v for lab, v in self._rows(f"{base}_sum", where) if _key(lab) == key]
+            if not hsums:
+                return None
+            return _checked(layout, vals, hsums[-1])
         groups: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
         known = _BOUNDS
         for labels, value in rows:  # the hot loop of a scrape: kept to the bone
@@ -146,7 +203,7 @@ class Exposition:
             total_count += inf
             total_sum += hsum
         assert bounds is not None
-        return Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count)))
+        return _built(Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count))))
 
     def _rows(self, name: str, where: LabelFilter | None) -> list[tuple[dict[str, str], float]]:
         """Like :meth:`series`, without the copy when nothing is filtered (read-only use)."""
@@ -158,6 +215,58 @@ class Exposition:
 
 #: ``le`` label value -> its float, shared: a fleet repeats a handful of bucket bounds.
 _BOUNDS: dict[str, float] = {}
+#: A histogram's bucket label sets (the very objects) -> (finite bounds, label set but le) when
+#: they are one label set's buckets in increasing order ending with +Inf, else None: the
+#: layout of an engine's histogram is the same scrape after scrape, and across a fleet.
+_PLANS: dict[tuple[_Labels, ...], tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None] = {}
+
+
+def _plan(rows: Rows) -> tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None:
+    """The simple layout of ``rows`` (see ``_PLANS``), None for any other."""
+    if any(type(lab) is not _Labels for lab, _ in rows):
+        return None
+    labs = cast(tuple[_Labels, ...], tuple([lab for lab, _ in rows]))
+    try:
+        return _PLANS[labs]  # _Labels hash by identity (see _Labels)
+    except KeyError:
+        pass
+    plan: tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None = None
+    key = labs[0].group
+    les = [lab.get("le") for lab in labs]
+    if len(labs) > 1 and les[-1] == "+Inf" and all(lab.group == key for lab in labs):
+        try:
+            bounds = tuple(float(le) for le in les[:-1])  # type: ignore[arg-type]  # None: TypeError
+        except (TypeError, ValueError):
+            bounds = ()
+        if len(bounds) == len(labs) - 1 and all(math.isfinite(b) for b in bounds) and all(
+                a < b for a, b in zip(bounds, bounds[1:], strict=False)):
+            plan = (bounds, key)
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[labs] = plan
+    return plan
+
+
+def _checked(bounds: tuple[float, ...], cum: list[float], hsum: float) -> Histogram | None:
+    """One label set's histogram from its cumulative values (+Inf last) and sum; None when one
+    is not finite or they decrease."""
+    try:  # one NaN or infinity among them makes the sum not finite
+        ok = math.isfinite(math.fsum(cum) + hsum)
+    except OverflowError:
+        return None
+    if not ok or cum != sorted(cum):  # cumulative: never decreasing
+        return None
+    return _built(Histogram(bounds, tuple([int(round(c)) for c in cum[:-1]]), 0.0 + hsum, int(round(cum[-1]))))
+
+
+def _built(hist: Histogram) -> Histogram | None:
+    """``hist`` once the contract's own check of the EngineSample histogram field passed, else
+    None: here the engine's numbers become a contract field (a histogram it refuses is absent)."""
+    try:
+        hist.wire()
+    except EventError:
+        return None
+    return hist
 
 
 def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -223,6 +332,11 @@ class _Labels(dict[str, str]):
     __slots__ = ("group",)
     group: tuple[tuple[str, str], ...]
 
+    def __hash__(self) -> int:  # type: ignore[override]
+        """By identity (equality stays by content): a cache keyed by label sets then hits only
+        for the same objects, which the readers share between scrapes (``_PLANS``)."""
+        return id(self)
+
 
 @functools.lru_cache(maxsize=8192)
 def _labels(raw: str) -> _Labels | None:
@@ -249,28 +363,110 @@ _NO_LABELS = _Labels()
 _NO_LABELS.group = ()
 
 
-def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...]) -> Exposition | None:
+class Reuse:
+    """What one replica's previous scrape read, so that an unchanged part is not read again:
+    each run of kept lines (a family's samples: the formats keep a family's lines together)
+    by its exact text -> its samples, and each histogram with the row lists it was built from.
+    An idle replica's histogram families are byte-identical scrape after scrape; theirs are then
+    the same row lists, so :meth:`Exposition.histogram` returns the same object. Only the last
+    scrape's runs are kept (about the kept text's size per replica)."""
+
+    __slots__ = ("runs", "hists")
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Rows]] = {}
+        self.hists: dict[str, tuple[Rows | None, Rows | None, Rows | None, Histogram | None]] = {}
+
+
+@functools.lru_cache(maxsize=16)
+def _runs_of(keep: tuple[str, ...]) -> re.Pattern[str]:
+    """Runs of consecutive lines of the families starting with one of ``keep``, each found whole
+    by the regex engine: a ``# HELP`` / ``# TYPE`` line or another family's line ends a run."""
+    kept = _trie(sorted(set(keep)))
+    return re.compile("\n(" + kept + "[^\n]*(?:\n" + kept + "[^\n]*)*)")
+
+
+#: A sample line's text before its value (``name{k="v",...}``) -> its name and labels, for the
+#: lines that were read in full once and had no timestamp: a fleet's replicas repeat them.
+_HEADS: dict[str, tuple[str, _Labels]] = {}
+
+
+def _read_line(line: str, lines: re.Pattern[str]) -> tuple[str, _Labels, str] | None:
+    """(name, labels, value text) of a line of the plain shape, else None; remembers its head."""
+    found = lines.findall("\n" + line + "\n")
+    if len(found) != 1:
+        return None
+    name, raw, value, bad = found[0]
+    labels = _labels(raw) if raw else _NO_LABELS
+    if bad or labels is None:
+        return None
+    if line.endswith(" " + value):  # no timestamp: the same head with another value is this line's shape
+        if len(_HEADS) >= 16384:
+            _HEADS.clear()
+        _HEADS[line[:-len(value) - 1]] = (name, labels)
+    return name, labels, value
+
+
+def _read_run(run: str, lines: re.Pattern[str]) -> dict[str, Rows] | None:
+    """The samples of one run by name; None when a line is not of the plain shape.
+
+    A line whose head (the text before its last space) was read in full before is the same
+    name and labels with a new value: one split and a float. Any other line is read in full by
+    ``lines`` (the strict shape), which also learns its head."""
+    if "\r" in run:  # the strict shape refuses a CR: read every line in full
+        heads: dict[str, tuple[str, _Labels]] = {}
+    else:
+        heads = _HEADS
+    frag: dict[str, Rows] = {}
+    for line in run.split("\n"):
+        head, _, value = line.rpartition(" ")
+        known = heads.get(head)
+        if known is None:
+            full = _read_line(line, lines)
+            if full is None:
+                return None
+            name, labels, value = full
+        else:
+            name, labels = known
+        try:
+            v = float(value)
+        except ValueError:
+            return None
+        rows = frag.get(name)
+        if rows is None:
+            rows = frag[name] = []
+        rows.append((labels, v))
+    return frag
+
+
+def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...], reuse: Reuse | None = None) -> Exposition | None:
     """The samples of the families of ``body`` starting with one of ``keep`` when each of their
     lines has the plain shape; None for anything else, which the caller then gives to
     prometheus-client. OpenMetrics must end with ``# EOF`` (a truncated body goes to the strict
-    parser, which refuses it). The label dicts are shared: read them, never change them."""
+    parser, which refuses it). The label dicts and row lists are shared: read them, never change
+    them. With ``reuse`` (the replica's), a run whose text equals one of its previous scrape's
+    is not read again: its samples are the previous ones."""
     if openmetrics and not body.rstrip().endswith("# EOF"):
         return None
-    out = Exposition()
-    samples = out.samples
-    labels_of = _labels
     if not all(keep):  # an empty prefix keeps everything: the full parser reads it
         return None
-    for name, raw, value, bad in _lines_of(keep).findall("\n" + body + "\n"):
-        if bad:
-            return None
-        labels = labels_of(raw) if raw else _NO_LABELS
-        if labels is None:
-            return None
-        try:
-            samples[name].append((labels, float(value)))
-        except ValueError:
-            return None
+    out = Exposition(reuse=reuse)
+    samples = out.samples
+    last = reuse.runs if reuse is not None else {}
+    runs: dict[str, dict[str, Rows]] = {}
+    lines = _lines_of(keep)
+    for run in _runs_of(keep).findall("\n" + body + "\n"):
+        frag = last.get(run) or runs.get(run)
+        if frag is None:
+            frag = _read_run(run, lines)
+            if frag is None:
+                return None
+        runs[run] = frag
+        for name, rows in frag.items():
+            have = samples.get(name)
+            samples[name] = rows if have is None else have + rows  # a new list: rows are shared
+    if reuse is not None:
+        reuse.runs = runs
     return out
 
 
@@ -292,14 +488,16 @@ def _parse(body: str, content_type: str | None) -> Exposition:
     return out
 
 
-def parse(body: str, content_type: str | None = None, keep: tuple[str, ...] | None = None) -> Exposition:
+def parse(body: str, content_type: str | None = None, keep: tuple[str, ...] | None = None,
+          reuse: Reuse | None = None) -> Exposition:
     """Parse ``body`` with the parser its Content-Type names; :class:`ParseError` if it is not
     an exposition in that format, or holds no sample at all. With ``keep``, only the families
     whose names start with one of those prefixes are parsed (:func:`select`); when none is
-    there, the whole body is parsed, to tell garbage from an exposition of something else."""
+    there, the whole body is parsed, to tell garbage from an exposition of something else.
+    ``reuse``: the replica's memory of its previous scrape (:class:`Reuse`)."""
     out = Exposition()
     if keep:
-        fast = fast_samples(body, is_openmetrics(content_type), keep)
+        fast = fast_samples(body, is_openmetrics(content_type), keep, reuse)
         out = fast if fast is not None else _parse(select(body, keep), content_type)
     if not out.samples:
         out = _parse(body, content_type)

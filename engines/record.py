@@ -10,14 +10,18 @@ since the restart (the rule Prometheus's ``rate()`` applies), and ``counter_rese
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 
-from llmsla.events import EngineSample
+from llmsla.events import SCHEMA_VERSION, EngineSample
 
-from .parse import Histogram
+from .parse import Histogram, Reuse
 
 HISTOGRAMS = ("ttft", "itl", "e2e", "queue")
+#: The EngineSample fields :meth:`EngineSnapshot.to_event` fills with contract-checked values
+#: (:meth:`Histogram.wire`): ``validate(checked=...)`` need not check them again.
+CHECKED_FIELDS = frozenset(HISTOGRAMS)
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,9 @@ class EngineSnapshot:
         def nonneg(v: float | None) -> float | None:
             return None if v is None else max(0.0, v)
 
-        h = {name: (hist.to_dict() if (hist := self.histograms.get(name)) else None) for name in HISTOGRAMS}
+        # each histogram's wire form was checked by the contract when first built (parse.py), or
+        # is checked here: validate(checked=CHECKED_FIELDS) then skips them
+        h = {name: (hist.wire(name) if (hist := self.histograms.get(name)) else None) for name in HISTOGRAMS}
         return EngineSample(
             ts_ms=int(self.ts * 1000), replica=self.replica, pool=self.pool, engine=self.engine,
             waiting=nonneg(self.waiting), running=nonneg(self.running), kv_usage=clip01(self.kv_usage),
@@ -63,6 +69,29 @@ class EngineSnapshot:
             lora_adapters=None if self.lora_adapters is None else list(self.lora_adapters),
             counter_reset=int(self.counter_reset), ttft=h["ttft"], itl=h["itl"], e2e=h["e2e"], queue=h["queue"],
         )
+
+
+#: Whether the histogram fields close EngineSample's field list (so :func:`sample_line` can
+#: append their kept JSON to the rest's); else it writes ``to_json()`` itself.
+_HISTS_LAST = tuple(f.name for f in EngineSample.FIELDS[-len(HISTOGRAMS):]) == HISTOGRAMS
+_HEAD_FIELDS = tuple((f.name, f.attr) for f in EngineSample.FIELDS[:-len(HISTOGRAMS)])
+
+
+def sample_line(event: EngineSample, snap: EngineSnapshot) -> str:
+    """``event.to_json()`` (``event`` is ``snap.to_event()``), with each histogram's JSON the
+    one kept on its :class:`Histogram`: an idle replica's four histograms are not serialised
+    again every second. The same text, byte for byte (tests/engines/test_reuse.py)."""
+    if not _HISTS_LAST:
+        return event.to_json()
+    head: dict[str, object] = {"v": SCHEMA_VERSION}
+    for name, attr in _HEAD_FIELDS:
+        head[name] = getattr(event, attr)
+    parts = [json.dumps(head, separators=(",", ":"), allow_nan=False)[:-1]]
+    for name in HISTOGRAMS:
+        hist = snap.histograms.get(name)
+        parts.append(f',"{name}":{hist.wire_json(name) if hist else "null"}')
+    parts.append("}")
+    return "".join(parts)
 
 
 def as_int(value: float | None) -> int | None:
@@ -92,6 +121,8 @@ class ReplicaState:
     #: preemptions counted since this process started, across engine restarts (re-exported as a
     #: counter that never goes down)
     preemptions: float = 0.0
+    #: the last scrape's runs of kept lines and histograms, to skip re-reading unchanged ones
+    reuse: Reuse = field(default_factory=Reuse)
 
     def update(self, snap: EngineSnapshot) -> tuple[EngineSnapshot, float]:
         """``snap`` with the hit rate from counter increases and ``counter_reset`` set, and the

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from llmsla import names
 from llmsla.spool import SpoolWriter
 
-from .record import EngineSnapshot
+from .record import CHECKED_FIELDS, EngineSnapshot, sample_line
 from .scrape import ScrapeError, Target
 
 _LABELS = names.ENGINE_LABELS
@@ -55,6 +55,8 @@ class EngineRecorder:
         self._bound: dict[tuple[int, tuple[str, str, str]], Any] = {}
         #: labels -> the bound (up, scrape_seconds, preemptions) children a success sets
         self._fixed: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
+        #: labels -> the values its gauges were last set to: an idle replica's are not set again
+        self._last: dict[tuple[str, str, str], tuple[Any, ...]] = {}
 
     def _labels(self, target: Target, engine: str) -> tuple[str, str, str]:
         return (target.replica, target.pool, engine)
@@ -64,6 +66,7 @@ class EngineRecorder:
         if engine is None:
             return
         labels = self._labels(target, engine)
+        self._last.pop(labels, None)
         for i, gauge in enumerate(self._values):
             self._bound.pop((i, labels), None)
             with contextlib.suppress(KeyError):
@@ -71,7 +74,7 @@ class EngineRecorder:
 
     def sample(self, target: Target, snap: EngineSnapshot, preempted: float, seconds: float) -> None:
         """A successful scrape: gauges, the preemption counter, the spool line."""
-        event = snap.to_event().validate()
+        event = snap.to_event().validate(checked=CHECKED_FIELDS)
         old = self._engine.get(target.replica)
         if old is not None and old != snap.engine:  # first detected (was auto), or the engine changed
             self._clear(target)
@@ -81,11 +84,15 @@ class EngineRecorder:
                     gauge.remove(*self._labels(target, old))
         self._engine[target.replica] = snap.engine
         labels = self._labels(target, snap.engine)
-        values = (event.waiting, event.running, event.kv_usage, event.kv_blocks_total, event.kv_block_size,
+        values: tuple[Any, ...] = (event.waiting, event.running, event.kv_usage, event.kv_blocks_total, event.kv_block_size,
                   event.kv_capacity_tokens, event.prefix_cache_hit_rate,
                   None if event.lora_adapters is None else len(event.lora_adapters))
         bound = self._bound
-        for i, (gauge, value) in enumerate(zip(self._values, values, strict=True)):
+        if self._last.get(labels) == values:
+            values = ()  # each gauge holds its value already (or has no series, for a None)
+        else:
+            self._last[labels] = values
+        for i, (gauge, value) in enumerate(zip(self._values, values, strict=False)):
             if value is None:
                 if bound.pop((i, labels), None) is not None:
                     with contextlib.suppress(KeyError):
@@ -104,7 +111,7 @@ class EngineRecorder:
         if preempted > 0:
             fixed[2].inc(preempted)
         if self.spool is not None:
-            self.spool.write_line(event.to_json())
+            self.spool.write_line(sample_line(event, snap))
 
     def forget(self, target: Target) -> None:
         """The replica left (discovery): every series of it goes (stale in Prometheus, not 0)."""
@@ -113,6 +120,7 @@ class EngineRecorder:
             return
         labels = self._labels(target, engine)
         self._fixed.pop(labels, None)
+        self._last.pop(labels, None)
         for i in range(len(self._values)):
             self._bound.pop((i, labels), None)
         for metric in (*self._values, self.up, self.scrape_seconds, self.preemptions):

@@ -200,6 +200,24 @@ MAX_LIST_ITEMS = 64
 HIST_KEYS = ("le", "counts", "sum", "count")
 
 
+@functools.lru_cache(maxsize=256)
+def _member(name: str, type_: str, minimum: float | None) -> Field:
+    """The Field a member of a composite field is checked as (made once per name)."""
+    return Field(name, type_, "", minimum=minimum)
+
+
+_FLOAT = frozenset({float})
+_INT = frozenset({int})
+
+
+def _all_finite(values: list[float]) -> bool:
+    """Whether every float of ``values`` is finite (one NaN or infinity makes their sum not)."""
+    try:
+        return math.isfinite(math.fsum(values))
+    except OverflowError:  # finite items whose exact sum is past the float range
+        return all(math.isfinite(v) for v in values)
+
+
 def _parse_hist(kind: str, f: Field, value: Any) -> dict[str, Any]:
     """A cumulative histogram as an engine exposes it: finite upper bounds ``le`` (strictly
     increasing, the +Inf bucket left out: it is ``count``), cumulative ``counts`` per bound
@@ -221,23 +239,31 @@ def _parse_hist(kind: str, f: Field, value: Any) -> dict[str, Any]:
             raise EventError(kind, f"{name}.{key}", f"more than {MAX_BUCKETS} buckets")
     if len(le) != len(counts):
         raise EventError(kind, f"{name}.counts", f"{len(counts)} counts for {len(le)} bounds")
-    # the common case (plain finite floats, small non-negative ints) without a Field per item:
-    # a scraper validates every engine histogram of every replica every second
-    bounds = [float(b) if type(b) is float and math.isfinite(b) else
-              float(_check_number(kind, Field(f"{name}.le[{i}]", "number", ""), b, integer=False))
-              for i, b in enumerate(le)]
-    cum = [c if type(c) is int and 0 <= c <= _INT_MAX else
-           int(_check_number(kind, Field(f"{name}.counts[{i}]", "int", "", minimum=0), c, integer=True))
-           for i, c in enumerate(counts)]
-    for i in range(1, len(bounds)):
-        if bounds[i] <= bounds[i - 1]:
-            raise EventError(kind, f"{name}.le[{i}]", "bounds must increase strictly")
-        if cum[i] < cum[i - 1]:
-            raise EventError(kind, f"{name}.counts[{i}]", "cumulative counts must not decrease")
-    total = int(_check_number(kind, Field(f"{name}.count", "int", "", minimum=0), value["count"], integer=True))
+    # the common case (plain finite floats, small non-negative ints, in order) in C-level passes
+    # over the lists, without a Field per item: a scraper checks every engine histogram of every
+    # replica every second; anything else takes the item-by-item path, which names the culprit
+    if set(map(type, le)) <= _FLOAT and _all_finite(le):
+        bounds = list(le)
+    else:
+        bounds = [float(b) if type(b) is float and math.isfinite(b) else
+                  float(_check_number(kind, Field(f"{name}.le[{i}]", "number", ""), b, integer=False))
+                  for i, b in enumerate(le)]
+    if set(map(type, counts)) <= _INT and (not counts or (min(counts) >= 0 and max(counts) <= _INT_MAX)):
+        cum = list(counts)
+    else:
+        cum = [c if type(c) is int and 0 <= c <= _INT_MAX else
+               int(_check_number(kind, Field(f"{name}.counts[{i}]", "int", "", minimum=0), c, integer=True))
+               for i, c in enumerate(counts)]
+    if not (cum == sorted(cum) and bounds == sorted(bounds) and len(set(bounds)) == len(bounds)):
+        for i in range(1, len(bounds)):
+            if bounds[i] <= bounds[i - 1]:
+                raise EventError(kind, f"{name}.le[{i}]", "bounds must increase strictly")
+            if cum[i] < cum[i - 1]:
+                raise EventError(kind, f"{name}.counts[{i}]", "cumulative counts must not decrease")
+    total = int(_check_number(kind, _member(f"{name}.count", "int", 0), value["count"], integer=True))
     if cum and cum[-1] > total:
         raise EventError(kind, f"{name}.count", "smaller than the last bucket")
-    hsum = float(_check_number(kind, Field(f"{name}.sum", "number", ""), value["sum"], integer=False))
+    hsum = float(_check_number(kind, _member(f"{name}.sum", "number", None), value["sum"], integer=False))
     return {"le": bounds, "counts": cum, "sum": hsum, "count": total}
 
 
@@ -340,14 +366,26 @@ class _Event:
             raise EventError(kind, "itl_ms", "expected the summary object {n, mean, std, max}, got a list of gaps")
         return cls.from_dict(data)
 
-    def validate(self) -> Any:
+    def validate(self, *, checked: frozenset[str] = frozenset()) -> Any:
         """Check a directly constructed event in place (producers call this before writing);
-        the same rules as :meth:`from_dict`, without a round trip through a dict."""
+        the same rules as :meth:`from_dict`, without a round trip through a dict. ``checked``
+        names fields whose values the producer already ran through :meth:`check_field` (a
+        scraper checks an engine histogram once, not at every sample that carries it again)."""
         kind = self.KIND
         for f in self.FIELDS:
-            _check_value(kind, f, getattr(self, f.attr))
+            if f.name not in checked:
+                _check_value(kind, f, getattr(self, f.attr))
         self._check_relations()
         return self
+
+    @classmethod
+    def check_field(cls, name: str, value: Any) -> Any:
+        """``value`` checked by the rules of field ``name`` (what :meth:`validate` applies to
+        it), normalised; :class:`EventError` if it breaks them."""
+        for f in cls.FIELDS:
+            if f.name == name:
+                return _check_value(cls.KIND, f, value)
+        raise KeyError(name)
 
     def _check_relations(self) -> None:
         """Cross-field rules; overridden where a contract has them."""

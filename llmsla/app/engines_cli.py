@@ -12,7 +12,6 @@ so an ``EngineSample``'s ``replica`` is the ``RequestEvent``'s; the scraping its
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from typing import Any
 
@@ -97,6 +96,7 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
     from llmsla.engines.follow import Follow
     from llmsla.engines.recorder import EngineRecorder
     from llmsla.engines.scrape import ScrapeError, Scraper
+    from llmsla.exporters.cli import run_loop
     from llmsla.spool import SpoolWriter
 
     if args.host is not None:
@@ -108,9 +108,9 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
 
     if args.once:
         if source_name != "static":
-            tgts = asyncio.run(resolve())
+            tgts = run_loop(resolve())
         scraper = Scraper(cfg, tgts)
-        results = asyncio.run(scraper.scrape_all_once())
+        results = run_loop(scraper.scrape_all_once())
         out: dict[str, Any] = {}
         for t in tgts:
             r = results[t.replica]
@@ -137,7 +137,7 @@ def engines_main(args: argparse.Namespace, cfg: Config) -> int:
             for rid, st in scraper.status.items()}})
 
     try:
-        asyncio.run(serve_exporter(registry, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg), follow.serve,
+        run_loop(serve_exporter(registry, cfg.engine.host, cfg.engine.port, Limits.from_config(cfg), follow.serve,
                                    banner=lambda url: f"llmsla engines listening on {url}/metrics, "
                                                       + (f"scraping {len(tgts)} replicas" if source_name == "static"
                                                          else f"following {describe}"), healthz=healthz))

@@ -112,6 +112,29 @@ def test_connection_is_kept_and_reused() -> None:
     asyncio.run(run())
 
 
+def test_client_runs_on_uvloop() -> None:
+    """The gateway (engine signals) and ``llmsla engines`` run on uvloop, whose transports are
+    not asyncio.Transport subclasses: kept connections, a chunked body and a failure there too."""
+    uvloop = pytest.importorskip("uvloop")
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + f"{len(BODY):x}\r\n".encode() + BODY + b"\r\n0\r\n\r\n")
+
+    async def run() -> None:
+        async with server(answer(ok())) as (base, conns):
+            c = Client(1024, "text/plain")
+            for _ in range(3):
+                assert (await c.get(f"{base}/metrics")).body == BODY
+            c.close()
+            assert len(conns) == 1
+        async with server(answer(chunked)) as (base, _):
+            assert await get(f"{base}/metrics") == BODY
+        async with server(answer(b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n")) as (base, _):
+            await fails(f"{base}/metrics", names.ENGINE_FAIL_HTTP)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run())
+
+
 def test_connection_close_and_a_server_closing_idle_ones_are_handled() -> None:
     async def run() -> None:
         # the server closes after each answer (no header saying so): the next GET finds the

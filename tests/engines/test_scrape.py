@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
@@ -19,7 +20,14 @@ from llmsla import config as config_mod
 from llmsla import names
 from llmsla.engines.record import EngineSnapshot
 from llmsla.engines.recorder import EngineRecorder
-from llmsla.engines.scrape import ScrapeError, Scraper, Target, backoff_s
+from llmsla.engines.scrape import (
+    TICKS_PER_INTERVAL,
+    ScrapeError,
+    Scraper,
+    Target,
+    backoff_s,
+    on_tick,
+)
 
 from . import expositions as ex
 
@@ -207,3 +215,53 @@ async def _too_large() -> None:
         assert isinstance(r, ScrapeError) and r.reason == names.ENGINE_FAIL_TOO_LARGE
     finally:
         await runner.cleanup()
+
+
+def test_scrapes_start_together_on_the_tick_grid_and_keep_their_cadence() -> None:
+    """The replicas due at one tick start together (one wake-up of the process for them all),
+    spread over the ticks of one interval; each keeps its 1-per-interval cadence."""
+    assert on_tick(1.26, 0.1) == pytest.approx(1.3) and on_tick(1.24, 0.1) == pytest.approx(1.2)
+    cfg = _cfg()
+    cfg.engine.scrape_interval_s = interval = 0.5  # 80 scrapes a second: the loop has time to idle
+    tick = interval / TICKS_PER_INTERVAL
+
+    async def run() -> None:
+        body = ex.vllm().text.encode()  # one body, not encoded per request: the scraper's timing is tested
+
+        async def metrics(_request: web.Request) -> web.Response:
+            return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        try:
+            n = 4 * TICKS_PER_INTERVAL
+            starts: dict[str, list[float]] = {f"r{i}": [] for i in range(n)}
+            loop = asyncio.get_running_loop()
+            scraper = Scraper(cfg, [Target(f"r{i}", "p", f"{base}/metrics") for i in range(n)],
+                              on_sample=lambda t, s, p, secs: starts[t.replica].append(loop.time() - secs))
+            stop = asyncio.Event()
+            task = asyncio.create_task(scraper.run(stop))
+            await asyncio.sleep(6 * interval)
+            stop.set()
+            await asyncio.wait_for(task, 2.0)
+        finally:
+            await runner.cleanup()
+        every = sorted(t for ts in starts.values() for t in ts[1:])  # after each one's first scrape
+        assert len(every) >= n * 4
+        # the starts come in clusters, one a tick (a wake-up): spread one by one, 40 replicas
+        # over an interval would start 12.5 ms apart, each its own wake-up
+        clusters = 1 + sum(1 for x, y in zip(every, every[1:], strict=False) if y - x > tick / 8)
+        assert clusters <= len(every) / 2, (clusters, len(every))
+        per_interval = {round(t / tick) % TICKS_PER_INTERVAL for t in every}
+        assert len(per_interval) >= TICKS_PER_INTERVAL - 1  # still spread over the interval
+        for ts in starts.values():
+            gaps = [b - a for a, b in zip(ts[1:], ts[2:], strict=False)]
+            assert len(gaps) >= 3 and max(gaps) < interval + 0.15, gaps
+            assert abs(sum(gaps) / len(gaps) - interval) < tick / 2, gaps  # the grid neither drifts nor skips
+
+    asyncio.run(run())
