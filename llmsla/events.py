@@ -214,7 +214,7 @@ def _all_finite(values: list[float]) -> bool:
     """Whether every float of ``values`` is finite (one NaN or infinity makes their sum not)."""
     try:
         return math.isfinite(math.fsum(values))
-    except OverflowError:  # finite items whose exact sum is past the float range
+    except (OverflowError, ValueError):  # a sum past the float range; or -inf and +inf together
         return all(math.isfinite(v) for v in values)
 
 

@@ -205,3 +205,16 @@ def test_numbers_beyond_the_float_range_and_boolean_versions_are_rejected() -> N
     with pytest.raises(EventError, match="unsupported schema version True"):
         RequestEvent.from_json(json.dumps({**request(), "v": True}))
     assert RequestEvent.from_json(json.dumps({**request(), "v": 1.0})).model  # 1.0 is 1, as in the schema
+
+
+@pytest.mark.parametrize("le", [[-math.inf, math.inf], [math.nan, 1.0], [0.1, math.inf], [1e308, 1.5e308]])
+def test_engine_histogram_bounds_that_are_not_finite_are_a_schema_error(le: list[float]) -> None:
+    """JSON as Python reads it accepts ``Infinity``; such a bound is the contract's error with its
+    field (never another exception that would stop a reader), and finite bounds near the float
+    limit stay valid."""
+    hist = {"le": le, "counts": [0, 1], "sum": 1.0, "count": 1}
+    if all(math.isfinite(b) for b in le):
+        assert events.EngineSample.check_field("ttft", hist)["le"] == le
+        return
+    with pytest.raises(events.EventError, match=r"EngineSample\.ttft\.le\[\d\]"):
+        events.EngineSample.check_field("ttft", hist)
