@@ -107,14 +107,21 @@ class Exposition:
         return [v for _, v in self._rows(name, where) if math.isfinite(v)]
 
     def total(self, name: str, where: LabelFilter | None = None) -> float | None:
-        """Sum over the label sets (finite values only); None when there is none."""
+        """Sum over the label sets (finite values only); None when there is none, or when the
+        sum is past the float range (a replica exposing garbage: that field, not its sample)."""
         vals = self._finite(name, where)
-        return math.fsum(vals) if vals else None
+        try:
+            return math.fsum(vals) if vals else None
+        except OverflowError:
+            return None
 
     def mean(self, name: str, where: LabelFilter | None = None) -> float | None:
-        """Mean over the label sets (a ratio per data-parallel rank); None when there is none."""
+        """Mean over the label sets (a ratio per data-parallel rank); None as for :meth:`total`."""
         vals = self._finite(name, where)
-        return math.fsum(vals) / len(vals) if vals else None
+        try:
+            return math.fsum(vals) / len(vals) if vals else None
+        except OverflowError:
+            return None
 
     def first(self, name: str, where: LabelFilter | None = None) -> float | None:
         """The first finite value (a per-replica constant such as a block size)."""
@@ -192,11 +199,7 @@ class Exposition:
             if inf is None or hsum is None:
                 return None
             cum.append(inf)
-            try:  # one NaN or infinity among them makes the sum not finite
-                ok = math.isfinite(math.fsum(cum) + hsum)
-            except OverflowError:
-                return None
-            if not ok or cum != sorted(cum):  # cumulative: never decreasing
+            if not _cumulative(cum, hsum):
                 return None
             cum.pop()
             acc = [a + c for a, c in zip(acc, cum, strict=True)] if acc else cum
@@ -247,14 +250,21 @@ def _plan(rows: Rows) -> tuple[tuple[float, ...], tuple[tuple[str, str], ...]] |
     return plan
 
 
+def _cumulative(cum: list[float], hsum: float) -> bool:
+    """Whether a histogram's cumulative bucket values and its sum are all finite and the values
+    never decrease. One NaN or infinity makes the exact sum not finite; fsum raises on -inf with
+    +inf and on a finite sum past the float range, and either is a histogram to refuse."""
+    try:
+        ok = math.isfinite(math.fsum(cum) + hsum)
+    except (OverflowError, ValueError):
+        return False
+    return ok and cum == sorted(cum)
+
+
 def _checked(bounds: tuple[float, ...], cum: list[float], hsum: float) -> Histogram | None:
     """One label set's histogram from its cumulative values (+Inf last) and sum; None when one
     is not finite or they decrease."""
-    try:  # one NaN or infinity among them makes the sum not finite
-        ok = math.isfinite(math.fsum(cum) + hsum)
-    except OverflowError:
-        return None
-    if not ok or cum != sorted(cum):  # cumulative: never decreasing
+    if not _cumulative(cum, hsum):
         return None
     return _built(Histogram(bounds, tuple([int(round(c)) for c in cum[:-1]]), 0.0 + hsum, int(round(cum[-1]))))
 

@@ -173,6 +173,39 @@ vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.05
     assert ev.running is None and ev.kv_usage is None
 
 
+@pytest.mark.parametrize("two_ranks", [False, True])
+def test_sums_past_the_float_range_and_opposite_infinities_spoil_a_field_not_the_sample(two_ranks: bool) -> None:
+    """Finite gauges whose sum overflows, and a histogram with -Inf and +Inf buckets (an exact sum
+    of those raises in Python rather than giving a non-finite value): the field is absent and the
+    rest of the replica's sample stays, never an exception that fails the whole scrape."""
+    rank1 = """\
+vllm:e2e_request_latency_seconds_bucket{engine="1",le="1.0",model_name="m"} 1
+vllm:e2e_request_latency_seconds_bucket{engine="1",le="+Inf",model_name="m"} 2
+vllm:e2e_request_latency_seconds_sum{engine="1",model_name="m"} 1
+vllm:e2e_request_latency_seconds_count{engine="1",model_name="m"} 2
+""" if two_ranks else ""
+    body = f"""\
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="m"}} 1.7e308
+vllm:num_requests_waiting{{engine="1",model_name="m"}} 1.7e308
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} 1.7e308
+vllm:kv_cache_usage_perc{{engine="1",model_name="m"}} 1.7e308
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="m"}} 3
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{{engine="0",le="1.0",model_name="m"}} -Inf
+vllm:e2e_request_latency_seconds_bucket{{engine="0",le="+Inf",model_name="m"}} +Inf
+vllm:e2e_request_latency_seconds_sum{{engine="0",model_name="m"}} 1
+vllm:e2e_request_latency_seconds_count{{engine="0",model_name="m"}} 1
+{rank1}"""
+    s = _read(body, TEXT)
+    assert s.waiting is None and s.kv_usage is None
+    assert s.running == 3.0
+    assert s.histograms["e2e"] is None
+    s.to_event().validate()
+
+
 def test_counter_reset_never_gives_negative_increases() -> None:
     state = ReplicaState()
     first, pre0 = state.update(_read(ex.vllm(preemptions={"0": 10, "1": 10}, hits={"0": 100, "1": 100},
