@@ -106,22 +106,26 @@ class Exposition:
     def _finite(self, name: str, where: LabelFilter | None) -> list[float]:
         return [v for _, v in self._rows(name, where) if math.isfinite(v)]
 
-    def total(self, name: str, where: LabelFilter | None = None) -> float | None:
-        """Sum over the label sets (finite values only); None when there is none, or when the
-        sum is past the float range (a replica exposing garbage: that field, not its sample)."""
+    def _sum(self, name: str, where: LabelFilter | None) -> tuple[float, int] | None:
+        """(sum, count) of the finite values; None when there is none, or when the sum is past
+        the float range (a replica exposing garbage: that field, not its sample)."""
         vals = self._finite(name, where)
+        if not vals:
+            return None
         try:
-            return math.fsum(vals) if vals else None
+            return math.fsum(vals), len(vals)
         except OverflowError:
             return None
 
+    def total(self, name: str, where: LabelFilter | None = None) -> float | None:
+        """Sum over the label sets (finite values only); None as :meth:`_sum` says."""
+        got = self._sum(name, where)
+        return None if got is None else got[0]
+
     def mean(self, name: str, where: LabelFilter | None = None) -> float | None:
-        """Mean over the label sets (a ratio per data-parallel rank); None as for :meth:`total`."""
-        vals = self._finite(name, where)
-        try:
-            return math.fsum(vals) / len(vals) if vals else None
-        except OverflowError:
-            return None
+        """Mean over the label sets (a ratio per data-parallel rank); None as :meth:`_sum` says."""
+        got = self._sum(name, where)
+        return None if got is None else got[0] / got[1]
 
     def first(self, name: str, where: LabelFilter | None = None) -> float | None:
         """The first finite value (a per-replica constant such as a block size)."""
