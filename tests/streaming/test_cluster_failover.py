@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psycopg
 
 from llmsla import names
 from llmsla.store import open_store
@@ -47,6 +48,36 @@ def _until(proc, pred):
 def _job(cluster: Cluster) -> dict | None:
     jobs = [j for j in cluster.status()["jobs"] if j["name"] == "llmsla-stream"]
     return jobs[0] if jobs else None
+
+
+def _diagnosis(cluster: Cluster, job_id: str, dsn: str) -> str:
+    """What a stalled recovery looks like from the JobManager: each vertex's task states, the
+    job's exceptions and the cluster's log tails (the driver's log says nothing of the tasks);
+    and from the store, its sessions (a sink blocked on a lock shows its wait here)."""
+    out = []
+    with psycopg.connect(dsn) as conn:
+        out += [str(row) for row in conn.execute(
+            "SELECT pid, state, wait_event_type, wait_event, now() - xact_start, left(query, 100)"
+            " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+    try:
+        detail = cluster.rest(f"/jobs/{job_id}")
+        out += [f"{v['name'][:60]}: {v['status']} {v.get('tasks')}" for v in detail.get("vertices", [])]
+        exc = cluster.rest(f"/jobs/{job_id}/exceptions")
+        out += [str(e.get("exceptionName", e))[:300] for e in exc.get("exceptionHistory", {}).get("entries", [])[:5]]
+        out.append(str(cluster.rest("/taskmanagers"))[:1500])
+    except (OSError, ValueError, KeyError) as e:
+        out.append(f"REST: {e!r}")
+    for log in sorted((cluster.root / "log").glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        telling = [ln[:400] for ln in lines
+                   if any(w in ln for w in _TELLING) and "configuration property" not in ln]
+        out.append(f"--- {log.name}: {len(lines)} lines, the last telling ones ---")
+        out += telling[-40:]
+    return "\n".join(out)
+
+
+#: log lines that say what a recovery did: state changes, restarts, slots, warnings and errors
+_TELLING = (" WARN ", " ERROR ", "switched from", "estart", "slot", "Slot", "Disconnect", "Registering")
 
 
 def test_taskmanager_killed_mid_run_job_recovers_from_checkpoint(cfg, spool_dirs, tmp_path: Path) -> None:
@@ -106,7 +137,7 @@ def test_taskmanager_killed_mid_run_job_recovers_from_checkpoint(cfg, spool_dirs
                      and _count(dsn, "SELECT count(*) FROM dead_letters") >= len(want_dead)), 240,
               f"{len(want)} windows and {len(want_dead)} dead letters", log,
               lambda: (_count(dsn, "SELECT count(*) FROM request_windows"),
-                       _count(dsn, "SELECT count(*) FROM dead_letters"), cluster.status()["jobs"]))
+                       _count(dsn, "SELECT count(*) FROM dead_letters"), _diagnosis(cluster, job["id"], dsn)))
         time.sleep(1.0)  # a double write, if any, would land now
         assert proc.poll() is None, log.read_text()[-3000:]  # the driver still waits on the job
         assert victim not in cluster.taskmanager_pids() and len(cluster.taskmanager_pids()) == 2
