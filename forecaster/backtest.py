@@ -19,7 +19,7 @@ from llmsla.forecaster import evaluate, features, horizons
 from llmsla.forecaster import metrics as m
 from llmsla.forecaster.artifact import Artifact
 from llmsla.forecaster.baselines import RULES
-from llmsla.forecaster.dataset import SPLITS, Dataset
+from llmsla.forecaster.dataset import SPLITS, Dataset, DatasetError
 
 #: the name of the model's row in the backtest's tables
 MODEL = "lstm (serving threshold)"
@@ -30,14 +30,24 @@ class BacktestError(ValueError):
 
 
 def check(art: Artifact) -> None:
-    """The model must read the features the scorer builds (names and order)."""
+    """The model must read features and masks the scorer can build (its own list, in its order)."""
     if art.meta.get("mode") != "fleet" or art.scaler is None:
         raise BacktestError("a backtest needs a fleet-mode model with its scaler (not a univariate one)")
-    want = (list(features.FEATURES), list(features.MASKS))
-    got = (list(art.meta.get("features") or []), list(art.meta.get("masks") or []))
-    if got != want:
-        raise BacktestError(f"model {art.version} reads features {got[0]} + masks {got[1]}; this scorer builds "
-                            f"{want[0]} + {want[1]}: retrain it with this llmsla")
+    names_ = list(art.meta.get("features") or [])
+    masks = list(art.meta.get("masks") or [])
+    unknown = features.unknown_features(names_)
+    if not names_ or unknown or masks != list(features.MASKS):
+        raise BacktestError(f"model {art.version} reads features {names_} + masks {masks}; this scorer builds "
+                            f"features out of {list(features.KNOWN)} + masks {list(features.MASKS)}: "
+                            "retrain it with this llmsla")
+
+
+def own_columns(ds: Dataset, art: Artifact) -> Dataset:
+    """``ds`` (built with the model's features, or more) with the model's columns, in its order."""
+    try:
+        return ds.select(art.meta["features"])
+    except DatasetError as exc:
+        raise BacktestError(f"model {art.version}: {exc}") from None
 
 
 def score(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig) -> dict[str, m.Report]:
@@ -45,6 +55,7 @@ def score(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig) -> dict[str, m.Re
     on each split of ``ds`` and on the whole history: ``val``, ``test``, ``whole``. The gate
     compares a candidate with the champion by these same reports."""
     check(art)
+    ds = own_columns(ds, art)
 
     # a model with several horizons is judged by its shortest head: the artifact's horizon and
     # threshold, the ones ``ds`` was built for
@@ -68,9 +79,11 @@ class Backtest:
 
 def run(ds: Dataset, art: Artifact, ec: evaluate.EvalConfig, methods: tuple[str, ...], *,
         log: Callable[[str], None] | None = None) -> Backtest:
-    """Score ``ds`` (built with the model's window and horizon) with the model and ``methods``."""
+    """Score ``ds`` (built with the model's window and horizon) with the model and ``methods``;
+    the learned baselines read the model's features too."""
     t0 = time.perf_counter()
     reports = score(ds, art, ec)
+    ds = own_columns(ds, art)
     model = evaluate.MethodResult(MODEL, {"version": art.version}, art.threshold, reports["val"], reports["test"],
                                   time.perf_counter() - t0)
     whole = reports["whole"]

@@ -111,6 +111,16 @@ class Dataset:
                        self.signals, self.breach, self.y, self.offsets, self.meta,
                        {**self.info, "features": list(feature_names)})
 
+    def absent_features(self) -> list[str]:
+        """Opted-into columns (beyond the default list) with no value at all: a feature whose
+        source the history lacks, e.g. the engine's state where nothing scraped the replicas; a
+        model would learn a constant from it. The default list's may be absent (a fleet without
+        a GPU exporter): their presence masks say so and the shipped model is trained that way."""
+        if self.mode != "fleet" or not len(self.feats):
+            return []
+        empty = np.isnan(self.feats).all(axis=0)
+        return [n for n, e in zip(self.features, empty, strict=True) if e and n not in feat.FEATURES]
+
     @property
     def n_series(self) -> int:
         return len(self.meta)

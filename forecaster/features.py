@@ -24,18 +24,15 @@ from llmsla import names
 from llmsla.forecaster import slo as slo_mod
 from llmsla.forecaster.windowing import Frame
 
-FEATURES: tuple[str, ...] = (
-    "qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms", "itl_jitter_ms",
-    "queue_p99_ms", "error_ratio", "gpu_mem_used_ratio", "gpu_util", "output_tps", "temperature_jitter",
-)
+FEATURES: tuple[str, ...] = names.FORECAST_FEATURES
 #: The engine's own state (``engine_windows``: the serving engine's scrape, ``llmsla engines``):
 #: requests waiting for a batch slot, the fullest KV cache, preemptions per second. A pool sums
 #: its replicas' queues and preemptions and takes the fullest cache.
-ENGINE_FEATURES: tuple[str, ...] = ("engine_waiting", "engine_kv_usage", "engine_preemptions_per_s")
+ENGINE_FEATURES: tuple[str, ...] = names.FORECAST_ENGINE_FEATURES
 #: Every feature :func:`build` can make: the default list and those a model may opt into
 #: (``gpu_temp_c``: the hottest of the target's GPUs, the thermal-throttling precursor; the
 #: engine's state, :data:`ENGINE_FEATURES`).
-KNOWN: tuple[str, ...] = (*FEATURES, "gpu_temp_c", *ENGINE_FEATURES)
+KNOWN: tuple[str, ...] = names.FORECAST_KNOWN_FEATURES
 #: Heavy-tailed features get log1p before robust scaling (a 60 s TTFT must not be 1,000 IQRs).
 LOG_FEATURES: frozenset[str] = frozenset({"qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms",
                                           "itl_jitter_ms", "queue_p99_ms", "output_tps", "engine_waiting",
@@ -113,6 +110,12 @@ def targets_of(req: Frame, *, pools: bool = True) -> list[Target]:
         if pools:
             seen.add(Target(p, ""))
     return sorted(seen)
+
+
+def configured(names_: Sequence[str]) -> tuple[str, ...]:
+    """The feature list new models read: ``forecast.features``, or :data:`FEATURES` when it is
+    empty (the config check has refused unknown or repeated names)."""
+    return tuple(names_) or FEATURES
 
 
 def unknown_features(feature_names: Sequence[str]) -> list[str]:

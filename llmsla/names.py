@@ -356,6 +356,15 @@ L_HORIZON = "horizon"
 #: ``target`` label of the risk gauge and ``forecasts.target``: a replica or a whole pool.
 FORECAST_TARGET_REPLICA = "replica"
 FORECAST_TARGET_POOL = "pool"
+#: The forecaster's input features: the default list every new model reads unless
+#: ``forecast.features`` names another, and the ones a model may opt into (``gpu_temp_c``: the
+#: hottest of the target's GPUs; the engine's own state from ``engine_windows``).
+FORECAST_FEATURES: tuple[str, ...] = (
+    "qps", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "itl_mean_ms", "itl_jitter_ms",
+    "queue_p99_ms", "error_ratio", "gpu_mem_used_ratio", "gpu_util", "output_tps", "temperature_jitter",
+)
+FORECAST_ENGINE_FEATURES: tuple[str, ...] = ("engine_waiting", "engine_kv_usage", "engine_preemptions_per_s")
+FORECAST_KNOWN_FEATURES: tuple[str, ...] = (*FORECAST_FEATURES, "gpu_temp_c", *FORECAST_ENGINE_FEATURES)
 L_TARGET = "target"
 L_OUTCOME = "outcome"
 #: The forecaster's alerts (Alertmanager webhook v4 to the receiver); labels from the alerting

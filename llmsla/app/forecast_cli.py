@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,10 @@ def _history_args(p: argparse.ArgumentParser, *, split: bool) -> None:
                    help="cut the series at a gap in the request windows instead of refusing the history")
 
 
-def _store_dataset(cfg: Config, args: argparse.Namespace, window: int, horizon: int) -> Any:
-    """The store's history ``--from``..``--to`` as a data set; one line and exit 2 when it cannot be."""
+def _store_dataset(cfg: Config, args: argparse.Namespace, window: int, horizon: int,
+                   feature_names: Sequence[str]) -> Any:
+    """The store's history ``--from``..``--to`` as a data set of ``feature_names``; one line and
+    exit 2 when it cannot be."""
     import psycopg
 
     from llmsla.errors import CliError
@@ -118,7 +121,7 @@ def _store_dataset(cfg: Config, args: argparse.Namespace, window: int, horizon: 
     try:
         with handle.connect() as conn:
             h = sd.read_history(conn, from_ms, to_ms, slos=slos, slo_window_steps=fc.slo_window_steps,
-                                gpu_map=features.gpu_map_from(fc.gpu_map))
+                                gpu_map=features.gpu_map_from(fc.gpu_map), feature_names=feature_names)
         return sd.to_dataset(h, spec, slos)
     except sd.HistoryError as exc:
         raise CliError(str(exc)) from None
@@ -175,10 +178,11 @@ def cmd_dataset(args: argparse.Namespace, cfg: Config) -> int:
 
 def _dataset_from_store(cfg: Config, args: argparse.Namespace, out: Path) -> int:
     from llmsla.errors import CliError
-    from llmsla.forecaster import store_dataset
+    from llmsla.forecaster import features, store_dataset
 
     t0 = time.perf_counter()
-    ds = _store_dataset(cfg, args, cfg.forecast.window_steps, cfg.forecast.horizon_steps)
+    # every feature this llmsla builds, like the simulated set: train then reads forecast.features
+    ds = _store_dataset(cfg, args, cfg.forecast.window_steps, cfg.forecast.horizon_steps, features.KNOWN)
     problems = store_dataset.time_order(ds)
     if problems:  # to_dataset cuts by time; this would be a bug, never a user error
         raise CliError(f"the splits are not in time order: {problems[0]}")
@@ -304,8 +308,11 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
         raise CliError("--trained-by and --no-gate are for the registry: add --from-store")
     data, out = _paths(cfg, args)
     ds = _load_data(data)
-    if ds.mode == "fleet":  # new models read the default list, whatever else the set holds
-        ds = _features_of(ds, list(features.FEATURES), "the default feature list")
+    if ds.mode == "fleet":  # new models read forecast.features, whatever else the set holds
+        ds = _features_of(ds, list(features.configured(cfg.forecast.features)), "forecast.features")
+        if absent := ds.absent_features():
+            raise CliError(f"forecast.features: {', '.join(absent)} has no value in {data}: a model would "
+                           "learn a constant; rebuild the data set where its source is recorded, or drop it")
     tc = _train_config(cfg, epochs=args.epochs, seed=args.seed)
     res, mr = train_and_save(cfg, ds, out, tc, log=_log)
     t = mr.test
@@ -581,7 +588,10 @@ def cmd_backtest(args: argparse.Namespace, cfg: Config) -> int:
     except backtest.BacktestError as exc:
         raise CliError(f"{model_name}: {exc}") from None
     out = Path(args.out or cfg.forecast.root() / "backtest.md")
-    ds = _store_dataset(cfg, args, art.window, art.horizon)
+    ds = _store_dataset(cfg, args, art.window, art.horizon, art.meta["features"])
+    if absent := ds.absent_features():
+        raise CliError(f"{model_name} reads {', '.join(absent)}, which has no value in this history: "
+                       "the backtest would judge it on a constant")
     train.seed_everything(cfg.forecast.seed, cfg.forecast.threads)
     ec = _eval_config(cfg, learned_max_windows=args.learned_max_windows)
     bt = backtest.run(ds, art, ec, methods, log=_log)

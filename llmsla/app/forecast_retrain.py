@@ -65,9 +65,19 @@ class Outcome:
 
 
 def read(cfg: Config, conn: psycopg.Connection, spec: HistorySpec) -> sd.History:
+    """Every feature this llmsla builds: the candidate reads ``forecast.features`` and the
+    champion its own list, each selected from the same history."""
     fc = cfg.forecast
     return sd.read_history(conn, spec.from_ms, spec.to_ms, slos=slo_mod.from_config(cfg),
-                           slo_window_steps=fc.slo_window_steps, gpu_map=features.gpu_map_from(fc.gpu_map))
+                           slo_window_steps=fc.slo_window_steps, gpu_map=features.gpu_map_from(fc.gpu_map),
+                           feature_names=features.KNOWN)
+
+
+def _source_of(absent: list[str]) -> str:
+    """What fills the features a history lacks."""
+    if set(absent) <= set(features.ENGINE_FEATURES):
+        return "the store has no engine windows (is `llmsla engines` scraping the replicas?)"
+    return "the store has no windows of its source for these targets; remove it from forecast.features"
 
 
 def champion(conn: psycopg.Connection, log: Log) -> tuple[artifact.Artifact, str, registry.ModelRow | None]:
@@ -85,7 +95,8 @@ def champion(conn: psycopg.Connection, log: Log) -> tuple[artifact.Artifact, str
 
 def run_gate(cfg: Config, conn: psycopg.Connection, h: sd.History, spec: HistorySpec, ds: Dataset,
              row: registry.ModelRow, cand: artifact.Artifact, log: Log) -> gate.Verdict:
-    """Score the candidate and the champion on the same history's held-out part; promote or refuse."""
+    """Score the candidate and the champion on the same history's held-out part, each on its own
+    features out of ``ds`` (built with every known one); promote or refuse."""
     champ, label, _ = champion(conn, log)
     ec = _eval_config(cfg)
     slos = slo_mod.from_config(cfg)
@@ -123,7 +134,11 @@ def cycle(cfg: Config, conn: psycopg.Connection, spec: HistorySpec, *, by: str, 
     ``psycopg.Error`` for the store; neither leaves a row behind."""
     h = read(cfg, conn, spec)
     fc = cfg.forecast
-    ds = sd.to_dataset(h, spec.store_spec(cfg, fc.window_steps, fc.horizon_steps), slo_mod.from_config(cfg))
+    every = sd.to_dataset(h, spec.store_spec(cfg, fc.window_steps, fc.horizon_steps), slo_mod.from_config(cfg))
+    ds = every.select(features.configured(fc.features))
+    if absent := ds.absent_features():
+        raise sd.HistoryError(f"forecast.features: {', '.join(absent)} has no value in this history "
+                              f"({sd.iso(spec.from_ms)} to {sd.iso(spec.to_ms)}): {_source_of(absent)}")
     tc = tc if tc is not None else _train_config(cfg)
     with tempfile.TemporaryDirectory(prefix="llmsla-train-") as tmp:
         art_dir = Path(out) if out is not None else Path(tmp) / "model"
@@ -148,5 +163,5 @@ def cycle(cfg: Config, conn: psycopg.Connection, spec: HistorySpec, *, by: str, 
     except registry.RegistryError as exc:
         registry.set_status(conn, row, registry.REFUSED, str(exc))
         return Outcome(row, None, f"{row.label} refused: {exc}")
-    v = run_gate(cfg, conn, h, spec, ds, row, cand, log)
+    v = run_gate(cfg, conn, h, spec, every, row, cand, log)
     return Outcome(registry.get(conn, row.id), v, v.reason if mute is None else f"{v.reason} ({mute})")

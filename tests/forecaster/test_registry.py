@@ -100,12 +100,33 @@ def _history() -> tuple[windowing.Frame, windowing.Frame]:
     return frame(req, windowing.REQUEST_KEYS), frame(gpu, windowing.GPU_KEYS)
 
 
-def _store(pg_dsn: str) -> None:
+def _engine_history() -> windowing.Frame:
+    """What ``llmsla engines`` would have windowed: r0's waiting queue builds up before each of
+    its breaches, r1's stays flat."""
+    build = {k - LEAK + i: (i + 1) / LEAK for k in BREACHES for i in range(LEAK)}
+    rows: dict[str, list] = {k: [] for k in (*windowing.ENGINE_KEYS, *windowing.ENGINE_VALUES)}
+    for k in range(N):
+        for rep in ("r0", "r1"):
+            waiting = 2.0 + (k % 3) + (30.0 * build.get(k, 0.0) if rep == "r0" else 0.0)
+            for key, v in (("bucket", T0 + k * STEP_MS), ("pool", names.DEFAULT_POOL), ("replica", rep),
+                           ("engine", "vllm"), ("samples", 5.0), ("waiting_mean", waiting),
+                           ("waiting_max", waiting + 1), ("running_mean", 8.0), ("running_max", 8.0),
+                           ("kv_usage_mean", 0.4 + waiting / 100), ("kv_usage_max", 0.45 + waiting / 100),
+                           ("preemptions", 0.0), ("counter_resets", 0.0)):
+                rows[key].append(v)
+    return {c: np.asarray(v, dtype=np.int64 if c == "bucket" else object if c in windowing.ENGINE_KEYS else float)
+            for c, v in rows.items()}
+
+
+def _store(pg_dsn: str, *, engines: bool = False) -> None:
     req, gpu = _history()
     with psycopg.connect(pg_dsn) as conn:
         migrate(conn, config_mod.load(env={}))
         store_io.write_frame(conn, names.T_REQUEST_WINDOWS, windowing.REQUEST_KEYS, windowing.REQUEST_VALUES, req)
         store_io.write_frame(conn, names.T_GPU_WINDOWS, windowing.GPU_KEYS, windowing.GPU_VALUES, gpu)
+        if engines:
+            store_io.write_frame(conn, names.T_ENGINE_WINDOWS, windowing.ENGINE_KEYS, windowing.ENGINE_VALUES,
+                                 _engine_history())
 
 
 def _migrated(pg_dsn: str) -> None:
@@ -268,7 +289,8 @@ def test_the_gate_promotes_a_better_model_and_refuses_a_worse_one(pg_dsn, tmp_pa
         from llmsla.forecaster import slo as slo_mod
         from llmsla.forecaster import store_dataset as sd
 
-        ds = sd.to_dataset(h, spec.store_spec(cfg, 16, 3), slo_mod.from_config(cfg))
+        # the history holds every known feature; the challenger reads the default list
+        ds = sd.to_dataset(h, spec.store_spec(cfg, 16, 3), slo_mod.from_config(cfg)).select(features.FEATURES)
         shuffled = copy.copy(ds)
         shuffled.y = ds.y.copy()
         labelled = np.flatnonzero(ds.y >= 0)
@@ -284,6 +306,73 @@ def test_the_gate_promotes_a_better_model_and_refuses_a_worse_one(pg_dsn, tmp_pa
         assert registry.champion(conn).id == good.id  # type: ignore[union-attr]
     rc, out, _ = _run(capsys, pg_dsn, "models")
     assert "refused" in out and "kept champion" in out
+
+
+def test_a_fleet_opts_into_the_engine_features(pg_dsn, tmp_path, capsys, monkeypatch) -> None:
+    """``forecast.features`` with the engine's state: refused while the store has no engine
+    windows (a model would learn a constant), then trained from the store, registered and gated
+    against the shipped model on the same breaches (each on its own features), and backtested on
+    its own list; the default list is unchanged beside it."""
+    _store(pg_dsn)
+    for k, v in TINY_ENV.items():
+        monkeypatch.setenv(k, v)
+    opted = [*features.FEATURES, *features.ENGINE_FEATURES]
+    monkeypatch.setenv("LLMSLA_FORECAST_FEATURES", ",".join(opted))
+    history = ("--from", _iso(0), "--to", _iso(N), "--min-breaches", "3")
+    line = _one_line_error(*_run(capsys, pg_dsn, "train", "--from-store", *history)[::2])
+    assert "forecast.features: engine_waiting, engine_kv_usage, engine_preemptions_per_s" in line, line
+    assert "`llmsla engines`" in line, line
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert registry.list_models(conn) == []  # nothing registered from a refused history
+
+    with psycopg.connect(pg_dsn) as conn:
+        store_io.write_frame(conn, names.T_ENGINE_WINDOWS, windowing.ENGINE_KEYS, windowing.ENGINE_VALUES,
+                             _engine_history())
+    rc, out, err = _run(capsys, pg_dsn, "train", "--from-store", *history, "--trained-by", "ci@test")
+    assert rc == 0, err
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        (row,) = registry.list_models(conn)
+        art = registry.load(conn, row)
+    assert art.meta["features"] == opted and art.scaler is not None and len(art.scaler.median) == len(opted)
+    g = row.metrics["gate"]
+    assert g["champion_label"].startswith("the shipped model v")  # read its twelve from the same history
+    assert g["candidate"]["events"] == g["champion"]["events"] > 0
+
+    page = tmp_path / "backtest.md"
+    rc, text, err = _run(capsys, pg_dsn, "backtest", "--registry", str(row.id), *history, "--out", str(page),
+                         "--methods", "persistence,logistic_regression")
+    assert rc == 0, err
+    res = json.loads(page.with_suffix(".json").read_text())
+    assert [r["method"] for r in res["held_out"]] == ["lstm (serving threshold)", "persistence", "logistic_regression"]
+    held_out = res["held_out"][0]["test"]["events"]["none"]
+    assert held_out == g["candidate"]["events"]  # the gate judged the same held-out breaches
+    assert res["whole"]["events"]["none"] > held_out > 0
+
+    # the data set of the store carries every known feature; train reads the configured list
+    data = tmp_path / "store.npz"
+    rc, _, err = _run(capsys, pg_dsn, "dataset", "--from-store", *history, "--out", str(data))
+    assert rc == 0, err
+    from llmsla.forecaster.dataset import Dataset
+
+    ds = Dataset.load(data)
+    assert ds.features == list(features.KNOWN)
+    eng = ds.select(features.ENGINE_FEATURES).feats
+    # (log1p of) r0's queue before its breaches, and the pool's (r0's and r1's summed)
+    assert np.isfinite(eng).all() and eng[:, 0].max() > np.log1p(32)
+    monkeypatch.setenv("LLMSLA_FORECAST_FEATURES", "")
+    rc, _, err = _run(capsys, pg_dsn, "train", "--data", str(data), "--out", str(tmp_path / "default"))
+    assert rc == 0, err
+    assert artifact.load(tmp_path / "default").meta["features"] == list(features.FEATURES)
+
+
+def test_forecast_features_are_checked_where_they_are_set() -> None:
+    for value, says in (("qps,gpu_fan_rpm", "unknown feature 'gpu_fan_rpm'"), ("qps,qps", "features repeat")):
+        with pytest.raises(config_mod.ConfigError, match=says) as err:
+            config_mod.load(env={"LLMSLA_FORECAST_FEATURES": value})
+        assert "forecast.features" in str(err.value)
+    assert config_mod.load(env={"LLMSLA_FORECAST_FEATURES": "qps,engine_waiting"}).forecast.features == [
+        "qps", "engine_waiting"]
+    assert features.configured([]) == features.FEATURES
 
 
 def test_gate_rule() -> None:
