@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,17 @@ TICKS_PER_INTERVAL = 10
 def on_tick(t: float, tick_s: float) -> float:
     """``t`` (loop time) moved to the nearest tick of the grid every ``tick_s`` seconds."""
     return round(t / tick_s) * tick_s
+
+
+def next_due(due: float, delay_s: float, now: float, tick_s: float) -> float:
+    """When a replica's next scrape is due: ``delay_s`` after the tick its last one was due at,
+    not after the moment it started, so a busy loop that starts scrapes late does not move the
+    replicas onto later ticks until they bunch on a few. Slots that passed while a scrape ran or
+    the loop stalled are skipped but the latest, which is taken at once (still on the grid)."""
+    nxt = due + delay_s
+    if nxt < now:
+        nxt += math.floor((now - nxt) / delay_s) * delay_s
+    return on_tick(nxt, tick_s)
 
 
 def backoff_s(failures: int, interval_s: float, cap_s: float) -> float:
@@ -255,13 +267,10 @@ class Scraper:
                 await asyncio.sleep(wait)
                 if stop.is_set():
                     return
-            started = loop.time()
             try:
                 await self._one(target)
             except Exception:  # a bug in an adapter must not end this replica's loop
                 log.exception("engine %s: scrape crashed", target.replica)
                 st.up, st.failures = False, st.failures + 1
             st.delay_s = e.scrape_interval_s if st.up else backoff_s(st.failures, e.scrape_interval_s, e.backoff_max_s)
-            # on the grid, so that the replicas due at one tick start together; a scrape longer
-            # than the interval: the next at once
-            due = max(on_tick(started + st.delay_s, tick), loop.time())
+            due = next_due(due, st.delay_s, loop.time(), tick)

@@ -26,6 +26,7 @@ from llmsla.engines.scrape import (
     Scraper,
     Target,
     backoff_s,
+    next_due,
     on_tick,
 )
 
@@ -215,6 +216,24 @@ async def _too_large() -> None:
         assert isinstance(r, ScrapeError) and r.reason == names.ENGINE_FAIL_TOO_LARGE
     finally:
         await runner.cleanup()
+
+
+def test_a_late_loop_keeps_each_replica_on_its_tick() -> None:
+    """The next scrape is due an interval after the tick the last one was due at: a loop that
+    starts every scrape 30 ms late (more than half a 50 ms tick) keeps the replica on its tick,
+    where counting from the late start moved it one tick later each interval until the replicas
+    bunched on a few ticks (CI, a busy machine: 5 of 10 ticks left). A stall longer than the
+    interval skips the slots it missed but the latest, taken at once and still on the tick."""
+    interval, tick = 0.5, 0.05
+    due = 10.15  # this replica's tick: 3 of 10
+    for _ in range(50):
+        due = next_due(due, interval, now=due + 0.03 + 0.01, tick_s=tick)  # started 30 ms late, ran 10 ms
+        assert round(due / tick) % TICKS_PER_INTERVAL == 3, due
+    stalled = next_due(due, interval, now=due + 2.3 * interval, tick_s=tick)
+    assert stalled == pytest.approx(due + 2 * interval)  # the latest missed slot: due at once
+    assert next_due(stalled, interval, now=stalled + 0.01, tick_s=tick) == pytest.approx(due + 3 * interval)
+    backoff = next_due(due, 4 * interval, now=due + 0.01, tick_s=tick)  # a failing replica's longer delay
+    assert backoff == pytest.approx(due + 4 * interval)
 
 
 def test_scrapes_start_together_on_the_tick_grid_and_keep_their_cadence() -> None:
