@@ -29,6 +29,13 @@ from llmsla.spool import published_segments, read_segment
 
 N = 400  # requests sent at once: a few hundred ms of one core's gateway work
 
+
+def _runnable_ms(pid: int) -> float:
+    """Time the gateway's loop thread has spent runnable but not running (``/proc/<pid>/schedstat``,
+    the run-queue delay): the CPU was given to other processes while its bytes waited."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e6
+
+
 CLIENT = textwrap.dedent('''
     import json, select, socket, sys, time
     port, n = int(sys.argv[1]), int(sys.argv[2])
@@ -113,10 +120,12 @@ def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> 
             # out, and then nothing queued. Such a run measures nothing, so it is sent again.
             sent_ids: set[str] = set()
             for _attempt in range(3):
+                waited_before = _runnable_ms(proc.pid)
                 res = subprocess.run([sys.executable, "-c", CLIENT, str(port), str(N)], capture_output=True,
                                      text=True, timeout=120)
                 assert res.returncode == 0, res.stderr[-3000:]
                 client = json.loads(res.stdout)
+                client["gateway_waited_ms"] = _runnable_ms(proc.pid) - waited_before
                 sent_ids |= {r["request_id"] for r in client["requests"]}
                 if client["burst_ms"] < 50:
                     break
@@ -148,7 +157,8 @@ def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> 
     assert under.min() > -1.0, under.min()  # its clock starts after the client's send, ends before
     assert np.percentile(under, 50) < 0.1 * np.percentile(cl, 99), (np.percentile(under, [50, 95, 99]),
                                                                   np.percentile(cl, 99))
-    assert np.percentile(gw, 99) / np.percentile(cl, 99) > 0.85, (np.percentile(gw, 99), np.percentile(cl, 99))
+    assert np.percentile(gw, 99) / np.percentile(cl, 99) > 0.85, (  # with what the run-queue took from it
+        np.percentile(gw, 99), np.percentile(cl, 99), client["gateway_waited_ms"])
     # the loop's lag is exported for the saturation page
     assert f"{names.GATEWAY_LOOP_LAG_SECONDS}_count" in exposition
     assert f"\n{names.GATEWAY_ACCEPT_BACKLOG_MAX} " in exposition

@@ -29,6 +29,15 @@ def _sample(reg: CollectorRegistry, name: str, **labels: str) -> float:
                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
+async def _recorded(reg: CollectorRegistry, ok_requests: int) -> None:
+    """Until the gateway has recorded ``ok_requests`` successful requests. It records a request
+    after its last byte is written, and the client runs in the same loop: it can have the whole
+    stream before the gateway's handler has taken its next step."""
+    async with asyncio.timeout(5):
+        while _sample(reg, f"{names.REQUESTS}_total", model=MODEL, status=names.STATUS_OK) < ok_requests:
+            await asyncio.sleep(0.01)
+
+
 def test_the_openai_sdk_sees_openais_api(tmp_path: Path) -> None:
     cfg = worker_cfg(tmp_path)
     with WorkerThread(cfg) as wt:
@@ -60,12 +69,14 @@ def test_the_openai_sdk_sees_openais_api(tmp_path: Path) -> None:
                                                               stream=True, stream_options={"include_usage": True},
                                                               extra_body={"ignore_eos": True})
                 out["asked"] = [c async for c in stream]
+                await _recorded(reg, 2)
                 ttft_streamed = _sample(reg, f"{names.REQUEST_TTFT_SECONDS}_count")
                 tpot_streamed = _sample(reg, f"{names.REQUEST_TPOT_SECONDS}_count")
                 # not streamed: usage in the body, the request id in a header; no TTFT, no TPOT
                 raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES,
                                                                              max_tokens=5)
                 out["plain"], out["plain_headers"] = raw.parse(), raw.headers
+                await _recorded(reg, 3)
                 out["ttft"] = (ttft_streamed, _sample(reg, f"{names.REQUEST_TTFT_SECONDS}_count"))
                 out["tpot"] = (tpot_streamed, _sample(reg, f"{names.REQUEST_TPOT_SECONDS}_count"))
                 out["model"] = await client.models.retrieve(MODEL)
