@@ -625,7 +625,7 @@ class ForecastConfig:
     window_steps: int = _k(64, "input window W, 5 s steps", minimum=2)
     horizon_steps: int = _k(5, "label horizon H: an SLO breach within the next H steps", minimum=1)
     horizons_s: list[float] = _k([], "training: several label horizons in seconds (e.g. [30, 120, 300, 600]), one model head, threshold and alert each; empty = horizon_steps alone", check=_horizons_problem)
-    features: list[str] = _k([], "the input features of new models (forecast train, train --from-store, the unattended retrain, eval); empty = the default 12; add engine_waiting, engine_kv_usage, engine_preemptions_per_s where `llmsla engines` scrapes the replicas, gpu_temp_c where GPUs throttle (docs/forecaster.md#features). A model keeps its own list: serve and backtest read the artifact's", check=_features_problem)
+    features: list[str] = _k([], "the input features of new models (forecast train, train --from-store, the unattended retrain); empty = the default 12; add engine_waiting, engine_kv_usage, engine_preemptions_per_s where `llmsla engines` scrapes the replicas, gpu_temp_c where GPUs throttle (docs/forecaster.md#feature-lists-per-model). A model keeps its own list: serve, eval, backtest and the gate read the artifact's", check=_features_problem)
     slo_window_steps: int = _k(12, "SLO evaluation window of a label, 5 s steps (counts merged exactly)", minimum=1)
     hidden: int = _k(50, "LSTM hidden units", minimum=1)
     layers: int = _k(1, "LSTM layers", minimum=1)
