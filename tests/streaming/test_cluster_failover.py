@@ -55,10 +55,13 @@ def _diagnosis(cluster: Cluster, job_id: str, dsn: str) -> str:
     job's exceptions and the cluster's log tails (the driver's log says nothing of the tasks);
     and from the store, its sessions (a sink blocked on a lock shows its wait here)."""
     out = []
-    with psycopg.connect(dsn) as conn:
-        out += [str(row) for row in conn.execute(
-            "SELECT pid, state, wait_event_type, wait_event, now() - xact_start, left(query, 100)"
-            " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+    try:
+        with psycopg.connect(dsn) as conn:
+            out += [str(row) for row in conn.execute(
+                "SELECT pid, state, wait_event_type, wait_event, now() - xact_start, left(query, 100)"
+                " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+    except psycopg.Error as e:
+        out.append(f"store: {e!r}")
     try:
         detail = cluster.rest(f"/jobs/{job_id}")
         out += [f"{v['name'][:60]}: {v['status']} {v.get('tasks')}" for v in detail.get("vertices", [])]
@@ -136,8 +139,9 @@ def test_taskmanager_killed_mid_run_job_recovers_from_checkpoint(cfg, spool_dirs
         _wait(_until(proc, lambda: _count(dsn, "SELECT count(*) FROM request_windows") >= len(want)
                      and _count(dsn, "SELECT count(*) FROM dead_letters") >= len(want_dead)), 240,
               f"{len(want)} windows and {len(want_dead)} dead letters", log,
-              lambda: (_count(dsn, "SELECT count(*) FROM request_windows"),
-                       _count(dsn, "SELECT count(*) FROM dead_letters"), _diagnosis(cluster, job["id"], dsn)))
+              lambda: (f"{_count(dsn, 'SELECT count(*) FROM request_windows')} windows, "
+                       f"{_count(dsn, 'SELECT count(*) FROM dead_letters')} dead letters;\n"
+                       f"{_diagnosis(cluster, job['id'], dsn)}\n"))
         time.sleep(1.0)  # a double write, if any, would land now
         assert proc.poll() is None, log.read_text()[-3000:]  # the driver still waits on the job
         assert victim not in cluster.taskmanager_pids() and len(cluster.taskmanager_pids()) == 2
