@@ -43,7 +43,10 @@ def check(art: Artifact) -> None:
 
 
 def own_columns(ds: Dataset, art: Artifact) -> Dataset:
-    """``ds`` (built with the model's features, or more) with the model's columns, in its order."""
+    """``ds`` (built with the model's features, or more) with the model's columns, in its order;
+    ``ds`` itself when it has exactly those (``run`` and ``score`` both ask: no second copy)."""
+    if ds.features == list(art.meta["features"]):
+        return ds
     try:
         return ds.select(art.meta["features"])
     except DatasetError as exc:
