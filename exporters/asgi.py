@@ -134,7 +134,8 @@ class InstrumentedASGI:
                 state["disconnected"] = True
             return msg
 
-        state: dict[str, Any] = {"disconnected": False, "code": None, "complete": False}
+        # told_all: the stream's [DONE] was sent, so a client leaving after it got its answer
+        state: dict[str, Any] = {"disconnected": False, "code": None, "complete": False, "told_all": False}
         if size > self.max_body:
             self.metrics.bad_request("body_too_large")
             await self.app(scope, replay, send)
@@ -175,6 +176,9 @@ class InstrumentedASGI:
                     timer.finish_body(now)
                     state["complete"] = True
                     return
+                await send(message)
+                state["told_all"] = timer.ended
+                return
             await send(message)
 
         status = names.STATUS_ERROR
@@ -188,7 +192,7 @@ class InstrumentedASGI:
         try:
             await self.app(scope, replay, watch)
             code = state["code"] or 500
-            if not state["complete"]:
+            if not state["complete"] and not state["told_all"]:
                 status = names.STATUS_CANCELLED if state["disconnected"] else names.STATUS_ERROR
             elif code < 400:
                 status = names.STATUS_OK
@@ -196,11 +200,8 @@ class InstrumentedASGI:
                 status = names.STATUS_REJECTED
             elif code == 504:
                 status = names.STATUS_TIMEOUT
-        except asyncio.CancelledError:
-            status = names.STATUS_CANCELLED
-            raise
-        except OSError:  # writing to a client that went away
-            status = names.STATUS_CANCELLED
+        except (asyncio.CancelledError, OSError):  # the client went away (OSError: writing to it)
+            status = names.STATUS_OK if state["told_all"] else names.STATUS_CANCELLED
             raise
         finally:
             self._in_flight.dec()

@@ -464,6 +464,7 @@ class Gateway:
         rep: ReplicaRef | None = None
         up: UpstreamResponse | None = None
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
+        told_all = False  # the stream's [DONE] was written: a client leaving after it got its answer
         ahead: float | None = None  # prompt tokens waiting on the replica at dispatch; None once told
         arm = a.label
         strategy = a.strategy
@@ -558,7 +559,7 @@ class Gateway:
                         strip = None if stripper is None else stripper.feed
 
                         def piece(data: bytes, end: bool) -> None:
-                            nonlocal ahead
+                            nonlocal ahead, told_all
                             if data:
                                 feed(data, clock())  # the timer sees the usage the client will not
                                 if ahead is not None and timer.first_token is not None:
@@ -569,6 +570,7 @@ class Gateway:
                             if end and stripper is not None:
                                 data += stripper.flush()
                             push(data, end)
+                            told_all = timer.ended
 
                         try:
                             await up.relay(piece)
@@ -590,6 +592,7 @@ class Gateway:
                             writing = True
                             await write(data)
                             writing = False
+                            told_all = timer.ended
                     else:
                         strip = stripper.feed
                         async for data in up.iter_chunks():
@@ -605,6 +608,7 @@ class Gateway:
                                 writing = True
                                 await write(out)
                                 writing = False
+                                told_all = timer.ended
                         last += stripper.flush()
                     writing = True
                     await ex.end(last)
@@ -614,12 +618,13 @@ class Gateway:
             status = names.STATUS_TIMEOUT
             msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
             return await self._fail(ex, 504, msg, "upstream_timeout", arm_headers)
-        except asyncio.CancelledError:
-            status = names.STATUS_CANCELLED
+        except asyncio.CancelledError:  # the client left (or the gateway stops)
+            status = names.STATUS_OK if told_all else names.STATUS_CANCELLED
             raise
         except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
             if writing and isinstance(exc, ConnectionError | RuntimeError):
-                status = names.STATUS_CANCELLED
+                # a client that had [DONE] and hung up before the body's end got its answer
+                status = names.STATUS_OK if told_all else names.STATUS_CANCELLED
                 return None
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"

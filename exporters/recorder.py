@@ -122,7 +122,7 @@ class StreamTimer:
     """
 
     __slots__ = ("arrival", "dispatch", "first_token", "last_token", "gaps_ms", "chunks_with_tokens",
-                 "usage", "ext", "_buf", "streaming", "_body", "model", "response_id", "finish_reasons")
+                 "usage", "ext", "_buf", "streaming", "_body", "model", "response_id", "finish_reasons", "ended")
 
     def __init__(self, arrival: float, *, streaming: bool) -> None:
         self.arrival = arrival
@@ -136,6 +136,9 @@ class StreamTimer:
         self.model: str | None = None
         self.response_id: str | None = None
         self.finish_reasons: list[str] = []
+        #: the stream's ``data: [DONE]`` has been fed: a client that has it has the whole answer
+        #: (OpenAI's SDK closes the connection there, before the chunked body's end)
+        self.ended = False
         self.streaming = streaming
         self._buf = b""
         self._body: list[bytes] = []
@@ -161,7 +164,10 @@ class StreamTimer:
         self._buf = buf[start:]
 
     def _data(self, payload: bytes, now: float) -> None:
-        if not payload or payload == b"[DONE]":
+        if not payload:
+            return
+        if payload == b"[DONE]":
+            self.ended = True
             return
         if _TAIL_KEYS.search(payload) is None:  # the common per-token chunk: no JSON decode
             if _NON_EMPTY_TEXT.search(payload) is not None:

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
+import openai
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -63,7 +64,11 @@ async def tiny_app(scope, receive, send) -> None:
         chunk = {"choices": [{"index": 0, "text": "y"}], **({"usage": usage} if i == n - 1 else {})}
         await send({"type": "http.response.body", "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",
                     "more_body": True})
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+    linger = body.get("prompt") == "linger"  # as Starlette's StreamingResponse: the end in its own message
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": linger})
+    if linger:
+        await asyncio.sleep(0.5)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @asynccontextmanager
@@ -220,3 +225,28 @@ def test_middleware_resolves_tenant_and_class_like_the_gateway(tmp_path: Path) -
     folded = {s.labels.get("label"): s.value for m in reg.collect() for s in m.samples
               if "overflow" in s.name and s.name.endswith("_total")}
     assert folded.get(names.L_TENANT) == 1, folded
+
+
+def test_a_client_leaving_after_done_was_answered(tmp_path: Path) -> None:
+    """OpenAI's SDK closes the connection at ``data: [DONE]``; an app that ends the body in a
+    later message (Starlette's streaming responses do) has still answered it."""
+    cfg = config_mod.load(env={})
+    cfg.spool.dir = str(tmp_path / "spool")
+    spool = SpoolWriter(cfg.spool_dir(), names.SPOOL_REQUESTS, background=False)
+    app = InstrumentedASGI.from_config(tiny_app, cfg, registry=CollectorRegistry(), spool=spool)
+
+    async def main() -> list[str]:
+        async with asgi_server(app) as url:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            stream = await client.completions.create(model=MODEL, prompt="linger", max_tokens=3, stream=True)
+            texts = [c.choices[0].text async for c in stream]
+            await client.close()
+            await asyncio.sleep(0.8)  # past the app's end of the body
+            return texts
+
+    texts = asyncio.run(main())
+    spool.close()
+    evs = [e for seg in published_segments(cfg.spool_dir(), names.SPOOL_REQUESTS)
+           for e in read_segment(seg, names.SPOOL_REQUESTS)]
+    assert texts == ["y"] * 3
+    assert [(e.status, e.output_tokens) for e in evs] == [(names.STATUS_OK, 3)]

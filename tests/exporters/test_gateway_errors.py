@@ -81,6 +81,8 @@ class Upstream:
                                         "output_tokens": n}}
                 await resp.write(_chunk("x", **extra))
             await resp.write(b"data: [DONE]\n\n")
+            if prompt == "linger":  # the body's end comes well after [DONE]
+                await asyncio.sleep(0.5)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import aiohttp
+import openai
+import pytest
 from prometheus_client import CollectorRegistry
 
 from llmsla import names
@@ -301,3 +303,30 @@ def test_silent_and_idle_connections_are_closed(tmp_path: Path) -> None:
     assert got["timed_out"] == 1  # the silent one; an idle kept-alive connection is not a slow head
     assert got["open"] == 0
     assert [e.status for e in evs] == ["ok"]
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_client_leaving_after_done_was_answered(tmp_path: Path, fast_path: bool) -> None:
+    """OpenAI's SDK closes the connection at ``data: [DONE]``, before the chunked body's end; a
+    replica that sends that end later (here 0.5 s) must not turn an answered request into a
+    cancelled one. A client leaving before [DONE] still counts as cancelled."""
+    async def scenario(gw, up) -> dict:
+        client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
+        stream = await client.completions.create(model=MODEL, prompt="linger", max_tokens=4, stream=True)
+        texts = [c.choices[0].text async for c in stream]
+        await client.close()
+        # a client leaving mid-stream, for contrast
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)
+        writer.write(_request(json.dumps({**good(n=50), "prompt": "slow"}).encode()))
+        await reader.readuntil(b"data: ")
+        writer.close()
+        deadline = time.monotonic() + 5
+        while (gw.gateway.in_flight or up.cancelled < 2) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return {"texts": texts, "cancelled_upstream": up.cancelled}
+
+    got, evs = _run(tmp_path, scenario, fast_path=fast_path)
+    assert got["texts"] == ["x"] * 4
+    assert got["cancelled_upstream"] == 2  # both upstream streams were aborted when the client left
+    assert [e.status for e in evs] == [names.STATUS_OK, names.STATUS_CANCELLED]
+    assert evs[0].output_tokens == 4 and evs[1].output_tokens < 50
