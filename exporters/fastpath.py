@@ -17,7 +17,8 @@ Kept from aiohttp's server: keep-alive and its idle timeout, pipelined requests 
 order, the body size cap (413 from ``Content-Length`` before reading, or as the body grows), the
 body timeout (408), 400 for a malformed request, a handler cancelled when its client disconnects,
 reading paused while the transport's write buffer is high, the connection bound, and the clock:
-a request's ``arrival`` is the ``data_received`` of its first byte. See docs/gateway.md#the-fast-path.
+a request's ``arrival`` is the ``data_received`` of its first byte, less the time the kernel held
+it (:mod:`llmsla.tcpinfo`). See docs/gateway.md#the-fast-path.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, cast
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from llmsla import tcpinfo
 from llmsla.exporters.exchange import ClientGone, Push, error_body, json_headers
 from llmsla.httpkit import LINGER_S, ApiError, Guard, GuardedHandler, Limits, derived_request_id
 
@@ -137,7 +139,8 @@ class FastProtocol(asyncio.Protocol):
         self.remote: str | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.buf = bytearray()
-        self.buf_at = 0.0  # when the first byte now in ``buf`` was read
+        self.buf_at = 0.0  # when the first byte now in ``buf`` was read, less its wait in the kernel
+        self.sock: Any = None  # the connection's socket, asked how long bytes waited in the kernel
         self.msg: _Message | None = None  # the message the parser is in
         self.header_name = ""
         self.remaining = 0  # bytes of a Content-Length message still to feed the parser
@@ -166,6 +169,7 @@ class FastProtocol(asyncio.Protocol):
             return
         guard.open += 1
         self.transport = transport
+        self.sock = transport.get_extra_info("socket")
         peer = transport.get_extra_info("peername")
         self.remote = peer[0] if isinstance(peer, tuple) and peer else None
         self._arm(self.front.limits.header_timeout_s)
@@ -239,8 +243,8 @@ class FastProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if not self.buf:
-            self.buf_at = time.perf_counter()
+        if not self.buf:  # a busy loop reads late: the client's clock started when the kernel had them
+            self.buf_at = time.perf_counter() - tcpinfo.waited_s(self.sock)
         self.buf += data
         if self.timer is not None and self.task is None:
             self._disarm()

@@ -3,18 +3,16 @@ queue, exported so a saturated gateway pages for itself (``LlmslaGatewaySaturate
 
 A gateway whose loop is busy reads sockets late and runs handlers late; the requests' clocks
 start when their heads are read (``httpkit.HEAD_READ``), so that wait is in their TTFT, but a
-loop that is late to *read* cannot see how long the bytes sat in the kernel. The lag of a timer
-(asked to wake every ``interval_s``, how late it woke) measures exactly that, and the kernel
-tells how many connections wait to be accepted (``TCP_INFO`` of a listening socket: Linux puts
-the accept queue's length in ``tcpi_unacked`` and its bound in ``tcpi_sacked``).
+loop that is late to *read* sees how long the bytes sat in the kernel only to a tick or two
+(``llmsla.tcpinfo.waited_s``). The lag of a timer (asked to wake every ``interval_s``, how late
+it woke) measures how late the loop is, and the kernel tells how many connections wait to be
+accepted (:func:`llmsla.tcpinfo.accept_queue`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-import struct
-import sys
 import time
 import weakref
 from typing import Any
@@ -24,11 +22,10 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from llmsla import names
 from llmsla.background import BackgroundTask
+from llmsla.tcpinfo import accept_queue
 
 #: Loop lag bounds, seconds: from a healthy loop's sub-millisecond to a stalled one's seconds.
 LAG_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-#: ``struct tcp_info``: 8 one-byte fields, then u32 rto, ato, snd_mss, rcv_mss, unacked, sacked.
-_TCP_INFO = struct.Struct("8B6I")
 
 
 class _Metrics:
@@ -52,21 +49,6 @@ def metrics(registry: CollectorRegistry | None) -> _Metrics:
     if m is None:
         m = _metrics[reg] = _Metrics(reg)
     return m
-
-
-def accept_queue(sock: socket.socket) -> tuple[int, int] | None:
-    """(connections waiting to be accepted, the queue's bound) of a listening TCP socket, or None
-    where the kernel does not say (not Linux, not TCP)."""
-    if sys.platform != "linux" or sock.type != socket.SOCK_STREAM:
-        return None
-    try:
-        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    except OSError:
-        return None
-    if len(raw) < _TCP_INFO.size:
-        return None
-    fields = _TCP_INFO.unpack_from(raw)
-    return fields[12], fields[13]
 
 
 class SaturationMonitor:

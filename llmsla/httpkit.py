@@ -35,6 +35,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmsla import tcpinfo
 from llmsla.errors import UserError
 from llmsla.events import string_problem
 from llmsla.exposition import exposition
@@ -131,8 +132,10 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
 REQUEST_ID: Any = web.RequestKey("llmsla_request_id", str) if hasattr(web, "RequestKey") else "llmsla_request_id"
 REQUEST_ID_HEADER = "X-Request-Id"
 #: ``time.perf_counter()`` of the socket read that completed the request's head (its first byte,
-#: for any head that arrives in one read: all but a slowloris's), set by every llmsla server
-#: before the handler runs: the start of the clock of what the client feels, queueing included.
+#: for any head that arrives in one read: all but a slowloris's), less the time those bytes had
+#: waited in the kernel for a busy loop to read them (:mod:`llmsla.tcpinfo`), set by every
+#: llmsla server before the handler runs: the start of the clock of what the client feels,
+#: queueing included.
 HEAD_READ: Any = web.RequestKey("llmsla_head_read", float) if hasattr(web, "RequestKey") else "llmsla_head_read"
 
 
@@ -373,6 +376,7 @@ class GuardedHandler(RequestHandler):
         self._admitted = False
         self._heads = 0  # complete heads seen, to tell "a new head started" from "body bytes"
         self._head_timer: asyncio.TimerHandle | None = None
+        self._sock: Any = None  # the connection's socket, asked how long a head waited in the kernel
         # when each parsed head was read, in the order aiohttp hands them to its request factory
         # (one per message, error placeholders included), so a request waiting behind others,
         # or for a busy event loop to run its handler, is timed from when it arrived
@@ -398,6 +402,7 @@ class GuardedHandler(RequestHandler):
             return
         guard.open += 1
         self._admitted = True
+        self._sock = transport.get_extra_info("socket")
         super().connection_made(transport)
         self._arm()
 
@@ -406,6 +411,7 @@ class GuardedHandler(RequestHandler):
         super().data_received(data)
         count = self._request_count
         if count != self._heads:  # the head (or several pipelined ones) is complete
+            now -= tcpinfo.waited_s(self._sock)
             self._head_reads.extend(itertools.repeat(now, count - self._heads))
             self._heads = count
             self._disarm()
@@ -518,6 +524,8 @@ async def serve(app: web.Application, host: str, port: int, limits: Limits = DEF
     assert server is not None
     guard = Guard(limits)
     loop = asyncio.get_running_loop()
+    tcpinfo.prime()  # once per process: what the kernel's receive times count in
+
     def factory() -> GuardedHandler:
         return GuardedHandler(server, guard=guard, loop=loop, keepalive_timeout=limits.keepalive_timeout_s,
                                lingering_time=LINGER_S, access_log=None)

@@ -19,7 +19,7 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
-from llmsla import names
+from llmsla import names, tcpinfo
 from llmsla.app import wiring
 from llmsla.control.router import Router
 from llmsla.exporters import fastpath
@@ -330,3 +330,30 @@ def test_a_client_leaving_after_done_was_answered(tmp_path: Path, fast_path: boo
     assert got["cancelled_upstream"] == 2  # both upstream streams were aborted when the client left
     assert [e.status for e in evs] == [names.STATUS_OK, names.STATUS_CANCELLED]
     assert evs[0].output_tokens == 4 and evs[1].output_tokens < 50
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_head_the_busy_loop_read_late_is_timed_from_its_arrival(tmp_path: Path, fast_path: bool) -> None:
+    """A head that sat in the kernel while the gateway's loop was busy (here: blocked 120 ms
+    after the client sent it) is timed from when the kernel had it, to within two ticks: that
+    wait is the client's, so it is in the request's queue time and TTFT."""
+    block_s = 0.12
+
+    async def scenario(gw, up) -> float:
+        sock = socket.create_connection((gw.host, gw.port))
+        await asyncio.sleep(0.05)  # accepted
+        sent = time.perf_counter()
+        sock.sendall(_request(json.dumps(good(n=3)).encode()))
+        time.sleep(block_s)  # the loop is busy elsewhere: the head waits in the kernel
+        reader, writer = await asyncio.open_connection(sock=sock)
+        status, _, body = await _read_response(reader)
+        elapsed = time.perf_counter() - sent
+        writer.close()
+        assert status == 200 and body.endswith(b"data: [DONE]\n\n")
+        return elapsed
+
+    elapsed, evs = _run(tmp_path, scenario, fast_path=fast_path)
+    tick_ms = tcpinfo.prime()
+    assert tick_ms > 0
+    (ev,) = evs
+    assert block_s * 1000 - 2 * tick_ms <= ev.queue_ms <= ev.ttft_ms <= ev.e2e_ms <= elapsed * 1000, (ev, tick_ms)

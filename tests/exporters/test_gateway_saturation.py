@@ -1,6 +1,7 @@
-"""A single-process gateway saturated on purpose reads the TTFT its clients feel: every request's
-clock starts when its head was read from the socket, so the time it waited for the busy event
-loop to run its handler is in its TTFT (and its queue time), and the loop's lag is exported.
+"""A single-process gateway saturated on purpose reads the TTFT its clients feel (within 10 % at
+p99): every request's clock starts when the kernel had its head, so the time it waited for the
+busy event loop to read it and run its handler is in its TTFT (and its queue time), and the
+loop's lag is exported.
 
 Three real processes: a fast streaming upstream (a thread here), ``llmsla gateway`` and a raw
 socket client that opens every connection first, then sends every request within a millisecond
@@ -146,18 +147,20 @@ def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> 
     under = cl - gw  # what the client felt that the gateway did not count
     # the burst saturated the gateway: the last requests waited in it (its own queue time)
     assert client["burst_ms"] < 50 and np.percentile(queue, 99) > 20, (client["burst_ms"], np.percentile(queue, 99))
-    # and it counted that wait. What the client still feels on top is the time its bytes sat in the
-    # kernel while the loop ran other handlers (the loop lag, exported below). Both scale with how
-    # slow the machine is (a busy CI runner took 3x longer for the same burst), so the bounds are
-    # shares of the client's TTFT p99: a clock started by the handler missed 57-96 ms at the median,
-    # a third of that p99, and read 0.58-0.66 of it (its queue p99 was 0.2 ms); the head's clock
-    # misses 2 % on a quiet machine and 6 % on a busy one, and reads 0.94-0.98 of the p99
+    # and it counted that wait, with the time its bytes sat in the kernel while the loop ran other
+    # handlers (llmsla.tcpinfo: to within two kernel ticks). Both scale with how slow the machine
+    # is (a busy CI runner took 3x longer for the same burst), so the bounds are shares of the
+    # client's TTFT p99: a clock started by the handler missed 57-96 ms at the median, a third of
+    # that p99, and read 0.58-0.66 of it (its queue p99 was 0.2 ms); a clock started at the read
+    # missed up to 52-58 ms at p99 and read 0.81-0.98; started at the kernel's arrival it misses
+    # 5-10 ms at p99 (a tick or two, and the client's own epoll) and reads 0.96-0.99, also
+    # beside two CPU burners
     print(f"under-read ms p50/p95/p99 {np.percentile(under, [50, 95, 99]).round(1)}, TTFT p99 gateway "
           f"{np.percentile(gw, 99):.1f} client {np.percentile(cl, 99):.1f}, queue p99 {np.percentile(queue, 99):.1f}")
     assert under.min() > -1.0, under.min()  # its clock starts after the client's send, ends before
     assert np.percentile(under, 50) < 0.1 * np.percentile(cl, 99), (np.percentile(under, [50, 95, 99]),
                                                                   np.percentile(cl, 99))
-    assert np.percentile(gw, 99) / np.percentile(cl, 99) > 0.85, (  # with what the run-queue took from it
+    assert np.percentile(gw, 99) / np.percentile(cl, 99) > 0.9, (  # with what the run-queue took from it
         np.percentile(gw, 99), np.percentile(cl, 99), client["gateway_waited_ms"])
     # the loop's lag is exported for the saturation page
     assert f"{names.GATEWAY_LOOP_LAG_SECONDS}_count" in exposition
