@@ -626,6 +626,11 @@ class Gateway:
                 # a client that had [DONE] and hung up before the body's end got its answer
                 status = names.STATUS_OK if told_all else names.STATUS_CANCELLED
                 return None
+            if told_all:  # the replica went away after its [DONE] reached the client: answered
+                status = names.STATUS_OK
+                with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+                    await ex.end()
+                return None
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"
             return await self._fail(ex, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",

@@ -83,6 +83,11 @@ class Upstream:
             await resp.write(b"data: [DONE]\n\n")
             if prompt == "linger":  # the body's end comes well after [DONE]
                 await asyncio.sleep(0.5)
+            if prompt == "die-after-done":  # the replica goes away before the body's end
+                await asyncio.sleep(0.05)
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
         except asyncio.CancelledError:
             self.cancelled += 1
             raise

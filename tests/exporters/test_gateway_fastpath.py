@@ -357,3 +357,23 @@ def test_a_head_the_busy_loop_read_late_is_timed_from_its_arrival(tmp_path: Path
     assert tick_ms > 0
     (ev,) = evs
     assert block_s * 1000 - 2 * tick_ms <= ev.queue_ms <= ev.ttft_ms <= ev.e2e_ms <= elapsed * 1000, (ev, tick_ms)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_replica_leaving_after_done_has_answered(tmp_path: Path, fast_path: bool) -> None:
+    """A replica whose connection drops after its ``data: [DONE]`` (before the body's end) has
+    given the client the whole answer: the client's stream ends cleanly, without an error
+    event, and the request is ``ok``. One dropping before [DONE] is still an error."""
+    async def scenario(gw, up) -> list:
+        out = []
+        for prompt in ("die-after-done", "die-mid"):
+            reader, writer = await asyncio.open_connection(gw.host, gw.port)
+            writer.write(_request(json.dumps({**good(n=3), "prompt": prompt}).encode()))
+            out.append(await _read_response(reader))
+            writer.close()
+        return out
+
+    (done, mid), evs = _run(tmp_path, scenario, fast_path=fast_path)
+    assert done[0] == 200 and done[2].endswith(b"data: [DONE]\n\n") and b"event: error" not in done[2]
+    assert mid[0] == 200 and b"event: error" in mid[2] and b"data: [DONE]" not in mid[2]
+    assert [(e.status, e.output_tokens) for e in evs] == [(names.STATUS_OK, 3), (names.STATUS_ERROR, 1)]
