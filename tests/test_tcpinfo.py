@@ -24,7 +24,7 @@ def _pair() -> tuple[socket.socket, socket.socket, socket.socket]:
 
 def test_a_late_read_is_charged_its_wait_and_a_prompt_one_nothing() -> None:
     tick = tcpinfo.prime()
-    assert tick in (1, 2, 3, 4, 10), tick  # jiffies_to_msecs(1) at HZ 1000, 500, 300, 250, 100
+    assert 0 < tick <= 10, tick  # jiffies_to_msecs(1): 1 at HZ 1000, 4 at 250, 10 at 100
     srv, client, conn = _pair()
     with srv, client, conn:
         for wait_s in (0.0, 0.03, 0.12):
@@ -36,8 +36,8 @@ def test_a_late_read_is_charged_its_wait_and_a_prompt_one_nothing() -> None:
             elapsed = time.perf_counter() - sent
             assert waited <= elapsed, (wait_s, waited, elapsed)  # never more than the truth
             assert waited >= wait_s - 2 * tick / 1000.0, (wait_s, waited, tick)  # at most two ticks short
-            if wait_s == 0.0:
-                assert waited == 0.0
+            if elapsed * 1000 < tick:  # read within a tick of the send: never charged the rounding
+                assert waited == 0.0, (elapsed, waited)
 
 
 def test_nothing_where_the_kernel_cannot_say(tmp_path) -> None:
