@@ -328,8 +328,9 @@ def test_a_client_leaving_after_done_was_answered(tmp_path: Path, fast_path: boo
     got, evs = _run(tmp_path, scenario, fast_path=fast_path)
     assert got["texts"] == ["x"] * 4
     assert got["cancelled_upstream"] == 2  # both upstream streams were aborted when the client left
-    assert [e.status for e in evs] == [names.STATUS_OK, names.STATUS_CANCELLED]
-    assert evs[0].output_tokens == 4 and evs[1].output_tokens < 50
+    by_status = {e.status: e.output_tokens for e in evs}  # whichever was recorded first
+    assert len(evs) == 2 and by_status.keys() == {names.STATUS_OK, names.STATUS_CANCELLED}, evs
+    assert by_status[names.STATUS_OK] == 4 and by_status[names.STATUS_CANCELLED] < 50
 
 
 @pytest.mark.parametrize("fast_path", [True, False])
@@ -376,4 +377,4 @@ def test_a_replica_leaving_after_done_has_answered(tmp_path: Path, fast_path: bo
     (done, mid), evs = _run(tmp_path, scenario, fast_path=fast_path)
     assert done[0] == 200 and done[2].endswith(b"data: [DONE]\n\n") and b"event: error" not in done[2]
     assert mid[0] == 200 and b"event: error" in mid[2] and b"data: [DONE]" not in mid[2]
-    assert [(e.status, e.output_tokens) for e in evs] == [(names.STATUS_OK, 3), (names.STATUS_ERROR, 1)]
+    assert sorted((e.status, e.output_tokens) for e in evs) == [(names.STATUS_ERROR, 1), (names.STATUS_OK, 3)]
