@@ -615,6 +615,11 @@ class Gateway:
                     status = names.STATUS_OK
                     return None
         except TimeoutError:
+            if told_all:  # the replica's [DONE] reached the client, then it hung: answered
+                status = names.STATUS_OK
+                with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+                    await ex.end()
+                return None
             status = names.STATUS_TIMEOUT
             msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
             return await self._fail(ex, 504, msg, "upstream_timeout", arm_headers)

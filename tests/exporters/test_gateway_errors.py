@@ -83,6 +83,8 @@ class Upstream:
             await resp.write(b"data: [DONE]\n\n")
             if prompt == "linger":  # the body's end comes well after [DONE]
                 await asyncio.sleep(0.5)
+            if prompt == "hang-after-done":  # the replica never ends the body
+                await asyncio.sleep(30)
             if prompt == "die-after-done":  # the replica goes away before the body's end
                 await asyncio.sleep(0.05)
                 assert request.transport is not None

@@ -362,19 +362,22 @@ def test_a_head_the_busy_loop_read_late_is_timed_from_its_arrival(tmp_path: Path
 
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_a_replica_leaving_after_done_has_answered(tmp_path: Path, fast_path: bool) -> None:
-    """A replica whose connection drops after its ``data: [DONE]`` (before the body's end) has
-    given the client the whole answer: the client's stream ends cleanly, without an error
-    event, and the request is ``ok``. One dropping before [DONE] is still an error."""
+    """A replica whose connection drops, or that hangs past ``gateway.request_timeout_s``, after
+    its ``data: [DONE]`` (before the body's end) has given the client the whole answer: the
+    client's stream ends cleanly, without an error event, and the request is ``ok``. One
+    dropping before [DONE] is still an error."""
     async def scenario(gw, up) -> list:
         out = []
-        for prompt in ("die-after-done", "die-mid"):
+        for prompt in ("die-after-done", "hang-after-done", "die-mid"):
             reader, writer = await asyncio.open_connection(gw.host, gw.port)
             writer.write(_request(json.dumps({**good(n=3), "prompt": prompt}).encode()))
             out.append(await _read_response(reader))
             writer.close()
         return out
 
-    (done, mid), evs = _run(tmp_path, scenario, fast_path=fast_path)
-    assert done[0] == 200 and done[2].endswith(b"data: [DONE]\n\n") and b"event: error" not in done[2]
+    (died, hung, mid), evs = _run(tmp_path, scenario, fast_path=fast_path, request_timeout_s=1.0)
+    for done in (died, hung):
+        assert done[0] == 200 and done[2].endswith(b"data: [DONE]\n\n") and b"event: error" not in done[2]
     assert mid[0] == 200 and b"event: error" in mid[2] and b"data: [DONE]" not in mid[2]
-    assert sorted((e.status, e.output_tokens) for e in evs) == [(names.STATUS_ERROR, 1), (names.STATUS_OK, 3)]
+    assert sorted((e.status, e.output_tokens) for e in evs) == [
+        (names.STATUS_ERROR, 1), (names.STATUS_OK, 3), (names.STATUS_OK, 3)]
