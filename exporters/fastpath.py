@@ -243,8 +243,10 @@ class FastProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if not self.buf:  # a busy loop reads late: the client's clock started when the kernel had them
-            self.buf_at = time.perf_counter() - tcpinfo.waited_s(self.sock)
+        if not self.buf:
+            self.buf_at = time.perf_counter()
+            if self.msg is None and not self.remaining:  # a new head, which a busy loop reads late:
+                self.buf_at -= tcpinfo.waited_s(self.sock)  # its clock starts when the kernel had it
         self.buf += data
         if self.timer is not None and self.task is None:
             self._disarm()

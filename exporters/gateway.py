@@ -614,28 +614,23 @@ class Gateway:
                     await ex.end(last)
                     status = names.STATUS_OK
                     return None
-        except TimeoutError:
-            if told_all:  # the replica's [DONE] reached the client, then it hung: answered
-                status = names.STATUS_OK
-                with contextlib.suppress(ConnectionError, RuntimeError, OSError):
-                    await ex.end()
-                return None
-            status = names.STATUS_TIMEOUT
-            msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
-            return await self._fail(ex, 504, msg, "upstream_timeout", arm_headers)
         except asyncio.CancelledError:  # the client left (or the gateway stops)
             status = names.STATUS_OK if told_all else names.STATUS_CANCELLED
             raise
-        except (ClientError, ConnectionError, RuntimeError, OSError) as exc:
+        except (ClientError, OSError, RuntimeError) as exc:  # TimeoutError (an OSError): the deadline
             if writing and isinstance(exc, ConnectionError | RuntimeError):
                 # a client that had [DONE] and hung up before the body's end got its answer
                 status = names.STATUS_OK if told_all else names.STATUS_CANCELLED
                 return None
-            if told_all:  # the replica went away after its [DONE] reached the client: answered
+            if told_all:  # the replica dropped or hung after its [DONE] reached the client: answered
                 status = names.STATUS_OK
                 with contextlib.suppress(ConnectionError, RuntimeError, OSError):
                     await ex.end()
                 return None
+            if isinstance(exc, TimeoutError):
+                status = names.STATUS_TIMEOUT
+                msg = f"upstream did not finish within request_timeout_s={self.timeout_s:g} s"
+                return await self._fail(ex, 504, msg, "upstream_timeout", arm_headers)
             status = names.STATUS_ERROR
             where = rep.id if rep else "upstream"
             return await self._fail(ex, 502, f"upstream {where} failed: {type(exc).__name__}: {exc}",

@@ -28,9 +28,8 @@ from typing import Any
 _INFO = struct.Struct("=8B12I")
 _UNACKED, _SACKED, _LAST_DATA_RECV = 12, 13, 19
 _TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux") else None
-#: the kernel tick in ms once :func:`prime` has measured it; 0 before, or where it cannot be
-_tick_ms = 0
-_primed = False
+#: the kernel tick in ms once :func:`prime` has measured it (0 where it cannot be); None before
+_tick_ms: int | None = None
 
 
 def _info(sock: Any) -> tuple[int, ...]:
@@ -56,9 +55,9 @@ def accept_queue(sock: socket.socket) -> tuple[int, int] | None:
 def prime() -> int:
     """Measure the kernel tick once per process (servers call it as they start; it takes five
     ticks, 20 ms at 250 Hz) and return it in ms; 0 where the kernel does not tell, and :func:`waited_s` says 0."""
-    global _tick_ms, _primed
-    if not _primed:
-        _tick_ms, _primed = _measure_tick_ms(), True
+    global _tick_ms
+    if _tick_ms is None:
+        _tick_ms = _measure_tick_ms()
     return _tick_ms
 
 
