@@ -14,6 +14,7 @@ import functools
 import json
 import keyword
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -296,6 +297,65 @@ def _check_value(kind: str, f: Field, raw: Any) -> Any:
     raise AssertionError(f.type)  # pragma: no cover - a programming error in FIELDS
 
 
+_INF = math.inf
+
+
+def _plainly_valid(f: Field, i: int, env: dict[str, Any]) -> str | None:
+    """A Python expression over ``v`` that is true only for a value :func:`_check_value` accepts
+    as it is (the common, plain case: a str, an int, a float in range), or None where the field
+    has no such shortcut. Bounds go into ``env`` as names, never as source text."""
+    lo = f"_lo{i}"
+    hi = f"_hi{i}"
+    env[lo] = -_INF if f.minimum is None else f.minimum
+    env[hi] = _INF if f.maximum is None else f.maximum
+    if f.type == "int":
+        return f"(type(v) is int and {lo} <= v <= {hi} and -_INT_MAX <= v <= _INT_MAX)"
+    if f.type == "number":  # a finite float: NaN fails every comparison, the open ends drop the infinities
+        return f"(type(v) is float and {lo} <= v <= {hi} and -_INF < v < _INF)"
+    if f.type == "string":
+        enum = ""
+        if f.enum is not None:
+            env[f"_enum{i}"] = frozenset(f.enum)
+            enum = f" and v in _enum{i}"
+        return f"(type(v) is str and 0 < len(v) <= MAX_STRING_CHARS and v.isascii() and '\\x00' not in v{enum})"
+    if f.type == "itl":  # the summary the producers build (ItlSummary.from_gaps)
+        return ("(type(v) is ItlSummary and type(v.n) is int and 0 <= v.n <= _INT_MAX"
+                " and type(v.mean) is float and 0.0 <= v.mean < _INF and type(v.std) is float and 0.0 <= v.std < _INF"
+                " and type(v.max) is float and 0.0 <= v.max < _INF and not (v.n and v.max < v.mean))")
+    return None
+
+
+#: :func:`_validator`'s functions, one per event class
+_VALIDATORS: dict[type, Callable[[Any], None]] = {}
+
+
+def _validator(cls: type[_Event]) -> Callable[[Any], None]:
+    """``cls``'s field checks as one function, made once per event class: each field's plain
+    case is tested inline and anything else goes to :func:`_check_value`, which accepts or
+    refuses it exactly as before (so the rules, their order and their messages stay in one
+    place). The gateway validates one event per request: field by field through the generic
+    checks, that is about a tenth of its CPU per request; inline, a sixth of that."""
+    env: dict[str, Any] = {"_check_value": _check_value, "_INT_MAX": _INT_MAX, "_INF": _INF,
+                           "MAX_STRING_CHARS": MAX_STRING_CHARS, "ItlSummary": ItlSummary, "_KIND": cls.KIND}
+    lines = ["def validate(event):"]
+    for i, f in enumerate(cls.FIELDS):
+        env[f"_f{i}"] = f
+        lines.append(f"    v = event.{f.attr}")
+        plain = _plainly_valid(f, i, env)
+        fallback = f"_check_value(_KIND, _f{i}, v)"
+        if plain is None:
+            lines.append(f"    {fallback}")
+            continue
+        if f.optional:
+            plain = f"(v is None or {plain})"
+        lines.append(f"    if not {plain}:")
+        lines.append(f"        {fallback}")
+    exec("\n".join(lines), env)  # noqa: S102 - source built above from the field declarations only
+    check: Callable[[Any], None] = env["validate"]
+    _VALIDATORS[cls] = check
+    return check
+
+
 class _DuplicateName(ValueError):
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -371,10 +431,13 @@ class _Event:
         the same rules as :meth:`from_dict`, without a round trip through a dict. ``checked``
         names fields whose values the producer already ran through :meth:`check_field` (a
         scraper checks an engine histogram once, not at every sample that carries it again)."""
-        kind = self.KIND
-        for f in self.FIELDS:
-            if f.name not in checked:
-                _check_value(kind, f, getattr(self, f.attr))
+        if checked:
+            kind = self.KIND
+            for f in self.FIELDS:
+                if f.name not in checked:
+                    _check_value(kind, f, getattr(self, f.attr))
+        else:
+            (_VALIDATORS.get(type(self)) or _validator(type(self)))(self)
         self._check_relations()
         return self
 

@@ -218,3 +218,59 @@ def test_engine_histogram_bounds_that_are_not_finite_are_a_schema_error(le: list
         return
     with pytest.raises(events.EventError, match=r"EngineSample\.ttft\.le\[\d\]"):
         events.EngineSample.check_field("ttft", hist)
+
+
+def _generic_validate(event) -> None:
+    """The field-by-field rules with no shortcut: what ``validate`` must agree with."""
+    for f in event.FIELDS:
+        events._check_value(event.KIND, f, getattr(event, f.attr))
+    event._check_relations()
+
+
+def _outcome(check, event) -> tuple:
+    try:
+        check(event)
+    except EventError as exc:
+        return ("EventError", exc.field, exc.reason)
+    except Exception as exc:  # noqa: BLE001 - compared, not swallowed
+        return (type(exc).__name__, str(exc))
+    return ("ok",)
+
+
+_HOSTILE = [None, True, False, 0, -1, 1, 7, 2**63 - 1, 2**63, -(2**63), 2**70, 0.0, -0.0, -1.0, 0.5, 1.0, 1.5, 99.5,
+            100.0, 100.5, 1e308, math.nan, math.inf, -math.inf, -50.0, -50.5, 200.0, 200.5, "", "x", "ok", "lower",
+            "bogus", "a" * 256, "a" * 257, "é" * 256, "é" * 257, "\x00", "a\x00", "\ud800", "\U0001f600",
+            [], [1.0, 2.0], [-1.0], {}, {"n": 1}, events.ItlSummary(0, 0.0, 0.0, 0.0),
+            events.ItlSummary(2, 3.0, 1.0, 4.0), events.ItlSummary(2, 3.0, 1.0, 2.0), events.ItlSummary(-1, 0.0, 0.0, 0.0),
+            events.ItlSummary(1, math.nan, 0.0, 1.0), events.ItlSummary(1, 1, 0, 1), events.ItlSummary(1.0, 1.0, 0.0, 1.0),
+            events.ItlSummary(True, 1.0, 0.0, 1.0), events.ItlSummary(2**63, 1.0, 0.0, 1.0),
+            events.ItlSummary(1, 1.0, math.inf, 1.0)]
+
+
+def _valid_events() -> list:
+    from llmsla.events import EngineSample
+
+    return [RequestEvent.from_dict(request()), RequestEvent.from_dict(request(ttft_ms=None, output_tokens=0)),
+            PolicyEvent.from_dict(policy()), GpuSample.from_dict(gpu()),
+            EngineSample(ts_ms=1, replica="r0", pool="default", engine=names.ENGINE_VLLM, waiting=1.0, running=2.0,
+                         kv_usage=0.5, kv_blocks_total=None, kv_block_size=None, kv_capacity_tokens=None,
+                         preemptions_total=3.0, prefix_cache_hits_total=None, prefix_cache_queries_total=None,
+                         prefix_cache_hit_rate=None, lora_adapters=None, counter_reset=0, ttft=None, itl=None,
+                         e2e=None, queue=None)]
+
+
+@pytest.mark.parametrize("base", _valid_events(), ids=lambda e: e.KIND)
+def test_validate_agrees_with_the_field_rules_on_every_hostile_value(base) -> None:
+    """``validate`` tests each field's plain case inline and sends the rest to the field rules:
+    on every field of every kind, with every value below, it accepts, or refuses with the same
+    field and reason, exactly as the rules one by one do."""
+    assert _outcome(lambda e: e.validate(), base) == ("ok",)
+    tried = 0
+    for f in base.FIELDS:
+        for value in _HOSTILE:
+            event = dataclasses.replace(base)
+            object.__setattr__(event, f.attr, value)
+            want = _outcome(_generic_validate, event)
+            assert _outcome(lambda e: e.validate(), event) == want, (f.name, value)
+            tried += want[0] == "EventError"
+    assert tried > len(base.FIELDS) * 10  # the values above break every field many ways
