@@ -19,6 +19,10 @@
    bound, label admission into the store): the gateway's CPU per proxied stream against the
    revision before it, interleaved round by round, with the geometric mean of the per-round
    ratios and its 95 % interval; target: at most 5 % more CPU per request.
+8. ``--only vs --vs-ref REV``: the gateway's CPU per proxied stream today against revision
+   ``REV`` (default ``HEAD``, i.e. uncommitted changes), interleaved the same way, with the
+   geometric mean of the per-round ratios REV/today and its 95 % interval. Not in the default
+   run: it answers "what did this change cost or save".
 
 ``python bench/exporters.py [--quick]`` prints a table and writes bench/results/exporters.json;
 ``--only SECTION`` (repeatable) writes bench/results/exporters-<sections>.json instead.
@@ -912,6 +916,18 @@ def bench_hardening(rounds: int, concurrency: int, per_stream: int, tmp: Path, r
     return rows, info
 
 
+def bench_vs(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: str) -> tuple[list[dict], dict]:
+    """Gateway CPU per proxied stream at ``ref`` (anchor) and today, interleaved round by round
+    as in :func:`bench_otel`; ``paired``: ref / today per round (above 1: today costs less)."""
+    def variants(legacy: Path, sink: str) -> dict[str, dict[str, str]]:
+        return {f"{ref} (anchor)": {"PYTHONPATH": str(legacy)}, "today": {}}
+
+    rows, info = bench_otel(rounds, concurrency, per_stream, tmp, ref, drain_s=1.0, variants_of=variants)
+    before, today = info["per_round_cpu_ms"].values()
+    info["paired"] = paired_interval([a / b if b else None for a, b in zip(before, today, strict=True)])
+    return rows, info
+
+
 def gateways_vs(bench: Any, inputs: dict, ref: str) -> tuple[list[dict], dict]:
     """A :func:`bench_otel`-shaped comparison of gateways against ``ref``, without the OTLP
     sink's fields (these variants export nothing)."""
@@ -937,7 +953,9 @@ def main() -> int:
     ap.add_argument("--stagger-s", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--clients-ref", default=CLIENTS_BASE_REF, help="git revision before the per-client bound (section clients)")
     ap.add_argument("--hardening-ref", default=HARDENING_BASE_REF, help="git revision before the hardening pass (section hardening)")
-    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel", "clients", "hardening"], action="append",
+    ap.add_argument("--vs-ref", default="HEAD", help="git revision today's gateway is measured against (section vs)")
+    ap.add_argument("--only", choices=["instr", "overhead", "scrape", "worker", "otel", "clients", "hardening", "vs"],
+                    action="append",
                     help="run only these sections (repeat); default all")
     args = ap.parse_args()
     if args.serve_upstream:
@@ -951,7 +969,7 @@ def main() -> int:
                                      args.stagger_s)))
         return 0
     q = args.quick
-    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel", "clients", "hardening"))
+    only = set(args.only or ("instr", "overhead", "scrape", "worker", "otel", "clients", "hardening"))  # not "vs"
     inputs = {"quick": q, "instr_requests": 2000 if q else 20000, "itl_gaps_per_request": [8, 64],
               "overhead_rounds": 2 if q else 7, "concurrency": 50,
               "upstream": "raw-protocol SSE server (own process), 8 one-token chunks, first at once, then 2 ms or 20 ms apart",
@@ -1026,6 +1044,13 @@ def main() -> int:
               "else that landed since the anchor (the usage round trip: its own row)")
         out["hardening"] = {"in_process": micro, "rows": rows, **info,
                             "checks_share_of_cpu": added / today}
+    if "vs" in only:
+        rows, info = gateways_vs(bench_vs, inputs, args.vs_ref)
+        print_table(rows, f"8. gateway CPU per proxied stream (8 chunks), today vs {args.vs_ref}")
+        p = info["paired"]
+        print(f"   {args.vs_ref}/today {p.get('geomean', float('nan')):.3f} [{p.get('low', float('nan')):.3f}, "
+              f"{p.get('high', float('nan')):.3f}] over {p['rounds']} rounds (above 1: today costs less)")
+        out["vs"] = {"ref": args.vs_ref, "rows": rows, **info}
     if args.only:
         # a partial run writes its own file, so exporters.json keeps one run's sections together
         name = "exporters-" + "-".join(sorted(only))
