@@ -274,3 +274,14 @@ def test_validate_agrees_with_the_field_rules_on_every_hostile_value(base) -> No
             assert _outcome(lambda e: e.validate(), event) == want, (f.name, value)
             tried += want[0] == "EventError"
     assert tried > len(base.FIELDS) * 10  # the values above break every field many ways
+
+
+def test_a_changed_declaration_is_validated_by_its_new_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inline checks are made from ``FIELDS``; a contract whose declarations change (a
+    range narrowed) is checked by the new ones, not by what was made before."""
+    event = PolicyEvent.from_dict(policy(temperature=1.5))
+    event.validate()
+    fields = tuple(dataclasses.replace(f, maximum=1.0) if f.name == "temperature" else f for f in PolicyEvent.FIELDS)
+    monkeypatch.setattr(PolicyEvent, "FIELDS", fields)
+    with pytest.raises(EventError, match=r"temperature: must be <= 1"):
+        event.validate()
