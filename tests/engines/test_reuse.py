@@ -134,6 +134,25 @@ def test_bucket_layouts_read_alike_in_order_or_not() -> None:
         assert parse(text.replace("} 2.0", "} 0.5"), TEXT, READS).histogram(TTFT) is None
 
 
+def test_a_histograms_json_is_json_dumps_byte_for_byte() -> None:
+    """The spool line's histogram text is put together by hand: it must be what ``json.dumps``
+    writes for every value the contract lets through (float spellings, the largest counts)."""
+    import json
+    import random
+
+    rng = random.Random(7)
+    layouts = [(), (0.1,), (0.0, 1.0), (-0.0, 1.0), (-2.5, -0.0, 1e-07, 0.3, 1.0, 2560.0, 1e22, 1.7976931348623157e308),
+               tuple(sorted({rng.uniform(0, 1) * 10 ** rng.randint(-9, 9) for _ in range(40)}))]
+    sums = [0.0, -0.0, 5e-324, 0.1 + 0.2, 1e300, -1234.5, 123456789012345.67]
+    for le in layouts:
+        for hsum in sums:
+            top = rng.choice([0, 1, 10**6, 2**63 - 1])
+            counts = tuple(sorted(rng.randint(0, top) for _ in le))
+            hist = Histogram(le, counts, hsum, max(counts, default=0) + rng.choice([0, 3]))
+            assert hist.wire_json("e2e") == json.dumps(hist.wire("e2e"), separators=(",", ":"), allow_nan=False)
+            assert json.loads(hist.wire_json("e2e")) == hist.wire("e2e")
+
+
 def test_sample_line_is_to_json_byte_for_byte() -> None:
     from llmsla.engines.record import sample_line
 
