@@ -19,23 +19,31 @@ Anchor, in the same run on the same texts: the bare ``prometheus_client`` text p
 of one core; and llmsla's parse + adapt alone (no HTTP). Rounds are paired (scraper, then both
 parsers, per round), so machine noise hits them all alike.
 
-    python bench/engines.py [--replicas 256] [--rounds 5] [--window 5] [--engines 1]
+``--vs-ref REV``: instead, the scraper of revision ``REV`` (from git history, the anchor) and
+today's, each in its own process against the same replicas, alternating which goes first, idle
+then busy in every round: today's CPU over the revision's, per round, and the geometric mean
+with its 95 % interval (``bench/results/engines-vs.json``).
+
+    python bench/engines.py [--replicas 256] [--rounds 5] [--window 5] [--engines 1] [--vs-ref REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_info, print_table, write_result  # noqa: E402
+from _common import machine_info, paired_interval, print_table, write_result  # noqa: E402
 
 TARGET_PCT = 5.0
 #: Bodies a busy replica cycles through (bench/engines.py ``/busy/``).
@@ -210,6 +218,47 @@ def _parse_cost(texts: list[str], which: str) -> float:
     return _cpu() - c0
 
 
+def _window_in(env: dict[str, str], base: str, n: int, window_s: float, path: str) -> dict[str, float]:
+    """:func:`_scrape_window` in a process of its own (``env``: the revision's ``PYTHONPATH``)."""
+    out = subprocess.run([sys.executable, __file__, "--window-json", base, "--replicas", str(n), "--window",
+                          str(window_s), "--path", path], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=300)
+    if out.returncode:
+        raise RuntimeError(f"scrape window failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def vs_ref(base: str, args: argparse.Namespace) -> int:
+    """Today's scraper against revision ``args.vs_ref``'s, paired round by round."""
+    from exporters import legacy_tree
+
+    trees = {args.vs_ref: {"PYTHONPATH": str(legacy_tree(args.vs_ref))}, "today": {}}
+    rows = []
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(reversed(trees))
+        got: dict[str, dict[str, float]] = {}
+        for path in ("r", "busy"):
+            for name in order:
+                got[f"{name} {path}"] = _window_in(trees[name], base, args.replicas, args.window, path)
+        ref = args.vs_ref
+        rows.append({"round": r, "first": order[0],
+                     f"{ref}_idle_pct": got[f"{ref} r"]["cpu_pct"], "today_idle_pct": got["today r"]["cpu_pct"],
+                     f"{ref}_busy_pct": got[f"{ref} busy"]["cpu_pct"], "today_busy_pct": got["today busy"]["cpu_pct"],
+                     "idle_today_over_ref": got["today r"]["cpu_pct"] / got[f"{ref} r"]["cpu_pct"],
+                     "busy_today_over_ref": got["today busy"]["cpu_pct"] / got[f"{ref} busy"]["cpu_pct"],
+                     "scrapes_per_s_min": min(g["scrapes_per_s"] for g in got.values()),
+                     "down_max": max(g["down"] for g in got.values())})
+    print_table(rows, f"{args.replicas} vLLM replicas at 1 s: today's scraper against {args.vs_ref}'s "
+                      "(% of one core, each in its own process)")
+    verdicts = {kind: paired_interval([row[f"{kind}_today_over_ref"] for row in rows]) for kind in ("idle", "busy")}
+    for kind, v in verdicts.items():
+        print(f"{kind}: today / {args.vs_ref} {v.get('geomean', float('nan')):.3f}, 95 % interval "
+              f"[{v.get('low', float('nan')):.3f}, {v.get('high', float('nan')):.3f}] over {v['rounds']} rounds")
+    write_result("engines-vs", {"ref": args.vs_ref, "replicas": args.replicas, "interval_s": 1.0,
+                                "window_s": args.window, "rounds": rows, "today_over_ref": verdicts})
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=256)
@@ -219,11 +268,17 @@ def main() -> int:
                     help="engine cores per replica (vLLM data parallelism; 1 = vllm serve's default)")
     ap.add_argument("--asyncio", action="store_true",
                     help="scrape on asyncio's own loop instead of llmsla engines' (uvloop where installed)")
+    ap.add_argument("--vs-ref", metavar="REV", help="measure today's scraper against revision REV's, paired")
+    ap.add_argument("--window-json", metavar="BASE", help=argparse.SUPPRESS)
+    ap.add_argument("--path", default="r", choices=["r", "busy"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     from llmsla.exporters.cli import run_loop
 
     if args.asyncio:
         run_loop = asyncio.run  # noqa: F811 - the plain loop, to compare
+    if args.window_json:  # one scrape window in this process (--vs-ref's)
+        print(json.dumps(run_loop(_scrape_window(args.window_json, args.replicas, args.window, args.path))))
+        return 0
 
     ctx = multiprocessing.get_context("spawn")
     port_q = ctx.Queue()
@@ -232,6 +287,8 @@ def main() -> int:
     try:
         port = port_q.get(timeout=300)
         base = f"http://127.0.0.1:{port}"
+        if args.vs_ref:
+            return vs_ref(base, args)
         import urllib.request
 
         texts = [urllib.request.urlopen(f"{base}/r/{i}/metrics").read().decode() for i in range(args.replicas)]
