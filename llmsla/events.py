@@ -14,7 +14,7 @@ import functools
 import json
 import keyword
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -432,11 +432,13 @@ class _Event:
             raise EventError(kind, "itl_ms", "expected the summary object {n, mean, std, max}, got a list of gaps")
         return cls.from_dict(data)
 
-    def validate(self, *, checked: frozenset[str] = frozenset()) -> Any:
+    def validate(self, *, checked: Collection[str] = frozenset()) -> Any:
         """Check a directly constructed event in place (producers call this before writing);
         the same rules as :meth:`from_dict`, without a round trip through a dict. ``checked``
         names fields whose values the producer already ran through :meth:`check_field` (a
         scraper checks an engine histogram once, not at every sample that carries it again)."""
+        if type(checked) is not frozenset:  # a set or a list of names: the cache keys on a frozenset
+            checked = frozenset(checked)
         made = _VALIDATORS.get((type(self), checked))
         check = made[1] if made is not None and made[0] is self.FIELDS else _validator(type(self), checked)
         check(self)

@@ -115,6 +115,8 @@ def test_the_checked_fields_are_checked_by_the_contract_once() -> None:
     snap = snapshot(parse(body(1, 5), TEXT, READS), "vllm", replica="", pool="p", ts=1.0)
     with pytest.raises(EventError, match="replica"):
         snap.to_event().validate(checked=CHECKED_FIELDS)
+    with pytest.raises(EventError, match="replica"):  # the names given as a set: the same checks
+        snap.to_event().validate(checked=set(CHECKED_FIELDS))
 
 
 def test_bucket_layouts_read_alike_in_order_or_not() -> None:
