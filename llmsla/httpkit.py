@@ -267,10 +267,8 @@ def loads_json(raw: bytes, *, what: str = "body", text: bool = True) -> Any:
     decoder can hold, or (``text``) a string that is not Unicode text (a lone surrogate escape).
     A caller that audits bad strings item by item (the receiver's alerts) passes ``text=False``."""
     try:
-        if isinstance(raw, bytes | bytearray):  # json.loads with the shared decoder (same steps)
-            value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
-        else:
-            value = json.loads(raw, parse_int=_bounded_int, parse_constant=_no_constant)
+        # what json.loads does with bytes and these hooks, with the shared decoder
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except UnicodeDecodeError as exc:
         raise ValueError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except ValueError as exc:
@@ -299,7 +297,6 @@ def parse_json_object(raw: bytes, *, what: str = "body") -> dict[str, Any]:
 
 # -- W3C trace context ------------------------------------------------------------------------
 _PROPAGATOR = TraceContextTextMapPropagator()
-_TRACEPARENT = "traceparent"
 #: Span ids need uniqueness, not secrecy (OTel's SDK uses the same generator); the module
 #: generator is reseeded in forked children, and unlike ``secrets`` it costs no syscall.
 _rand = random.getrandbits
@@ -321,7 +318,7 @@ def incoming_span(headers: Mapping[str, str]) -> otel_trace.SpanContext:
     """The caller's span context from its ``traceparent`` (invalid if none or broken). A
     request without the header (most clients send none) is answered without the propagator,
     as it would answer: it looks the header up the same way, and has nothing else to read."""
-    if headers.get(_TRACEPARENT) is None:
+    if headers.get("traceparent") is None:
         return otel_trace.INVALID_SPAN_CONTEXT
     return otel_trace.get_current_span(_PROPAGATOR.extract(headers)).get_span_context()
 
