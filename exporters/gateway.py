@@ -559,17 +559,19 @@ class Gateway:
                         strip = None if stripper is None else stripper.feed
 
                         def piece(data: bytes, end: bool) -> None:
+                            # the client gets the piece first, then the gateway accounts for it
+                            # (stamped on arrival): its TTFT does not wait on the bookkeeping
                             nonlocal ahead, told_all
+                            now = clock()
+                            out = data if strip is None or not data else strip(data)
+                            if end and stripper is not None:
+                                out += stripper.flush()
+                            push(out, end)
                             if data:
-                                feed(data, clock())  # the timer sees the usage the client will not
+                                feed(data, now)  # the timer sees the usage the client will not
                                 if ahead is not None and timer.first_token is not None:
                                     self._first_token(rep.id, timer, prompt_tokens, ahead)
                                     ahead = None
-                                if strip is not None:
-                                    data = strip(data)
-                            if end and stripper is not None:
-                                data += stripper.flush()
-                            push(data, end)
                             told_all = timer.ended
 
                         try:
