@@ -80,3 +80,19 @@ def paired_interval(ratios: list[float | None], target: float | None = None) -> 
     if target is not None:
         out["verdict"] = "met" if low >= target else "not met" if high < target else "unresolved"
     return out
+
+
+def mean_interval(values: list[float], ceiling: float | None = None) -> dict[str, Any]:
+    """Mean of per-round ``values`` (differences in the same unit, which may be negative) and its
+    95 % Student t interval; with a ``ceiling`` (a "no more than" target), the verdict: ``met`` /
+    ``not met`` only when the interval lies wholly at-or-below / above it, else ``unresolved``."""
+    from llmsla.control.ab_stats import t_ppf
+
+    if len(values) < 2:
+        return {"rounds": len(values), "verdict": "unresolved: fewer than 2 rounds"}
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = t_ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
+    out: dict[str, Any] = {"rounds": len(values), "mean": mean, "low": mean - half, "high": mean + half, "sd": sd}
+    if ceiling is not None:
+        out["verdict"] = "met" if mean + half <= ceiling else "not met" if mean - half > ceiling else "unresolved"
+    return out

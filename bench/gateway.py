@@ -12,6 +12,9 @@ the median over rounds.
 
 ``--general`` adds the same gateway with ``gateway.fast_path = false`` (``llmsla-general``) to
 the same interleaved rounds, to show what the fast path changes on the same machine at the same time.
+``--vs-ref REV`` adds the gateway of another git revision (``llmsla-ref``: that revision's code,
+this venv's dependencies) to the same rounds, and prints this revision's added p50 minus REV's,
+round by round, with a 95 % interval: a change is measured against its parent on the same load.
 
 Scenarios: (a) 50 streams x 8 tokens at 2 ms/token; (b) 200 streams x 256 tokens at 20 ms/token;
 (c) closed-loop streams ramped (4, 8, 16, ...) on (a)'s upstream until both proxies' added TTFT
@@ -41,9 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_result  # noqa: E402
+from _common import mean_interval, print_table, write_result  # noqa: E402
 
-from exporters import _cpu_ns_threads, _loadavg  # noqa: E402
+from exporters import _cpu_ns_threads, _loadavg, legacy_tree  # noqa: E402
 from llmsla.services import free_port, wait_http  # noqa: E402
 
 NGINX = "/usr/sbin/nginx"
@@ -51,7 +54,9 @@ EXPORTERS = str(Path(__file__).resolve().parent / "exporters.py")
 P99_LIMIT_MS = 5.0
 #: ``--general``: the gateway with ``gateway.fast_path = false`` as a third proxy, same rounds
 GENERAL = "llmsla-general"
-PROXIES = ("nginx", "llmsla", GENERAL)
+#: ``--vs-ref REV``: the gateway of another revision as a fourth proxy, same rounds
+REF = "llmsla-ref"
+PROXIES = ("nginx", "llmsla", GENERAL, REF)
 #: llmsla's requests/s per core at added p99 <= 5 ms, as a share of nginx's, on (a) and (c).
 RATE_TARGET = 0.25
 #: added TTFT p50 on (b), ms.
@@ -133,8 +138,9 @@ class Stack:
     """The upstream, nginx (when installed) and the llmsla gateway, pinned; stopped on exit."""
 
     def __init__(self, tmp: Path, tokens: int, gap_s: float, profile: str | None = None,
-                 general: bool = False) -> None:
+                 general: bool = False, ref: Path | None = None) -> None:
         self.tmp, self.tokens, self.gap_s, self.profile, self.general = tmp, tokens, gap_s, profile, general
+        self.ref = ref  # another revision's package tree (``--vs-ref``), run as REF
         self.proxy_cpu, self.load_cpu = cpus()
         self.procs: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
@@ -181,6 +187,13 @@ class Stack:
             self.procs[GENERAL] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, "-m", "llmsla",
                                                     *argv], env=env, stdout=subprocess.DEVNULL)
             wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs[GENERAL])
+        if self.ref is not None:  # the same command on another revision's code, this venv's dependencies
+            port = self.ports[REF] = free_port()
+            argv = ["gateway", "--port", str(port), "--workers", "1", "--upstream", f"http://127.0.0.1:{up}"]
+            env = {**self.env, "LLMSLA_SPOOL_DIR": str(self.tmp / "spool-ref"), "PYTHONPATH": str(self.ref)}
+            self.procs[REF] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, "-m", "llmsla",
+                                                *argv], env=env, stdout=subprocess.DEVNULL)
+            wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs[REF])
 
     def proxies(self) -> list[str]:
         return [n for n in PROXIES if n in self.procs]
@@ -221,27 +234,33 @@ def drive(stack: Stack, concurrency: int, per_stream: int, rounds: int) -> dict[
         served = sum(r["n"] for r in rs) + 2 * concurrency  # + the client's warm-up requests
         rate = statistics.median(r["n"] / r["wall_s"] for r in rs)
         p99 = statistics.median(g["p99"] - d["p99"] for d, g in zip(direct, rs, strict=True))
+        p50s = [g["p50"] - d["p50"] for d, g in zip(direct, rs, strict=True)]
         row[n] = {"requests_per_s": round(rate, 1), "chunks_per_s": round(rate * stack.tokens, 1),
-                  "added_p50_ms": round(statistics.median(g["p50"] - d["p50"] for d, g in zip(direct, rs, strict=True)), 3),
+                  "added_p50_ms": round(statistics.median(p50s), 3),
+                  "per_round_added_p50_ms": [round(x, 3) for x in p50s],
                   "added_p99_ms": round(p99, 3), "p99_within_5ms": p99 <= P99_LIMIT_MS,
                   "cpu_ms_per_request": round((cpu1[n] - cpu0[n]) * 1000.0 / served, 4),
                   "per_round_added_p99_ms": [round(g["p99"] - d["p99"], 3) for d, g in zip(direct, rs, strict=True)]}
+    if REF in res:  # this revision against the reference, round by round: the difference of their p50s
+        diff = [g["p50"] - r["p50"] for r, g in zip(res[REF], res["llmsla"], strict=True)]
+        row["llmsla_minus_ref_p50_ms"] = {"per_round": [round(x, 3) for x in diff], **mean_interval(diff)}
     return row
 
 
 def fixed(name: str, tmp: Path, tokens: int, gap_s: float, concurrency: int, per_stream: int, rounds: int,
-          profile: str | None = None, general: bool = False) -> dict[str, Any]:
-    with Stack(tmp, tokens, gap_s, profile, general) as stack:
+          profile: str | None = None, general: bool = False, ref: Path | None = None) -> dict[str, Any]:
+    with Stack(tmp, tokens, gap_s, profile, general, ref) as stack:
         row = drive(stack, concurrency, per_stream, rounds)
     return {"scenario": name, "tokens": tokens, "gap_ms": gap_s * 1000.0, **row}
 
 
-def ramp(tmp: Path, steps: list[int], per_stream: int, rounds: int, general: bool = False) -> dict[str, Any]:
+def ramp(tmp: Path, steps: list[int], per_stream: int, rounds: int, general: bool = False,
+         ref: Path | None = None) -> dict[str, Any]:
     """(c): more closed-loop streams each step (a higher request rate) until every proxy's added
     p99 passes 5 ms; a proxy's capacity is its highest rate with added p99 <= 5 ms."""
     tokens, gap_s = 8, 0.002
     out: dict[str, Any] = {"scenario": "c", "tokens": tokens, "gap_ms": gap_s * 1000.0, "steps": []}
-    with Stack(tmp, tokens, gap_s, general=general) as stack:
+    with Stack(tmp, tokens, gap_s, general=general, ref=ref) as stack:
         passed: set[str] = set()
         for c in steps:
             row = drive(stack, c, per_stream, rounds)
@@ -292,8 +311,11 @@ def verdicts(results: list[dict[str, Any]]) -> dict[str, Any]:
                       "ratio": None if ratio is None else round(ratio, 3), "target": RATE_TARGET,
                       "met": None if ratio is None else ratio >= RATE_TARGET}
         elif s == "b":
+            # the median over rounds against the target, and the per-round mean's 95 % interval:
+            # a median near the line is only a verdict when the interval is clear of it
             out[s] = {"llmsla_added_p50_ms": g["added_p50_ms"], "target_ms": P50_TARGET_B_MS,
-                      "met": g["added_p50_ms"] <= P50_TARGET_B_MS}
+                      "met": g["added_p50_ms"] <= P50_TARGET_B_MS,
+                      "per_round_interval": mean_interval(g["per_round_added_p50_ms"], P50_TARGET_B_MS)}
     return out
 
 
@@ -312,6 +334,9 @@ def main() -> int:
     ap.add_argument("--profile", metavar="OUT", help="scenario (a) with the gateway under cProfile; print top costs")
     ap.add_argument("--general", action="store_true",
                     help=f"also run the gateway with gateway.fast_path = false ({GENERAL}) in the same rounds")
+    ap.add_argument("--vs-ref", metavar="REV",
+                    help=f"also run the gateway of git revision REV ({REF}) in the same rounds, and print "
+                         "this revision's added p50 minus REV's per round, with an interval")
     args = ap.parse_args()
     if not os.access(NGINX, os.X_OK):
         print(f"nginx is not installed ({NGINX}): `apt-get install nginx-light` (Debian/Ubuntu) to compare; "
@@ -320,6 +345,7 @@ def main() -> int:
         print("taskset (util-linux) is needed to pin the processes", file=sys.stderr)
         return 2
     rounds = args.rounds or (3 if args.quick else 7)
+    ref = legacy_tree(args.vs_ref) if args.vs_ref else None
     proxy_cpu, load_cpu = cpus()
     with tempfile.TemporaryDirectory(prefix="llmsla-bench-gw-") as t:
         tmp = Path(t)
@@ -338,17 +364,26 @@ def main() -> int:
             (tmp / s).mkdir()
             print(f"scenario ({s}) ...", flush=True)
             if s == "a":
-                results.append(fixed("a", tmp / s, 8, 0.002, 50, 4 if args.quick else 10, rounds, general=args.general))
+                results.append(fixed("a", tmp / s, 8, 0.002, 50, 4 if args.quick else 10, rounds, general=args.general,
+                                     ref=ref))
             elif s == "b":
-                results.append(fixed("b", tmp / s, 256, 0.020, 200, 1, rounds, general=args.general))
+                results.append(fixed("b", tmp / s, 256, 0.020, 200, 1, rounds, general=args.general, ref=ref))
             else:
                 steps = [4, 8, 16, 32, 64, 128, 256]
-                results.append(ramp(tmp / s, steps, 4 if args.quick else 10, rounds, general=args.general))
+                results.append(ramp(tmp / s, steps, 4 if args.quick else 10, rounds, general=args.general, ref=ref))
         inputs["loadavg_1m_before"], inputs["loadavg_1m_after"] = load0, _loadavg()
+        inputs["vs_ref"] = args.vs_ref
+    if ref is not None:
+        shutil.rmtree(ref.parent, ignore_errors=True)
     rows = table(results)
     print_table(rows, f"per core (proxies pinned to CPU {proxy_cpu}, upstream and client to CPU {load_cpu})")
     v = verdicts(results)
     print("\ntargets:", json.dumps(v, indent=1))
+    for r in results:
+        vs = r.get("llmsla_minus_ref_p50_ms") or {}
+        if "mean" in vs:
+            print(f"({r['scenario']}) added p50, this revision minus {args.vs_ref}: mean {vs['mean']:+.3f} ms, "
+                  f"95 % interval [{vs['low']:+.3f}, {vs['high']:+.3f}] over {vs['rounds']} rounds")
     name = "gateway" if not args.only else "gateway-" + "".join(todo)
     write_result(name, {"inputs": inputs, "rows": rows, "targets": v, "scenarios": results})
     return 0
