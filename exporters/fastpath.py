@@ -140,7 +140,8 @@ class FastProtocol(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.buf = bytearray()
         self.buf_at = 0.0  # when the first byte now in ``buf`` was read, less its wait in the kernel
-        self.sock: Any = None  # the connection's socket, asked how long bytes waited in the kernel
+        self.sock: tuple[int, int] | None = None  # the connection's socket (descriptor, family), asked
+        # how long bytes waited in the kernel
         self.msg: _Message | None = None  # the message the parser is in
         self.header_name = ""
         self.remaining = 0  # bytes of a Content-Length message still to feed the parser
@@ -169,7 +170,7 @@ class FastProtocol(asyncio.Protocol):
             return
         guard.open += 1
         self.transport = transport
-        self.sock = transport.get_extra_info("socket")
+        self.sock = tcpinfo.descriptor(transport.get_extra_info("socket"))
         peer = transport.get_extra_info("peername")
         self.remote = peer[0] if isinstance(peer, tuple) and peer else None
         self._arm(self.front.limits.header_timeout_s)
@@ -245,8 +246,9 @@ class FastProtocol(asyncio.Protocol):
             return
         if not self.buf:
             self.buf_at = time.perf_counter()
-            if self.msg is None and not self.remaining:  # a new head, which a busy loop reads late:
-                self.buf_at -= tcpinfo.waited_s(self.sock)  # its clock starts when the kernel had it
+            if self.msg is None and not self.remaining and self.sock is not None:  # a new head, which a
+                self.buf_at -= tcpinfo.waited_fd_s(*self.sock)  # busy loop reads late: its clock starts
+                # when the kernel had it
         self.buf += data
         if self.timer is not None and self.task is None:
             self._disarm()

@@ -385,7 +385,8 @@ class GuardedHandler(RequestHandler):
         self._admitted = False
         self._heads = 0  # complete heads seen, to tell "a new head started" from "body bytes"
         self._head_timer: asyncio.TimerHandle | None = None
-        self._sock: Any = None  # the connection's socket, asked how long a head waited in the kernel
+        self._sock: tuple[int, int] | None = None  # the connection's socket (descriptor, family),
+        # asked how long a head waited in the kernel
         # when each parsed head was read, in the order aiohttp hands them to its request factory
         # (one per message, error placeholders included), so a request waiting behind others,
         # or for a busy event loop to run its handler, is timed from when it arrived
@@ -411,7 +412,7 @@ class GuardedHandler(RequestHandler):
             return
         guard.open += 1
         self._admitted = True
-        self._sock = transport.get_extra_info("socket")
+        self._sock = tcpinfo.descriptor(transport.get_extra_info("socket"))
         super().connection_made(transport)
         self._arm()
 
@@ -420,7 +421,8 @@ class GuardedHandler(RequestHandler):
         super().data_received(data)
         count = self._request_count
         if count != self._heads:  # the head (or several pipelined ones) is complete
-            now -= tcpinfo.waited_s(self._sock)
+            if self._sock is not None:
+                now -= tcpinfo.waited_fd_s(*self._sock)
             self._head_reads.extend(itertools.repeat(now, count - self._heads))
             self._heads = count
             self._disarm()

@@ -4,6 +4,7 @@ nothing where the kernel cannot say; the accept queue of a listener."""
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -62,3 +63,62 @@ def test_the_accept_queue_of_a_listener() -> None:
         finally:
             for c in clients:
                 c.close()
+
+
+def test_asking_by_descriptor_answers_alike_and_leaves_the_socket_open() -> None:
+    """The servers ask by (descriptor, family) through a socket object they drop at once: the
+    same answer as asking the socket, and the connection (the transport's) is neither closed
+    nor leaked a descriptor, however many times it is asked."""
+    tick = tcpinfo.prime()
+    srv, client, conn = _pair()
+    with srv, client, conn:
+        where = tcpinfo.descriptor(conn)
+        assert where == (conn.fileno(), socket.AF_INET)
+        fds = len(os.listdir("/proc/self/fd"))
+        client.sendall(b"x")
+        time.sleep(0.05)
+        conn.recv(16)
+        by_fd = [tcpinfo.waited_fd_s(*where) for _ in range(2000)][-1]
+        assert abs(by_fd - tcpinfo.waited_s(conn)) <= tick / 1000.0
+        assert by_fd >= 0.05 - 2 * tick / 1000.0
+        assert len(os.listdir("/proc/self/fd")) == fds
+        client.sendall(b"still open")  # the descriptor is still the connection's
+        assert conn.recv(16) == b"still open"
+    assert tcpinfo.descriptor(None) is None
+    assert tcpinfo.waited_fd_s(-1, socket.AF_INET) == 0.0
+
+
+def test_uvloops_stand_in_is_asked_by_its_descriptor() -> None:
+    """A uvloop transport's ``socket`` extra is a stand-in object: its descriptor and family are
+    what the servers keep, and the answer for a late read is the wait."""
+    import asyncio
+
+    import uvloop
+
+    tick = tcpinfo.prime()
+
+    async def main() -> tuple[tuple[int, int] | None, float]:
+        got: asyncio.Future[asyncio.BaseTransport] = asyncio.get_running_loop().create_future()
+
+        class Keep(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                transport.pause_reading()  # the bytes wait in the kernel, as behind a busy loop
+                got.set_result(transport)
+
+        server = await asyncio.get_running_loop().create_server(Keep, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        transport = await got
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        where = tcpinfo.descriptor(transport.get_extra_info("socket"))
+        waited = 0.0 if where is None else tcpinfo.waited_fd_s(*where)
+        writer.close()
+        transport.close()
+        server.close()
+        return where, waited
+
+    where, waited = uvloop.run(main())
+    assert where is not None and where[1] == socket.AF_INET
+    assert 0.1 - 2 * tick / 1000.0 <= waited <= 0.2, waited
