@@ -214,7 +214,11 @@ class Stack:
 def drive(stack: Stack, concurrency: int, per_stream: int, rounds: int) -> dict[str, Any]:
     """One interleaved client run over the direct path and the proxies: per proxy the medians
     over rounds of requests/s, added p50/p99, and its CPU per request over the run."""
-    targets = {n: stack.ports[n] for n in ("direct", *stack.proxies())}
+    order = ["direct", *stack.proxies()]
+    if REF in order:  # the two gateways at the two ends: rounds alternate the order, so each runs
+        # twice in a row (warm from its own last turn) equally often, and neither is favoured
+        order = ["llmsla", *[n for n in order if n not in ("llmsla", REF)], REF]
+    targets = {n: stack.ports[n] for n in order}
     cpu0 = stack.cpu()
     out = subprocess.run(
         ["taskset", "-c", stack.load_cpu, sys.executable, EXPORTERS, "--load-client", json.dumps(targets),
