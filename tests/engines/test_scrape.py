@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import statistics
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -281,6 +282,14 @@ def test_scrapes_start_together_on_the_tick_grid_and_keep_their_cadence() -> Non
         for ts in starts.values():
             gaps = [b - a for a, b in zip(ts[1:], ts[2:], strict=False)]
             assert len(gaps) >= 3 and max(gaps) < interval + 0.15, gaps
-            assert abs(sum(gaps) / len(gaps) - interval) < tick / 2, gaps  # the grid neither drifts nor skips
+            # the grid neither drifts nor skips: each start is its slot's, k intervals after the
+            # others' common phase (their median), to within half a tick. One start may be late:
+            # a busy machine that wakes the loop late delays that scrape, and the grid puts the
+            # next one back on its slot (a start late by 120 ms under a full test run made the
+            # mean gap miss by 30 ms though every later start was on time)
+            seq = ts[1:]
+            phase = statistics.median(t - k * interval for k, t in enumerate(seq))
+            off = [t - k * interval - phase for k, t in enumerate(seq)]
+            assert sum(abs(o) < tick / 2 for o in off) >= len(off) - 1, (off, gaps)
 
     asyncio.run(run())
