@@ -97,7 +97,7 @@ def test_uvloops_stand_in_is_asked_by_its_descriptor() -> None:
 
     tick = tcpinfo.prime()
 
-    async def main() -> tuple[tuple[int, int] | None, float]:
+    async def main() -> tuple[tuple[int, int] | None, float, float]:
         got: asyncio.Future[asyncio.BaseTransport] = asyncio.get_running_loop().create_future()
 
         class Keep(asyncio.Protocol):
@@ -109,16 +109,18 @@ def test_uvloops_stand_in_is_asked_by_its_descriptor() -> None:
         port = server.sockets[0].getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         transport = await got
+        sent = time.perf_counter()
         writer.write(b"GET / HTTP/1.1\r\n\r\n")
         await writer.drain()
         await asyncio.sleep(0.1)
         where = tcpinfo.descriptor(transport.get_extra_info("socket"))
         waited = 0.0 if where is None else tcpinfo.waited_fd_s(*where)
+        elapsed = time.perf_counter() - sent
         writer.close()
         transport.close()
         server.close()
-        return where, waited
+        return where, waited, elapsed
 
-    where, waited = uvloop.run(main())
+    where, waited, elapsed = uvloop.run(main())
     assert where is not None and where[1] == socket.AF_INET
-    assert 0.1 - 2 * tick / 1000.0 <= waited <= 0.2, waited
+    assert 0.1 - 2 * tick / 1000.0 <= waited <= elapsed, (waited, elapsed)  # the wait, never more
