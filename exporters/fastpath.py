@@ -246,9 +246,8 @@ class FastProtocol(asyncio.Protocol):
             return
         if not self.buf:
             self.buf_at = time.perf_counter()
-            if self.msg is None and not self.remaining and self.sock is not None:  # a new head, which a
-                self.buf_at -= tcpinfo.waited_fd_s(*self.sock)  # busy loop reads late: its clock starts
-                # when the kernel had it
+            if self.msg is None and not self.remaining:  # a new head, which a busy loop reads late:
+                self.buf_at -= tcpinfo.waited_fd_s(self.sock)  # its clock starts when the kernel had it
         self.buf += data
         if self.timer is not None and self.task is None:
             self._disarm()

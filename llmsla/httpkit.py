@@ -421,8 +421,7 @@ class GuardedHandler(RequestHandler):
         super().data_received(data)
         count = self._request_count
         if count != self._heads:  # the head (or several pipelined ones) is complete
-            if self._sock is not None:
-                now -= tcpinfo.waited_fd_s(*self._sock)
+            now -= tcpinfo.waited_fd_s(self._sock)
             self._head_reads.extend(itertools.repeat(now, count - self._heads))
             self._heads = count
             self._disarm()

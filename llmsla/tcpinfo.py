@@ -94,8 +94,7 @@ def waited_s(sock: Any) -> float:
     cannot tell. Call it where those bytes are read (``data_received``); 0 until :func:`prime`
     has run. A server asking once per request keeps :func:`descriptor` of the connection and
     calls :func:`waited_fd_s`: the same answer, without a socket object per call."""
-    where = descriptor(sock)
-    return 0.0 if where is None else waited_fd_s(*where)
+    return waited_fd_s(descriptor(sock))
 
 
 def descriptor(sock: Any) -> tuple[int, int] | None:
@@ -109,20 +108,20 @@ def descriptor(sock: Any) -> tuple[int, int] | None:
         return None
 
 
-def waited_fd_s(fd: int, family: int) -> float:
-    """:func:`waited_s` of the TCP socket ``fd`` (of ``family``). It asks through a bare
+def waited_fd_s(where: tuple[int, int] | None) -> float:
+    """:func:`waited_s` of the TCP socket :func:`descriptor` gave (None: 0). It asks through a bare
     ``_socket.socket`` on the descriptor, detached before it returns (the descriptor stays the
     transport's): uvloop's stand-in builds and drops a full ``socket.socket`` on each call, which
     cost a request's first read about 30 us in a gateway under load."""
     tick = _tick_ms
-    if not tick or _TCP_INFO is None or fd < 0:
+    if not tick or where is None or where[0] < 0:
         return 0.0
     try:
-        s = _socket.socket(family, socket.SOCK_STREAM, 0, fd)
+        s = _socket.socket(where[1], socket.SOCK_STREAM, 0, where[0])
     except OSError:
         return 0.0
     try:
-        ms = _INFO.unpack(s.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _INFO.size))[_LAST_DATA_RECV]
+        ms = _info(s)[_LAST_DATA_RECV]
     except (OSError, struct.error):
         return 0.0
     finally:

@@ -78,14 +78,15 @@ def test_asking_by_descriptor_answers_alike_and_leaves_the_socket_open() -> None
         client.sendall(b"x")
         time.sleep(0.05)
         conn.recv(16)
-        by_fd = [tcpinfo.waited_fd_s(*where) for _ in range(2000)][-1]
+        by_fd = [tcpinfo.waited_fd_s(where) for _ in range(2000)][-1]
         assert abs(by_fd - tcpinfo.waited_s(conn)) <= tick / 1000.0
         assert by_fd >= 0.05 - 2 * tick / 1000.0
         assert len(os.listdir("/proc/self/fd")) == fds
         client.sendall(b"still open")  # the descriptor is still the connection's
         assert conn.recv(16) == b"still open"
     assert tcpinfo.descriptor(None) is None
-    assert tcpinfo.waited_fd_s(-1, socket.AF_INET) == 0.0
+    assert tcpinfo.waited_fd_s(None) == 0.0
+    assert tcpinfo.waited_fd_s((-1, socket.AF_INET)) == 0.0
 
 
 def test_uvloops_stand_in_is_asked_by_its_descriptor() -> None:
@@ -114,7 +115,7 @@ def test_uvloops_stand_in_is_asked_by_its_descriptor() -> None:
         await writer.drain()
         await asyncio.sleep(0.1)
         where = tcpinfo.descriptor(transport.get_extra_info("socket"))
-        waited = 0.0 if where is None else tcpinfo.waited_fd_s(*where)
+        waited = tcpinfo.waited_fd_s(where)
         elapsed = time.perf_counter() - sent
         writer.close()
         transport.close()
