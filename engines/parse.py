@@ -170,14 +170,14 @@ class Exposition:
         rows = self._rows(f"{base}_bucket", where)
         if not rows:
             return None
-        plan = _plan(rows)
+        labs, vals = zip(*rows, strict=True)
+        plan = _plan(labs)
         if plan is not None:  # one label set, its buckets in order: the values are the counts
             layout, key = plan
-            vals = [v for _, v in rows]
             hsums = [v for lab, v in self._rows(f"{base}_sum", where) if _key(lab) == key]
             if not hsums:
                 return None
-            return _checked(layout, vals, hsums[-1])
+            return _checked(layout, list(vals), hsums[-1])
         groups: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
         known = _BOUNDS
         for labels, value in rows:  # the hot loop of a scrape: kept to the bone
@@ -225,7 +225,7 @@ class Exposition:
             total_count += inf
             total_sum += hsum
         assert bounds is not None
-        return _built(Histogram(bounds, tuple([int(round(c)) for c in acc]), total_sum, int(round(total_count))))
+        return _built(Histogram(bounds, tuple(map(round, acc)), total_sum, round(total_count)))
 
     def _rows(self, name: str, where: LabelFilter | None) -> list[tuple[dict[str, str], float]]:
         """Like :meth:`series`, without the copy when nothing is filtered (read-only use)."""
@@ -237,35 +237,37 @@ class Exposition:
 
 #: ``le`` label value -> its float, shared: a fleet repeats a handful of bucket bounds.
 _BOUNDS: dict[str, float] = {}
-#: A histogram's bucket label sets (the very objects) -> (finite bounds, label set but le) when
-#: they are one label set's buckets in increasing order ending with +Inf, else None: the
-#: layout of an engine's histogram is the same scrape after scrape, and across a fleet.
-_PLANS: dict[tuple[_Labels, ...], tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None] = {}
+#: A histogram's bucket label sets (their ids) -> (those label sets, (finite bounds, label set but
+#: le)) when they are one label set's buckets in increasing order ending with +Inf, else None
+#: for the plan: the layout of an engine's histogram is the same scrape after scrape, and across a
+#: fleet. Each entry holds its label sets, so while it lives no other object can take their ids:
+#: the same ids are the same objects (the readers share them between scrapes).
+_PLANS: dict[tuple[int, ...], tuple[tuple[_Labels, ...], tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None]] = {}
 
 
-def _plan(rows: Rows) -> tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None:
-    """The simple layout of ``rows`` (see ``_PLANS``), None for any other."""
-    if any(type(lab) is not _Labels for lab, _ in rows):
+def _plan(labs: tuple[Mapping[str, str], ...]) -> tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None:
+    """The simple layout of the bucket label sets ``labs`` (see ``_PLANS``), None for any other."""
+    ids = tuple(map(id, labs))
+    hit = _PLANS.get(ids)
+    if hit is not None:
+        return hit[1]
+    if any(type(lab) is not _Labels for lab in labs):
         return None
-    labs = cast(tuple[_Labels, ...], tuple([lab for lab, _ in rows]))
-    try:
-        return _PLANS[labs]  # _Labels hash by identity (see _Labels)
-    except KeyError:
-        pass
+    shared = cast(tuple[_Labels, ...], labs)
     plan: tuple[tuple[float, ...], tuple[tuple[str, str], ...]] | None = None
-    key = labs[0].group
-    les = [lab.get("le") for lab in labs]
-    if len(labs) > 1 and les[-1] == "+Inf" and all(lab.group == key for lab in labs):
+    key = shared[0].group
+    les = [lab.get("le") for lab in shared]
+    if len(shared) > 1 and les[-1] == "+Inf" and all(lab.group == key for lab in shared):
         try:
             bounds = tuple(float(le) for le in les[:-1])  # type: ignore[arg-type]  # None: TypeError
         except (TypeError, ValueError):
             bounds = ()
-        if len(bounds) == len(labs) - 1 and all(math.isfinite(b) for b in bounds) and all(
+        if len(bounds) == len(shared) - 1 and all(math.isfinite(b) for b in bounds) and all(
                 a < b for a, b in zip(bounds, bounds[1:], strict=False)):
             plan = (bounds, key)
     if len(_PLANS) >= 4096:
         _PLANS.clear()
-    _PLANS[labs] = plan
+    _PLANS[ids] = (shared, plan)
     return plan
 
 
@@ -285,7 +287,7 @@ def _checked(bounds: tuple[float, ...], cum: list[float], hsum: float) -> Histog
     is not finite or they decrease."""
     if not _cumulative(cum, hsum):
         return None
-    return _built(Histogram(bounds, tuple([int(round(c)) for c in cum[:-1]]), 0.0 + hsum, int(round(cum[-1]))))
+    return _built(Histogram(bounds, tuple(map(round, cum[:-1])), 0.0 + hsum, round(cum[-1])))
 
 
 def _built(hist: Histogram) -> Histogram | None:
@@ -356,15 +358,11 @@ def _lines_of(keep: tuple[str, ...]) -> re.Pattern[str]:
 class _Labels(dict[str, str]):
     """A parsed label set with its histogram grouping key (the sorted labels but ``le``)
     computed once: :func:`_labels` shares it between scrapes, so :meth:`Exposition.histogram`
-    need not sort the labels of every bucket line of every scrape again."""
+    need not sort the labels of every bucket line of every scrape again, and ``_PLANS`` knows
+    a histogram's layout by its label sets' identities."""
 
     __slots__ = ("group",)
     group: tuple[tuple[str, str], ...]
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        """By identity (equality stays by content): a cache keyed by label sets then hits only
-        for the same objects, which the readers share between scrapes (``_PLANS``)."""
-        return id(self)
 
 
 @functools.lru_cache(maxsize=8192)

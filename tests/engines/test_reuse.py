@@ -218,3 +218,23 @@ def test_the_histogram_rule_refuses_and_names_each_culprit(value: dict[str, obje
     with pytest.raises(EventError) as err:
         EngineSample.check_field("ttft", value)
     assert err.value.field == culprit
+
+
+def test_a_layout_is_known_by_its_label_sets_not_by_ids_freed_and_reused() -> None:
+    """The bucket layout cache is keyed by the label sets' ids; label sets made and dropped one
+    after another (their ids free for the next ones) still each get their own layout."""
+    from llmsla.engines.parse import _Labels, _plan
+
+    def label_sets(bounds: list[str]) -> tuple[_Labels, ...]:
+        out = []
+        for le in bounds:
+            lab = _Labels(model_name="m", le=le)
+            lab.group = (("model_name", "m"),)
+            out.append(lab)
+        return tuple(out)
+
+    for i in range(300):
+        if i % 2:
+            assert _plan(label_sets(["0.1", "1.0", "+Inf"])) == ((0.1, 1.0), (("model_name", "m"),))
+        else:  # bounds out of order: no simple layout
+            assert _plan(label_sets(["1.0", "0.1", "+Inf"])) is None
