@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmsla import names
-from llmsla.control.replica import ReplicaState
+from llmsla.control.replica import EngineSignal, ReplicaState
 from llmsla.control.sampler import LadrSampler
 from llmsla.control.scorers import engine_terms
 
@@ -115,6 +115,24 @@ def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float, pr
     return [(a * e, b * e, c * e) for a, b, c in abc]
 
 
+def engine_now(s: ReplicaState) -> EngineSignal | None:
+    """The replica's last engine report (None when not fresh) moved to now by this router's own
+    requests since (``moved``: sent there minus come back). Between scrapes each refresh then
+    sees the queues and KV the picks since built, not the scrape's, which would send every pick
+    to the replica the scrape found emptiest until the next one. A request sent is counted as
+    waiting only where the engine had requests waiting (else it had a batch slot for it); one
+    that came back frees a place in the queue; each holds the running requests' mean KV share."""
+    e = s.engine
+    if e is None or not s.engine_fresh:
+        return None
+    moved = s.outstanding - s.engine_out
+    if not moved:
+        return e
+    waiting = max(0.0, e.waiting + moved) if moved < 0 or e.waiting > 0 else e.waiting
+    kv = min(1.0, max(0.0, e.kv_usage + moved * e.kv_usage / e.running)) if e.running > 0 else e.kv_usage
+    return EngineSignal(waiting, e.running, kv, e.at)
+
+
 def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: float | None = None,
                   prompt_mean: float | None = None) -> LadrSampler:
     """The sampler over the group's fresh replicas (see :class:`LadrSampler`); ``out_tokens``
@@ -131,7 +149,7 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: floa
     # log of weight * exp(sharpness * score), shifted so the best replica now has weight 1:
     # no overflow/underflow whatever alpha, beta and sharpness an operator sets
     per_q = -k * beta / q_scale
-    eng = engine_terms([s.engine if s.engine_fresh else None for s in fresh], p["engine_queue"], p["engine_kv"])
+    eng = engine_terms([engine_now(s) for s in fresh], p["engine_queue"], p["engine_kv"])
     log_base = []
     for s, e in zip(fresh, eng, strict=True):
         inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
@@ -246,7 +264,7 @@ def score_pools(pools: Iterable[list[ReplicaState]], p: dict[str, float]) -> Non
             continue
         ref = min(measured)
         q_scale = max(1.0, sum(s.queue for s in live) / len(live)) if live else 1.0
-        eng = engine_terms([s.engine if s.engine_fresh else None for s in lst], p["engine_queue"], p["engine_kv"])
+        eng = engine_terms([engine_now(s) for s in lst], p["engine_queue"], p["engine_kv"])
         for st, e in zip(lst, eng, strict=True):
             if st.lat_ema is None:
                 continue

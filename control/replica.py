@@ -64,7 +64,7 @@ class ReplicaState:
         "rep", "outstanding", "drained", "down", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
         "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots", "pending", "leaving",
-        "engine", "engine_fresh", "svc", "wait_tok",
+        "engine", "engine_fresh", "engine_out", "svc", "wait_tok",
     )
 
     def __init__(self, rep: Replica, now: float) -> None:
@@ -96,6 +96,7 @@ class ReplicaState:
         self.slots: list[tuple[LadrSampler, int]] = []  # LADR samplers this replica is in, and where
         self.engine: EngineSignal | None = None  # the engine's own last reported state
         self.engine_fresh = False  # engine data no older than engine_ttl_s at the last refresh
+        self.engine_out = 0  # this router's outstanding requests here when the engine last reported
         self.svc = ServiceEstimate()  # learnt speed (LADR's expected-completion-time term)
         self.wait_tok = 0.0  # prompt tokens routed here that await their first token (ECT term)
 

@@ -434,6 +434,7 @@ class Router:
         if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
             raise ValueError(f"engine at: must be a finite time, got {at!r}")
         st.engine = EngineSignal(w, r, kv, float(when))
+        st.engine_out = st.outstanding
 
     def outstanding(self, replica_id: str) -> int:
         return self._state(replica_id).outstanding

@@ -145,3 +145,50 @@ def test_ladr_without_engine_data_picks_as_before():
             r.end(x, (now[0] - t0) * 1000.0 * (1 + int(x[1])))
     assert len(set(out)) == 4
     assert hashlib.sha256(",".join(out).encode()).hexdigest()[:16] == "7310e8e0900a2334"
+
+
+def test_engine_report_is_moved_to_now_by_the_routers_own_requests():
+    """Between scrapes the router's own requests since the report move it: a request sent
+    waits only where the engine had requests waiting, one come back frees a queue place, and
+    each holds the running requests' mean KV share (control/ladr.py ``engine_now``)."""
+    from llmsla.control.ladr import engine_now
+
+    r = Router([Replica("r0", "default"), Replica("r1", "default")], "ladr", clock=Clock())
+    for _ in range(4):
+        r.begin("r0")
+        r.begin("r1")
+    r.update_engine("r0", waiting=0, running=4, kv_usage=0.4)  # a batch slot free
+    r.update_engine("r1", waiting=3, running=4, kv_usage=0.8)  # its batch full
+    states = r._states
+    for st in states.values():
+        st.engine_fresh = True
+    assert engine_now(states["r0"]) is states["r0"].engine  # nothing moved yet
+    r.begin("r0")
+    r.begin("r0")
+    r.begin("r1")
+    e0, e1 = engine_now(states["r0"]), engine_now(states["r1"])
+    assert e0 is not None and (e0.waiting, e0.kv_usage) == (0.0, pytest.approx(0.6))
+    assert e1 is not None and (e1.waiting, e1.kv_usage) == (4.0, pytest.approx(1.0))
+    for _ in range(4):
+        r.end("r1", 100.0)  # three come back beyond the one sent
+    e1 = engine_now(states["r1"])
+    assert e1 is not None and (e1.waiting, e1.kv_usage) == (0.0, pytest.approx(0.2))
+    assert states["r1"].engine.waiting == 3  # the report itself is kept as it came
+
+
+def test_picks_between_scrapes_do_not_all_go_to_the_replica_the_scrape_found_shortest():
+    """Two equal replicas whose last scrape found r1's queue one shorter: with the engine term
+    weighing most, picks that stay in flight fill r1's queue until it is the longer one, and
+    then go to r0, not to r1 until the next scrape."""
+    clock = Clock()
+    r = Router([Replica("r0", "default"), Replica("r1", "default")], "ladr", clock=clock,
+               rng=random.Random(3), alpha=0.0, beta=0.0, engine_queue=5.0, refresh_s=0.01)
+    r.update_engine("r0", waiting=2, running=8, kv_usage=0.5)
+    r.update_engine("r1", waiting=1, running=8, kv_usage=0.5)
+    got: collections.Counter = collections.Counter()
+    for _ in range(40):
+        clock.t += 0.02  # a refresh before every pick, all within one scrape interval
+        rid = r.pick("default").id
+        r.begin(rid)
+        got[rid] += 1
+    assert got["r0"] >= 15 and got["r1"] >= 15, got
