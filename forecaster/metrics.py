@@ -35,6 +35,7 @@ class Episode:
     end: int  # last breaching step
     cause: str = NONE
     kind: str = ""
+    fault_step: int | None = None  # first step of the fault it is attributed to (fault_span)
 
 
 def episodes(breach: np.ndarray, merge_gap: int) -> list[Episode]:
@@ -63,7 +64,7 @@ def attribute(eps: list[Episode], faults: list[dict], step_s: float, t0_ms: int,
         for f in faults:
             lo, hi = fault_span(f, step_s, t0_ms, tail_steps)
             if lo <= e.onset <= hi:
-                e.kind = f["kind"]
+                e.kind, e.fault_step = f["kind"], lo
                 e.cause = PRECURSOR if f["kind"] in precursor_kinds else CRASH if f["kind"] == "crash" else NONE
                 break
 

@@ -95,12 +95,12 @@ def test_a_crash_breaching_in_the_window_it_starts_in_is_a_crash() -> None:
     eps = metrics.episodes(breach, 3)
     crash = {"kind": "crash", "start_ms": t0 + 491_200, "end_ms": t0 + 536_700}
     metrics.attribute(eps, [crash], 5.0, t0, 15, ("ramp",))
-    assert (eps[0].cause, eps[0].kind) == (metrics.CRASH, "crash")
+    assert (eps[0].cause, eps[0].kind, eps[0].fault_step) == (metrics.CRASH, "crash", 98)
     assert metrics.fault_span(crash, 5.0, t0, 15) == (98, 536.7 / 5 + 15)
     # an episode that began before the fault's window is not the fault's
     early = metrics.episodes(np.r_[np.zeros(97, bool), np.ones(5, bool)], 3)
     metrics.attribute(early, [crash], 5.0, t0, 15, ("ramp",))
-    assert early[0].cause == metrics.NONE
+    assert (early[0].cause, early[0].fault_step) == (metrics.NONE, None)
 
 
 def test_labels_from_slo_counts() -> None:
