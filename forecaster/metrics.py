@@ -35,7 +35,9 @@ class Episode:
     end: int  # last breaching step
     cause: str = NONE
     kind: str = ""
-    fault_step: int | None = None  # first step of the fault it is attributed to (fault_span)
+    #: first step of its fault (fault_span) when that fault's start bounds a warning of it: an
+    #: injected fault, before which the target was healthy (attribute's ``causal_kinds``)
+    fault_step: int | None = None
 
 
 def episodes(breach: np.ndarray, merge_gap: int) -> list[Episode]:
@@ -58,14 +60,18 @@ def fault_span(fault: dict, step_s: float, t0_ms: int, tail_steps: int) -> tuple
 
 
 def attribute(eps: list[Episode], faults: list[dict], step_s: float, t0_ms: int, tail_steps: int,
-              precursor_kinds: tuple[str, ...]) -> None:
-    """Cause of each episode: the fault whose span (:func:`fault_span`) holds its onset."""
+              precursor_kinds: tuple[str, ...], causal_kinds: tuple[str, ...] = ()) -> None:
+    """Cause of each episode: the fault whose span (:func:`fault_span`) holds its onset; for a
+    fault of ``causal_kinds`` (injected ones, which begin before the breach they cause) also its
+    first step, before which no alarm is a warning of it (:func:`warn_from`). A labelled anomaly
+    window (NAB) is the event itself, not a cause before it: not causal."""
     for e in eps:
         for f in faults:
             lo, hi = fault_span(f, step_s, t0_ms, tail_steps)
             if lo <= e.onset <= hi:
-                e.kind, e.fault_step = f["kind"], lo
+                e.kind = f["kind"]
                 e.cause = PRECURSOR if f["kind"] in precursor_kinds else CRASH if f["kind"] == "crash" else NONE
+                e.fault_step = lo if f["kind"] in causal_kinds else None
                 break
 
 
@@ -112,10 +118,21 @@ def alarm(s: SeriesScores, threshold: float, policy: AlarmPolicy = RAW) -> np.nd
     return alarm_series(s.score, _thr(s, threshold), policy)
 
 
+def warn_from(e: Episode, lead_max: int) -> int:
+    """The first step whose alarm counts as a warning of ``e``: ``lead_max`` steps before its
+    onset, and for a precursor fault's breach not before the fault began (before it the target
+    was healthy: an alarm then is chance, and false). A crash's and an unattributed breach's
+    window stays whole: an alarm well above chance before a crash is how a leak shows."""
+    lo = e.onset - lead_max
+    if e.cause == PRECURSOR and e.fault_step is not None:
+        return max(lo, e.fault_step)
+    return lo
+
+
 def _excused(s: SeriesScores, lead_max: int) -> np.ndarray:
     excused = np.zeros(len(s.score), bool)
     for e in s.episodes:
-        excused[max(0, e.onset - lead_max): e.end + 1] = True
+        excused[max(0, warn_from(e, lead_max)): e.end + 1] = True
     return excused
 
 
@@ -222,10 +239,11 @@ def report(series: list[SeriesScores], threshold: float, lead_max: int, step_s: 
             if lo < min_onset or not scored[max(0, lo): e.onset].all():
                 continue  # no full look-back scored before this onset
             events[e.cause] += 1
-            hits = np.flatnonzero(on[lo: e.onset])
+            start = warn_from(e, lead_max)
+            hits = np.flatnonzero(on[start: e.onset])
             if len(hits):
                 warned[e.cause] += 1
-                leads[e.cause].append(lead_max - int(hits[0]))
+                leads[e.cause].append(e.onset - start - int(hits[0]))
         # point adjustment over runs of the label
         lab = (s.y == 1) & scored
         pred = on & (s.y >= 0)

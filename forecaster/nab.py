@@ -90,7 +90,10 @@ def load(folder: Path, *, window: int, horizon: int, folds: int = 4) -> tuple[Da
     by_name = {Path(k).name: v for k, v in labels.items()}
     step_s = None
     ds = Dataset.empty("univariate", window, horizon, 300.0, {"source": str(folder), "folds": folds,
-                                                               "precursor_kinds": ["labelled"]})
+                                                               "precursor_kinds": ["labelled"],
+                                                               # a labelled window is the anomaly itself:
+                                                               # its early warning comes before it
+                                                               "causal_kinds": []})
     parts = []
     for i, f in enumerate(files):
         skipped: list[int] = []

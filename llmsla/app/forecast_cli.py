@@ -515,7 +515,8 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
                               for s in ds.info.get("slos", [])),
         "alarms": f"what the online loop raises: {threshold_rule(ec)}; an event is warned when the alarm is "
                   f"on 1..{ec.lead_max_steps} steps ({ec.lead_max_steps * ds.step_s:.0f} s) before the breach "
-                  "onset, its lead is the onset minus the first such step",
+                  "onset and, for a precursor fault's breach, not before the fault began (an alarm before it "
+                  "is a false alarm); its lead is the onset minus the first such step",
         "learned baselines": f"logistic regression and gradient boosting on the flattened input window "
                              f"({ds.window} x {art.model.cfg.inputs}), trained on every {ec.learned_stride}rd "
                              f"training window, at most {ec.learned_max_windows or 'all'} of them evenly "

@@ -39,6 +39,34 @@ def test_event_metrics_by_hand() -> None:
     assert thr > 0.9 and metrics.false_alarms([s], thr, 10, 5.0)[0] == 0
 
 
+def test_a_precursor_breach_is_warned_only_by_an_alarm_after_its_fault_began() -> None:
+    """An alarm inside the lead window but before the precursor fault's first step is no
+    warning of it (the target was healthy: chance) and counts as a false alarm; one after the
+    fault began is, with its lead from there. A crash keeps its whole window: an alarm before it
+    is how a leak of the label would show."""
+    breach = np.zeros(100, bool)
+    breach[40:50] = True  # onset 40, window [30, 39]
+    breach[80:85] = True  # onset 80, window [70, 79]
+    score = np.zeros(100)
+    score[:9] = np.nan
+    score[31] = 0.9  # before the fault (its first step 34): healthy, a false alarm
+    score[36] = 0.9  # after it: a warning, 4 steps ahead
+    score[72] = 0.9  # before the crash (its first step 78): still a "warning" (chance)
+    s = metrics.SeriesScores(score, slo_mod.future_label(breach, 3), breach, metrics.episodes(breach, 3))
+    (a, b) = s.episodes
+    a.cause, a.fault_step, b.cause, b.fault_step = metrics.PRECURSOR, 34, metrics.CRASH, 78
+    r = metrics.report([s], 0.5, lead_max=10, step_s=5.0, min_onset=9)
+    assert r.warned == {"precursor": 1, "crash": 1, "none": 0}
+    assert (r.mean_lead_s["precursor"], r.mean_lead_s["crash"]) == (20.0, 40.0)
+    assert r.false_alarms == 1  # the alarm at 31
+    healthy = (100 - 9) - (50 - 34) - (85 - 70)
+    assert r.healthy_days == pytest.approx(healthy * 5 / 86400)
+    # the alarm after the fault began gone: the precursor breach is missed, not warned at 31
+    score[36] = 0.0
+    r = metrics.report([s], 0.5, lead_max=10, step_s=5.0, min_onset=9)
+    assert r.warned["precursor"] == 0 and r.false_alarms == 1
+
+
 def test_alarm_policy_alarms_false_alarms_in_faults_and_chance_by_hand() -> None:
     """The same series under the online alarm (fire after 2 steps, resolve after 3 below 0.5):
     the one-step blip is no alarm, a fault that never breaches holds the only false alarm, and
@@ -95,11 +123,13 @@ def test_a_crash_breaching_in_the_window_it_starts_in_is_a_crash() -> None:
     eps = metrics.episodes(breach, 3)
     crash = {"kind": "crash", "start_ms": t0 + 491_200, "end_ms": t0 + 536_700}
     metrics.attribute(eps, [crash], 5.0, t0, 15, ("ramp",))
-    assert (eps[0].cause, eps[0].kind, eps[0].fault_step) == (metrics.CRASH, "crash", 98)
+    assert (eps[0].cause, eps[0].kind, eps[0].fault_step) == (metrics.CRASH, "crash", None)
+    metrics.attribute(eps, [crash], 5.0, t0, 15, ("ramp",), ("crash",))
+    assert eps[0].fault_step == 98  # a causal kind's first step
     assert metrics.fault_span(crash, 5.0, t0, 15) == (98, 536.7 / 5 + 15)
     # an episode that began before the fault's window is not the fault's
     early = metrics.episodes(np.r_[np.zeros(97, bool), np.ones(5, bool)], 3)
-    metrics.attribute(early, [crash], 5.0, t0, 15, ("ramp",))
+    metrics.attribute(early, [crash], 5.0, t0, 15, ("ramp",), ("crash",))
     assert (early[0].cause, early[0].fault_step) == (metrics.NONE, None)
 
 

@@ -39,3 +39,28 @@ def test_bad_rows_name_file_line_field(tmp_path, row, message) -> None:
     (tmp_path / "labels_windows.json").write_text(json.dumps({"g/a.csv": []}))
     with pytest.raises(nab.NabError, match=message):
         nab.load(tmp_path, window=4, horizon=1)
+
+
+def test_an_alarm_before_a_labelled_window_is_its_early_warning(tmp_path) -> None:
+    """A NAB window is the anomaly itself, not a fault that begins before it: an alarm before
+    its start is the early warning the evaluation credits (an injected fault's start, by
+    contrast, bounds its warnings: test_metrics_and_gaps)."""
+    import numpy as np
+
+    from llmsla.forecaster import evaluate
+    from llmsla.forecaster import metrics as m
+
+    rows = [f"2014-01-01 {h:02d}:{mi:02d}:00,{1.0 + (h * 60 + mi) % 7}" for h in range(10) for mi in range(0, 60, 5)]
+    (tmp_path / "a.csv").write_text("timestamp,value\n" + "\n".join(rows) + "\n")
+    (tmp_path / "labels_windows.json").write_text(json.dumps(
+        {"g/a.csv": [["2014-01-01 06:00:00.000000", "2014-01-01 06:30:00.000000"]]}))
+    ds, _ = nab.load(tmp_path, window=8, horizon=1, folds=1)
+    onset = int(np.flatnonzero(ds.breach)[0])
+
+    def scorer(ends: np.ndarray) -> np.ndarray:
+        return ((ends >= onset - 4) & (ends < onset)).astype(float)  # on the 4 steps before it
+
+    (s,) = evaluate.series_scores(ds, "test", scorer)
+    assert [(e.cause, e.fault_step) for e in s.episodes] == [(m.PRECURSOR, None)]
+    r = m.report([s], 0.5, lead_max=24, step_s=ds.step_s, min_onset=ds.window - 1)
+    assert r.warned[m.PRECURSOR] == 1 and r.mean_lead_s[m.PRECURSOR] == 4 * ds.step_s
