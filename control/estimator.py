@@ -16,7 +16,12 @@ request body), so per replica it learns, per token:
   it was dispatched - a long prompt does not make its replica look slow;
 * ``ttft_s`` (TTFT per unit of load), used when the caller knows no prompt sizes;
 
-and per pool the recent mean output and prompt lengths. The expected completion time of a
+and per pool the recent mean output and prompt lengths. ``tpot_per_load`` is also read from the
+tokens of streams still in flight, which the gateway relays one by one: the mean inter-token gap
+of those returned since the last reading per unit of load (:meth:`ServiceEstimate.observe_cadence`,
+control/ladr.py ``cadence``). A completion says how fast the replica was over a request's whole
+life, seconds ago; its streams' tokens say how fast it is now, so a replica slowed 3x is seen
+within a refresh or two, not after the requests it is slowing have finished. The expected completion time of a
 request of ``p`` prompt tokens sent to replica i now is then ``prefill_i * (W_i + p) + out *
 tpot_per_load_i * (q_i + 1 + n0)``, ``W_i`` the prompt tokens waiting for their first token
 there: linear in the live queue and waiting tokens, so LADR's Fenwick sampler keeps it live in
@@ -87,13 +92,14 @@ def _gain(run: int) -> float:
 class ServiceEstimate:
     """One replica's learnt speed (see the module docstring)."""
 
-    __slots__ = ("tpot_per_load", "prefill_per_token", "ttft_s", "n", "run_tpot", "run_prefill")
+    __slots__ = ("tpot_per_load", "prefill_per_token", "ttft_s", "n", "run_tpot", "run_prefill", "cadence_n")
 
     def __init__(self) -> None:
         self.tpot_per_load: float | None = None
         self.prefill_per_token: float | None = None
         self.ttft_s: float | None = None
         self.n = 0  # completions taken
+        self.cadence_n = 0  # readings of the tokens streaming back taken (observe_cadence)
         self.run_tpot = 0  # change detectors: signed runs of one-sided residuals
         self.run_prefill = 0
 
@@ -120,6 +126,16 @@ class ServiceEstimate:
         self.n += used
         return used
 
+    def observe_cadence(self, tpot_per_load: float, gain: float) -> bool:
+        """The decode time per token per unit of load read from the tokens of streams in flight
+        (control/ladr.py ``cadence``), taken with ``gain``. False when unusable."""
+        if not (math.isfinite(tpot_per_load) and tpot_per_load > 0 and 0 < gain <= 1):
+            return False
+        x = min(MAX_TPOT, max(MIN_TPOT, tpot_per_load))
+        self.tpot_per_load = _clipped_ewma(self.tpot_per_load, x, gain, CLIP)
+        self.cadence_n += 1
+        return True
+
     def observe_prefill(self, ttft_s: float, tokens: float) -> bool:
         """A first token ``ttft_s`` after dispatch, behind ``tokens`` prompt tokens (those ahead
         of the request on the replica when it was dispatched, and its own). False when unusable."""
@@ -135,7 +151,7 @@ class ServiceEstimate:
     def reset(self) -> None:
         """Forget what was learnt (a replica replaced behind the same id)."""
         self.tpot_per_load = self.prefill_per_token = self.ttft_s = None
-        self.n = self.run_tpot = self.run_prefill = 0
+        self.n = self.run_tpot = self.run_prefill = self.cadence_n = 0
 
 
 class MeanLength:

@@ -42,6 +42,11 @@ DEFAULT_PARAMS: dict[str, float] = {
     "ect": 0.0,  # weight of -ECT / best ECT in the score
     "ect_n0": 16.0,  # load-independent share of a decode iteration, in sequences (b0 / b2)
     "ect_ttft": 0.0,  # extra weight of the expected TTFT (learnt prefill speed x prompt tokens ahead)
+    # the decode speed read from the tokens of streams in flight (Router.tokens, ``cadence``):
+    # the gain of a reading in the replica's estimate (0 = completions alone teach it), and the
+    # tokens a reading needs; chosen on bench/routing.py's training scenarios (0.05-0.4, 32-128)
+    "ect_cadence": 0.1,
+    "ect_cadence_tokens": 64.0,
 }
 
 
@@ -68,8 +73,10 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
         if key == "systematic" and value not in (0.0, 1.0):
             raise ValueError(f"systematic: must be 0 or 1, got {value}")
         if key in ("alpha", "beta", "sharpness", "error_penalty_ms", "engine_queue", "engine_kv", "ect", "ect_n0",
-                   "ect_ttft") and value < 0:
+                   "ect_ttft", "ect_cadence_tokens") and value < 0:
             raise ValueError(f"{key}: must be >= 0, got {value}")
+        if key == "ect_cadence" and not 0.0 <= value <= 1.0:
+            raise ValueError(f"{key}: must be in [0, 1], got {value}")
         out[key] = value
     return out
 
@@ -176,6 +183,19 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: floa
         s.slots.append((lad, i))
     return lad
 
+
+
+def cadence(st: ReplicaState, p: dict[str, float]) -> None:
+    """Read the replica's decode speed from the tokens its streams returned since the last
+    reading (:meth:`Router.tokens`), once ``ect_cadence_tokens`` came back: their mean
+    inter-token gap per unit of load (the load as each came back, plus ``ect_n0``), taken into
+    the replica's estimate with gain ``ect_cadence``. A replica slowed now shows in its next
+    tokens, not in its next completions seconds later."""
+    n = st.tok_n
+    if n < p["ect_cadence_tokens"] or n <= 0:
+        return
+    st.svc.observe_cadence(st.tok_gap_s / (st.tok_load + n * p["ect_n0"]), p["ect_cadence"])
+    st.tok_n, st.tok_gap_s, st.tok_load = 0, 0.0, 0.0
 
 
 def roll_window(states: Iterable[ReplicaState]) -> None:

@@ -403,6 +403,16 @@ class Router:
         if st.leaving and st.outstanding == 0:  # its last in-flight request: drained, forget it
             self.remove_replica(replica_id)
 
+    def tokens(self, replica_id: str, n: int, gap_s: float) -> None:
+        """``n`` tokens of streams past their first token came back from ``replica_id``, their
+        inter-token gaps summing to ``gap_s``: the replica's decode speed now, read at each
+        refresh (``ect_cadence``, control/ladr.py ``cadence``)."""
+        st = self._states.get(replica_id)
+        if st is not None and n > 0 and gap_s >= 0:
+            st.tok_n += n
+            st.tok_gap_s += gap_s
+            st.tok_load += n * (st.outstanding + st.extra_q)
+
     def observe(self, replica_id: str, *, latency_ms: float | None = None,
                 queue_length: int | None = None) -> None:
         """Stats reported from outside the request path (health probe, worker queue gauge).
@@ -542,6 +552,9 @@ class Router:
                 self.fallbacks += 1
                 self.metrics.fallback.inc()
         self._next_refresh = ladr.update_states(self._states, self.params, now, remote)
+        if self.params["ect_cadence"] > 0:
+            for st in self._states.values():
+                ladr.cadence(st, self.params)
         ladr.score_pools(self._pools.values(), self.params)
         for g in self._cache.values():  # membership did not change: only the LADR samplers
             g.ladr = None
@@ -576,7 +589,7 @@ class Router:
                     "errors": st.errors,
                     "ect": {"tpot_per_load_s": st.svc.tpot_per_load, "ttft_s": st.svc.ttft_s,
                             "prefill_per_token_s": st.svc.prefill_per_token, "observations": st.svc.n,
-                            "waiting_prompt_tokens": st.wait_tok},
+                            "waiting_prompt_tokens": st.wait_tok, "cadence_readings": st.svc.cadence_n},
                     "engine": None if st.engine is None else {
                         "waiting": st.engine.waiting, "running": st.engine.running,
                         "kv_usage": st.engine.kv_usage, "age_s": max(0.0, now - st.engine.at),
@@ -616,7 +629,7 @@ def params_from_config(cfg: Any) -> dict[str, float]:
         return check_params({"alpha": c.ladr_alpha, "beta": c.ladr_beta, "theta": c.ladr_theta,
                              "refresh_s": c.ladr_refresh_s, "ttl_s": c.ladr_ttl_s, "sharpness": c.ladr_sharpness,
                              "engine_queue": c.ladr_engine_queue, "engine_kv": c.ladr_engine_kv,
-                             "ect": c.ladr_ect})
+                             "ect": c.ladr_ect, "ect_cadence": c.ladr_ect_cadence})
     except ValueError as exc:
         from llmsla.config import ConfigError
 

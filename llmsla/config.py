@@ -605,6 +605,7 @@ class ControlConfig:
     ladr_engine_queue: float = _k(0.0, "LADR score weight of the engine queue scorer (waiting requests from the replica's /metrics, min-max over the pool; 0 = ignore engine queues)", minimum=0)
     ladr_engine_kv: float = _k(0.0, "LADR score weight of the engine KV-cache scorer (1 - KV usage from the replica's /metrics; 0 = ignore)", minimum=0)
     ladr_ect: float = _k(0.0, "LADR score weight of the expected completion time (each replica's speed learnt from the completions and first tokens it returned, times its live queue and the pool's recent output length, relative to the best replica's; 0 = off; 3 with ladr_alpha = ladr_beta = 0 is what docs/control.md measured)", minimum=0)
+    ladr_ect_cadence: float = _k(0.1, "how much each reading of a replica's decode speed from the tokens its streams are returning now moves its learnt speed (0..1; 0 = only completed requests teach it, and a replica slowed now is noticed seconds later); used when ladr_ect > 0", minimum=0, maximum=1)
     max_share_step_pct: float = _k(10.0, "largest student-share change per control action, percentage points", minimum=0)
     max_temperature_step: float = _k(0.5, "largest change of a temperature schedule bound (t_min/t_max/t_init) per action", minimum=0)
 

@@ -1,0 +1,144 @@
+"""LADR reads a replica's decode speed from the tokens its streams are returning now
+(``Router.tokens``, control/ladr.py ``cadence``): the reading's arithmetic, a slowdown seen
+before any request on the slowed replica completes, bad input and the parameters
+(docs/control.md#expected-completion-time-learnt-replica-speed)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from llmsla.control.router import Replica, Router
+
+N0 = 16.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _router(n: int = 3, **params: float) -> tuple[Router, Clock]:
+    clock = Clock()
+    params = {"ect": 3.0, "alpha": 0.0, "beta": 0.0, **params}
+    return Router([Replica(f"r{i}", "default") for i in range(n)], "ladr", clock=clock,
+                  rng=random.Random(5), **params), clock
+
+
+def _ect(r: Router) -> dict[str, dict]:
+    return {x["id"]: x["ect"] for x in r.snapshot()["pools"]["default"]}
+
+
+def test_a_reading_is_the_mean_gap_per_unit_of_load_once_enough_tokens_came_back() -> None:
+    r, clock = _router(ect_cadence=1.0)  # gain 1: the estimate is the reading
+    for _ in range(4):
+        r.begin("r0")  # four streams on r0 while its tokens come back
+    r.tokens("r0", 40, 40 * 0.040)  # 40 ms between tokens
+    clock.t += 0.3
+    assert _ect(r)["r0"]["cadence_readings"] == 0  # 40 < 64 tokens: no reading yet
+    assert _ect(r)["r0"]["tpot_per_load_s"] is None
+    r.tokens("r0", 24, 24 * 0.040)
+    clock.t += 0.3
+    got = _ect(r)["r0"]
+    assert got["cadence_readings"] == 1
+    assert got["tpot_per_load_s"] == pytest.approx(0.040 / (4 + N0))
+    # the load is the one each token came back at: 32 tokens at 4 outstanding, 32 at 1
+    for _ in range(3):
+        r.end("r0", 100.0)
+    r.tokens("r0", 32, 32 * 0.030)
+    clock.t += 0.3
+    assert _ect(r)["r0"]["tpot_per_load_s"] == pytest.approx(0.040 / (4 + N0))  # 32 < 64: held
+    r.begin("r1")  # another replica's load does not count
+    r.tokens("r0", 32, 32 * 0.010)
+    clock.t += 0.3
+    want = (32 * 0.030 + 32 * 0.010) / (32 * 1 + 32 * 1 + 64 * N0)
+    assert _ect(r)["r0"]["tpot_per_load_s"] == pytest.approx(want)
+    assert _ect(r)["r0"]["cadence_readings"] == 2
+
+
+def _stream(r: Router, clock: Clock, speeds: dict[str, float], seconds: float, step: float = 0.05) -> None:
+    """Every replica has 8 streams in flight that never finish; each returns tokens at its
+    speed (seconds per token = 20 ms x speed), told every ``step`` as a gateway relays them."""
+    t_end = clock.t + seconds
+    while clock.t < t_end - 1e-9:
+        clock.t += step
+        for rid, speed in speeds.items():
+            gap = 0.020 * speed
+            n = round(8 * step / gap)
+            r.tokens(rid, n, n * gap)
+            r.observe(rid)  # probes keep them fresh
+        r.pick("default")  # a pick refreshes the scores when due
+
+
+def test_a_slowdown_is_seen_in_the_tokens_before_any_request_completes() -> None:
+    """Three equal replicas with 8 streams each, speeds learnt from their tokens; then r0
+    slows 3x. Within five seconds (a request of 200 tokens there now takes 12), with no completion anywhere, r0's estimate is over twice the
+    others' and LADR sends it less than half of either other's picks. With the cadence off the
+    estimates stay where the completions left them (none came), and r0 keeps its share."""
+    for gain, sees in ((0.1, True), (0.0, False)):
+        r, clock = _router(ect_cadence=gain)
+        for rid in ("r0", "r1", "r2"):
+            for _ in range(8):
+                r.begin(rid)
+            for _ in range(3):  # completions teach a first estimate (5 ms per token at load 8 + 16)
+                r.end(rid, 1000.0, ttft_ms=0.0, output_tokens=201)
+                r.begin(rid)
+        _stream(r, clock, {"r0": 1.0, "r1": 1.0, "r2": 1.0}, 3.0)
+        before = _ect(r)
+        assert before["r0"]["tpot_per_load_s"] == pytest.approx(before["r1"]["tpot_per_load_s"], rel=0.05)
+        _stream(r, clock, {"r0": 3.0, "r1": 1.0, "r2": 1.0}, 5.0)
+        after = _ect(r)
+        ratio = after["r0"]["tpot_per_load_s"] / after["r1"]["tpot_per_load_s"]
+        picks = {"r0": 0, "r1": 0, "r2": 0}
+        for _ in range(600):
+            picks[r.pick("default").id] += 1
+        if sees:
+            assert after["r0"]["cadence_readings"] > 10
+            assert ratio > 2.0
+            assert picks["r0"] < 0.5 * min(picks["r1"], picks["r2"])
+        else:
+            assert after["r0"]["cadence_readings"] == 0
+            assert ratio == pytest.approx(1.0)
+            assert picks["r0"] > 0.5 * min(picks["r1"], picks["r2"])
+
+
+@pytest.mark.parametrize("n, gap", [(0, 1.0), (-5, 1.0), (64, -1.0), (64, math.nan)])
+def test_bad_token_reports_are_ignored(n: int, gap: float) -> None:
+    r, clock = _router(ect_cadence=1.0)
+    r.begin("r0")
+    r.tokens("r0", n, gap)
+    r.tokens("nobody", 64, 1.0)  # a replica removed while its stream ran: nothing to do
+    clock.t += 0.3
+    assert _ect(r)["r0"]["cadence_readings"] == 0
+    assert _ect(r)["r0"]["tpot_per_load_s"] is None
+
+
+def test_an_infinite_gap_is_not_a_reading_and_the_next_one_counts() -> None:
+    r, clock = _router(ect_cadence=1.0)
+    r.begin("r0")
+    r.tokens("r0", 64, math.inf)
+    clock.t += 0.3
+    assert _ect(r)["r0"]["tpot_per_load_s"] is None
+    r.tokens("r0", 64, 64 * 0.017)
+    clock.t += 0.3
+    assert _ect(r)["r0"]["tpot_per_load_s"] == pytest.approx(0.017 / (1 + N0))
+
+
+def test_cadence_parameters_are_checked_and_come_from_config() -> None:
+    from llmsla import config as config_mod
+    from llmsla.control.router import from_config
+
+    r, _ = _router()
+    assert r.params["ect_cadence"] == 0.1 and r.params["ect_cadence_tokens"] == 64
+    for bad in ({"ect_cadence": 1.5}, {"ect_cadence": -0.1}, {"ect_cadence_tokens": -1}):
+        with pytest.raises(ValueError, match="ect_cadence"):
+            r.set_params(**bad)
+    cfg = config_mod.load(env={"LLMSLA_CONTROL_LADR_ECT_CADENCE": "0.3"})
+    assert from_config(cfg, [Replica("r0", "default")], shared=None).params["ect_cadence"] == 0.3
+    with pytest.raises(config_mod.ConfigError, match="ladr_ect_cadence"):
+        config_mod.load(env={"LLMSLA_CONTROL_LADR_ECT_CADENCE": "2"})
