@@ -38,7 +38,9 @@ from llmsla.fleet.workload import Arrival
 from llmsla.seams import RolloutHandle
 
 # event kinds (ints: cheap to compare, and ordering among equal times is by push sequence)
-_DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK, _SCRAPE = range(9)
+_DELIVER, _STEP, _FINISH, _TIMEOUT, _FAULT_ON, _FAULT_OFF, _HEALTH, _TICK, _SCRAPE, _TOKENS = range(10)
+#: How often the gateway's view of the tokens streamed back is brought up to date (seconds).
+TOKENS_S = 0.05
 #: Gradual faults (ramp, leak, thermal) are re-applied at every tick, at least this often.
 GRADUAL_STEP_S = 1.0
 
@@ -281,13 +283,16 @@ class Simulator:
             self._push(0.0, _TICK, 0.0, 0.0)
         if cfg.engine_scrape_s > 0:
             self._push(0.0, _SCRAPE)
+        if self.router.params["ect"] > 0 and self.router.params["ect_cadence"] > 0:
+            self._push(0.0, _TOKENS, {})  # LADR's completion-time term reads the tokens streamed
         trace_rng = random.Random(cfg.seed + 2)
         tenancy = Picker(cfg.tenant_mix, cfg.seed + 5)  # its own draws: the rest of the run is unchanged
         n_arr, ai = len(arrivals), 0
         heap = self._heap
         pop = heapq.heappop
         handlers = (self._on_deliver, self._on_step, self._on_finish, self._on_timeout,
-                    self._on_fault_on, self._on_fault_off, self._on_health, self._on_tick, self._on_scrape)
+                    self._on_fault_on, self._on_fault_off, self._on_health, self._on_tick, self._on_scrape,
+                    self._on_tokens)
         popped = 0
         until = math.inf if until_s is None else until_s
         next_progress = 60.0
@@ -670,6 +675,18 @@ class Simulator:
                     running=sum(1 for r in rep.running if not r.dead),
                     kv_usage=min(1.0, rep.kv_at(t) / max(1, rep.kv_cap)), at=t)
         self._push(t + self.cfg.engine_scrape_s, _SCRAPE)
+
+    def _on_tokens(self, told: dict[str, tuple[int, float]], _b: Any) -> None:
+        """The tokens each replica streamed since the last call (past each stream's first) and
+        their gaps, told to the router as the gateway relays them (``told``: what was told)."""
+        t = self.now
+        for rep in self.reps.values():
+            n, gap = rep.decoded_at(t)
+            n0, gap0 = told.get(rep.id, (0, 0.0))
+            if n > n0 and rep.up:
+                self.router.tokens(rep.id, n - n0, gap - gap0)
+            told[rep.id] = (n, gap)
+        self._push(t + TOKENS_S, _TOKENS, told)
 
     def _sample_engines(self, t: float) -> None:
         """Each up replica's engine gauges and preemption counter at ``t`` (see :meth:`run`)."""

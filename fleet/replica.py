@@ -88,6 +88,8 @@ class ReplicaSim:
         self.busy_since = 0.0
         self.kv_peak = 0
         self.tokens_out = 0
+        self.decoded = 0  # tokens made past each stream's first (the gateway's cadence: Router.tokens)
+        self.decoded_gap = 0.0  # the sum of their inter-token gaps (seconds)
         self.iterations = 0
         self.gpu_last = (0.0, 0.0)  # (time, busy seconds) at the previous GPU sample
         #: vLLM's engine-side observations (fleet/vllm_view.py), kept only when its series are served
@@ -196,6 +198,8 @@ class ReplicaSim:
                         obs.ttft.add(t_end - r.engine_t)
                 else:
                     gap = t_end - r.last_t
+                    self.decoded += 1
+                    self.decoded_gap += gap
                     if obs is not None:
                         obs.itl.add(gap)
                     r.itl_n += 1
@@ -207,6 +211,8 @@ class ReplicaSim:
             self.prefill = []
         else:
             kd, kdd = k * d, k * d * d
+            self.decoded += k * n
+            self.decoded_gap += kd * n
             if obs is not None:
                 obs.itl.add(d, k * n)
             for r in running:
@@ -249,6 +255,14 @@ class ReplicaSim:
             return self.kv_used
         done = min(self.k, max(0, int((t - self.t0) / self.d)))
         return self.kv_used + done * len(self.running)
+
+    def decoded_at(self, t: float) -> tuple[int, float]:
+        """(:attr:`decoded`, :attr:`decoded_gap`) at ``t``: inside a decode segment with the
+        iterations done by then (the gateway sees each token as it comes)."""
+        if not self.busy or self.prefill or self.d <= 0:
+            return self.decoded, self.decoded_gap
+        done = min(self.k, max(0, int((t - self.t0) / self.d))) * len(self.running)
+        return self.decoded + done, self.decoded_gap + done * self.d
 
     def busy_time(self, t: float) -> float:
         return self.busy_acc + (t - self.busy_since if self.busy else 0.0)

@@ -1,12 +1,14 @@
 """LADR reads a replica's decode speed from the tokens its streams are returning now
 (``Router.tokens``, control/ladr.py ``cadence``): the reading's arithmetic, a slowdown seen
-before any request on the slowed replica completes, bad input and the parameters
+before any request on the slowed replica completes, bad input, the parameters, and the
+simulator telling the router its tokens as a gateway relays them
 (docs/control.md#expected-completion-time-learnt-replica-speed)."""
 
 from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -142,3 +144,32 @@ def test_cadence_parameters_are_checked_and_come_from_config() -> None:
     assert from_config(cfg, [Replica("r0", "default")], shared=None).params["ect_cadence"] == 0.3
     with pytest.raises(config_mod.ConfigError, match="ladr_ect_cadence"):
         config_mod.load(env={"LLMSLA_CONTROL_LADR_ECT_CADENCE": "2"})
+
+
+def test_the_simulator_tells_the_router_the_tokens_as_they_stream() -> None:
+    """A fleet of three 6B replicas, r0 slowed 3x throughout, LADR with its ECT: every replica's
+    speed is read from its tokens, r0's about 3x the others', and the router was told each
+    token past its stream's first once (the simulator's own count)."""
+    from llmsla.fleet import engine, faults, workload
+
+    arrivals = workload.poisson(12.0, 60.0, workload.TokenDist(128, 0.5, hi=1024),
+                                workload.TokenDist(128, 0.3, hi=512), random.Random(2))
+    cfg = engine.SimConfig(engine.fleet("6b:3"), policy="ladr", seed=2, gpu_interval_s=0,
+                           router_params={"ect": 3.0, "alpha": 0.0, "beta": 0.0})
+    sim = engine.Simulator(cfg)
+    told: dict[str, int] = {}
+    real = sim.router.tokens
+
+    def spy(rid: str, n: int, gap_s: float) -> None:
+        told[rid] = told.get(rid, 0) + n
+        real(rid, n, gap_s)
+
+    sim.router.tokens = spy  # type: ignore[method-assign]  # counts what the real router is told
+    sim.run(arrivals, faults=[faults.Fault(0.0, 1e9, "slowdown", "r0", 3.0)], start_ms=0)
+    ect = _ect(sim.router)
+    assert all(ect[rid]["cadence_readings"] > 10 for rid in ("r0", "r1", "r2"))
+    slow = ect["r0"]["tpot_per_load_s"] / statistics.fmean([ect["r1"]["tpot_per_load_s"], ect["r2"]["tpot_per_load_s"]])
+    assert 2.0 < slow < 4.5
+    for rid, rep in sim.reps.items():  # every token told once, none twice (the last ones may be untold)
+        assert 0.95 * rep.decoded <= told[rid] <= rep.decoded
+
