@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import time
@@ -237,6 +238,18 @@ class Gateway:
                                     prompt_tokens=prompt_tokens, ahead_tokens=ahead)
         except Exception:  # the router must never cost us the stream
             log.exception("router.first_token failed")
+
+    def _cadence(self, rid: str, gaps: list[float], told: int) -> int:
+        """Tell the router the tokens this stream returned since ``told`` of its inter-token gaps
+        (ms) were told, so LADR reads the replica's decode speed as it streams; returns the count
+        told in all. Once per piece that holds tokens."""
+        n = len(gaps)
+        if n > told:
+            try:
+                self.router.tokens(rid, n - told, math.fsum(gaps[told:]) / 1000.0)
+            except Exception:  # the router must never cost us the stream
+                log.exception("router.tokens failed")
+        return n
 
     def _refused(self, rid: str, exc: ConnectFailed, prompt_tokens: int | None = None) -> None:
         """A replica took no connection (killed, gone, not yet listening): the request goes to
@@ -466,6 +479,9 @@ class Gateway:
         writing = False  # True while awaiting a write to the client: its failure means "client gone"
         told_all = False  # the stream's [DONE] was written: a client leaving after it got its answer
         ahead: float | None = None  # prompt tokens waiting on the replica at dispatch; None once told
+        # the token gaps told to the router (-1: it does not read them: LADR's ECT or cadence off)
+        told = 0 if self.router.params["ect"] > 0 and self.router.params["ect_cadence"] > 0 else -1
+        gaps = timer.gaps_ms
         arm = a.label
         strategy = a.strategy
         pool = self._pool_of(a)
@@ -561,7 +577,7 @@ class Gateway:
                         def piece(data: bytes, end: bool) -> None:
                             # the client gets the piece first, then the gateway accounts for it
                             # (stamped on arrival): its TTFT does not wait on the bookkeeping
-                            nonlocal ahead, told_all
+                            nonlocal ahead, told_all, told
                             now = clock()
                             out = data if strip is None or not data else strip(data)
                             if end and stripper is not None:
@@ -572,6 +588,8 @@ class Gateway:
                                 if ahead is not None and timer.first_token is not None:
                                     self._first_token(rep.id, timer, prompt_tokens, ahead)
                                     ahead = None
+                                if told >= 0:
+                                    told = self._cadence(rep.id, gaps, told)
                             told_all = timer.ended
 
                         try:
@@ -588,6 +606,8 @@ class Gateway:
                             if ahead is not None and timer.first_token is not None:
                                 self._first_token(rep.id, timer, prompt_tokens, ahead)
                                 ahead = None
+                            if told >= 0:
+                                told = self._cadence(rep.id, gaps, told)
                             if up.complete:  # the generator ends at its next step
                                 last = data
                                 continue
@@ -602,6 +622,8 @@ class Gateway:
                             if ahead is not None and timer.first_token is not None:
                                 self._first_token(rep.id, timer, prompt_tokens, ahead)
                                 ahead = None
+                            if told >= 0:
+                                told = self._cadence(rep.id, gaps, told)
                             out = strip(data)
                             if up.complete:
                                 last = out
