@@ -181,6 +181,10 @@ class Scraper:
         ts = time.time()
         state = self.status[target.replica].state  # this target's, even if it is replaced meanwhile
         body, ctype = await self.fetch(target)
+        read_as = (target.engine, target.replica, target.pool)
+        snap = state.adapted_again(body, ctype, read_as, ts)
+        if snap is not None:  # the same text as the last scrape: the same record, at this time
+            return state.update(snap)
         try:
             # a usual exposition (tens of KB) parses in well under a millisecond: in the loop, as
             # a thread hop would cost more than the parse; a large one in a worker thread
@@ -191,6 +195,7 @@ class Scraper:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None
         except UnknownEngine as exc:
             raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, str(exc)) from None
+        state.keep_adapted(body, ctype, read_as, snap)
         return state.update(snap)
 
     async def scrape_all_once(self) -> dict[str, tuple[EngineSnapshot, float] | ScrapeError]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import statistics
 import time
@@ -293,3 +294,36 @@ def test_scrapes_start_together_on_the_tick_grid_and_keep_their_cadence() -> Non
             assert sum(abs(o) < tick / 2 for o in off) >= len(off) - 1, (off, gaps)
 
     asyncio.run(run())
+
+
+def test_an_unchanged_body_is_not_parsed_again_and_a_changed_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle replica answers the same text scrape after scrape: the scraper gives the last
+    record at the new time without parsing or adapting it again; a moved gauge, or the same
+    text read as another engine, is parsed again."""
+    import llmsla.engines.scrape as scrape_mod
+
+    parsed: list[int] = []
+    real = scrape_mod.parse
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        parsed.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(scrape_mod, "parse", counting)
+
+    async def main() -> list[Any]:
+        async with serving() as (base, eng):
+            scraper = Scraper(_cfg(), [Target("r1", "p", f"{base}/healthy/metrics", names.ENGINE_VLLM)])
+            out = [(await scraper.scrape_all_once())["r1"] for _ in range(2)]
+            eng.vllm = ex.vllm(usage={"0": 0.9, "1": 0.9})  # the KV usage moved
+            out.append((await scraper.scrape_all_once())["r1"])
+            scraper.targets[0] = Target("r1", "p", f"{base}/healthy/metrics", names.ENGINE_AUTO)
+            out.append((await scraper.scrape_all_once())["r1"])
+            return out
+
+    first, again, moved, auto = (r[0] for r in asyncio.run(main()))
+    assert len(parsed) == 3  # the first, the moved gauge and the other engine setting; not the repeat
+    assert again.ts > first.ts
+    assert again == dataclasses.replace(first, ts=again.ts)  # the same record, at this scrape's time
+    assert first.kv_usage == pytest.approx(0.5) and moved.kv_usage == pytest.approx(0.9)
+    assert auto.engine == names.ENGINE_VLLM and auto.kv_usage == moved.kv_usage
