@@ -21,8 +21,8 @@ tokens of streams still in flight, which the gateway relays one by one: the mean
 of those returned since the last reading per unit of load (:meth:`ServiceEstimate.observe_cadence`,
 control/ladr.py ``cadence``). A completion says how fast the replica was over a request's whole
 life, seconds ago; its streams' tokens say how fast it is now, so a replica slowed 3x is seen
-within a refresh or two, not after the requests it is slowing have finished. The expected completion time of a
-request of ``p`` prompt tokens sent to replica i now is then ``prefill_i * (W_i + p) + out *
+within seconds, not after the requests it is slowing have finished. The expected completion
+time of a request of ``p`` prompt tokens sent to replica i now is then ``prefill_i * (W_i + p) + out *
 tpot_per_load_i * (q_i + 1 + n0)``, ``W_i`` the prompt tokens waiting for their first token
 there: linear in the live queue and waiting tokens, so LADR's Fenwick sampler keeps it live in
 O(log n) per begin/first token/end (control/ladr.py).
