@@ -403,6 +403,12 @@ class Router:
         if st.leaving and st.outstanding == 0:  # its last in-flight request: drained, forget it
             self.remove_replica(replica_id)
 
+    @property
+    def reads_tokens(self) -> bool:
+        """Whether LADR reads the tokens of streams in flight (its ECT term and ``ect_cadence``
+        on): only then need callers report them to :meth:`tokens`."""
+        return self.params["ect"] > 0 and self.params["ect_cadence"] > 0
+
     def tokens(self, replica_id: str, n: int, gap_s: float) -> None:
         """``n`` tokens of streams past their first token came back from ``replica_id``, their
         inter-token gaps summing to ``gap_s``: the replica's decode speed now, read at each
@@ -552,7 +558,7 @@ class Router:
                 self.fallbacks += 1
                 self.metrics.fallback.inc()
         self._next_refresh = ladr.update_states(self._states, self.params, now, remote)
-        if self.params["ect_cadence"] > 0:
+        if self.reads_tokens:
             for st in self._states.values():
                 ladr.cadence(st, self.params)
         ladr.score_pools(self._pools.values(), self.params)

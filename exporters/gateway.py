@@ -480,7 +480,7 @@ class Gateway:
         told_all = False  # the stream's [DONE] was written: a client leaving after it got its answer
         ahead: float | None = None  # prompt tokens waiting on the replica at dispatch; None once told
         # the token gaps told to the router (-1: it does not read them: LADR's ECT or cadence off)
-        told = 0 if self.router.params["ect"] > 0 and self.router.params["ect_cadence"] > 0 else -1
+        told = 0 if self.router.reads_tokens else -1
         gaps = timer.gaps_ms
         arm = a.label
         strategy = a.strategy

@@ -283,7 +283,7 @@ class Simulator:
             self._push(0.0, _TICK, 0.0, 0.0)
         if cfg.engine_scrape_s > 0:
             self._push(0.0, _SCRAPE)
-        if self.router.params["ect"] > 0 and self.router.params["ect_cadence"] > 0:
+        if self.router.reads_tokens:
             self._push(0.0, _TOKENS, {})  # LADR's completion-time term reads the tokens streamed
         trace_rng = random.Random(cfg.seed + 2)
         tenancy = Picker(cfg.tenant_mix, cfg.seed + 5)  # its own draws: the rest of the run is unchanged

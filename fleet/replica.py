@@ -249,19 +249,20 @@ class ReplicaSim:
         return self.t0 + j * self.d
 
     # -- observation -----------------------------------------------------------------------------
+    def _tokens_done(self, t: float) -> int:
+        """Tokens made by ``t`` inside the current decode segment, not yet applied (0 outside one)."""
+        if not self.busy or self.prefill or self.d <= 0:
+            return 0
+        return min(self.k, max(0, int((t - self.t0) / self.d))) * len(self.running)
+
     def kv_at(self, t: float) -> int:
         """KV tokens in use at ``t`` (inside a decode segment: the iterations done by then)."""
-        if not self.busy or self.prefill or self.d <= 0:
-            return self.kv_used
-        done = min(self.k, max(0, int((t - self.t0) / self.d)))
-        return self.kv_used + done * len(self.running)
+        return self.kv_used + self._tokens_done(t)
 
     def decoded_at(self, t: float) -> tuple[int, float]:
         """(:attr:`decoded`, :attr:`decoded_gap`) at ``t``: inside a decode segment with the
         iterations done by then (the gateway sees each token as it comes)."""
-        if not self.busy or self.prefill or self.d <= 0:
-            return self.decoded, self.decoded_gap
-        done = min(self.k, max(0, int((t - self.t0) / self.d))) * len(self.running)
+        done = self._tokens_done(t)
         return self.decoded + done, self.decoded_gap + done * self.d
 
     def busy_time(self, t: float) -> float:
