@@ -29,7 +29,8 @@ O(log n) per begin/first token/end (control/ladr.py).
 
 Robust and bounded: O(1) memory per replica; an observation that is not finite, negative or has
 no tokens is ignored; each one moves an estimate by at most a factor ``CLIP`` (one outlier
-cannot wreck it), and estimates stay in their bounds. The gain is ``GAIN`` (about the last 50
+cannot wreck it), and estimates stay in their bounds. A replica's first estimate rests on
+``FIRST_TOKENS`` decode tokens, pooled, not on its first request (one stalled short request). The gain is ``GAIN`` (about the last 50
 completions: noise in identical replicas' latencies must not steer traffic) until ``RUN``
 residuals in a row fall beyond ``MARGIN`` on the same side of the estimate - the replica
 changed speed (throttled, restarted on other hardware) - and then ``FAST_GAIN`` until the
@@ -56,6 +57,12 @@ RUN = 8
 MARGIN = 2.0
 #: One observation moves an estimate by at most this factor (outliers, restarts).
 CLIP = 4.0
+#: Output tokens a replica's first decode-speed estimate rests on: until then its completions and
+#: readings are pooled (time over tokens x load), and the router scores it as the pool's mean.
+#: A first request of a few tokens that waited out another's long prefill says that the replica
+#: is many times slower than it is; taken whole, the replica was then sent too little to correct
+#: it. The evidence a reading of the tokens streaming back needs (control/ladr.py).
+FIRST_TOKENS = 64
 #: Bounds of the per-token, per-load decode time (seconds): 10 ns .. 10 s.
 MIN_TPOT, MAX_TPOT = 1e-8, 10.0
 #: Bounds of the per-prompt-token prefill time (seconds): 1 ns .. 1 s.
@@ -92,7 +99,8 @@ def _gain(run: int) -> float:
 class ServiceEstimate:
     """One replica's learnt speed (see the module docstring)."""
 
-    __slots__ = ("tpot_per_load", "prefill_per_token", "ttft_s", "n", "run_tpot", "run_prefill", "cadence_n")
+    __slots__ = ("tpot_per_load", "prefill_per_token", "ttft_s", "n", "run_tpot", "run_prefill", "cadence_n",
+                 "first")
 
     def __init__(self) -> None:
         self.tpot_per_load: float | None = None
@@ -102,6 +110,8 @@ class ServiceEstimate:
         self.cadence_n = 0  # readings of the tokens streaming back taken (observe_cadence)
         self.run_tpot = 0  # change detectors: signed runs of one-sided residuals
         self.run_prefill = 0
+        #: (decode seconds, tokens x load, tokens) pooled before the first estimate (FIRST_TOKENS)
+        self.first: tuple[float, float, float] | None = None
 
     def observe(self, latency_s: float, ttft_s: float | None, output_tokens: int, load: float, n0: float) -> bool:
         """A completed request: end-to-end ``latency_s``, ``ttft_s`` (None: unknown), its
@@ -116,25 +126,42 @@ class ServiceEstimate:
             self.ttft_s = min(MAX_TTFT_S, _clipped_ewma(self.ttft_s, ttft_s / max(1.0, load), GAIN, CLIP))
             used = True
         if output_tokens >= 2 and ttft_s is not None:
-            tpot = (latency_s - ttft_s) / (output_tokens - 1) / (load + n0)
-            if tpot > 0:
-                tpot = min(MAX_TPOT, max(MIN_TPOT, tpot))
+            decode, units = latency_s - ttft_s, (output_tokens - 1) * (load + n0)
+            if decode > 0 and units > 0:
                 old = self.tpot_per_load
-                self.run_tpot = _run(self.run_tpot, old, tpot)
-                self.tpot_per_load = _clipped_ewma(old, tpot, _gain(self.run_tpot), CLIP)
+                if old is None:
+                    self._pool(decode, units, output_tokens - 1)
+                else:
+                    tpot = min(MAX_TPOT, max(MIN_TPOT, decode / units))
+                    self.run_tpot = _run(self.run_tpot, old, tpot)
+                    self.tpot_per_load = _clipped_ewma(old, tpot, _gain(self.run_tpot), CLIP)
                 used = True
         self.n += used
         return used
 
-    def observe_cadence(self, tpot_per_load: float, gain: float) -> bool:
-        """The decode time per token per unit of load read from the tokens of streams in flight
-        (control/ladr.py ``cadence``), taken with ``gain``. False when unusable."""
-        if not (math.isfinite(tpot_per_load) and tpot_per_load > 0 and 0 < gain <= 1):
+    def observe_cadence(self, gap_s: float, units: float, tokens: float, gain: float) -> bool:
+        """A reading of the tokens of streams in flight (control/ladr.py ``cadence``): ``tokens``
+        came back ``gap_s`` seconds of inter-token gaps in all, ``units`` their tokens x load.
+        Taken with ``gain``; False when unusable."""
+        if not (math.isfinite(gap_s) and math.isfinite(units) and gap_s > 0 and units > 0
+                and math.isfinite(tokens) and tokens > 0 and 0 < gain <= 1):
             return False
-        x = min(MAX_TPOT, max(MIN_TPOT, tpot_per_load))
-        self.tpot_per_load = _clipped_ewma(self.tpot_per_load, x, gain, CLIP)
+        if self.tpot_per_load is None:
+            self._pool(gap_s, units, tokens)
+        else:
+            x = min(MAX_TPOT, max(MIN_TPOT, gap_s / units))
+            self.tpot_per_load = _clipped_ewma(self.tpot_per_load, x, gain, CLIP)
         self.cadence_n += 1
         return True
+
+    def _pool(self, decode_s: float, units: float, tokens: float) -> None:
+        """Pool decode time before the first estimate; set it once ``FIRST_TOKENS`` came."""
+        t, u, n = self.first or (0.0, 0.0, 0.0)
+        t, u, n = t + decode_s, u + units, n + tokens
+        if n >= FIRST_TOKENS:
+            self.tpot_per_load, self.first = min(MAX_TPOT, max(MIN_TPOT, t / u)), None
+        else:
+            self.first = (t, u, n)
 
     def observe_prefill(self, ttft_s: float, tokens: float) -> bool:
         """A first token ``ttft_s`` after dispatch, behind ``tokens`` prompt tokens (those ahead
@@ -152,6 +179,7 @@ class ServiceEstimate:
         """Forget what was learnt (a replica replaced behind the same id)."""
         self.tpot_per_load = self.prefill_per_token = self.ttft_s = None
         self.n = self.run_tpot = self.run_prefill = self.cadence_n = 0
+        self.first = None
 
 
 class MeanLength:

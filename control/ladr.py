@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmsla import names
+from llmsla.control.estimator import FIRST_TOKENS
 from llmsla.control.replica import EngineSignal, ReplicaState
 from llmsla.control.sampler import LadrSampler
 from llmsla.control.scorers import engine_terms
@@ -46,7 +47,7 @@ DEFAULT_PARAMS: dict[str, float] = {
     # the gain of a reading in the replica's estimate (0 = completions alone teach it), and the
     # tokens a reading needs; chosen on bench/routing.py's training scenarios (0.05-0.4, 32-128)
     "ect_cadence": 0.1,
-    "ect_cadence_tokens": 64.0,
+    "ect_cadence_tokens": float(FIRST_TOKENS),
 }
 
 
@@ -194,7 +195,7 @@ def cadence(st: ReplicaState, p: dict[str, float]) -> None:
     n = st.tok_n
     if n < p["ect_cadence_tokens"] or n <= 0:
         return
-    st.svc.observe_cadence(st.tok_gap_s / (st.tok_load + n * p["ect_n0"]), p["ect_cadence"])
+    st.svc.observe_cadence(st.tok_gap_s, st.tok_load + n * p["ect_n0"], n, p["ect_cadence"])
     st.tok_n, st.tok_gap_s, st.tok_load = 0, 0.0, 0.0
 
 

@@ -61,8 +61,53 @@ def test_follows_a_replica_that_restarts_at_another_speed():
     assert n > 10  # one completion does not swing it (outliers must not)
     est.reset()
     assert est.tpot_per_load is None and est.ttft_s is None and est.n == 0
-    _complete(est, 0.01, 0.02, 50, 5)  # the first observation after a reset is taken whole
+    _complete(est, 0.01, 0.02, 100, 5)  # after a reset, the first FIRST_TOKENS tokens set it whole
     assert est.tpot_per_load == pytest.approx(0.01)
+
+
+def test_first_estimate_rests_on_enough_tokens_not_one_stalled_request():
+    """A replica's first request of 3 tokens waited out another's long prefill (2 s): per token
+    it reads 50x the replica's speed. Its first estimate pools the tokens until FIRST_TOKENS came
+    (time over tokens x load), so that request weighs by its 2 tokens, not as the whole estimate."""
+    est = ServiceEstimate()
+    est.observe(0.1 + 2.0, 0.1, 3, 4, N0)  # 2 decode tokens, 2 s: a stall
+    assert est.tpot_per_load is None and est.first is not None and est.n == 1
+    for _ in range(estimator.FIRST_TOKENS // 40 + 1):  # 40 decode tokens each at the true speed
+        assert est.tpot_per_load is None
+        _complete(est, 0.001, 0.01, 41, 4)
+    pooled = (2.0 + (estimator.FIRST_TOKENS // 40 + 1) * 0.001 * 40 * (4 + N0)) / (
+        2 * (4 + N0) + (estimator.FIRST_TOKENS // 40 + 1) * 40 * (4 + N0))
+    assert est.tpot_per_load == pytest.approx(pooled)
+    assert est.first is None
+    assert est.tpot_per_load < 2.5 * 0.001  # taken whole, the stall would have read 0.05
+
+
+def test_a_token_reading_pools_into_the_first_estimate_too():
+    est = ServiceEstimate()
+    assert est.observe_cadence(0.5, 20 * (2 + N0), 20, 0.1)  # 20 tokens: not enough alone
+    assert est.tpot_per_load is None and est.cadence_n == 1
+    assert est.observe_cadence(0.001 * 64 * (2 + N0), 64 * (2 + N0), 64, 0.1)
+    assert est.tpot_per_load == pytest.approx((0.5 + 0.001 * 64 * (2 + N0)) / (84 * (2 + N0)))
+    before = est.tpot_per_load
+    assert est.observe_cadence(0.002 * 64 * (2 + N0), 64 * (2 + N0), 64, 0.1)  # then an EWMA step
+    assert est.tpot_per_load == pytest.approx(before + 0.1 * (0.002 - before))
+    for bad in ((math.nan, 1.0, 1.0), (1.0, 0.0, 1.0), (-1.0, 1.0, 1.0), (1.0, 1.0, math.inf)):
+        assert est.observe_cadence(*bad, 0.1) is False
+
+
+def test_a_replica_whose_first_request_stalled_still_gets_its_share():
+    """Two identical replicas; fast1's first completion is a 3-token request that waited 2 s
+    behind a long prompt. Taken whole it made fast1 look 50x slower and the ECT sent it almost
+    nothing, so nothing corrected it; pooled over its first tokens it keeps about half."""
+    clock = Clock()
+    speeds = {"fast0": 1.0, "fast1": 1.0}
+    r = Router([Replica(x, "default") for x in speeds], "ladr", clock=clock, rng=random.Random(3),
+               ect=3.0, alpha=0.0, beta=0.0)
+    r.begin("fast1")
+    clock.t += 2.1
+    r.end("fast1", 2100.0, ttft_ms=100.0, output_tokens=3)
+    picks = _serve(r, speeds, 2000, clock)
+    assert picks["fast1"] > 0.4 * (picks["fast0"] + picks["fast1"]), picks
 
 
 def test_one_outlier_moves_the_estimate_a_bounded_step():

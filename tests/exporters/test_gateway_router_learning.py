@@ -20,16 +20,18 @@ from llmsla.exporters.openai import prompt_estimate
 from llmsla.worker.server import WorkerThread
 
 TOKENS = 12
+#: two streams of 39 decode tokens: past the 64 a replica's first decode estimate rests on
+LEARN_TOKENS = 40
 PROMPT = "count with me"
 
 
-async def _requests(url: str, model: str) -> list[int]:
+async def _requests(url: str, model: str, tokens: int = TOKENS) -> list[int]:
     """Two non-streamed and two streamed requests; for each streamed one, the chunks with text
     the client got (a token whose bytes end mid-character streams as an empty text)."""
     texts = []
     async with aiohttp.ClientSession() as s:
         for stream in (False, True, False, True):
-            body = {"model": model, "prompt": PROMPT, "max_tokens": TOKENS, "ignore_eos": True,
+            body = {"model": model, "prompt": PROMPT, "max_tokens": tokens, "ignore_eos": True,
                     "stream": stream}
             async with s.post(url + "/v1/completions", json=body) as r:
                 assert r.status == 200, await r.text()
@@ -61,14 +63,14 @@ def test_gateway_feeds_output_tokens_to_the_router(tmp_path: Path) -> None:
                     return real_pick(*a, **kw)
 
                 router.pick = pick  # type: ignore[method-assign]  # spy on the real router's pick
-                await _requests(gw.url, cfg.worker.model)
+                await _requests(gw.url, cfg.worker.model, LEARN_TOKENS)
                 return router.snapshot()
 
         snap = asyncio.run(main())
     finally:
         worker.stop()
     pool, rows = next(iter(snap["pools"].items()))
-    assert snap["output_tokens_mean"][pool] == TOKENS  # every response had exactly TOKENS tokens
+    assert snap["output_tokens_mean"][pool] == LEARN_TOKENS  # every response had exactly that many
     ect = rows[0]["ect"]
     # a non-streamed response has no TTFT: it teaches the output length, not the replica's speed
     assert ect["observations"] == 2
