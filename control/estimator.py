@@ -29,8 +29,9 @@ O(log n) per begin/first token/end (control/ladr.py).
 
 Robust and bounded: O(1) memory per replica; an observation that is not finite, negative or has
 no tokens is ignored; each one moves an estimate by at most a factor ``CLIP`` (one outlier
-cannot wreck it), and estimates stay in their bounds. A replica's first estimate rests on
-``FIRST_TOKENS`` decode tokens, pooled, not on its first request (one stalled short request). The gain is ``GAIN`` (about the last 50
+cannot wreck it), and estimates stay in their bounds. A replica's first decode estimate rests on
+``FIRST_TOKENS`` tokens, pooled, not on its first request (one short request that stalled behind
+a long prefill would starve it). The gain is ``GAIN`` (about the last 50
 completions: noise in identical replicas' latencies must not steer traffic) until ``RUN``
 residuals in a row fall beyond ``MARGIN`` on the same side of the estimate - the replica
 changed speed (throttled, restarted on other hardware) - and then ``FAST_GAIN`` until the
