@@ -36,7 +36,9 @@ and completions it returned, times its live queue and the prompt tokens waiting 
 request's own prompt size; control/estimator.py), that plus engine signals (the replicas'
 waiting / running / KV usage every engine.scrape_interval_s) and the simulator's oracle
 (fleet/oracle.py): each policy's P99 TTFT and E2E as a ratio to the oracle's, and whether
-``ladr+ect`` is within 10 % of it.
+``ladr+ect`` is within 10 % of it. On the identical-replica scenarios, ``ladr+engine`` against
+LADR without engine signals (``ladr+ect`` and plain ``ladr``), per seed on the same arrivals,
+with a 95 % interval over ``--homogeneous-seeds`` (10): the "never worse" half of the target.
 ``--sweep-engine`` sweeps the engine-scorer weights on top of ``ladr+ect`` on the five training
 scenarios (how their defaults were chosen); ``--only-oracle`` skips the max-QPS search, the
 replay and the speed check (JSON: routing-oracle.json).
@@ -56,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_table, write_result  # noqa: E402
+from _common import paired_interval, print_table, write_result  # noqa: E402
 
 from llmsla import config as config_mod  # noqa: E402
 from llmsla.fleet import engine, faults, stats, traces, workload  # noqa: E402
@@ -305,6 +307,36 @@ def held_out(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+#: Training scenarios of identical replicas: where engine signals must never make LADR worse.
+HOMOGENEOUS = ("chat", "long", "burst")
+
+
+def homogeneous(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``ladr+engine`` against LADR without engine signals on identical replicas: per seed, the
+    P99 TTFT and E2E ratios on the same arrivals, against ``ladr+ect`` (the same learnt completion
+    time: what engine signals alone change) and against plain ``ladr`` (the defaults); geometric
+    mean and 95 % interval over ``--homogeneous-seeds`` seeds. "worse" only when the interval
+    lies wholly above 1, "better" wholly below, else "no measurable difference"."""
+    rows = []
+    for name in HOMOGENEOUS:
+        sc = SCENARIOS[name]
+        per: dict[str, list[dict[str, Any]]] = {v: [] for v in (ENGINE, ECT, "ladr")}
+        for seed in range(args.seed, args.seed + args.homogeneous_seeds):
+            arr = _load(sc, sc["rate"], args.duration, seed)
+            for variant in per:
+                per[variant].append(stats.summarize(_run(sc, variant, arr, seed, args.timeout_s)))
+        for base in (ECT, "ladr"):
+            for metric in ("ttft_p99_ms", "e2e_p99_ms"):
+                got = paired_interval([e[metric] / b[metric] if e[metric] and b[metric] else None
+                                       for e, b in zip(per[ENGINE], per[base], strict=True)])
+                low, high = got.get("low"), got.get("high")
+                rows.append({"scenario": name, "versus": base, "p99": metric.split("_")[0], "seeds": got["rounds"],
+                             "geomean": got.get("geomean"), "low": low, "high": high,
+                             "verdict": "unresolved" if low is None or high is None else "worse" if low > 1.0
+                             else "better" if high < 1.0 else "no measurable difference"})
+    return rows
+
+
 def sweep_engine(args: argparse.Namespace) -> list[dict[str, Any]]:
     """LADR+engine's P99 E2E and TTFT per candidate scorer weights on the training scenarios
     (ratio to ``ladr+ect`` without engine signals, same seeds): how the defaults were chosen."""
@@ -430,6 +462,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per fixed-load scenario (median reported)")
     ap.add_argument("--held-out-seeds", type=int, default=3, help="seeds per held-out scenario")
+    ap.add_argument("--homogeneous-seeds", type=int, default=10,
+                    help="paired seeds for ladr+engine against LADR without engine signals on identical replicas")
     ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds per fixed-load run")
     ap.add_argument("--search-duration", type=float, default=120.0, help="simulated seconds per max-QPS probe")
     ap.add_argument("--iters", type=int, default=7, help="bisection steps of the max-QPS search")
@@ -444,7 +478,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.duration, args.search_duration, args.iters, args.trace_minutes = 120.0, 60.0, 4, 3.0
-        args.seeds, args.held_out_seeds = 2, 1
+        args.seeds, args.held_out_seeds, args.homogeneous_seeds = 2, 1, 3
     slo_s = config_mod.load(env={}).slo.e2e_ms / 1000.0
     t0 = time.perf_counter()
     if args.only_oracle:
@@ -456,6 +490,7 @@ def main() -> int:
     replay = [] if args.only_oracle else azure_replay(args)
     spd = [] if args.skip_speed or args.only_oracle else speed(args)
     eng = sweep_engine(args) if args.sweep_engine else []
+    same = homogeneous(args)
     cols = ("scenario", "policy", "rate", "p99_s", "p99_ttft_s", "p99_vs_rr", "p99_vs_rr_min", "p99_vs_rr_max",
             "max_qps", "qps_vs_rr", "kv_peak_gib", "preemptions", "timeouts")
     print_table([{k: r[k] for k in cols} for r in rows],
@@ -477,6 +512,8 @@ def main() -> int:
     judged = verdict(every)
     print_table(judged, "LADR with its learnt completion time (ladr+ect) vs the oracle (target: within 10 % on every"
                         " scenario), vs LADR's defaults, and with engine signals")
+    print_table(same, f"ladr+engine / LADR without engine signals on identical replicas (target: never worse):"
+                      f" P99 ratio per seed on the same arrivals, geometric mean [95 % interval], {args.homogeneous_seeds} seeds")
     if eng:
         print_table(sweep_summary(eng), "Engine-scorer weights on the training scenarios (P99 E2E and TTFT / ladr+ect without them)")
     write_result("routing-oracle" if args.only_oracle else "routing", {
@@ -487,6 +524,7 @@ def main() -> int:
         "scenarios": rows, "versus_reference": ref, "held_out": held, "variance_sweep": sweep,
         "azure_conv_replay": replay, "vs_oracle": oracle_table(every), "engine_verdict": judged,
         "engine_sweep": eng, "engine_sweep_summary": sweep_summary(eng) if eng else [],
+        "homogeneous_vs_without_engine": same,
         "scrape_interval_s": SCRAPE_S,
         "speed": spd, "bench_wall_s": time.perf_counter() - t0,
     })
