@@ -58,7 +58,7 @@ RUN = 8
 MARGIN = 2.0
 #: One observation moves an estimate by at most this factor (outliers, restarts).
 CLIP = 4.0
-#: Output tokens a replica's first decode-speed estimate rests on: until then its completions and
+#: Decode tokens a replica's first decode-speed estimate rests on: until then its completions and
 #: readings are pooled (time over tokens x load), and the router scores it as the pool's mean.
 #: A first request of a few tokens that waited out another's long prefill says that the replica
 #: is many times slower than it is; taken whole, the replica was then sent too little to correct
@@ -77,6 +77,11 @@ def _clipped_ewma(old: float | None, x: float, gain: float, clip: float) -> floa
         return x if old is None else old + gain * (x - old)
     x = min(max(x, old / clip), old * clip)
     return old + gain * (x - old)
+
+
+def _tpot(decode_s: float, units: float) -> float:
+    """Decode seconds over tokens x load, within the estimate's bounds."""
+    return min(MAX_TPOT, max(MIN_TPOT, decode_s / units))
 
 
 def _run(run: int, old: float | None, x: float) -> int:
@@ -133,7 +138,7 @@ class ServiceEstimate:
                 if old is None:
                     self._pool(decode, units, output_tokens - 1)
                 else:
-                    tpot = min(MAX_TPOT, max(MIN_TPOT, decode / units))
+                    tpot = _tpot(decode, units)
                     self.run_tpot = _run(self.run_tpot, old, tpot)
                     self.tpot_per_load = _clipped_ewma(old, tpot, _gain(self.run_tpot), CLIP)
                 used = True
@@ -150,7 +155,7 @@ class ServiceEstimate:
         if self.tpot_per_load is None:
             self._pool(gap_s, units, tokens)
         else:
-            x = min(MAX_TPOT, max(MIN_TPOT, gap_s / units))
+            x = _tpot(gap_s, units)
             self.tpot_per_load = _clipped_ewma(self.tpot_per_load, x, gain, CLIP)
         self.cadence_n += 1
         return True
@@ -160,7 +165,7 @@ class ServiceEstimate:
         t, u, n = self.first or (0.0, 0.0, 0.0)
         t, u, n = t + decode_s, u + units, n + tokens
         if n >= FIRST_TOKENS:
-            self.tpot_per_load, self.first = min(MAX_TPOT, max(MIN_TPOT, t / u)), None
+            self.tpot_per_load, self.first = _tpot(t, u), None
         else:
             self.first = (t, u, n)
 
