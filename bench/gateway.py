@@ -12,6 +12,9 @@ the median over rounds.
 
 ``--general`` adds the same gateway with ``gateway.fast_path = false`` (``llmsla-general``) to
 the same interleaved rounds, to show what the fast path changes on the same machine at the same time.
+``--relay`` adds a bare TCP relay in Python (``bench/_relay.py``, ``python-relay``: bytes copied both
+ways on uvloop, no HTTP parsing, no accounting) to the same rounds: the floor of any Python proxy
+on this machine, so what the gateway adds beyond it is its own per-request work.
 ``--vs-ref REV`` adds the gateway of another git revision (``llmsla-ref``: that revision's code,
 this venv's dependencies) to the same rounds, and prints this revision's added p50 minus REV's,
 round by round, with a 95 % interval: a change is measured against its parent on the same load.
@@ -56,7 +59,10 @@ P99_LIMIT_MS = 5.0
 GENERAL = "llmsla-general"
 #: ``--vs-ref REV``: the gateway of another revision as a fourth proxy, same rounds
 REF = "llmsla-ref"
-PROXIES = ("nginx", "llmsla", GENERAL, REF)
+#: ``--relay``: a bare TCP relay in Python as another proxy, same rounds (the floor of a Python proxy)
+RELAY = "python-relay"
+RELAY_SCRIPT = str(Path(__file__).resolve().parent / "_relay.py")
+PROXIES = ("nginx", "llmsla", GENERAL, REF, RELAY)
 #: llmsla's requests/s per core at added p99 <= 5 ms, as a share of nginx's, on (a) and (c).
 RATE_TARGET = 0.25
 #: added TTFT p50 on (b), ms.
@@ -138,8 +144,9 @@ class Stack:
     """The upstream, nginx (when installed) and the llmsla gateway, pinned; stopped on exit."""
 
     def __init__(self, tmp: Path, tokens: int, gap_s: float, profile: str | None = None,
-                 general: bool = False, ref: Path | None = None) -> None:
+                 general: bool = False, ref: Path | None = None, relay: bool = False) -> None:
         self.tmp, self.tokens, self.gap_s, self.profile, self.general = tmp, tokens, gap_s, profile, general
+        self.relay = relay
         self.ref = ref  # another revision's package tree (``--vs-ref``), run as REF
         self.proxy_cpu, self.load_cpu = cpus()
         self.procs: dict[str, subprocess.Popen] = {}
@@ -194,6 +201,11 @@ class Stack:
             self.procs[REF] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, "-m", "llmsla",
                                                 *argv], env=env, stdout=subprocess.DEVNULL)
             wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs[REF])
+        if self.relay:  # the floor: bytes copied both ways, nothing else
+            port = self.ports[RELAY] = free_port()
+            self.procs[RELAY] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, RELAY_SCRIPT,
+                                                  str(port), str(up)], env=self.env)
+            wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs[RELAY])
 
     def proxies(self) -> list[str]:
         return [n for n in PROXIES if n in self.procs]
@@ -252,19 +264,20 @@ def drive(stack: Stack, concurrency: int, per_stream: int, rounds: int) -> dict[
 
 
 def fixed(name: str, tmp: Path, tokens: int, gap_s: float, concurrency: int, per_stream: int, rounds: int,
-          profile: str | None = None, general: bool = False, ref: Path | None = None) -> dict[str, Any]:
-    with Stack(tmp, tokens, gap_s, profile, general, ref) as stack:
+          profile: str | None = None, general: bool = False, ref: Path | None = None,
+          relay: bool = False) -> dict[str, Any]:
+    with Stack(tmp, tokens, gap_s, profile, general, ref, relay) as stack:
         row = drive(stack, concurrency, per_stream, rounds)
     return {"scenario": name, "tokens": tokens, "gap_ms": gap_s * 1000.0, **row}
 
 
 def ramp(tmp: Path, steps: list[int], per_stream: int, rounds: int, general: bool = False,
-         ref: Path | None = None) -> dict[str, Any]:
+         ref: Path | None = None, relay: bool = False) -> dict[str, Any]:
     """(c): more closed-loop streams each step (a higher request rate) until every proxy's added
     p99 passes 5 ms; a proxy's capacity is its highest rate with added p99 <= 5 ms."""
     tokens, gap_s = 8, 0.002
     out: dict[str, Any] = {"scenario": "c", "tokens": tokens, "gap_ms": gap_s * 1000.0, "steps": []}
-    with Stack(tmp, tokens, gap_s, general=general, ref=ref) as stack:
+    with Stack(tmp, tokens, gap_s, general=general, ref=ref, relay=relay) as stack:
         passed: set[str] = set()
         for c in steps:
             row = drive(stack, c, per_stream, rounds)
@@ -338,6 +351,8 @@ def main() -> int:
     ap.add_argument("--profile", metavar="OUT", help="scenario (a) with the gateway under cProfile; print top costs")
     ap.add_argument("--general", action="store_true",
                     help=f"also run the gateway with gateway.fast_path = false ({GENERAL}) in the same rounds")
+    ap.add_argument("--relay", action="store_true",
+                    help=f"also run a bare TCP relay in Python ({RELAY}) in the same rounds: the floor of a Python proxy")
     ap.add_argument("--vs-ref", metavar="REV",
                     help=f"also run the gateway of git revision REV ({REF}) in the same rounds, and print "
                          "this revision's added p50 minus REV's per round, with an interval")
@@ -369,14 +384,17 @@ def main() -> int:
             print(f"scenario ({s}) ...", flush=True)
             if s == "a":
                 results.append(fixed("a", tmp / s, 8, 0.002, 50, 4 if args.quick else 10, rounds, general=args.general,
-                                     ref=ref))
+                                     ref=ref, relay=args.relay))
             elif s == "b":
-                results.append(fixed("b", tmp / s, 256, 0.020, 200, 1, rounds, general=args.general, ref=ref))
+                results.append(fixed("b", tmp / s, 256, 0.020, 200, 1, rounds, general=args.general, ref=ref,
+                                     relay=args.relay))
             else:
                 steps = [4, 8, 16, 32, 64, 128, 256]
-                results.append(ramp(tmp / s, steps, 4 if args.quick else 10, rounds, general=args.general, ref=ref))
+                results.append(ramp(tmp / s, steps, 4 if args.quick else 10, rounds, general=args.general, ref=ref,
+                                    relay=args.relay))
         inputs["loadavg_1m_before"], inputs["loadavg_1m_after"] = load0, _loadavg()
         inputs["vs_ref"] = args.vs_ref
+        inputs["relay"] = args.relay
     if ref is not None:
         shutil.rmtree(ref.parent, ignore_errors=True)
     rows = table(results)
