@@ -129,7 +129,9 @@ def engine_now(s: ReplicaState) -> EngineSignal | None:
     sees the queues and KV the picks since built, not the scrape's, which would send every pick
     to the replica the scrape found emptiest until the next one. A request sent is counted as
     waiting only where the engine had requests waiting (else it had a batch slot for it); one
-    that came back frees a place in the queue; each holds the running requests' mean KV share."""
+    that came back frees a place in the queue; each holds the running requests' mean KV share.
+    The running batch moves by the rest: a request sent that does not wait runs, one that came
+    back leaves the batch unless a waiting one takes its slot."""
     e = s.engine
     if e is None or not s.engine_fresh:
         return None
@@ -137,8 +139,9 @@ def engine_now(s: ReplicaState) -> EngineSignal | None:
     if not moved:
         return e
     waiting = max(0.0, e.waiting + moved) if moved < 0 or e.waiting > 0 else e.waiting
+    running = max(0.0, e.running + moved - (waiting - e.waiting))
     kv = min(1.0, max(0.0, e.kv_usage + moved * e.kv_usage / e.running)) if e.running > 0 else e.kv_usage
-    return EngineSignal(waiting, e.running, kv, e.at)
+    return EngineSignal(waiting, running, kv, e.at)
 
 
 def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: float | None = None,

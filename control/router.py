@@ -412,12 +412,18 @@ class Router:
     def tokens(self, replica_id: str, n: int, gap_s: float) -> None:
         """``n`` tokens of streams past their first token came back from ``replica_id``, their
         inter-token gaps summing to ``gap_s``: the replica's decode speed now, read at each
-        refresh (``ect_cadence``, control/ladr.py ``cadence``)."""
+        refresh (``ect_cadence``, control/ladr.py ``cadence``). The load they shared is the
+        replica's outstanding requests, or, with fresh engine data, the engine's running batch
+        (moved to now, ``ladr.engine_now``): requests waiting for a batch slot do not slow the
+        decode, and counting them would make a saturated replica look faster than it is. A
+        running batch under one (an engine that does not report it reads 0) is not a load
+        tokens came back from: the outstanding count stays the load."""
         st = self._states.get(replica_id)
         if st is not None and n > 0 and gap_s >= 0:
+            e = ladr.engine_now(st)
             st.tok_n += n
             st.tok_gap_s += gap_s
-            st.tok_load += n * (st.outstanding + st.extra_q)
+            st.tok_load += n * (e.running if e is not None and e.running >= 1 else st.outstanding + st.extra_q)
 
     def observe(self, replica_id: str, *, latency_ms: float | None = None,
                 queue_length: int | None = None) -> None:

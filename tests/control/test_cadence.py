@@ -109,6 +109,43 @@ def test_a_slowdown_is_seen_in_the_tokens_before_any_request_completes() -> None
             assert picks["r0"] > 0.5 * min(picks["r1"], picks["r2"])
 
 
+def test_with_engine_data_the_load_is_the_engines_running_batch() -> None:
+    """A saturated replica: 12 requests outstanding, the engine running 4 and 8 waiting for a
+    slot. Its tokens are shared by the 4 running, so the reading is the gap per 4 (+ n0), not
+    per 12: counted per outstanding request it would make the replica look 1.4x faster than it
+    is. Without engine data, or with a report older than ``engine_ttl_s``, the outstanding
+    count stays the load; between scrapes the running batch moves with this router's requests
+    (a request come back frees a slot that a waiting one takes)."""
+    r, clock = _router(ect_cadence=1.0)
+    for rid in ("r0", "r1"):
+        for _ in range(12):
+            r.begin(rid)
+    r.update_engine("r0", waiting=8, running=4, kv_usage=0.9)
+    clock.t += 0.3  # a refresh: r0's engine data is fresh
+    r.pick("default")
+    r.tokens("r0", 64, 64 * 0.050)
+    r.tokens("r1", 64, 64 * 0.050)
+    clock.t += 0.3
+    got = _ect(r)
+    assert got["r0"]["tpot_per_load_s"] == pytest.approx(0.050 / (4 + N0))
+    assert got["r1"]["tpot_per_load_s"] == pytest.approx(0.050 / (12 + N0))  # no engine data
+    r.end("r0", 100.0)  # one came back: a waiting request takes its slot, 4 still run
+    r.tokens("r0", 64, 64 * 0.040)
+    clock.t += 0.3
+    assert _ect(r)["r0"]["tpot_per_load_s"] == pytest.approx(0.040 / (4 + N0))
+    clock.t += 5.0  # the report is older than engine_ttl_s (3 s): the outstanding count again
+    r.pick("default")
+    r.tokens("r0", 64, 64 * 0.040)
+    clock.t += 0.3
+    assert _ect(r)["r0"]["tpot_per_load_s"] == pytest.approx(0.040 / (11 + N0))
+    r.update_engine("r1", waiting=0, running=0, kv_usage=0.0)  # an engine without a running count
+    clock.t += 0.3
+    r.pick("default")
+    r.tokens("r1", 64, 64 * 0.030)
+    clock.t += 0.3
+    assert _ect(r)["r1"]["tpot_per_load_s"] == pytest.approx(0.030 / (12 + N0))
+
+
 @pytest.mark.parametrize("n, gap", [(0, 1.0), (-5, 1.0), (64, -1.0), (64, math.nan)])
 def test_bad_token_reports_are_ignored(n: int, gap: float) -> None:
     r, clock = _router(ect_cadence=1.0)

@@ -169,10 +169,15 @@ def test_engine_report_is_moved_to_now_by_the_routers_own_requests():
     e0, e1 = engine_now(states["r0"]), engine_now(states["r1"])
     assert e0 is not None and (e0.waiting, e0.kv_usage) == (0.0, pytest.approx(0.6))
     assert e1 is not None and (e1.waiting, e1.kv_usage) == (4.0, pytest.approx(1.0))
+    assert (e0.running, e1.running) == (6.0, 4.0)  # r0's two run at once; r1's one waits
     for _ in range(4):
         r.end("r1", 100.0)  # three come back beyond the one sent
     e1 = engine_now(states["r1"])
     assert e1 is not None and (e1.waiting, e1.kv_usage) == (0.0, pytest.approx(0.2))
+    assert e1.running == 4.0  # the three waiting took the slots of three that came back
+    r.end("r1", 100.0)
+    e1 = engine_now(states["r1"])
+    assert e1 is not None and (e1.waiting, e1.running) == (0.0, 3.0)  # none waiting: the batch shrinks
     assert states["r1"].engine.waiting == 3  # the report itself is kept as it came
 
 
