@@ -36,7 +36,9 @@ and completions it returned, times its live queue and the prompt tokens waiting 
 request's own prompt size; control/estimator.py), that plus engine signals (the replicas'
 waiting / running / KV usage every engine.scrape_interval_s) and the simulator's oracle
 (fleet/oracle.py): each policy's P99 TTFT and E2E as a ratio to the oracle's, and whether
-``ladr+ect`` is within 10 % of it. On the identical-replica scenarios, ``ladr+engine`` against
+``ladr+ect`` is within 10 % of it; ``ladr+engine(defaults)`` is ``ladr+ect`` with the engine
+signals at the scorers' default weights (0), where they enter only as the decode load of the
+tokens streaming back. On the identical-replica scenarios, each engine variant against
 LADR without engine signals (``ladr+ect`` and plain ``ladr``), per seed on the same arrivals,
 with a 95 % interval over ``--homogeneous-seeds`` (10): the "never worse" half of the target.
 ``--sweep-engine`` sweeps the engine-scorer weights on top of ``ladr+ect`` on the five training
@@ -72,6 +74,12 @@ POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
 #: the next scrape) with both scorers at llm-d's weight 1 (the defaults are 0: see
 #: --sweep-engine); and the simulator's oracle (the bound).
 ECT, ENGINE, ORACLE = "ladr+ect", "ladr+engine", "oracle"
+#: ``ladr+ect`` with the same engine signals at the scorers' default weights (0, chosen on the
+#: training scenarios by --sweep-engine): the engine data then enters only as the decode load of
+#: the tokens streaming back (the engine's running batch, control/router.py ``tokens``).
+ENGINE_DEFAULTS = "ladr+engine(defaults)"
+#: The variants that get engine signals in the simulator.
+WITH_ENGINE = (ENGINE, ENGINE_DEFAULTS)
 #: ``ladr+ect`` learning each replica's decode speed from its completions alone, not also from
 #: the tokens its streams return (``ect_cadence`` = 0): what reading the tokens buys.
 ECT_COMPLETIONS = "ladr+ect(completions)"
@@ -86,13 +94,14 @@ VARIANTS: dict[str, tuple[str, dict[str, float]]] = {
     **{p: (p, {}) for p in POLICIES},
     ECT: ("ladr", dict(ECT_PARAMS)),
     ENGINE: ("ladr", {**ECT_PARAMS, "engine_queue": 1.0, "engine_kv": 1.0}),  # llm-d's equal scorer weights
+    ENGINE_DEFAULTS: ("ladr", dict(ECT_PARAMS)),
     ECT_COMPLETIONS: ("ladr", {**ECT_PARAMS, "ect_cadence": 0.0}),
     "ladr(iid)": ("ladr", {"systematic": 0}),
     "ladr(alpha=0)": ("ladr", {"alpha": 0.0}),
     ORACLE: (ORACLE, {}),
 }
 #: Rows of the held-out scenarios and the variance sweep.
-MAIN = (*POLICIES, ECT, ENGINE, ECT_COMPLETIONS, ORACLE)
+MAIN = (*POLICIES, ECT, ENGINE, ENGINE_DEFAULTS, ECT_COMPLETIONS, ORACLE)
 ANCHOR = "round_robin"
 #: The engine adapters' default cadence (engine.scrape_interval_s): how old LADR's engine data is.
 SCRAPE_S = config_mod.load(env={}).engine.scrape_interval_s
@@ -138,7 +147,7 @@ def sim_config(fleet: str, variant: str, seed: int, **kw: Any) -> engine.SimConf
     """The simulator set up for one row: its policy, router parameters, engine signals."""
     policy, params = VARIANTS[variant]
     return engine.SimConfig(engine.fleet(fleet), policy=policy, seed=seed, gpu_interval_s=0,
-                            router_params=dict(params), engine_scrape_s=SCRAPE_S if variant == ENGINE else 0.0,
+                            router_params=dict(params), engine_scrape_s=SCRAPE_S if variant in WITH_ENGINE else 0.0,
                             **kw)
 
 
@@ -167,7 +176,7 @@ def variance_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for factor, mean_s in NOISE_LEVELS:
         per: dict[str, list[dict[str, Any]]] = {p: [] for p in ("round_robin", "least_outstanding", "ladr", ECT_COMPLETIONS,
-                                                               ECT, ENGINE, ORACLE)}
+                                                               ECT, ENGINE, ENGINE_DEFAULTS, ORACLE)}
         for seed in range(args.seed, args.seed + args.held_out_seeds):
             arr = _load(sc, sc["rate"], args.duration, seed)
             fl = noise_faults(seed, factor, mean_s, args.duration, 3)
@@ -312,28 +321,30 @@ HOMOGENEOUS = ("chat", "long", "burst")
 
 
 def homogeneous(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """``ladr+engine`` against LADR without engine signals on identical replicas: per seed, the
-    P99 TTFT and E2E ratios on the same arrivals, against ``ladr+ect`` (the same learnt completion
-    time: what engine signals alone change) and against plain ``ladr`` (the defaults); geometric
-    mean and 95 % interval over ``--homogeneous-seeds`` seeds. "worse" only when the interval
-    lies wholly above 1, "better" wholly below, else "no measurable difference"."""
+    """Each engine-signal variant (``ladr+engine``, ``ladr+engine(defaults)``) against LADR
+    without engine signals on identical replicas: per seed, the P99 TTFT and E2E ratios on the
+    same arrivals, against ``ladr+ect`` (the same learnt completion time: what engine signals
+    alone change) and against plain ``ladr`` (the defaults); geometric mean and 95 % interval over
+    ``--homogeneous-seeds`` seeds. "worse" only when the interval lies wholly above 1, "better"
+    wholly below, else "no measurable difference"."""
     rows = []
     for name in HOMOGENEOUS:
         sc = SCENARIOS[name]
-        per: dict[str, list[dict[str, Any]]] = {v: [] for v in (ENGINE, ECT, "ladr")}
+        per: dict[str, list[dict[str, Any]]] = {v: [] for v in (*WITH_ENGINE, ECT, "ladr")}
         for seed in range(args.seed, args.seed + args.homogeneous_seeds):
             arr = _load(sc, sc["rate"], args.duration, seed)
             for variant in per:
                 per[variant].append(stats.summarize(_run(sc, variant, arr, seed, args.timeout_s)))
-        for base in (ECT, "ladr"):
-            for metric in ("ttft_p99_ms", "e2e_p99_ms"):
-                got = paired_interval([e[metric] / b[metric] if e[metric] and b[metric] else None
-                                       for e, b in zip(per[ENGINE], per[base], strict=True)])
-                low, high = got.get("low"), got.get("high")
-                rows.append({"scenario": name, "versus": base, "p99": metric.split("_")[0], "seeds": got["rounds"],
-                             "geomean": got.get("geomean"), "low": low, "high": high,
-                             "verdict": "unresolved" if low is None or high is None else "worse" if low > 1.0
-                             else "better" if high < 1.0 else "no measurable difference"})
+        for variant in WITH_ENGINE:
+            for base in (ECT, "ladr"):
+                for metric in ("ttft_p99_ms", "e2e_p99_ms"):
+                    got = paired_interval([e[metric] / b[metric] if e[metric] and b[metric] else None
+                                           for e, b in zip(per[variant], per[base], strict=True)])
+                    low, high = got.get("low"), got.get("high")
+                    rows.append({"scenario": name, "variant": variant, "versus": base, "p99": metric.split("_")[0],
+                                 "seeds": got["rounds"], "geomean": got.get("geomean"), "low": low, "high": high,
+                                 "verdict": "unresolved" if low is None or high is None else "worse" if low > 1.0
+                                 else "better" if high < 1.0 else "no measurable difference"})
     return rows
 
 
@@ -374,7 +385,8 @@ def oracle_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per scenario: is ``ladr+ect`` within 10 % of the oracle (P99 TTFT and E2E), how it
-    compares with LADR's defaults, and where ``ladr+engine`` (the same plus engine signals) lands."""
+    compares with LADR's defaults, and where ``ladr+engine`` and ``ladr+engine(defaults)`` (the
+    same plus engine signals, with llm-d's scorer weights and with the defaults) land."""
     out = []
     for name in dict.fromkeys(r["scenario"] for r in rows):
         by = {r["policy"]: r for r in rows if r["scenario"] == name}
@@ -385,11 +397,12 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                "within_10pct": e["ttft_vs_oracle"] <= 1.10 and e["e2e_vs_oracle"] <= 1.10,
                "e2e_vs_ladr": e["e2e_vs_oracle"] / lad["e2e_vs_oracle"],
                "ttft_vs_ladr": e["ttft_vs_oracle"] / lad["ttft_vs_oracle"]}
-        if ENGINE in by:
-            g = by[ENGINE]
-            row["engine_ttft_vs_oracle"] = g["ttft_vs_oracle"]
-            row["engine_e2e_vs_oracle"] = g["e2e_vs_oracle"]
-            row["engine_within_10pct"] = g["ttft_vs_oracle"] <= 1.10 and g["e2e_vs_oracle"] <= 1.10
+        for variant, key in ((ENGINE, "engine"), (ENGINE_DEFAULTS, "engine_defaults")):
+            if variant in by:
+                g = by[variant]
+                row[f"{key}_ttft_vs_oracle"] = g["ttft_vs_oracle"]
+                row[f"{key}_e2e_vs_oracle"] = g["e2e_vs_oracle"]
+                row[f"{key}_within_10pct"] = g["ttft_vs_oracle"] <= 1.10 and g["e2e_vs_oracle"] <= 1.10
         out.append(row)
     return out
 
@@ -461,9 +474,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per fixed-load scenario (median reported)")
-    ap.add_argument("--held-out-seeds", type=int, default=3, help="seeds per held-out scenario")
+    ap.add_argument("--held-out-seeds", type=int, default=5,
+                    help="seeds per held-out scenario and variance level (as many as a training scenario's: "
+                         "their per-seed ratios to the oracle spread over 0.8-1.1x)")
     ap.add_argument("--homogeneous-seeds", type=int, default=10,
-                    help="paired seeds for ladr+engine against LADR without engine signals on identical replicas")
+                    help="paired seeds for the engine variants against LADR without engine signals on identical replicas")
     ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds per fixed-load run")
     ap.add_argument("--search-duration", type=float, default=120.0, help="simulated seconds per max-QPS probe")
     ap.add_argument("--iters", type=int, default=7, help="bisection steps of the max-QPS search")
@@ -512,7 +527,7 @@ def main() -> int:
     judged = verdict(every)
     print_table(judged, "LADR with its learnt completion time (ladr+ect) vs the oracle (target: within 10 % on every"
                         " scenario), vs LADR's defaults, and with engine signals")
-    print_table(same, f"ladr+engine / LADR without engine signals on identical replicas (target: never worse):"
+    print_table(same, f"LADR with engine signals / without them on identical replicas (target: never worse):"
                       f" P99 ratio per seed on the same arrivals, geometric mean [95 % interval], {args.homogeneous_seeds} seeds")
     if eng:
         print_table(sweep_summary(eng), "Engine-scorer weights on the training scenarios (P99 E2E and TTFT / ladr+ect without them)")
