@@ -85,7 +85,8 @@ def check_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float, prompt_mean: float | None = None,
-              w_ect: float = 1.0, w_ttft: float = 0.0) -> list[tuple[float, float, float]] | None:
+              w_ect: float = 1.0, w_ttft: float = 0.0,
+              engines: list[EngineSignal | None] | None = None) -> list[tuple[float, float, float]] | None:
     """Each replica's cost of a new request of the pool's mean prompt size as ``(a, b, c)``:
     ``a + b * queue + c * waiting_prompt_tokens``, ``c`` also the cost of each prompt token more
     than ``prompt_mean`` (its prefill speed). The cost is ``w_ect`` times the expected completion
@@ -95,7 +96,9 @@ def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float, pr
     ``w_ttft`` unused. Before the first completion the cost is the expected TTFT alone (first
     tokens come seconds earlier: a slow replica is not sent a third of the first seconds'
     traffic); None before anything was measured. An unmeasured replica gets the measured ones'
-    mean (control/estimator.py)."""
+    mean (control/estimator.py). ``engines``: each replica's engine report moved to now
+    (:func:`engine_now`): on a replica whose batch is full each waiting request costs a slot's
+    turn more (:func:`slot_turn`)."""
     views = [(s.svc.tpot_per_load, s.svc.prefill_per_token) for s in fresh]
     tp = [v[0] for v in views if v[0] is not None]
     pf = [v[1] for v in views if v[1] is not None] if prompt_mean else []
@@ -116,6 +119,12 @@ def ect_terms(fresh: list[ReplicaState], out_tokens: float | None, n0: float, pr
         ts = [tt_mean if s.svc.ttft_s is None else s.svc.ttft_s for s in fresh]
         w_ttft = 0.0
         abc = [(t + b * (1.0 + n0), b + t, 0.0) for b, t in zip(bs, ts, strict=True)]
+    if engines is not None:  # a full batch: each request waiting there waits a slot's turn
+        for i, (s, en) in enumerate(zip(fresh, engines, strict=True)):
+            turn = slot_turn(s, en, abc[i][1], n0)
+            if turn and en is not None:
+                a, b, c = abc[i]
+                abc[i] = (a + turn * (en.waiting - queues[i]), b + turn, c)
     ref = max(1e-9, min(a + b * q + c * s.wait_tok for (a, b, c), q, s in zip(abc, queues, fresh, strict=True)))
     e = w_ect / ref
     if w_ttft > 0 and prompt_mean:  # the TTFT counted again, w_ttft times: c * (W + prompt)
@@ -144,6 +153,27 @@ def engine_now(s: ReplicaState) -> EngineSignal | None:
     return EngineSignal(waiting, running, kv, e.at)
 
 
+def batch_full(s: ReplicaState) -> bool:
+    """Whether the replica's last engine report says its batch is full: requests waiting while
+    it runs as many as it ever reported (a batch limit, or the KV cache, holds them back). A
+    request waiting beside a batch with room waits one scheduler step, not a slot."""
+    e = s.engine
+    return e is not None and e.waiting > 0 and e.running >= max(1.0, s.engine_peak)
+
+
+def slot_turn(s: ReplicaState, now: EngineSignal | None, b: float, n0: float) -> float:
+    """Seconds each request waiting on ``s`` waits for a batch slot: 0 unless its batch is full
+    (:func:`batch_full`); then a running request finishes, and frees a slot, every
+    ``b * (running + n0) / running`` seconds (``b``: a request's decode time per unit of load,
+    ``b * (running + n0)`` its time at that batch). In the ECT's own seconds: no weight to tune.
+    :func:`ect_terms` charges it per request waiting there, the engine's ``now.waiting`` and
+    each one sent since, so it stays live between refreshes like the queue term."""
+    if now is None or now.waiting <= 0 or not batch_full(s):
+        return 0.0
+    run = max(now.running, 1.0)
+    return b * (run + n0) / run
+
+
 def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: float | None = None,
                   prompt_mean: float | None = None) -> LadrSampler:
     """The sampler over the group's fresh replicas (see :class:`LadrSampler`); ``out_tokens``
@@ -160,7 +190,8 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: floa
     # log of weight * exp(sharpness * score), shifted so the best replica now has weight 1:
     # no overflow/underflow whatever alpha, beta and sharpness an operator sets
     per_q = -k * beta / q_scale
-    eng = engine_terms([engine_now(s) for s in fresh], p["engine_queue"], p["engine_kv"])
+    now = [engine_now(s) for s in fresh]
+    eng = engine_terms(now, p["engine_queue"], p["engine_kv"])
     log_base = []
     for s, e in zip(fresh, eng, strict=True):
         inv = unknown if s.lat_ema is None else ref / max(s.lat_ema, 1e-9)  # 1 / latency, <= 1
@@ -168,7 +199,7 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: floa
     slopes = [per_q] * len(fresh)
     tok_slopes = [0.0] * len(fresh)
     ect = p["ect"]
-    terms = ect_terms(fresh, out_tokens, p["ect_n0"], prompt_mean, ect, p["ect_ttft"]) if ect > 0 else None
+    terms = ect_terms(fresh, out_tokens, p["ect_n0"], prompt_mean, ect, p["ect_ttft"], now) if ect > 0 else None
     prefill: list[float] | None = None
     if terms is not None:  # - k * (a + b * queue + c * waiting tokens): a constant and two slopes
         for i, (a, b, c) in enumerate(terms):

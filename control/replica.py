@@ -64,7 +64,7 @@ class ReplicaState:
         "rep", "outstanding", "drained", "down", "last_seen", "lat_sum", "lat_n", "avg_ms", "win_n",
         "reported_queue", "reported_at", "queue", "raw", "score", "picks", "errors", "fresh",
         "pick_child", "avg_eff", "score_child", "levels", "lat_ema", "extra_q", "slots", "pending", "leaving",
-        "engine", "engine_fresh", "engine_out", "svc", "wait_tok", "tok_n", "tok_gap_s", "tok_load",
+        "engine", "engine_fresh", "engine_out", "engine_peak", "svc", "wait_tok", "tok_n", "tok_gap_s", "tok_load",
     )
 
     def __init__(self, rep: Replica, now: float) -> None:
@@ -97,6 +97,7 @@ class ReplicaState:
         self.engine: EngineSignal | None = None  # the engine's own last reported state
         self.engine_fresh = False  # engine data no older than engine_ttl_s at the last refresh
         self.engine_out = 0  # this router's outstanding requests here when the engine last reported
+        self.engine_peak = 0.0  # the largest running batch the engine has reported: its batch when full
         self.svc = ServiceEstimate()  # learnt speed (LADR's expected-completion-time term)
         self.wait_tok = 0.0  # prompt tokens routed here that await their first token (ECT term)
         # tokens streamed back past their stream's first since the last cadence reading: how

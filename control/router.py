@@ -457,6 +457,7 @@ class Router:
             raise ValueError(f"engine at: must be a finite time, got {at!r}")
         st.engine = EngineSignal(w, r, kv, float(when))
         st.engine_out = st.outstanding
+        st.engine_peak = max(st.engine_peak, r)
 
     def outstanding(self, replica_id: str) -> int:
         return self._state(replica_id).outstanding
@@ -605,7 +606,8 @@ class Router:
                     "engine": None if st.engine is None else {
                         "waiting": st.engine.waiting, "running": st.engine.running,
                         "kv_usage": st.engine.kv_usage, "age_s": max(0.0, now - st.engine.at),
-                        "fresh": st.engine_fresh},
+                        "fresh": st.engine_fresh, "peak_running": st.engine_peak,
+                        "batch_full": ladr.batch_full(st)},
                 }
                 for st in lst
             ]

@@ -6,6 +6,7 @@ simulator telling the router its tokens as a gateway relays them
 
 from __future__ import annotations
 
+import collections
 import math
 import random
 import statistics
@@ -210,3 +211,45 @@ def test_the_simulator_tells_the_router_the_tokens_as_they_stream() -> None:
     for rid, rep in sim.reps.items():  # every token told once, none twice (the last ones may be untold)
         assert 0.95 * rep.decoded <= told[rid] <= rep.decoded
 
+
+
+def _picks(feed: list[dict[str, tuple[float, float]]] | None, n: int = 300) -> list[str]:
+    """Picks of a router whose two replicas learnt the same speed and hold 8 requests each,
+    after the engine reports in ``feed`` (each a scrape: replica -> (waiting, running))."""
+    r, clock = _router(2)
+    for _ in range(20):
+        for rid in ("r0", "r1"):
+            r.begin(rid)
+            r.end(rid, 1000.0, ttft_ms=100.0, output_tokens=100)
+    for rid in ("r0", "r1"):
+        for _ in range(8):
+            r.begin(rid)
+    for scrape in feed or []:
+        for rid, (waiting, running) in scrape.items():
+            r.update_engine(rid, waiting=waiting, running=running, kv_usage=0.5)
+    clock.t += 0.25  # a refresh: the scores the picks below all share
+    return [r.pick("default").id for _ in range(n)]
+
+
+def test_a_full_batch_makes_a_new_request_wait_for_a_slot() -> None:
+    """r0's engine reports 6 of its 8 requests waiting beside a running batch of 2, the most it
+    ever ran: its batch is full, so a new request would wait there for running ones to finish
+    (``ladr.slot_turn``) and the picks go to r1. The same report from a replica that once ran
+    16 at a time means requests between two scheduler steps, not a full batch: the picks are
+    those of a router without engine data, pick for pick."""
+    from llmsla.control import ladr
+
+    full = _picks([{"r0": (6, 2), "r1": (0, 8)}])
+    assert full.count("r1") > 0.9 * len(full), collections.Counter(full)
+    roomy = _picks([{"r0": (0, 16), "r1": (0, 8)}, {"r0": (6, 2), "r1": (0, 8)}])
+    assert roomy == _picks(None)
+    assert 0.35 < roomy.count("r1") / len(roomy) < 0.65
+
+    r, clock = _router(1)
+    r.update_engine("r0", waiting=3, running=4, kv_usage=0.9)
+    st = r._states["r0"]
+    st.engine_fresh = True
+    assert ladr.batch_full(st) and r.snapshot()["pools"]["default"][0]["engine"]["batch_full"] is True
+    assert ladr.slot_turn(st, ladr.engine_now(st), 0.5, N0) == pytest.approx(0.5 * (4 + N0) / 4)
+    r.update_engine("r0", waiting=3, running=0, kv_usage=0.0)  # an engine without a running count
+    assert not ladr.batch_full(st) and ladr.slot_turn(st, ladr.engine_now(st), 0.5, N0) == 0.0
