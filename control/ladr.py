@@ -153,12 +153,22 @@ def engine_now(s: ReplicaState) -> EngineSignal | None:
     return EngineSignal(waiting, running, kv, e.at)
 
 
+#: KV-cache usage at which a replica with requests waiting counts as full (:func:`batch_full`):
+#: a cache this full holds back the next prompt whatever the batch size (on the routing bench's
+#: long-context scenario the replicas that have requests waiting read 0.99, on chat 0.04).
+KV_FULL = 0.95
+
+
 def batch_full(s: ReplicaState) -> bool:
     """Whether the replica's last engine report says its batch is full: requests waiting while
-    it runs as many as it ever reported (a batch limit, or the KV cache, holds them back). A
-    request waiting beside a batch with room waits one scheduler step, not a slot."""
+    it runs as many as it ever reported (its batch limit), or while its KV cache is all but
+    full (:data:`KV_FULL`; a KV-bound batch runs a few fewer than its peak from one report to
+    the next). A request waiting beside a batch with room waits one scheduler step, not a slot.
+    An engine that reports no running count (0) is never full."""
     e = s.engine
-    return e is not None and e.waiting > 0 and e.running >= max(1.0, s.engine_peak)
+    if e is None or e.waiting <= 0 or e.running < 1.0:
+        return False
+    return e.running >= s.engine_peak or e.kv_usage >= KV_FULL
 
 
 def slot_turn(s: ReplicaState, now: EngineSignal | None, b: float, n0: float) -> float:

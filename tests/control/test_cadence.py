@@ -253,3 +253,18 @@ def test_a_full_batch_makes_a_new_request_wait_for_a_slot() -> None:
     assert ladr.slot_turn(st, ladr.engine_now(st), 0.5, N0) == pytest.approx(0.5 * (4 + N0) / 4)
     r.update_engine("r0", waiting=3, running=0, kv_usage=0.0)  # an engine without a running count
     assert not ladr.batch_full(st) and ladr.slot_turn(st, ladr.engine_now(st), 0.5, N0) == 0.0
+
+
+def test_a_kv_bound_batch_is_full_below_its_peak() -> None:
+    """A replica whose KV cache is all but full holds its waiting requests back with fewer
+    running than its peak (long prompts): still full. The same batch with a roomy cache is
+    not."""
+    from llmsla.control import ladr
+
+    r, _ = _router(1)
+    st = r._states["r0"]
+    r.update_engine("r0", waiting=0, running=57, kv_usage=0.9)
+    r.update_engine("r0", waiting=4, running=55, kv_usage=0.99)
+    assert ladr.batch_full(st)
+    r.update_engine("r0", waiting=4, running=55, kv_usage=0.5)
+    assert not ladr.batch_full(st)
