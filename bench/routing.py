@@ -37,8 +37,9 @@ request's own prompt size; control/estimator.py), that plus engine signals (the 
 waiting / running / KV usage every engine.scrape_interval_s) and the simulator's oracle
 (fleet/oracle.py): each policy's P99 TTFT and E2E as a ratio to the oracle's, and whether
 ``ladr+ect`` is within 10 % of it; ``ladr+engine(defaults)`` is ``ladr+ect`` with the engine
-signals at the scorers' default weights (0), where they enter only as the decode load of the
-tokens streaming back. On the identical-replica scenarios, each engine variant against
+signals at the scorers' default weights (0), where they enter only through the ECT: as the
+decode load of the tokens streaming back, and as a slot's turn charged to each request waiting
+at a full batch. On the identical-replica scenarios, each engine variant against
 LADR without engine signals (``ladr+ect`` and plain ``ladr``), per seed on the same arrivals,
 with a 95 % interval over ``--homogeneous-seeds`` (10): the "never worse" half of the target.
 ``--sweep-engine`` sweeps the engine-scorer weights on top of ``ladr+ect`` on the five training
@@ -75,8 +76,10 @@ POLICIES = ("round_robin", "least_outstanding", "p2c", "ladr")
 #: --sweep-engine); and the simulator's oracle (the bound).
 ECT, ENGINE, ORACLE = "ladr+ect", "ladr+engine", "oracle"
 #: ``ladr+ect`` with the same engine signals at the scorers' default weights (0, chosen on the
-#: training scenarios by --sweep-engine): the engine data then enters only as the decode load of
-#: the tokens streaming back (the engine's running batch, control/router.py ``tokens``).
+#: training scenarios by --sweep-engine): the engine data then enters only through the ECT, as
+#: the decode load of the tokens streaming back (the engine's running batch, control/router.py
+#: ``tokens``) and as a slot's turn per request waiting at a full batch (control/ladr.py
+#: ``slot_turn``).
 ENGINE_DEFAULTS = "ladr+engine(defaults)"
 #: The variants that get engine signals in the simulator.
 WITH_ENGINE = (ENGINE, ENGINE_DEFAULTS)
