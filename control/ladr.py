@@ -221,7 +221,10 @@ def build_sampler(lst: list[ReplicaState], p: dict[str, float], out_tokens: floa
     live = [lb + sl * (s.outstanding + s.extra_q) + ts * s.wait_tok
             for lb, sl, ts, s in zip(log_base, slopes, tok_slopes, fresh, strict=True)]
     shift = max(live)
-    base = [math.exp(max(lb - shift, -700.0)) for lb in log_base]
+    # a replica whose queue is far behind the best has a base far above it (its queue's decay
+    # brings it back down): capped, so the float holds it; it then weighs less than its score
+    # says, never more (it is that far behind only at extreme sharpness, ect or queues)
+    base = [math.exp(min(max(lb - shift, -700.0), 700.0)) for lb in log_base]
     lad = LadrSampler(fresh, base, [math.exp(max(sl, -700.0)) for sl in slopes], p["floor"],
                       prefill=prefill, prompt_mean=prompt_mean or 0.0, tok_slopes=tok_slopes)
     for i, s in enumerate(fresh):

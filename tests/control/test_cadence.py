@@ -268,3 +268,23 @@ def test_a_kv_bound_batch_is_full_below_its_peak() -> None:
     assert ladr.batch_full(st)
     r.update_engine("r0", waiting=4, running=55, kv_usage=0.5)
     assert not ladr.batch_full(st)
+
+
+@pytest.mark.parametrize("ect, sharpness", [(3.0, 8.0), (50.0, 8.0), (3.0, 100.0), (1000.0, 1000.0)])
+def test_extreme_scores_do_not_overflow_the_sampler(ect: float, sharpness: float) -> None:
+    """A full replica 2,000 requests deep beside an idle one, at the parameters an operator may
+    set: every pick goes to the idle replica, none raises (a base far above the best member's
+    once overflowed the float)."""
+    r, clock = _router(2, ect=ect, sharpness=sharpness)
+    for _ in range(20):
+        for rid in ("r0", "r1"):
+            r.begin(rid)
+            r.end(rid, 1000.0, ttft_ms=100.0, output_tokens=100)
+    for _ in range(2000):
+        r.begin("r0")
+    r.begin("r1")
+    r.update_engine("r0", waiting=1990, running=10, kv_usage=0.99)
+    r.update_engine("r1", waiting=0, running=1, kv_usage=0.1)
+    clock.t += 0.3
+    picks = [r.pick("default").id for _ in range(50)]
+    assert picks.count("r1") >= 49
