@@ -41,7 +41,7 @@ signals at the scorers' default weights (0), where they enter only through the E
 decode load of the tokens streaming back, and as a slot's turn charged to each request waiting
 at a full batch. On the identical-replica scenarios, each engine variant against
 LADR without engine signals (``ladr+ect`` and plain ``ladr``), per seed on the same arrivals,
-with a 95 % interval over ``--homogeneous-seeds`` (10): the "never worse" half of the target.
+with a 95 % interval over ``--homogeneous-seeds`` (30): the "never worse" half of the target.
 ``--sweep-engine`` sweeps the engine-scorer weights on top of ``ladr+ect`` on the five training
 scenarios (how their defaults were chosen); ``--only-oracle`` skips the max-QPS search, the
 replay and the speed check (JSON: routing-oracle.json).
@@ -480,7 +480,7 @@ def main() -> int:
     ap.add_argument("--held-out-seeds", type=int, default=5,
                     help="seeds per held-out scenario and variance level (as many as a training scenario's: "
                          "their per-seed ratios to the oracle spread over 0.8-1.1x)")
-    ap.add_argument("--homogeneous-seeds", type=int, default=10,
+    ap.add_argument("--homogeneous-seeds", type=int, default=30,
                     help="paired seeds for the engine variants against LADR without engine signals on identical replicas")
     ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds per fixed-load run")
     ap.add_argument("--search-duration", type=float, default=120.0, help="simulated seconds per max-QPS probe")
