@@ -213,14 +213,20 @@ def test_the_simulator_tells_the_router_the_tokens_as_they_stream() -> None:
 
 
 
-def _picks(feed: list[dict[str, tuple[float, float]]] | None, n: int = 300) -> list[str]:
-    """Picks of a router whose two replicas learnt the same speed and hold 8 requests each,
-    after the engine reports in ``feed`` (each a scrape: replica -> (waiting, running))."""
-    r, clock = _router(2)
+def _taught(**params: float) -> tuple[Router, Clock]:
+    """A router of two replicas that learnt the same speed from 20 completions each."""
+    r, clock = _router(2, **params)
     for _ in range(20):
         for rid in ("r0", "r1"):
             r.begin(rid)
             r.end(rid, 1000.0, ttft_ms=100.0, output_tokens=100)
+    return r, clock
+
+
+def _picks(feed: list[dict[str, tuple[float, float]]] | None, n: int = 300) -> list[str]:
+    """Picks of a router whose two replicas learnt the same speed and hold 8 requests each,
+    after the engine reports in ``feed`` (each a scrape: replica -> (waiting, running))."""
+    r, clock = _taught()
     for rid in ("r0", "r1"):
         for _ in range(8):
             r.begin(rid)
@@ -275,11 +281,7 @@ def test_extreme_scores_do_not_overflow_the_sampler(ect: float, sharpness: float
     """A full replica 2,000 requests deep beside an idle one, at the parameters an operator may
     set: every pick goes to the idle replica, none raises (a base far above the best member's
     once overflowed the float)."""
-    r, clock = _router(2, ect=ect, sharpness=sharpness)
-    for _ in range(20):
-        for rid in ("r0", "r1"):
-            r.begin(rid)
-            r.end(rid, 1000.0, ttft_ms=100.0, output_tokens=100)
+    r, clock = _taught(ect=ect, sharpness=sharpness)
     for _ in range(2000):
         r.begin("r0")
     r.begin("r1")
