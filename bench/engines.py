@@ -312,12 +312,16 @@ def main() -> int:
                       f"(% of one core; target scraper < {TARGET_PCT} %)")
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "round"}
     print(f"median: scraper {med['scraper_cpu_pct']:.2f} % idle, {med['busy_scraper_cpu_pct']:.2f} % busy, bare prometheus_client parser "
-          f"{med['prom_parser_pct']:.2f} %, llmsla parse+adapt {med['llmsla_parse_adapt_pct']:.2f} % of one core; "
-          f"{'meets' if med['scraper_cpu_pct'] < TARGET_PCT else 'MISSES'} the {TARGET_PCT} % target")
+          f"{med['prom_parser_pct']:.2f} %, llmsla parse+adapt {med['llmsla_parse_adapt_pct']:.2f} % of one core")
+    verdict = {kind: med[key] < TARGET_PCT for kind, key in (("idle", "scraper_cpu_pct"), ("busy", "busy_scraper_cpu_pct"))}
+    # the target holds only when both hold: a fleet under load is the busy case
+    told = ", ".join(f"{kind} {'meets it' if ok else 'MISSES it'}" for kind, ok in verdict.items())
+    print(f"target < {TARGET_PCT} % of one core: {told}")
     path = write_result("engines", {"machine": machine_info(), "replicas": args.replicas, "interval_s": 1.0,
                                     "engines_per_replica": args.engines,
                                     "window_s": args.window, "exposition_bytes_mean": statistics.mean(sizes),
-                                    "target_pct": TARGET_PCT, "rounds": rows, "median": med})
+                                    "target_pct": TARGET_PCT, "rounds": rows, "median": med,
+                                    "meets_target": verdict, "meets_target_all": all(verdict.values())})
     print(f"wrote {path}")
     return 0
 
