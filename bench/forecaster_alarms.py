@@ -52,7 +52,7 @@ def explain(ds: Dataset, test: list[m.SeriesScores], thr: float, lead_max: int, 
     rows = []
     for si, s in zip(ds.series_of("test"), test, strict=True):
         on = alarm_series(s.score, thr, policy)
-        healthy = np.isfinite(s.score) & ~m._excused(s, lead_max)
+        healthy = np.isfinite(s.score) & ~m._excused(s, lead_max, on, policy)
         sent = np.flatnonzero(notifications(on, policy.repeat_steps(ds.step_s)))
         meta = ds.meta[si]
         for o in sent[healthy[sent]].tolist():

@@ -12,8 +12,9 @@ docs/forecaster-eval.md), so a live recall can be compared with the model's vali
 - a breach *event* is an episode of breaching steps (gaps up to the horizon merged); it is
   *warned* when the alarm was on in the ``lead`` steps before its onset, lead = onset - first such
   step; an onset whose look-back was not fully scored is not judged;
-- a *false alarm* is a notification outside every event's ``[onset - lead, end]``; it is judged
-  only once the ``lead`` steps after it have passed (a breach may still come);
+- a *false alarm* is a notification outside every event's ``[onset - lead, end]`` and the steps
+  its alarm is still resolving after it (:func:`~llmsla.forecaster.metrics.resolving`); it is
+  judged only once the ``lead`` steps after it have passed (a breach may still come);
 - false alarms per day are per day of healthy (scored, not excused) target time.
 
 ``lead`` is the evaluation's ``forecast.lead_max_steps`` (2 min), or the horizon where that is
@@ -92,9 +93,8 @@ def score(tracks: Iterable[Track], *, horizon_s: int, step_s: float, start: int,
         scored = np.isfinite(tr.risk)
         on = alarm_series(tr.risk, 1.0, policy)
         eps = m.episodes(tr.breach, horizon_steps)
-        excused = np.zeros(n, bool)
+        excused = m.excused(eps, on, lead, policy.resolve_steps)
         for e in eps:
-            excused[max(0, e.onset - lead): e.end + 1] = True
             lo = e.onset - lead
             if e.onset < start or lo < 0 or not scored[lo: e.onset].all():
                 continue  # before the window, or no full look-back scored before this onset

@@ -129,11 +129,29 @@ def warn_from(e: Episode, lead_max: int) -> int:
     return lo
 
 
-def _excused(s: SeriesScores, lead_max: int) -> np.ndarray:
-    excused = np.zeros(len(s.score), bool)
-    for e in s.episodes:
-        excused[max(0, warn_from(e, lead_max)): e.end + 1] = True
-    return excused
+def resolving(on: np.ndarray, end: int, steps: int) -> int:
+    """How many steps after a breach's last step ``end`` its alarm is still resolving: on at
+    ``end`` and on every step since, at most ``steps`` (the policy's ``resolve_steps``). The
+    online loop resolves an alarm only after that many scores below the band, and no forecaster
+    can see a breach end before it does: a repeat sent then is the warning's own, not a false
+    alarm (an ideal alarm, on exactly over each credited window, scores none)."""
+    n = 0
+    while n < steps and end + n + 1 < len(on) and on[end] and on[end + n + 1]:
+        n += 1
+    return n
+
+
+def excused(episodes_: list[Episode], on: np.ndarray, lead_max: int, resolve_steps: int) -> np.ndarray:
+    """Steps where a notification is not a false alarm: each event's ``[warn_from, end]`` and
+    the steps its alarm is still resolving after it (:func:`resolving`)."""
+    out = np.zeros(len(on), bool)
+    for e in episodes_:
+        out[max(0, warn_from(e, lead_max)): e.end + 1 + resolving(on, e.end, resolve_steps)] = True
+    return out
+
+
+def _excused(s: SeriesScores, lead_max: int, on: np.ndarray, policy: AlarmPolicy) -> np.ndarray:
+    return excused(s.episodes, on, lead_max, policy.resolve_steps)
 
 
 @dataclass
@@ -152,7 +170,7 @@ def _count(series: list[SeriesScores], threshold: float, lead_max: int, policy: 
     for s in series:
         scored = np.isfinite(s.score)
         on = alarm(s, threshold, policy)
-        healthy = scored & ~_excused(s, lead_max)
+        healthy = scored & ~_excused(s, lead_max, on, policy)
         sent = np.flatnonzero(notifications(on, repeat))
         false = sent[healthy[sent]]
         out.false += len(false)

@@ -530,7 +530,9 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
         "of healthy steps the alarm covers in the lead window before them) - a method well above it on "
         "crashes is leaking. Lead: mean over warned events. False alarms: the alarm's notifications (its "
         "onset and a repeat every repeat interval while it stays on) outside every event's [onset - lead limit, "
-        "end] (for a precursor fault's breach from the fault's start at the earliest), per target per healthy day; on validation (where the threshold was set) and on test, with the "
+        "end] (for a precursor fault's breach from the fault's start at the earliest) and the steps its alarm "
+        "takes to resolve after it, per target per healthy day; on validation (where the threshold was set) "
+        "and on test, with the "
         "test count and how many per day were sent while an injected fault was on (a real degradation that "
         "did not break the SLO). AUC-PR ahead: AUC-PR over the steps whose own SLO "
         "window is not breaching, where a positive needs foresight.")

@@ -107,11 +107,36 @@ def test_an_alarm_left_on_is_charged_every_repeat_and_never_chosen() -> None:
     on = metrics.alarm(s, 0.4, p)
     assert on[11:].all()  # always on below the noise
     n_false, days = metrics.false_alarms([s], 0.4, 10, 5.0, p)
-    healthy = (n - 9) - 20  # minus [3990, 4009]
+    healthy = (n - 9) - 20 - 3  # minus [3990, 4009] and the 3 steps the alarm resolves in after it
     assert n_false >= healthy // 60 and days == pytest.approx(healthy * 5 / 86400)
     # 4 false alarms per day allows ~1 notification here: the search stays above the noise
     thr = metrics.threshold_for([s], 4.0, 10, 5.0, p)
     assert thr > 0.5 and not metrics.alarm(s, thr, p)[11:].all()
+
+
+def test_an_ideal_alarm_scores_no_false_alarm_while_it_resolves() -> None:
+    """An alarm on exactly over the credited window [onset - lead, end] stays on while it
+    resolves (the policy needs 3 scores below): a repeat sent then is the warning's own. One
+    left on past those steps is charged as before."""
+    breach = np.zeros(100, bool)
+    breach[40:50] = True  # onset 40, end 49, credited from 30
+    score = np.zeros(100)
+    score[:9] = np.nan
+    score[30:50] = 0.9  # fires at 31, below from 50: on 50 and 51, off at 52
+    s = metrics.SeriesScores(score, slo_mod.future_label(breach, 3), breach, metrics.episodes(breach, 3))
+    p = AlarmPolicy(fire_steps=2, resolve_steps=3, resolve_ratio=0.5, repeat_s=95.0)  # 19 steps: 31, 50
+    on = metrics.alarm(s, 0.5, p)
+    assert np.flatnonzero(on).tolist() == list(range(31, 52))
+    assert metrics.resolving(on, 49, 3) == 2
+    r = metrics.report([s], 0.5, lead_max=10, step_s=5.0, min_onset=9, policy=p)
+    assert r.warned["none"] == 1 and r.false_alarms == 0
+    assert r.healthy_days == pytest.approx(((100 - 9) - 20 - 2) * 5 / 86400)
+    score[50:60] = 0.9  # on until 62: the repeat at 50 is still excused (3 steps), the one at 69 is not
+    score[60:75] = 0.9
+    on = metrics.alarm(s, 0.5, p)
+    assert metrics.resolving(on, 49, 3) == 3
+    r = metrics.report([s], 0.5, lead_max=10, step_s=5.0, min_onset=9, policy=p)
+    assert r.false_alarms == 1  # the repeat at 69
 
 
 def test_a_crash_breaching_in_the_window_it_starts_in_is_a_crash() -> None:
