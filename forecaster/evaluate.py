@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsla.forecaster import baselines
+from llmsla.forecaster import baselines, fault_labels
 from llmsla.forecaster import metrics as m
 from llmsla.forecaster.dataset import Dataset
 from llmsla.forecaster.hysteresis import AlarmPolicy
@@ -62,13 +62,6 @@ class MethodResult:
 def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192) -> list[m.SeriesScores]:
     """Score every full window of every series of ``split``; episodes attributed to faults."""
     out = []
-    info = ds.info
-    precursor = tuple(info.get("precursor_kinds", ()))
-    # injected faults begin before the breaches they cause: a warning of one cannot precede it
-    # (a data set that says otherwise, NAB's labelled windows, names none)
-    causal = tuple(info.get("causal_kinds", precursor))
-    gap = int(info.get("event_gap_steps", ds.horizon))  # the events of every horizon are the same
-    tail = int(info.get("slo_window_steps", 1)) + gap
     for s in ds.series_of(split):
         lo, hi = int(ds.offsets[s]), int(ds.offsets[s + 1])
         score = np.full(hi - lo, np.nan)
@@ -77,11 +70,7 @@ def series_scores(ds: Dataset, split: str, scorer: Scorer, *, batch: int = 8192)
             score[ends[i: i + batch] - lo] = scorer(ends[i: i + batch])
         if not np.all(np.isfinite(score[ds.window - 1:])):
             raise FloatingPointError(f"series {s}: a scorer returned a non-finite score")
-        eps = m.episodes(ds.breach[lo:hi], gap)
-        meta = ds.meta[s]
-        faults, t0 = meta.get("faults", []), int(meta.get("t0_ms", 0))
-        m.attribute(eps, faults, ds.step_s, t0, tail, precursor, causal)
-        spans = [m.fault_span(f, ds.step_s, t0, tail) for f in faults]
+        eps, spans = fault_labels.episodes(ds, s)
         out.append(m.SeriesScores(score, ds.y[lo:hi], ds.breach[lo:hi], eps, fault_spans=spans))
     return out
 

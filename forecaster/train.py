@@ -5,7 +5,9 @@ and the test split is only ever scored. With ``balance_onsets`` the positives th
 foresight carry half of the positive weight, so the loss does not spend itself on persistence.
 Deterministic for a seed on the CPU. With ``horizons`` the model has one head per horizon and
 learns them together (multi-label BCE, each horizon its own positive weight and onset balance, a
-label whose future is not known masked out); docs/forecaster.md#several-horizons.
+label whose future is not known masked out); docs/forecaster.md#several-horizons. On simulated
+replays the labels can count from a fault's start and the negatives inside a fault weigh more
+(:mod:`llmsla.forecaster.fault_labels`).
 See docs/forecaster.md#design.
 """
 
@@ -20,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from llmsla.forecaster import fault_labels
 from llmsla.forecaster.dataset import Dataset
 from llmsla.forecaster.metrics import auc_pr
 from llmsla.forecaster.model import LstmForecaster, ModelConfig
@@ -43,6 +46,10 @@ class TrainConfig:
     val_stride: int = 1  # every val_stride-th validation window for early stopping (NAB folds: 2)
     #: label horizons in steps, one head each; empty = the data set's own horizon, one output
     horizons: tuple[int, ...] = ()
+    #: labels counted from a precursor fault's start (:func:`fault_labels.from_fault_start`)
+    label_from_fault_start: bool = False
+    #: loss weight of the negatives inside a precursor fault (:func:`fault_labels.in_fault`)
+    fault_negative_weight: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,7 +101,13 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
     seed_everything(tc.seed, tc.threads)
     scaler = ds.fit_scaler() if ds.mode == "fleet" else None
     multi = len(tc.horizons) > 0
-    labels = ds.labels(list(tc.horizons)) if multi else ds.y
+    hs = list(tc.horizons) if multi else [ds.horizon]
+    if tc.label_from_fault_start:
+        labels = fault_labels.from_fault_start(ds, hs)
+    else:
+        labels = ds.labels(hs) if multi else ds.y[:, None]
+    if not multi:
+        labels = labels[:, 0]
     tr = ds.samples("train", stride=tc.stride)
     va = ds.samples("val", stride=tc.val_stride)
     if multi:  # a window counts while its shortest horizon's future is known; longer ones masked
@@ -114,6 +127,10 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
                            for k in range(ytr.shape[1])], axis=1) * known
     else:
         weight = sample_weights(ytr, ds.breach[tr], tc.balance_onsets)
+    if tc.fault_negative_weight != 1.0:
+        inside = fault_labels.in_fault(ds)[tr]
+        inside = inside[:, None] if multi else inside
+        weight = weight * np.where(inside & (ytr == 0), tc.fault_negative_weight, 1.0).astype(np.float32)
     outputs = len(tc.horizons) if multi else 1
     model = LstmForecaster(ModelConfig(xtr.shape[-1], tc.hidden, tc.layers, tc.dropout, tc.dense, outputs))
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)

@@ -638,6 +638,8 @@ class ForecastConfig:
     lr: float = _k(0.001, "Adam learning rate", minimum=0)
     seed: int = _k(0, "training seed (deterministic on the CPU for a seed and thread count)", minimum=0)
     balance_onsets: bool = _k(True, "training: positives ahead of a breach onset weigh as much as those inside a breach (early warning over persistence)")
+    label_from_fault_start: bool = _k(False, "training on simulated replays: a window before a precursor fault began is a negative, and the look-ahead of a breach with no precursor fault is left out of the loss (a store history has no faults: no effect)")
+    fault_negative_weight: float = _k(1.0, "training on simulated replays: loss weight of the negatives inside a precursor fault (about half the injected faults never break the SLO; no effect on a store history)", minimum=0)
     threads: int = _k(1, "torch CPU threads for training and scoring (a 50-unit LSTM gains little from more; on a shared machine two oversubscribed threads trained ~10x slower than one)", minimum=1)
     false_alarms_per_day: float = _k(4.0, "alarm threshold target: false alarms per target per healthy day, chosen on validation", minimum=0)
     threshold_confidence: float = _k(0.0, "threshold rule: > 0 = the threshold keeps the upper bound (Poisson, this confidence) of validation false alarms within false_alarms_per_day, not the count alone (0 = the count rule); forecast train, train --from-store, backtest and the benches", minimum=0, maximum=0.999)

@@ -224,7 +224,8 @@ def _train_config(cfg: Config, **over: Any):
     fc = cfg.forecast
     tc = TrainConfig(hidden=fc.hidden, layers=fc.layers, dropout=fc.dropout, dense=fc.dense, epochs=fc.epochs,
                      batch_size=fc.batch_size, lr=fc.lr, patience=fc.patience, seed=fc.seed, threads=fc.threads,
-                     balance_onsets=fc.balance_onsets)
+                     balance_onsets=fc.balance_onsets, label_from_fault_start=fc.label_from_fault_start,
+                     fault_negative_weight=fc.fault_negative_weight)
     for k, v in over.items():
         if v is not None:
             setattr(tc, k, v)
