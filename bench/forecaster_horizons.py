@@ -12,12 +12,15 @@ The choice between the multi-head model and one model per horizon is made on val
     python bench/forecaster_horizons.py --data dataset.npz [--horizons 30,120,300,600]
         [--budget 1] [--confidence 0.8] [--features +gpu_temp_c] [--slopes gpu_mem_used_ratio:60]
         [--epochs 30] [--work DIR] [--candidates multi,single] [--methods ...]
+        [--from-fault-start] [--fault-negative-weight 5]
 
 ``--features``: the LSTM's and the learned baselines' feature list (default: the product's
 default list; ``+name`` adds to it). ``--slopes col:steps,...``: experimental columns, each the
 change of ``col`` over the last ``steps`` steps per step (NaN before), computed here only, to
 measure whether a long-window trend pays before the scorer learns to build it. ``--confidence``:
-thresholds hold the budget at that confidence (metrics.threshold_for).
+thresholds hold the budget at that confidence (metrics.threshold_for). ``--from-fault-start``
+and ``--fault-negative-weight``: the LSTM's training labels and weights from the injected faults
+(:mod:`llmsla.forecaster.fault_labels`); the baselines are unchanged.
 
 Trained models are kept in ``--work`` and reused by a rerun (delete them to retrain). Results:
 ``bench/results/forecaster_horizons.json`` and a Markdown table on stdout.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -64,11 +68,16 @@ def summary(r: evaluate.MethodResult) -> dict:
 
 
 def trained(work: Path, name: str, ds: Dataset, tc: train.TrainConfig) -> artifact.Artifact:
-    """The model ``name`` from ``work``, trained now if it is not there."""
+    """The model ``name`` from ``work``, trained now if it is not there or was trained with
+    another training configuration."""
     path = work / name
     if (path / artifact.META).exists():
-        log(f"{name}: reusing {path}")
-        return artifact.load(path)
+        kept = artifact.load(path)
+        was = {k: v for k, v in kept.meta.get("train", {}).items() if k not in ("best_epoch", "seconds", "history")}
+        if was == json.loads(json.dumps(tc.to_dict())):
+            log(f"{name}: reusing {path}")
+            return kept
+        log(f"{name}: {path} was trained with another configuration")
     log(f"{name}: training (horizons {tc.horizons or ds.horizon})")
     res = train.train_lstm(ds, tc, log=lambda m: log(f"{name}: {m}"))
     hs = list(tc.horizons) or [ds.horizon]
@@ -128,6 +137,10 @@ def main() -> int:
     ap.add_argument("--features", default="", help="feature list ('' = default; '+a,+b' = default and those)")
     ap.add_argument("--slopes", default="", help="experimental slope columns col:steps,... (see above)")
     ap.add_argument("--epochs", type=int, default=fc.epochs)
+    ap.add_argument("--from-fault-start", action="store_true",
+                    help="LSTM labels counted from a fault's start (default forecast.label_from_fault_start)")
+    ap.add_argument("--fault-negative-weight", type=float, default=0.0,
+                    help="LSTM loss weight of negatives inside a fault (0 = forecast.fault_negative_weight)")
     ap.add_argument("--work", default=str(fc.root() / "horizons"))
     ap.add_argument("--candidates", default="multi,single")
     ap.add_argument("--methods", default=",".join(baselines.METHODS))
@@ -146,7 +159,9 @@ def main() -> int:
                              confidence=args.confidence)
     base = train.TrainConfig(hidden=fc.hidden, layers=fc.layers, dropout=fc.dropout, dense=fc.dense,
                              epochs=args.epochs, batch_size=fc.batch_size, lr=fc.lr, patience=fc.patience,
-                             seed=fc.seed, threads=fc.threads, balance_onsets=fc.balance_onsets)
+                             seed=fc.seed, threads=fc.threads, balance_onsets=fc.balance_onsets,
+                             label_from_fault_start=args.from_fault_start or fc.label_from_fault_start,
+                             fault_negative_weight=args.fault_negative_weight or fc.fault_negative_weight)
     train.seed_everything(fc.seed, fc.threads)
     out: dict = {"horizons_s": [h * ds.step_s for h in hs], "budget": args.budget, "confidence": args.confidence,
                  "features": ds.features, "candidates": {},
