@@ -11,7 +11,7 @@ kind, and what a forecaster that warned of every breach at its fault's first ste
 recall 1 at that mean lead, or, keeping the 60 % with the longest bounds, their mean lead (what
 issue 37's "60 % of precursor-fault breaches warned, mean lead >= 120 s" needs at best).
 
-Then, per horizon, three ideal alarms scored by the evaluation itself (the online loop's alarm
+Then, per horizon, four ideal alarms scored by the evaluation itself (the online loop's alarm
 policy, its false-alarm rule), to show what the false-alarm budget asks beyond seeing the fault:
 
 - ``every fault``: on from each precursor fault's first step to its last (a perfect detector of
