@@ -83,6 +83,22 @@ def test_an_alarm_whose_horizon_has_not_passed_is_not_judged_yet() -> None:
     assert (acc.notifications, acc.false_alarms) == (1, 1)
 
 
+def test_a_repeat_sent_while_the_warning_resolves_is_not_false() -> None:
+    """Repeats every 6 steps, resolved after 3 below: high on [20, 32) fires at 21 and stays on
+    through 33; the breach ends at 31, so the repeat at 33 belongs to the warning. Left high to
+    45, the alarm is still on past those 3 steps: its repeats at 39 and 45 are false."""
+    policy = AlarmPolicy(fire_steps=2, resolve_steps=3, resolve_ratio=0.8, repeat_s=6 * STEP_S)
+
+    def score(high_to: int) -> A.Accuracy:
+        return A.score([track(high=(20, high_to), breach=(25, 32))], horizon_s=25, step_s=STEP_S, start=0,
+                       lead=LEAD, policy=policy)
+
+    acc = score(32)
+    assert (acc.warned, acc.notifications, acc.false_alarms) == (1, 3, 0)  # 21, 27, 33
+    acc = score(45)
+    assert (acc.warned, acc.notifications, acc.false_alarms) == (1, 5, 2)  # 21, 27, 33, 39, 45
+
+
 def test_a_breach_without_a_scored_look_back_or_before_the_window_is_not_judged() -> None:
     assert run(track(breach=(8, 12), scored_from=5)).events == 0  # forecaster not running before it
     assert run(track(breach=(3, 6))).events == 0  # no full look-back on the grid
