@@ -36,16 +36,21 @@ def _spans(ds: Dataset) -> tuple[tuple[str, ...], tuple[str, ...], int, int]:
     return precursor, causal, gap, int(info.get("slo_window_steps", 1)) + gap
 
 
+def _fault_spans(ds: Dataset, s: int, tail: int) -> list[tuple[int, float]]:
+    """The spans of series ``s``'s faults (:func:`metrics.fault_span`), in its own steps."""
+    meta = ds.meta[s]
+    return [m.fault_span(f, ds.step_s, int(meta.get("t0_ms", 0)), tail) for f in meta.get("faults", [])]
+
+
 def episodes(ds: Dataset, s: int) -> tuple[list[m.Episode], list[tuple[int, float]]]:
     """Series ``s``'s breach episodes, each attributed to the fault whose span holds its onset,
-    and the spans of its faults (:func:`metrics.fault_span`), in the series' own steps."""
+    and the spans of its faults, in the series' own steps."""
     precursor, causal, gap, tail = _spans(ds)
     lo, hi = int(ds.offsets[s]), int(ds.offsets[s + 1])
     eps = m.episodes(ds.breach[lo:hi], gap)
     meta = ds.meta[s]
-    faults, t0 = meta.get("faults", []), int(meta.get("t0_ms", 0))
-    m.attribute(eps, faults, ds.step_s, t0, tail, precursor, causal)
-    return eps, [m.fault_span(f, ds.step_s, t0, tail) for f in faults]
+    m.attribute(eps, meta.get("faults", []), ds.step_s, int(meta.get("t0_ms", 0)), tail, precursor, causal)
+    return eps, _fault_spans(ds, s, tail)
 
 
 def from_fault_start(ds: Dataset, horizons: Sequence[int]) -> np.ndarray:
@@ -71,11 +76,12 @@ def from_fault_start(ds: Dataset, horizons: Sequence[int]) -> np.ndarray:
 
 def in_fault(ds: Dataset) -> np.ndarray:
     """``[N]`` bool: the steps inside a precursor fault's span (its first step to its tail)."""
-    precursor = set(_spans(ds)[0])
+    kinds, _, _, tail = _spans(ds)
+    precursor = set(kinds)
     out = np.zeros(len(ds.breach), bool)
     for s in range(ds.n_series):
         lo, hi = int(ds.offsets[s]), int(ds.offsets[s + 1])
-        for f, (first, last) in zip(ds.meta[s].get("faults", []), episodes(ds, s)[1], strict=True):
+        for f, (first, last) in zip(ds.meta[s].get("faults", []), _fault_spans(ds, s, tail), strict=True):
             if f["kind"] in precursor:
                 out[lo + max(first, 0): lo + min(int(last) + 1, hi - lo)] = True
     return out

@@ -101,13 +101,11 @@ def train_lstm(ds: Dataset, tc: TrainConfig, *, log: Callable[[str], None] | Non
     seed_everything(tc.seed, tc.threads)
     scaler = ds.fit_scaler() if ds.mode == "fleet" else None
     multi = len(tc.horizons) > 0
-    hs = list(tc.horizons) if multi else [ds.horizon]
     if tc.label_from_fault_start:
-        labels = fault_labels.from_fault_start(ds, hs)
+        labels = fault_labels.from_fault_start(ds, list(tc.horizons) or [ds.horizon])
+        labels = labels if multi else labels[:, 0]
     else:
-        labels = ds.labels(hs) if multi else ds.y[:, None]
-    if not multi:
-        labels = labels[:, 0]
+        labels = ds.labels(list(tc.horizons)) if multi else ds.y
     tr = ds.samples("train", stride=tc.stride)
     va = ds.samples("val", stride=tc.val_stride)
     if multi:  # a window counts while its shortest horizon's future is known; longer ones masked
