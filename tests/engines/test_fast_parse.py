@@ -56,3 +56,70 @@ def test_truncated_openmetrics_is_still_refused() -> None:
 def test_garbage_is_still_refused() -> None:
     with pytest.raises(ParseError):
         parse("<html><body>oops</body></html>", "text/html", READS)
+
+
+def _moved(body: str, step: float) -> str:
+    """``body`` with every sample's value moved by ``step`` (a busy replica's next scrape: the same
+    lines, other values); comments and ``# EOF`` kept."""
+    out = []
+    for line in body.split("\n"):
+        head, sep, value = line.rpartition(" ")
+        if line and not line.startswith("#") and sep:
+            line = f"{head} {float(value) + step!r}"
+        out.append(line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("engine", sorted(BODIES))
+@pytest.mark.parametrize("fmt", ["text", "openmetrics"])
+def test_a_run_read_again_by_its_shape_gives_prometheus_clients_samples(engine: str, fmt: str) -> None:
+    body = getattr(BODIES[engine], fmt)
+    ctype = OM if fmt == "openmetrics" else TEXT
+    assert fast_samples(body, fmt == "openmetrics", READS) is not None  # the shapes are learnt
+    for step in (1.0, 3.0, 1000.0):  # whole steps: OpenMetrics bucket values are integers
+        moved = _moved(body, step)
+        fast = fast_samples(moved, fmt == "openmetrics", READS)
+        assert fast is not None
+        assert dict(fast.samples) == dict(_parse(select(moved, READS), ctype).samples)
+
+
+LAB = 'engine="0",model_name="a b"'  # a label value with a space: the value is the last token
+
+
+def _run(waiting: str, running: str) -> str:
+    return f"vllm:num_requests_waiting{{{LAB}}} {waiting}\nvllm:num_requests_running{{{LAB}}} {running}\n"
+
+
+@pytest.mark.parametrize(("lines", "want"), [
+    (_run("3", "4"), {"vllm:num_requests_waiting": 3.0, "vllm:num_requests_running": 4.0}),
+    (_run("NaN", "+Inf"), {"vllm:num_requests_waiting": float("nan"), "vllm:num_requests_running": float("inf")}),
+    (_run("5 1700000000000", "6"), {"vllm:num_requests_waiting": 5.0, "vllm:num_requests_running": 6.0}),  # a timestamp
+    (_run("7", "8").replace("\n", "\r\n"), {"vllm:num_requests_waiting": 7.0, "vllm:num_requests_running": 8.0}),
+    (_run("", "9"), None),  # a line that lost its value: refused, not read one line off
+    (_run("1", "x"), None),  # not a number
+    (f"vllm:num_requests_waiting{{{LAB}}}\nvllm:num_requests_running{{{LAB}}} 1 2\n", None),  # a value moved lines
+])
+def test_a_known_shape_reads_each_line_or_refuses_the_run(lines: str, want: dict[str, float] | None) -> None:
+    assert fast_samples(_run("1", "2"), False, READS) is not None  # the run's shape is known
+    got = fast_samples(lines, False, READS)
+    if want is None:
+        assert got is None  # prometheus-client decides: read as it reads, or refused
+        return
+    if "\r" in lines:
+        assert got is None or {k: v[0][1] for k, v in got.samples.items()} == want
+        return
+    assert got is not None
+    values = {name: rows[0][1] for name, rows in got.samples.items()}
+    assert values.keys() == want.keys()
+    assert all(v == w or (v != v and w != w) for v, w in ((values[k], want[k]) for k in want))
+    assert all(rows[0][0] == {"engine": "0", "model_name": "a b"} for rows in got.samples.values())
+
+
+def test_a_line_without_a_value_is_not_read_as_the_next_ones() -> None:
+    plain = 'vllm:num_requests_waiting{engine="0"} 1\nvllm:num_requests_running{engine="0"} 2\n'
+    assert fast_samples(plain, False, READS) is not None  # the run's shape is known
+    # the same skeleton (a line with no space keeps its whole text), one value fewer
+    lost = 'vllm:num_requests_waiting{engine="0"}\nvllm:num_requests_running{engine="0"} 2\n'
+    assert fast_samples(lost, False, READS) is None
+    with pytest.raises(ParseError):
+        parse(lost, TEXT, READS)
