@@ -16,10 +16,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-import operator
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -397,15 +396,12 @@ class Reuse:
     by its exact text -> its samples, and each histogram with the row lists it was built from.
     An idle replica's histogram families are byte-identical scrape after scrape; theirs are then
     the same row lists, so :meth:`Exposition.histogram` returns the same object. Only the last
-    scrape's runs are kept (about the kept text's size per replica). A busy replica's runs
-    change values only: each run's :data:`Shape` by its skeleton is kept too, so a changed run
-    is read from its values alone however many shapes the rest of the fleet has."""
+    scrape's runs are kept (about the kept text's size per replica)."""
 
-    __slots__ = ("runs", "hists", "shapes")
+    __slots__ = ("runs", "hists")
 
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Rows]] = {}
-        self.shapes: dict[str, Shape] = {}
         self.hists: dict[str, tuple[Rows | None, Rows | None, Rows | None, Histogram | None]] = {}
 
 
@@ -420,15 +416,6 @@ def _runs_of(keep: tuple[str, ...]) -> re.Pattern[str]:
 #: A sample line's text before its value (``name{k="v",...}``) -> its name and labels, for the
 #: lines that were read in full once and had no timestamp: a fleet's replicas repeat them.
 _HEADS: dict[str, tuple[str, _Labels]] = {}
-#: The last token of each line of a run (its value, on the plain shape without a timestamp).
-_TAIL = re.compile(r" ([^ \n]*)$", re.MULTILINE)
-#: How to make a run's samples from its values alone: (sample name, its label sets, the getter
-#: of its values from the run's) per name, and the run's number of lines.
-Shape = tuple[tuple[tuple[str, tuple["_Labels", ...], Callable[[list[float]], Sequence[float]]], ...], int]
-#: A run's skeleton (its text with each line's last token taken off) -> its :data:`Shape`. A busy
-#: replica's families keep their lines and change only their values, and a fleet's replicas
-#: share their skeletons (one model, the same bucket bounds).
-_SHAPES: dict[str, Shape] = {}
 
 
 def _read_line(line: str, lines: re.Pattern[str]) -> tuple[str, _Labels, str] | None:
@@ -447,62 +434,12 @@ def _read_line(line: str, lines: re.Pattern[str]) -> tuple[str, _Labels, str] | 
     return name, labels, value
 
 
-def _shape(run: str, lines: re.Pattern[str]) -> Shape | None:
-    """``run``'s :data:`Shape`; None unless every line has the plain shape with no timestamp (its
-    last token is its value)."""
-    at: dict[str, list[int]] = {}
-    labels: dict[str, list[_Labels]] = {}
-    split = run.split("\n")
-    for i, line in enumerate(split):
-        full = _read_line(line, lines)
-        if full is None or not line.endswith(" " + full[2]):
-            return None
-        name, labs, _ = full
-        at.setdefault(name, []).append(i)
-        labels.setdefault(name, []).append(labs)
-    parts = []
-    for name, idx in at.items():
-        # a sequence of the name's values either way: a slice where its lines are together (one
-        # label set's buckets), else the items (a histogram per data-parallel rank: two or more)
-        contiguous = idx[-1] - idx[0] == len(idx) - 1
-        get = operator.itemgetter(slice(idx[0], idx[-1] + 1)) if contiguous else operator.itemgetter(*idx)
-        parts.append((name, tuple(labels[name]), get))
-    return tuple(parts), len(split)
-
-
-def _read_run(run: str, lines: re.Pattern[str], last: dict[str, Shape], now: dict[str, Shape]) -> dict[str, Rows] | None:
+def _read_run(run: str, lines: re.Pattern[str]) -> dict[str, Rows] | None:
     """The samples of one run by name; None when a line is not of the plain shape.
 
-    A run whose skeleton (its text but each line's value) was read in full before has the same
-    names and labels with new values: they are cut out by the regex engine and converted by
-    ``float``, with no Python work per line. Any other run is read line by line. ``last``: the
-    shapes of the replica's previous scrape (kept whatever the fleet's shared memo holds);
-    ``now`` learns this run's."""
-    if "\r" not in run:  # the strict shape refuses a CR: such a run is read line by line
-        skeleton = _TAIL.sub("", run)
-        shape = last.get(skeleton) or _SHAPES.get(skeleton)
-        if shape is None:
-            shape = _shape(run, lines)
-            if shape is not None:
-                if len(_SHAPES) >= 4096:
-                    _SHAPES.clear()
-                _SHAPES[skeleton] = shape
-        if shape is not None:
-            now[skeleton] = shape
-            values = _TAIL.findall(run)
-            if len(values) == shape[1]:  # else a line has no value at all (its text stays whole)
-                try:
-                    vals = list(map(float, values))
-                except ValueError:
-                    return None
-                return {name: list(zip(labs, get(vals), strict=True)) for name, labs, get in shape[0]}
-    return _read_lines(run, lines)
-
-
-def _read_lines(run: str, lines: re.Pattern[str]) -> dict[str, Rows] | None:
-    """:func:`_read_run` line by line. A line whose head (the text before its last space) was
-    read in full before is the same name and labels with a new value: one split and a float.
-    Any other line is read in full by ``lines`` (the strict shape), which also learns its head."""
+    A line whose head (the text before its last space) was read in full before is the same
+    name and labels with a new value: one split and a float. Any other line is read in full by
+    ``lines`` (the strict shape), which also learns its head."""
     if "\r" in run:  # the strict shape refuses a CR: read every line in full
         heads: dict[str, tuple[str, _Labels]] = {}
     else:
@@ -544,13 +481,11 @@ def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...], reuse: Reu
     samples = out.samples
     last = reuse.runs if reuse is not None else {}
     runs: dict[str, dict[str, Rows]] = {}
-    shapes: dict[str, Shape] = {}
-    known = reuse.shapes if reuse is not None else shapes
     lines = _lines_of(keep)
     for run in _runs_of(keep).findall("\n" + body + "\n"):
         frag = last.get(run) or runs.get(run)
         if frag is None:
-            frag = _read_run(run, lines, known, shapes)
+            frag = _read_run(run, lines)
             if frag is None:
                 return None
         runs[run] = frag
@@ -559,9 +494,6 @@ def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...], reuse: Reu
             samples[name] = rows if have is None else have + rows  # a new list: rows are shared
     if reuse is not None:
         reuse.runs = runs
-        # this scrape's shapes and the earlier ones (an unchanged run's is wanted when it changes);
-        # a replica has a few dozen skeletons, more only as label values come and go: then reset
-        reuse.shapes = {**known, **shapes} if len(known) < 256 else shapes
     return out
 
 

@@ -72,10 +72,10 @@ def _moved(body: str, step: float) -> str:
 
 @pytest.mark.parametrize("engine", sorted(BODIES))
 @pytest.mark.parametrize("fmt", ["text", "openmetrics"])
-def test_a_run_read_again_by_its_shape_gives_prometheus_clients_samples(engine: str, fmt: str) -> None:
+def test_a_run_read_again_with_new_values_gives_prometheus_clients_samples(engine: str, fmt: str) -> None:
     body = getattr(BODIES[engine], fmt)
     ctype = OM if fmt == "openmetrics" else TEXT
-    assert fast_samples(body, fmt == "openmetrics", READS) is not None  # the shapes are learnt
+    assert fast_samples(body, fmt == "openmetrics", READS) is not None  # the line heads are learnt
     for step in (1.0, 3.0, 1000.0):  # whole steps: OpenMetrics bucket values are integers
         moved = _moved(body, step)
         fast = fast_samples(moved, fmt == "openmetrics", READS)
@@ -99,8 +99,8 @@ def _run(waiting: str, running: str) -> str:
     (_run("1", "x"), None),  # not a number
     (f"vllm:num_requests_waiting{{{LAB}}}\nvllm:num_requests_running{{{LAB}}} 1 2\n", None),  # a value moved lines
 ])
-def test_a_known_shape_reads_each_line_or_refuses_the_run(lines: str, want: dict[str, float] | None) -> None:
-    assert fast_samples(_run("1", "2"), False, READS) is not None  # the run's shape is known
+def test_known_heads_read_each_line_or_refuse_the_run(lines: str, want: dict[str, float] | None) -> None:
+    assert fast_samples(_run("1", "2"), False, READS) is not None  # the lines' heads are known
     got = fast_samples(lines, False, READS)
     if want is None:
         assert got is None  # prometheus-client decides: read as it reads, or refused
@@ -117,8 +117,8 @@ def test_a_known_shape_reads_each_line_or_refuses_the_run(lines: str, want: dict
 
 def test_a_line_without_a_value_is_not_read_as_the_next_ones() -> None:
     plain = 'vllm:num_requests_waiting{engine="0"} 1\nvllm:num_requests_running{engine="0"} 2\n'
-    assert fast_samples(plain, False, READS) is not None  # the run's shape is known
-    # the same skeleton (a line with no space keeps its whole text), one value fewer
+    assert fast_samples(plain, False, READS) is not None  # the lines' heads are known
+    # a known head with no value after it: not read as the next line's
     lost = 'vllm:num_requests_waiting{engine="0"}\nvllm:num_requests_running{engine="0"} 2\n'
     assert fast_samples(lost, False, READS) is None
     with pytest.raises(ParseError):

@@ -238,24 +238,3 @@ def test_a_layout_is_known_by_its_label_sets_not_by_ids_freed_and_reused() -> No
             assert _plan(label_sets(["0.1", "1.0", "+Inf"])) == ((0.1, 1.0), (("model_name", "m"),))
         else:  # bounds out of order: no simple layout
             assert _plan(label_sets(["1.0", "0.1", "+Inf"])) is None
-
-
-def test_a_busy_replicas_runs_are_read_by_their_kept_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmsla.engines import parse as parse_mod
-
-    reuse = Reuse()
-    parse(body(1, 5), TEXT, READS, reuse)
-    parse_mod._SHAPES.clear()  # the fleet's shared memo forgot (many other replicas' shapes)
-
-    def no_line_by_line(*_: object) -> None:
-        raise AssertionError("a changed run of a known shape was read line by line")
-
-    monkeypatch.setattr(parse_mod, "_shape", no_line_by_line)
-    monkeypatch.setattr(parse_mod, "_read_lines", no_line_by_line)
-    moved = parse(body(2, 6), TEXT, READS, reuse)  # the gauge and the histogram moved
-    assert moved.total("vllm:num_requests_waiting") == 2.0
-    hist = moved.histogram(TTFT)
-    assert hist is not None and (hist.count, hist.counts) == (6, (1, 2))
-    # another replica's first scrape has no shapes of its own: it reads line by line
-    with pytest.raises(AssertionError, match="line by line"):
-        parse(body(3, 7), TEXT, READS, Reuse())
