@@ -110,6 +110,9 @@ class Exposition:
     samples: dict[str, Rows] = field(default_factory=lambda: defaultdict(list))
     #: the replica's histogram memo when read with one (:func:`fast_samples`)
     reuse: Reuse | None = None
+    #: the runs of kept lines it was read from (:func:`kept_runs`) when the fast reader read it
+    #: all; None when prometheus-client did: its samples are then not a function of them alone
+    kept: tuple[str, ...] | None = None
 
     def names(self) -> Iterable[str]:
         return self.samples.keys()
@@ -466,34 +469,48 @@ def _read_run(run: str, lines: re.Pattern[str]) -> dict[str, Rows] | None:
     return frag
 
 
-def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...], reuse: Reuse | None = None) -> Exposition | None:
+def kept_runs(body: str, openmetrics: bool, keep: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The runs of sample lines of the families of ``body`` starting with one of ``keep``, in
+    order: all that :func:`fast_samples` reads of it, so two bodies with the same runs read the
+    same. None where it would not read the body: OpenMetrics cut before ``# EOF`` (the strict
+    parser refuses it), an empty prefix (the full parser reads everything)."""
+    if openmetrics and not body.rstrip().endswith("# EOF"):
+        return None
+    if not all(keep):
+        return None
+    return tuple(_runs_of(keep).findall("\n" + body + "\n"))
+
+
+def fast_samples(body: str, openmetrics: bool, keep: tuple[str, ...], reuse: Reuse | None = None,
+                 runs: tuple[str, ...] | None = None) -> Exposition | None:
     """The samples of the families of ``body`` starting with one of ``keep`` when each of their
     lines has the plain shape; None for anything else, which the caller then gives to
     prometheus-client. OpenMetrics must end with ``# EOF`` (a truncated body goes to the strict
     parser, which refuses it). The label dicts and row lists are shared: read them, never change
     them. With ``reuse`` (the replica's), a run whose text equals one of its previous scrape's
-    is not read again: its samples are the previous ones."""
-    if openmetrics and not body.rstrip().endswith("# EOF"):
-        return None
-    if not all(keep):  # an empty prefix keeps everything: the full parser reads it
-        return None
-    out = Exposition(reuse=reuse)
+    is not read again: its samples are the previous ones. ``runs``: :func:`kept_runs` of
+    ``body``, when the caller has them."""
+    if runs is None:
+        runs = kept_runs(body, openmetrics, keep)
+        if runs is None:
+            return None
+    out = Exposition(reuse=reuse, kept=runs)
     samples = out.samples
     last = reuse.runs if reuse is not None else {}
-    runs: dict[str, dict[str, Rows]] = {}
+    read: dict[str, dict[str, Rows]] = {}
     lines = _lines_of(keep)
-    for run in _runs_of(keep).findall("\n" + body + "\n"):
-        frag = last.get(run) or runs.get(run)
+    for run in runs:
+        frag = last.get(run) or read.get(run)
         if frag is None:
             frag = _read_run(run, lines)
             if frag is None:
                 return None
-        runs[run] = frag
+        read[run] = frag
         for name, rows in frag.items():
             have = samples.get(name)
             samples[name] = rows if have is None else have + rows  # a new list: rows are shared
     if reuse is not None:
-        reuse.runs = runs
+        reuse.runs = read
     return out
 
 
@@ -516,15 +533,16 @@ def _parse(body: str, content_type: str | None) -> Exposition:
 
 
 def parse(body: str, content_type: str | None = None, keep: tuple[str, ...] | None = None,
-          reuse: Reuse | None = None) -> Exposition:
+          reuse: Reuse | None = None, runs: tuple[str, ...] | None = None) -> Exposition:
     """Parse ``body`` with the parser its Content-Type names; :class:`ParseError` if it is not
     an exposition in that format, or holds no sample at all. With ``keep``, only the families
     whose names start with one of those prefixes are parsed (:func:`select`); when none is
     there, the whole body is parsed, to tell garbage from an exposition of something else.
-    ``reuse``: the replica's memory of its previous scrape (:class:`Reuse`)."""
+    ``reuse``: the replica's memory of its previous scrape (:class:`Reuse`); ``runs``: the
+    body's :func:`kept_runs` of ``keep``, when the caller has them."""
     out = Exposition()
     if keep:
-        fast = fast_samples(body, is_openmetrics(content_type), keep, reuse)
+        fast = fast_samples(body, is_openmetrics(content_type), keep, reuse, runs)
         out = fast if fast is not None else _parse(select(body, keep), content_type)
     if not out.samples:
         out = _parse(body, content_type)

@@ -123,25 +123,30 @@ class ReplicaState:
     preemptions: float = 0.0
     #: the last scrape's runs of kept lines and histograms, to skip re-reading unchanged ones
     reuse: Reuse = field(default_factory=Reuse)
-    #: the last body read, its Content-Type, what it was read as (engine, replica, pool) and the
-    #: adapter's snapshot of it: an idle replica's body is the same scrape after scrape, and is
-    #: then not parsed or adapted again (:meth:`adapted_again`)
-    body: str | None = None
+    #: the runs of kept lines the last scrape was read from (``parse.kept_runs``: all that the
+    #: adapters read of a body), its Content-Type, what it was read as (engine, replica, pool)
+    #: and the adapter's snapshot of it. An idle replica's engine families are the same scrape
+    #: after scrape while the rest of its body moves (the server's CPU seconds, memory, GC
+    #: counts): it is then not parsed or adapted again (:meth:`adapted_again`)
+    kept: tuple[str, ...] | None = None
     content_type: str | None = None
     read_as: tuple[str, str, str] | None = None
     adapted: EngineSnapshot | None = None
 
-    def adapted_again(self, body: str, content_type: str | None, read_as: tuple[str, str, str],
+    def adapted_again(self, kept: tuple[str, ...] | None, content_type: str | None, read_as: tuple[str, str, str],
                       ts: float) -> EngineSnapshot | None:
-        """The adapter's snapshot of the previous scrape at ``ts`` when ``body`` is that scrape's
-        text, byte for byte, read the same way; None otherwise (parse and adapt it)."""
-        if self.adapted is None or body != self.body or content_type != self.content_type or read_as != self.read_as:
+        """The adapter's snapshot of the previous scrape at ``ts`` when ``kept`` are that scrape's
+        runs, byte for byte, read the same way; None otherwise (parse and adapt it)."""
+        if (self.adapted is None or kept is None or kept != self.kept or content_type != self.content_type
+                or read_as != self.read_as):
             return None
         return replace(self.adapted, ts=ts)
 
-    def keep_adapted(self, body: str, content_type: str | None, read_as: tuple[str, str, str],
+    def keep_adapted(self, kept: tuple[str, ...] | None, content_type: str | None, read_as: tuple[str, str, str],
                      snap: EngineSnapshot) -> None:
-        self.body, self.content_type, self.read_as, self.adapted = body, content_type, read_as, snap
+        """Remember a scrape's snapshot; ``kept`` None (read by prometheus-client, not from its
+        runs alone) is never reused."""
+        self.kept, self.content_type, self.read_as, self.adapted = kept, content_type, read_as, snap
 
     def update(self, snap: EngineSnapshot) -> tuple[EngineSnapshot, float]:
         """``snap`` with the hit rate from counter increases and ``counter_reset`` set, and the

@@ -26,7 +26,7 @@ from llmsla.config import Config
 
 from .adapt import READS, UnknownEngine, snapshot
 from .httpget import Client, FetchError
-from .parse import ParseError, parse
+from .parse import ParseError, is_openmetrics, kept_runs, parse
 from .record import EngineSnapshot, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -182,20 +182,23 @@ class Scraper:
         state = self.status[target.replica].state  # this target's, even if it is replaced meanwhile
         body, ctype = await self.fetch(target)
         read_as = (target.engine, target.replica, target.pool)
-        snap = state.adapted_again(body, ctype, read_as, ts)
-        if snap is not None:  # the same text as the last scrape: the same record, at this time
+        # a usual exposition (tens of KB) is read in well under a millisecond: in the loop, as a
+        # thread hop would cost more; a large one in a worker thread
+        inline = len(body) <= INLINE_PARSE_CHARS
+        om = is_openmetrics(ctype)
+        runs = kept_runs(body, om, READS) if inline else await asyncio.to_thread(kept_runs, body, om, READS)
+        snap = state.adapted_again(runs, ctype, read_as, ts)
+        if snap is not None:  # the engine's families as the last scrape read them: the same record, at this time
             return state.update(snap)
         try:
-            # a usual exposition (tens of KB) parses in well under a millisecond: in the loop, as
-            # a thread hop would cost more than the parse; a large one in a worker thread
-            expo = (parse(body, ctype, READS, state.reuse) if len(body) <= INLINE_PARSE_CHARS
-                    else await asyncio.to_thread(parse, body, ctype, READS, state.reuse))
+            expo = (parse(body, ctype, READS, state.reuse, runs) if inline
+                    else await asyncio.to_thread(parse, body, ctype, READS, state.reuse, runs))
             snap = snapshot(expo, target.engine, replica=target.replica, pool=target.pool, ts=ts)
         except ParseError as exc:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None
         except UnknownEngine as exc:
             raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, str(exc)) from None
-        state.keep_adapted(body, ctype, read_as, snap)
+        state.keep_adapted(expo.kept, ctype, read_as, snap)
         return state.update(snap)
 
     async def scrape_all_once(self) -> dict[str, tuple[EngineSnapshot, float] | ScrapeError]:

@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from llmsla.engines.adapt import READS, snapshot
-from llmsla.engines.parse import OPENMETRICS_TYPE, ParseError, _parse, fast_samples, parse, select
+from llmsla.engines.parse import (
+    OPENMETRICS_TYPE,
+    ParseError,
+    _parse,
+    fast_samples,
+    kept_runs,
+    parse,
+    select,
+)
 
 from . import expositions as ex
 
@@ -42,6 +50,28 @@ def test_triton_text() -> None:
 ])
 def test_other_shapes_go_to_prometheus_client(body: str) -> None:
     assert fast_samples(body, False, READS) is None
+    try:
+        read = parse(body, TEXT, READS)
+    except ParseError:
+        return  # refused
+    assert read.kept is None  # read by prometheus-client: not a function of the kept runs alone
+
+
+@pytest.mark.parametrize("fmt", ["text", "openmetrics"])
+def test_the_kept_runs_are_all_the_fast_reader_reads(fmt: str) -> None:
+    body = getattr(BODIES["vllm"], fmt)
+    om = fmt == "openmetrics"
+    runs = kept_runs(body, om, READS)
+    assert runs and all(r.startswith("vllm:") for r in runs)
+    expo = parse(body, OM if om else TEXT, READS)
+    assert expo.kept == runs
+    # other families and comments moved: the same runs, the same samples
+    moved = body.replace("# HELP vllm:num_requests_waiting", "# HELP vllm:num_requests_waiting (moved)")
+    moved = moved.replace("# EOF", "process_cpu_seconds_total 1.5\n# EOF") if om else moved + "process_cpu_seconds 1.5\n"
+    assert moved != body and kept_runs(moved, om, READS) == runs
+    assert dict(parse(moved, OM if om else TEXT, READS).samples) == dict(expo.samples)
+    if om:  # cut before the end marker: nothing to compare, the strict parser decides
+        assert kept_runs(body.replace("# EOF", ""), om, READS) is None
 
 
 def test_truncated_openmetrics_is_still_refused() -> None:

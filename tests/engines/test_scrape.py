@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import choose_encoder
 
 from llmsla import config as config_mod
@@ -72,6 +72,11 @@ class Engines:
         if mode == "truncated":
             body = self.vllm.openmetrics.encode()[:-200]
             return web.Response(body=body, headers={"Content-Type": "application/openmetrics-text; version=1.0.0"})
+        if mode == "no_eof":  # every family whole, cut just before the end marker
+            encoder, ctype = choose_encoder(request.headers.get("Accept", ""))
+            body = encoder(self.vllm.registry)
+            assert ctype.startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+            return web.Response(body=body[:-len(b"# EOF\n")], headers={"Content-Type": ctype})
         return await self.healthy(request)
 
     async def hang(self, request: web.Request) -> web.StreamResponse:
@@ -327,3 +332,46 @@ def test_an_unchanged_body_is_not_parsed_again_and_a_changed_one_is(monkeypatch:
     assert again == dataclasses.replace(first, ts=again.ts)  # the same record, at this scrape's time
     assert first.kv_usage == pytest.approx(0.5) and moved.kv_usage == pytest.approx(0.9)
     assert auto.engine == names.ENGINE_VLLM and auto.kv_usage == moved.kv_usage
+
+
+def test_an_idle_replica_is_not_parsed_again_while_its_other_families_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle engine's own families stay the same while its server's collectors move (CPU
+    seconds, memory, GC counts): the scraper gives the last record at the new time without
+    parsing it again. A moved engine family is parsed again, and the same families in an
+    OpenMetrics body cut before ``# EOF`` are still refused."""
+    import llmsla.engines.scrape as scrape_mod
+
+    parsed: list[int] = []
+    real = scrape_mod.parse
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        parsed.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(scrape_mod, "parse", counting)
+
+    async def main() -> list[Any]:
+        async with serving() as (base, eng):
+            eng.flaky_mode = "ok"  # served as the healthy route until told otherwise
+            cpu = Counter("process_cpu_seconds", "Total user and system CPU time spent in seconds.",
+                          registry=eng.vllm.registry)
+            scraper = Scraper(_cfg(), [Target("r1", "p", f"{base}/flaky/metrics", names.ENGINE_VLLM)])
+            out = [(await scraper.scrape_all_once())["r1"]]
+            for _ in range(2):
+                cpu.inc(0.25)  # the server's CPU seconds moved: the body is not the same text
+                out.append((await scraper.scrape_all_once())["r1"])
+            eng.flaky_mode = "no_eof"
+            out.append((await scraper.scrape_all_once())["r1"])
+            eng.flaky_mode = "ok"
+            eng.vllm = ex.vllm(usage={"0": 0.9, "1": 0.9})  # an engine family moved: the KV usage
+            out.append((await scraper.scrape_all_once())["r1"])
+            return out
+
+    first, again, more, cut, moved = asyncio.run(main())
+    assert isinstance(cut, ScrapeError) and cut.reason == names.ENGINE_FAIL_PARSE  # refused, not the last record
+    first_snap, again_snap, more_snap, moved_snap = first[0], again[0], more[0], moved[0]
+    assert len(parsed) == 3  # the first, the cut body (refused) and the moved gauge; not the idle repeats
+    assert again_snap.ts > first_snap.ts
+    assert again_snap == dataclasses.replace(first_snap, ts=again_snap.ts)  # the same record, at its time
+    assert more_snap == dataclasses.replace(first_snap, ts=more_snap.ts)
+    assert first_snap.kv_usage == pytest.approx(0.5) and moved_snap.kv_usage == pytest.approx(0.9)
