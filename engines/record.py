@@ -123,11 +123,13 @@ class ReplicaState:
     preemptions: float = 0.0
     #: the last scrape's runs of kept lines and histograms, to skip re-reading unchanged ones
     reuse: Reuse = field(default_factory=Reuse)
-    #: the runs of kept lines the last scrape was read from (``parse.kept_runs``: all that the
-    #: adapters read of a body), its Content-Type, what it was read as (engine, replica, pool)
-    #: and the adapter's snapshot of it. An idle replica's engine families are the same scrape
-    #: after scrape while the rest of its body moves (the server's CPU seconds, memory, GC
-    #: counts): it is then not parsed or adapted again (:meth:`adapted_again`)
+    #: the last body read and the runs of kept lines its record was read from
+    #: (``parse.kept_runs``: all that the adapters read of a body), its Content-Type, what it was
+    #: read as (engine, replica, pool) and the adapter's snapshot of it. An idle replica's engine
+    #: families are the same scrape after scrape while the rest of its body moves (the server's
+    #: CPU seconds, memory, GC counts), or its whole body is the same (an engine without process
+    #: collectors): it is then not parsed or adapted again (:meth:`adapted_again`)
+    body: str | None = None
     kept: tuple[str, ...] | None = None
     content_type: str | None = None
     read_as: tuple[str, str, str] | None = None
@@ -142,11 +144,11 @@ class ReplicaState:
             return None
         return replace(self.adapted, ts=ts)
 
-    def keep_adapted(self, kept: tuple[str, ...] | None, content_type: str | None, read_as: tuple[str, str, str],
-                     snap: EngineSnapshot) -> None:
-        """Remember a scrape's snapshot; ``kept`` None (read by prometheus-client, not from its
-        runs alone) is never reused."""
-        self.kept, self.content_type, self.read_as, self.adapted = kept, content_type, read_as, snap
+    def keep_adapted(self, body: str, kept: tuple[str, ...] | None, content_type: str | None,
+                     read_as: tuple[str, str, str], snap: EngineSnapshot) -> None:
+        """Remember a scrape's body and snapshot; ``kept`` None (read by prometheus-client, not
+        from its runs alone) is never reused."""
+        self.body, self.kept, self.content_type, self.read_as, self.adapted = body, kept, content_type, read_as, snap
 
     def update(self, snap: EngineSnapshot) -> tuple[EngineSnapshot, float]:
         """``snap`` with the hit rate from counter increases and ``counter_reset`` set, and the

@@ -72,6 +72,10 @@ class Engines:
         if mode == "truncated":
             body = self.vllm.openmetrics.encode()[:-200]
             return web.Response(body=body, headers={"Content-Type": "application/openmetrics-text; version=1.0.0"})
+        if mode in ("text", "text_as_om"):  # the text format, then the same bytes labelled OpenMetrics
+            om = "application/openmetrics-text; version=1.0.0"
+            return web.Response(body=generate_latest(self.vllm.registry),
+                                headers={"Content-Type": om if mode == "text_as_om" else "text/plain; version=0.0.4"})
         if mode == "no_eof":  # every family whole, cut just before the end marker
             encoder, ctype = choose_encoder(request.headers.get("Accept", ""))
             body = encoder(self.vllm.registry)
@@ -365,12 +369,19 @@ def test_an_idle_replica_is_not_parsed_again_while_its_other_families_move(monke
             eng.flaky_mode = "ok"
             eng.vllm = ex.vllm(usage={"0": 0.9, "1": 0.9})  # an engine family moved: the KV usage
             out.append((await scraper.scrape_all_once())["r1"])
+            for mode in ("text", "text", "text_as_om"):  # the same text twice; then the same bytes as OpenMetrics
+                eng.flaky_mode = mode
+                out.append((await scraper.scrape_all_once())["r1"])
             return out
 
-    first, again, more, cut, moved = asyncio.run(main())
+    first, again, more, cut, moved, text, text_again, as_om = asyncio.run(main())
     assert isinstance(cut, ScrapeError) and cut.reason == names.ENGINE_FAIL_PARSE  # refused, not the last record
+    assert not isinstance(text_again, ScrapeError) and text_again[0] == dataclasses.replace(text[0], ts=text_again[0].ts)
+    assert isinstance(as_om, ScrapeError) and as_om.reason == names.ENGINE_FAIL_PARSE  # no # EOF: refused
     first_snap, again_snap, more_snap, moved_snap = first[0], again[0], more[0], moved[0]
-    assert len(parsed) == 3  # the first, the cut body (refused) and the moved gauge; not the idle repeats
+    # the first, the cut body (refused), the moved gauge, the text format and the text as OpenMetrics;
+    # not the idle repeats, nor the same text again
+    assert len(parsed) == 5
     assert again_snap.ts > first_snap.ts
     assert again_snap == dataclasses.replace(first_snap, ts=again_snap.ts)  # the same record, at its time
     assert more_snap == dataclasses.replace(first_snap, ts=more_snap.ts)
