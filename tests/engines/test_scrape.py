@@ -305,10 +305,8 @@ def test_scrapes_start_together_on_the_tick_grid_and_keep_their_cadence() -> Non
     asyncio.run(run())
 
 
-def test_an_unchanged_body_is_not_parsed_again_and_a_changed_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An idle replica answers the same text scrape after scrape: the scraper gives the last
-    record at the new time without parsing or adapting it again; a moved gauge, or the same
-    text read as another engine, is parsed again."""
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list the scraper's every parse of a body appends to."""
     import llmsla.engines.scrape as scrape_mod
 
     parsed: list[int] = []
@@ -319,6 +317,14 @@ def test_an_unchanged_body_is_not_parsed_again_and_a_changed_one_is(monkeypatch:
         return real(*a, **kw)
 
     monkeypatch.setattr(scrape_mod, "parse", counting)
+    return parsed
+
+
+def test_an_unchanged_body_is_not_parsed_again_and_a_changed_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle replica answers the same text scrape after scrape: the scraper gives the last
+    record at the new time without parsing or adapting it again; a moved gauge, or the same
+    text read as another engine, is parsed again."""
+    parsed = _count_parses(monkeypatch)
 
     async def main() -> list[Any]:
         async with serving() as (base, eng):
@@ -343,16 +349,7 @@ def test_an_idle_replica_is_not_parsed_again_while_its_other_families_move(monke
     seconds, memory, GC counts): the scraper gives the last record at the new time without
     parsing it again. A moved engine family is parsed again, and the same families in an
     OpenMetrics body cut before ``# EOF`` are still refused."""
-    import llmsla.engines.scrape as scrape_mod
-
-    parsed: list[int] = []
-    real = scrape_mod.parse
-
-    def counting(*a: Any, **kw: Any) -> Any:
-        parsed.append(1)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(scrape_mod, "parse", counting)
+    parsed = _count_parses(monkeypatch)
 
     async def main() -> list[Any]:
         async with serving() as (base, eng):
