@@ -123,17 +123,21 @@ class ReplicaState:
     preemptions: float = 0.0
     #: the last scrape's runs of kept lines and histograms, to skip re-reading unchanged ones
     reuse: Reuse = field(default_factory=Reuse)
-    #: the last body read and the runs of kept lines its record was read from
+    #: the last body read (its bytes) and the runs of kept lines its record was read from
     #: (``parse.kept_runs``: all that the adapters read of a body), its Content-Type, what it was
     #: read as (engine, replica, pool) and the adapter's snapshot of it. An idle replica's engine
     #: families are the same scrape after scrape while the rest of its body moves (the server's
     #: CPU seconds, memory, GC counts), or its whole body is the same (an engine without process
     #: collectors): it is then not parsed or adapted again (:meth:`adapted_again`)
-    body: str | None = None
+    raw: bytes | None = None
     kept: tuple[str, ...] | None = None
     content_type: str | None = None
     read_as: tuple[str, str, str] | None = None
     adapted: EngineSnapshot | None = None
+    #: the last scrape's kept families were the previous one's (an idle replica): the next body
+    #: is first compared with the last one byte-wise (``parse.same_kept``), which a replica whose
+    #: families move every scrape is spared
+    repeats: bool = False
 
     def adapted_again(self, kept: tuple[str, ...] | None, content_type: str | None, read_as: tuple[str, str, str],
                       ts: float) -> EngineSnapshot | None:
@@ -144,11 +148,12 @@ class ReplicaState:
             return None
         return replace(self.adapted, ts=ts)
 
-    def keep_adapted(self, body: str, kept: tuple[str, ...] | None, content_type: str | None,
+    def keep_adapted(self, raw: bytes, kept: tuple[str, ...] | None, content_type: str | None,
                      read_as: tuple[str, str, str], snap: EngineSnapshot) -> None:
         """Remember a scrape's body and snapshot; ``kept`` None (read by prometheus-client, not
         from its runs alone) is never reused."""
-        self.body, self.kept, self.content_type, self.read_as, self.adapted = body, kept, content_type, read_as, snap
+        self.raw, self.kept, self.content_type, self.read_as, self.adapted = raw, kept, content_type, read_as, snap
+        self.repeats = False
 
     def update(self, snap: EngineSnapshot) -> tuple[EngineSnapshot, float]:
         """``snap`` with the hit rate from counter increases and ``counter_reset`` set, and the

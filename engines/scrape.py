@@ -26,7 +26,7 @@ from llmsla.config import Config
 
 from .adapt import READS, UnknownEngine, snapshot
 from .httpget import Client, FetchError
-from .parse import ParseError, is_openmetrics, kept_runs, parse
+from .parse import ParseError, is_openmetrics, kept_runs, parse, same_kept
 from .record import EngineSnapshot, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class Scraper:
                                                           name=f"engine-scrape-{target.replica}")
 
     # -- one scrape ------------------------------------------------------------------------------
-    async def fetch(self, target: Target) -> tuple[str, str | None]:
+    async def fetch(self, target: Target) -> tuple[bytes, str | None]:
         """(body, Content-Type) of one bounded GET; :class:`ScrapeError` on any failure."""
         e = self.cfg.engine
         client = self._session
@@ -169,10 +169,7 @@ class Scraper:
             raise ScrapeError(names.ENGINE_FAIL_TIMEOUT, f"no complete answer in engine.timeout_s {e.timeout_s} s") from None
         except FetchError as exc:
             raise ScrapeError(exc.reason, str(exc)) from None
-        try:
-            return resp.body.decode("utf-8"), resp.content_type
-        except UnicodeDecodeError as exc:
-            raise ScrapeError(names.ENGINE_FAIL_PARSE, f"not UTF-8 at byte {exc.start}") from None
+        return resp.body, resp.content_type
 
     async def scrape(self, target: Target) -> tuple[EngineSnapshot, float]:
         """Fetch, parse and adapt one replica; the snapshot has the replica's counter state
@@ -180,19 +177,25 @@ class Scraper:
         previous one."""
         ts = time.time()
         state = self.status[target.replica].state  # this target's, even if it is replaced meanwhile
-        body, ctype = await self.fetch(target)
+        raw, ctype = await self.fetch(target)
         read_as = (target.engine, target.replica, target.pool)
         # a usual exposition (tens of KB) is read in well under a millisecond: in the loop, as a
         # thread hop would cost more; a large one in a worker thread
-        inline = len(body) <= INLINE_PARSE_CHARS
+        inline = len(raw) <= INLINE_PARSE_CHARS
         om = is_openmetrics(ctype)
-        if body == state.body and ctype == state.content_type:  # the same text (about 1 us for 39 KiB):
-            runs = state.kept  # the same runs, not scanned again
-        else:
+        snap = None
+        if state.repeats and inline and ctype == state.content_type and state.raw is not None and same_kept(
+                state.raw, raw, om, READS):  # only lines of other families moved: the same runs
+            snap = state.adapted_again(state.kept, ctype, read_as, ts)
+        if snap is None:
+            try:
+                body = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ScrapeError(names.ENGINE_FAIL_PARSE, f"not UTF-8 at byte {exc.start}") from None
             runs = kept_runs(body, om, READS) if inline else await asyncio.to_thread(kept_runs, body, om, READS)
-        snap = state.adapted_again(runs, ctype, read_as, ts)
+            snap = state.adapted_again(runs, ctype, read_as, ts)
         if snap is not None:  # the engine's families as the last scrape read them: the same record, at this time
-            state.body = body
+            state.raw, state.repeats = raw, True
             return state.update(snap)
         try:
             expo = (parse(body, ctype, READS, state.reuse, runs) if inline
@@ -202,7 +205,7 @@ class Scraper:
             raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None
         except UnknownEngine as exc:
             raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, str(exc)) from None
-        state.keep_adapted(body, expo.kept, ctype, read_as, snap)
+        state.keep_adapted(raw, expo.kept, ctype, read_as, snap)
         return state.update(snap)
 
     async def scrape_all_once(self) -> dict[str, tuple[EngineSnapshot, float] | ScrapeError]:

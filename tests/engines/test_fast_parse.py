@@ -14,6 +14,7 @@ from llmsla.engines.parse import (
     fast_samples,
     kept_runs,
     parse,
+    same_kept,
     select,
 )
 
@@ -153,3 +154,88 @@ def test_a_line_without_a_value_is_not_read_as_the_next_ones() -> None:
     assert fast_samples(lost, False, READS) is None
     with pytest.raises(ParseError):
         parse(lost, TEXT, READS)
+
+
+def _kept_lines(body: bytes) -> list[str]:
+    runs = kept_runs(body.decode(), False, READS)
+    assert runs is not None
+    return [line for run in runs for line in run.split("\n")]
+
+
+def test_same_kept_never_says_same_when_the_kept_lines_differ() -> None:
+    """Random edits (lines added, dropped, cut, joined, a kept line slipped in) of bodies longer
+    and shorter than the comparison's slack: whenever ``same_kept`` answers True, the kept
+    sample lines are the same; and it does answer True when only other families moved."""
+    import random
+
+    lines = ['vllm:num_requests_waiting{engine="0"} 1.0', 'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+             "# HELP vllm:num_requests_waiting Waiting.", "process_cpu_seconds_total 0.5", "python_gc 3",
+             'other{a="' + "z" * 300 + '"} 1', "# TYPE other gauge"]
+    edits = ["\n", "", "7", " ", "vllm:", '\nvllm:num_requests_running{engine="0"} 9']
+    rng = random.Random(7)
+    said_same = 0
+    for _ in range(3000):
+        old = [rng.choice(lines) for _ in range(rng.randrange(1, 40))]
+        new = list(old)
+        for _ in range(rng.randrange(1, 4)):
+            i = rng.randrange(len(new) + 1)
+            op = rng.random()
+            if op < 0.3 and new:
+                new.pop(min(i, len(new) - 1))
+            elif op < 0.6:
+                new.insert(i, rng.choice(lines))
+            elif new:
+                j = min(i, len(new) - 1)
+                k = rng.randrange(len(new[j]) + 1)
+                new[j] = new[j][:k] + rng.choice(edits) + new[j][k + 1:]
+        a = ("\n".join(old) + "\n").encode()
+        b = ("\n".join(new) + ("\n" if rng.random() < 0.8 else "")).encode()
+        if same_kept(a, b, False, READS):
+            said_same += 1
+            assert _kept_lines(a) == _kept_lines(b), (a, b)
+    assert said_same > 100  # it is not a check that always says "read it again"
+
+
+def _served(cpu_s: float, body: str) -> str:
+    """``body`` as a serving process exposes it: its own collectors first (prometheus-client's
+    default registry order), the engine's families after."""
+    process = "".join(f"# HELP {n} {n}.\n# TYPE {n} gauge\n{n} {v}\n" for n, v in (
+        ("process_virtual_memory_bytes", 3.38e9), ("process_resident_memory_bytes", 2.9e8),
+        ("process_start_time_seconds", 1.79e9), ("process_cpu_seconds_total", cpu_s), ("process_open_fds", 61.0)))
+    gc = "".join(f'python_gc_objects_collected_total{{generation="{g}"}} {100 * g}.0\n' for g in range(3))
+    return process + gc + body
+
+
+def test_same_kept_on_an_idle_engines_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = _served(0.5, BODIES["vllm"].text)
+    moved = _served(1.25, BODIES["vllm"].text)  # the server's CPU seconds moved, nothing of the engine
+    assert moved != body
+    assert same_kept(body.encode(), moved.encode(), False, READS)
+    assert same_kept(body.encode(), body.encode(), False, READS)
+    waiting = next(line for line in body.split("\n") if line.startswith("vllm:num_requests_waiting{"))
+    busier = moved.replace(waiting, waiting.rsplit(" ", 1)[0] + " 12.0")
+    assert not same_kept(body.encode(), busier.encode(), False, READS)
+    om = _served(0.5, BODIES["vllm"].openmetrics).encode()
+    om_moved = _served(1.25, BODIES["vllm"].openmetrics).encode()
+    assert same_kept(om, om_moved, True, READS)
+    from llmsla.engines import parse as parse_mod
+
+    monkeypatch.setattr(parse_mod, "_SLACK", 0)  # only the end marker's line differs: refused for that alone
+    assert not same_kept(om, om.replace(b"# EOF", b""), True, READS)  # cut before the end marker
+    assert not same_kept(body.encode(), moved.encode().replace(b"1.25", b"\xff"), False, READS)  # not UTF-8
+
+
+@pytest.mark.parametrize("slack", [0, 256])
+def test_same_kept_sees_a_kept_line_joined_to_the_line_before(monkeypatch: pytest.MonkeyPatch, slack: int) -> None:
+    """The newline before a kept line replaced: the line is now part of another family's line,
+    one kept line fewer, though the bytes after the change are the same in both bodies."""
+    from llmsla.engines import parse as parse_mod
+
+    monkeypatch.setattr(parse_mod, "_SLACK", slack)  # exact, and as it runs
+    pad = "".join(f'other{{a="{"z" * 300}",i="{i}"}} 1\n' for i in range(4))
+    kept = 'vllm:num_requests_waiting{engine="0"} 1.0'
+    old = f"{pad}x 1\n{kept}\n{pad}".encode()
+    new = f"{pad}x 1;{kept}\n{pad}".encode()
+    assert len(_kept_lines(old)) == 1 and _kept_lines(new) == []
+    assert not same_kept(old, new, False, READS)
+    assert not same_kept(new, old, False, READS)

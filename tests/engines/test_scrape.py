@@ -383,3 +383,36 @@ def test_an_idle_replica_is_not_parsed_again_while_its_other_families_move(monke
     assert again_snap == dataclasses.replace(first_snap, ts=again_snap.ts)  # the same record, at its time
     assert more_snap == dataclasses.replace(first_snap, ts=more_snap.ts)
     assert first_snap.kv_usage == pytest.approx(0.5) and moved_snap.kv_usage == pytest.approx(0.9)
+
+
+def test_only_a_replica_that_repeats_is_compared_byte_wise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The byte-wise comparison with the last body (``same_kept``) is for replicas whose engine
+    families repeat; one whose families move every scrape (busy) is spared it, and one that goes
+    idle is compared again from its second repeat on."""
+    import llmsla.engines.scrape as scrape_mod
+
+    compared: list[bool] = []
+    real = scrape_mod.same_kept
+
+    def counting(*a: Any, **kw: Any) -> bool:
+        compared.append(real(*a, **kw))
+        return compared[-1]
+
+    monkeypatch.setattr(scrape_mod, "same_kept", counting)
+
+    async def main() -> list[int]:
+        async with serving() as (base, eng):
+            scraper = Scraper(_cfg(), [Target("r1", "p", f"{base}/healthy/metrics", names.ENGINE_VLLM)])
+            seen = []
+            for i in range(4):  # busy: the KV usage moves every scrape
+                eng.vllm = ex.vllm(usage={"0": i / 10, "1": i / 10})
+                assert not isinstance((await scraper.scrape_all_once())["r1"], ScrapeError)
+            seen.append(len(compared))
+            for _ in range(4):  # idle from here on
+                assert not isinstance((await scraper.scrape_all_once())["r1"], ScrapeError)
+            seen.append(len(compared))
+            return seen
+
+    busy, idle = asyncio.run(main())
+    assert busy == 0
+    assert idle == 3 and all(compared)  # the first repeat is found by its runs; the next three byte-wise
