@@ -17,12 +17,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from llmsla import names
+from llmsla.events import EngineSample
 from llmsla.spool import SpoolWriter
 
 from .record import CHECKED_FIELDS, EngineSnapshot, sample_line
 from .scrape import ScrapeError, Target
 
 _LABELS = names.ENGINE_LABELS
+#: What precedes the time in a sample's spool line.
+_TS_KEY = '"ts_ms":'
 
 
 class EngineRecorder:
@@ -57,11 +60,16 @@ class EngineRecorder:
         self._fixed: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
         #: labels -> the values its gauges were last set to: an idle replica's are not set again
         self._last: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        #: replica -> its last sample, and its spool line around the time: (snapshot, the line up
+        #: to the time's digits, the line after them). An idle replica's record repeats but for
+        #: its time: its line is that one at the new time (:meth:`_repeat`)
+        self._repeats: dict[str, tuple[EngineSnapshot, str, str]] = {}
 
     def _labels(self, target: Target, engine: str) -> tuple[str, str, str]:
         return (target.replica, target.pool, engine)
 
     def _clear(self, target: Target) -> None:
+        self._repeats.pop(target.replica, None)
         engine = self._engine.get(target.replica)
         if engine is None:
             return
@@ -74,6 +82,8 @@ class EngineRecorder:
 
     def sample(self, target: Target, snap: EngineSnapshot, preempted: float, seconds: float) -> None:
         """A successful scrape: gauges, the preemption counter, the spool line."""
+        if self._repeat(target, snap, preempted, seconds):
+            return
         event = snap.to_event().validate(checked=CHECKED_FIELDS)
         old = self._engine.get(target.replica)
         if old is not None and old != snap.engine:  # first detected (was auto), or the engine changed
@@ -110,11 +120,31 @@ class EngineRecorder:
         fixed[1].set(seconds)
         if preempted > 0:
             fixed[2].inc(preempted)
+        line = sample_line(event, snap)
+        at = line.index(_TS_KEY) + len(_TS_KEY)
+        self._repeats[target.replica] = (snap, line[:at], line[at + len(str(event.ts_ms)):])
         if self.spool is not None:
-            self.spool.write_line(sample_line(event, snap))
+            self.spool.write_line(line)
+
+    def _repeat(self, target: Target, snap: EngineSnapshot, preempted: float, seconds: float) -> bool:
+        """Record ``snap`` when it is the replica's last sample but for its time (an idle
+        replica): the gauges hold its values already, the time is checked by the contract's rule
+        (the one field that moved) and the last spool line is written at the new time. False,
+        with nothing done, for any other sample."""
+        last = self._repeats.get(target.replica)
+        if last is None or preempted or snap.with_(ts=last[0].ts) != last[0]:
+            return False
+        ts_ms = EngineSample.check_field("ts_ms", int(snap.ts * 1000))
+        up, scrape_seconds, _ = self._fixed[self._labels(target, snap.engine)]
+        up.set(1)
+        scrape_seconds.set(seconds)
+        if self.spool is not None:
+            self.spool.write_line(f"{last[1]}{ts_ms}{last[2]}")
+        return True
 
     def forget(self, target: Target) -> None:
         """The replica left (discovery): every series of it goes (stale in Prometheus, not 0)."""
+        self._repeats.pop(target.replica, None)
         engine = self._engine.pop(target.replica, None)
         if engine is None:
             return

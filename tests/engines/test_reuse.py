@@ -6,6 +6,9 @@ absent (None), never a crash of the replica's scrape."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from llmsla.engines.adapt import READS, snapshot
@@ -238,3 +241,55 @@ def test_a_layout_is_known_by_its_label_sets_not_by_ids_freed_and_reused() -> No
             assert _plan(label_sets(["0.1", "1.0", "+Inf"])) == ((0.1, 1.0), (("model_name", "m"),))
         else:  # bounds out of order: no simple layout
             assert _plan(label_sets(["1.0", "0.1", "+Inf"])) is None
+
+
+def test_a_snapshot_with_changes_is_what_replace_gives() -> None:
+    expo = parse(body(3, 5), TEXT, READS)
+    snap = snapshot(expo, "vllm", replica="r0", pool="p", ts=1.0)
+    for changes in ({"ts": 2.5}, {"prefix_cache_hit_rate": 0.25, "counter_reset": True}, {}):
+        got = snap.with_(**changes)
+        assert got == dataclasses.replace(snap, **changes) and got is not snap
+        assert got.histograms is snap.histograms  # shared, as replace shares it
+    assert snap.ts == 1.0 and not snap.counter_reset  # the original is untouched
+    with pytest.raises(TypeError, match="no field 'tss'"):
+        snap.with_(tss=3.0)
+
+
+def test_a_repeated_record_writes_its_line_at_the_new_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle replica's record repeats but for its time: its spool line is the last one at the
+    new time, byte for byte what the full path writes; after a failure, or with a moved value,
+    it goes the full way again (gauges set, line built)."""
+    from prometheus_client import CollectorRegistry
+
+    from llmsla import names, spool
+    from llmsla.engines import recorder as recorder_mod
+    from llmsla.engines.recorder import EngineRecorder
+    from llmsla.engines.scrape import ScrapeError, Target
+
+    built: list[int] = []
+    real = recorder_mod.sample_line
+    monkeypatch.setattr(recorder_mod, "sample_line", lambda *a: built.append(1) or real(*a))
+    reg = CollectorRegistry()
+    writer = spool.SpoolWriter(tmp_path, names.SPOOL_ENGINE, registry=reg)
+    rec = EngineRecorder(registry=reg, spool=writer)
+    target = Target("r\"0é", "p", "http://127.0.0.1:1/metrics", "vllm")
+    labels = {"replica": "r\"0é", "pool": "p", "engine": "vllm"}
+    idle = snapshot(parse(body(4, 5), TEXT, READS), "vllm", replica="r\"0é", pool="p", ts=1.0)
+    moved = snapshot(parse(body(6, 7), TEXT, READS), "vllm", replica="r\"0é", pool="p", ts=1.0)
+    sent = []
+    for snap in (idle, idle.with_(ts=2.0), idle.with_(ts=1e9 + 0.123), None, idle.with_(ts=3.5), moved.with_(ts=4.0),
+                 moved.with_(ts=5.0)):
+        if snap is None:
+            rec.failure(target, ScrapeError(names.ENGINE_FAIL_TIMEOUT, "slow"), 0.8)
+            assert reg.get_sample_value(names.ENGINE_REQUESTS_WAITING, labels) is None
+            continue
+        rec.sample(target, snap, 0.0, 0.01)
+        sent.append(snap.to_event().validate())
+        assert reg.get_sample_value(names.ENGINE_REQUESTS_WAITING, labels) == snap.waiting
+        assert reg.get_sample_value(names.ENGINE_UP, labels) == 1.0
+    writer.close()
+    lines = [line for seg in spool.published_segments(tmp_path, names.SPOOL_ENGINE)
+             for line in seg.read_text().splitlines()]
+    assert lines == [ev.to_json() for ev in sent]
+    assert [EngineSample.from_json(line) for line in lines] == sent
+    assert len(built) == 3  # idle, idle again after the failure, moved; the four repeats reuse their line
