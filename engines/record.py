@@ -56,8 +56,8 @@ class EngineSnapshot:
         ``replace`` shares it."""
         unknown = changes.keys() - _SNAPSHOT_FIELDS
         if unknown:
-            raise TypeError(f"EngineSnapshot has no field {sorted(unknown)[0]!r}")
-        new = object.__new__(EngineSnapshot)
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(type(self))
         values = new.__dict__
         values.update(self.__dict__)
         values.update(changes)
