@@ -10,12 +10,11 @@ since the restart (the rule Prometheus's ``rate()`` applies), and ``counter_rese
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from llmsla.events import SCHEMA_VERSION, EngineSample
+from llmsla.events import EngineSample
 
 from .parse import Histogram, Reuse
 
@@ -91,7 +90,7 @@ _SNAPSHOT_FIELDS = frozenset(f.name for f in fields(EngineSnapshot))
 #: Whether the histogram fields close EngineSample's field list (so :func:`sample_line` can
 #: append their kept JSON to the rest's); else it writes ``to_json()`` itself.
 _HISTS_LAST = tuple(f.name for f in EngineSample.FIELDS[-len(HISTOGRAMS):]) == HISTOGRAMS
-_HEAD_FIELDS = tuple((f.name, f.attr) for f in EngineSample.FIELDS[:-len(HISTOGRAMS)])
+_HEAD_COUNT = len(EngineSample.FIELDS) - len(HISTOGRAMS)
 
 
 def sample_line(event: EngineSample, snap: EngineSnapshot) -> str:
@@ -100,10 +99,7 @@ def sample_line(event: EngineSample, snap: EngineSnapshot) -> str:
     again every second. The same text, byte for byte (tests/engines/test_reuse.py)."""
     if not _HISTS_LAST:
         return event.to_json()
-    head: dict[str, object] = {"v": SCHEMA_VERSION}
-    for name, attr in _HEAD_FIELDS:
-        head[name] = getattr(event, attr)
-    parts = [json.dumps(head, separators=(",", ":"), allow_nan=False)[:-1]]
+    parts = [event.json_opening(_HEAD_COUNT)]
     for name in HISTOGRAMS:
         hist = snap.histograms.get(name)
         parts.append(f',"{name}":{hist.wire_json(name) if hist else "null"}')

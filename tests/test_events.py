@@ -276,6 +276,73 @@ def test_validate_agrees_with_the_field_rules_on_every_hostile_value(base) -> No
     assert tried > len(base.FIELDS) * 10  # the values above break every field many ways
 
 
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    def __repr__(self) -> str:
+        return "not what json writes"
+
+
+_TO_ENCODE = [*_HOSTILE, 'say "hi"', "back\\slash", "tab\tnew\nline", "\x7f", "\x1f", "ünïcödé", "\u2028", "\ufeff",
+              _Str("sub"), _Int(5), _Float(2.5), 1e16, 1e-7, 123456789.123456789, 5e-324, -1e308, 10**30,
+              {"le": [0.1, 1.0], "counts": [1, 2], "sum": 0.5, "count": 3}, ["a", "b"], ("t",)]
+
+
+def _reference_json(event) -> str:
+    """What every event line was before its encoder was made from the declarations."""
+    return json.dumps(event.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+def _encoded(encode, event) -> tuple:
+    try:
+        return ("ok", encode(event))
+    except Exception as exc:  # noqa: BLE001 - compared, not swallowed
+        return (type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("base", _valid_events(), ids=lambda e: e.KIND)
+def test_to_json_writes_what_json_dumps_writes_for_every_value(base) -> None:
+    """The spool line is written inline from the declarations for plain values and by
+    ``json.dumps`` for the rest: on every field of every kind, with every value above, it is
+    the same text as ``json.dumps(to_dict())``, or the same error (a NaN, an object json cannot
+    write); an opening (the first fields, for a writer that appends the rest) is that text's
+    prefix up to a field's end."""
+    assert base.to_json() == _reference_json(base)
+    compared = 0
+    for f in base.FIELDS:
+        for value in _TO_ENCODE:
+            event = dataclasses.replace(base)
+            object.__setattr__(event, f.attr, value)
+            want = _encoded(_reference_json, event)
+            assert _encoded(lambda e: e.to_json(), event) == want, (f.name, value)
+            if want[0] != "ok":
+                continue
+            compared += 1
+            whole = json.loads(want[1])
+            for count in (0, base.FIELDS.index(f) + 1, len(base.FIELDS)):
+                opening = event.json_opening(count)
+                assert want[1].startswith(opening)
+                closed = opening if count == len(base.FIELDS) else opening + "}"
+                assert list(json.loads(closed).items()) == list(whole.items())[:count + 1]  # "v" first
+    assert compared > len(base.FIELDS) * 10
+
+
+def test_a_changed_declaration_is_written_by_its_new_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The encoder is made from ``FIELDS``: a contract whose declarations change (here their
+    order) is written by the new ones, not by what was made before."""
+    event = GpuSample.from_dict(gpu())
+    event.to_json()
+    monkeypatch.setattr(GpuSample, "FIELDS", tuple(reversed(GpuSample.FIELDS)))
+    assert event.to_json() == _reference_json(event)
+    assert list(json.loads(event.to_json()))[1] == GpuSample.FIELDS[0].name
+
+
 def test_a_changed_declaration_is_validated_by_its_new_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     """The inline checks are made from ``FIELDS``; a contract whose declarations change (a
     range narrowed) is checked by the new ones, not by what was made before."""
