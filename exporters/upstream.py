@@ -153,7 +153,9 @@ class _Conn(asyncio.Protocol):
             return
         self.queue.append(data)
         self.queued += len(data)
-        if self.sink is None and self.queued > HIGH_WATER and not self.paused and self.tr is not None:
+        if self.sink is not None:  # the relay's sink takes it at the end of this read: its task sleeps on
+            return
+        if self.queued > HIGH_WATER and not self.paused and self.tr is not None:
             self.paused = True
             self.tr.pause_reading()
         self._wake()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 
 import pytest
 
-from llmsla.exporters.upstream import UpstreamPool, UpstreamProtocolError
+from llmsla.exporters.upstream import UpstreamPool, UpstreamProtocolError, UpstreamResponse
 
 
 def _chunked(parts: list[bytes]) -> bytes:
@@ -293,6 +294,44 @@ def test_complete_marks_exactly_the_last_piece_and_never_a_truncated_body() -> N
                 async for _ in r.iter_chunks():
                     flags.append(r.complete)
             assert flags and not any(flags) and not r.complete
+            await pool.close()
+
+    asyncio.run(main())
+
+
+def test_relay_hands_reads_to_the_sink_without_waking_its_task() -> None:
+    """``relay`` gives each read to the sink from the connection's read callback; its own task
+    sleeps until the body ends (one wake-up per response, not one per read: a 256-token stream
+    is 256 reads). Counted by the futures the relay itself makes to wait on."""
+    parts = [b"data: %d\n\n" % i for i in range(6)]
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    def script(req: bytes):
+        return [(head, 0)] + [(f"{len(p):x}\r\n".encode() + p + b"\r\n", 0.003) for p in parts] + [(b"0\r\n\r\n", 0.003)]
+
+    async def main() -> None:
+        async with RawServer(script) as srv:
+            pool = UpstreamPool()
+            r = await pool.request(srv.url, "POST", "/ok", {}, b"")
+            loop = asyncio.get_running_loop()
+            made = 0
+            create = loop.create_future
+
+            def counted():
+                nonlocal made
+                made += sys._getframe(1).f_code is UpstreamResponse.relay.__code__
+                return create()
+
+            got: list[tuple[bytes, bool]] = []
+            loop.create_future = counted  # type: ignore[method-assign]
+            try:
+                await r.relay(lambda data, last: got.append((data, last)))
+            finally:
+                del loop.create_future
+            assert b"".join(d for d, _ in got) == b"".join(parts)
+            assert [last for _, last in got] == [False] * (len(got) - 1) + [True]
+            assert len(got) >= len(parts)  # each flushed piece came in its own read
+            assert made == 1, f"the relay's task woke {made} times for one response"
             await pool.close()
 
     asyncio.run(main())
