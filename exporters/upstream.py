@@ -38,7 +38,7 @@ class _Conn(asyncio.Protocol):
 
     __slots__ = ("key", "tr", "idle_since", "parser", "head_size", "until_close", "status", "headers",
                  "keep_alive", "queue", "queued", "waiter", "head_fut", "error", "got_bytes", "paused",
-                 "done", "sink")
+                 "done", "sink", "told_end")
 
     def __init__(self, key: tuple[str, int]) -> None:
         self.key = key
@@ -63,6 +63,8 @@ class _Conn(asyncio.Protocol):
         self.done = False
         #: :meth:`UpstreamResponse.relay`'s callback: pieces go to it after each read, not the queue
         self.sink: Callable[[bytes, bool], None] | None = None
+        #: the sink was told the body ended (a piece handed over with ``last`` True)
+        self.told_end = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, tr: asyncio.BaseTransport) -> None:
@@ -94,22 +96,20 @@ class _Conn(asyncio.Protocol):
             if self.tr is not None:
                 self.tr.abort()
             return
-        if self.sink is not None and (self.queue or self.done):
-            self._deliver()
-
-    def _deliver(self) -> None:
-        """This read's pieces to the relay's sink, in one call (the last with the end of the
-        body); an exception from the sink (its client gone) ends the relay with it."""
+        # this read's pieces to the relay's sink, in one call (the last with the end of the body);
+        # an exception from the sink (its client gone) ends the relay with it. Inline: once per
+        # token of a stream
         sink, q = self.sink, self.queue
-        assert sink is not None
-        data = q.popleft() if len(q) == 1 else b"".join(q)
-        q.clear()
-        self.queued = 0
-        try:
-            sink(data, self.done)
-        except Exception as exc:  # noqa: BLE001 - handed to the relay's caller
-            self.sink = None
-            self._fail(exc)
+        if sink is not None and (q or self.done):
+            piece = q.popleft() if len(q) == 1 else b"".join(q)
+            q.clear()
+            self.queued = 0
+            self.told_end = done = self.done
+            try:
+                sink(piece, done)
+            except Exception as exc:  # noqa: BLE001 - handed to the relay's caller
+                self.sink = None
+                self._fail(exc)
 
     def pause_writing(self) -> None:  # the request body is small; nothing to pause
         pass
@@ -142,23 +142,20 @@ class _Conn(asyncio.Protocol):
             self.head_fut.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        self._push(body)
-
-    def on_message_complete(self) -> None:
-        if self.status >= 200:
-            self._finish()
-
-    def _push(self, data: bytes) -> None:
-        if not data:
+        if not body:
             return
-        self.queue.append(data)
-        self.queued += len(data)
+        self.queue.append(body)
+        self.queued += len(body)
         if self.sink is not None:  # the relay's sink takes it at the end of this read: its task sleeps on
             return
         if self.queued > HIGH_WATER and not self.paused and self.tr is not None:
             self.paused = True
             self.tr.pause_reading()
         self._wake()
+
+    def on_message_complete(self) -> None:
+        if self.status >= 200:
+            self._finish()
 
     def _finish(self) -> None:
         self.done = True
@@ -224,13 +221,6 @@ class UpstreamResponse:
         raises ``ConnectionError`` when the upstream goes away first, or what ``sink`` raised.
         Back-pressure is the caller's: :meth:`pause_reading` / :meth:`resume_reading`."""
         c = self._conn
-        ended = False
-
-        def deliver(data: bytes, last: bool) -> None:
-            nonlocal ended
-            ended = last
-            sink(data, last)
-
         if c.queue or c.done:  # what arrived with the head
             data = b"".join(c.queue)
             c.queue.clear()
@@ -238,9 +228,10 @@ class UpstreamResponse:
             if c.paused and c.tr is not None:
                 c.paused = False
                 c.tr.resume_reading()
-            deliver(data, c.done and c.error is None)
+            c.told_end = c.done and c.error is None
+            sink(data, c.told_end)
         while not c.done and c.error is None:
-            c.sink = deliver
+            c.sink = sink
             c.waiter = asyncio.get_running_loop().create_future()
             try:
                 await c.waiter
@@ -249,7 +240,7 @@ class UpstreamResponse:
                 c.sink = None
         if c.error is not None:
             raise c.error
-        if not ended:  # the body ended with the connection (no length, not chunked)
+        if not c.told_end:  # the body ended with the connection (no length, not chunked)
             sink(b"", True)
         self.release()
 
