@@ -411,7 +411,8 @@ def _encoder(cls: type[_Event], count: int) -> Callable[[Any], str]:
         else:
             cond, text = plain
             lines.append(f"    s{i} = f{text!r} if {cond} else _dump({to_dict})")
-        parts.append(f',{json.dumps(f.name)}:{{s{i}}}')
+        key = json.dumps(f.name).replace("{", "{{").replace("}", "}}")  # literal text of the f-string
+        parts.append(f",{key}:{{s{i}}}")
     if count == len(cls.FIELDS):
         parts.append("}}")
     lines.append(f"    return f{''.join(parts)!r}")
