@@ -259,6 +259,16 @@ def _valid_events() -> list:
                          e2e=None, queue=None)]
 
 
+def _each_field_set_to(base, values: list):
+    """(field, value, a copy of ``base`` with that field set to that value, unchecked) for every
+    field of ``base`` and every value."""
+    for f in base.FIELDS:
+        for value in values:
+            event = dataclasses.replace(base)
+            object.__setattr__(event, f.attr, value)
+            yield f, value, event
+
+
 @pytest.mark.parametrize("base", _valid_events(), ids=lambda e: e.KIND)
 def test_validate_agrees_with_the_field_rules_on_every_hostile_value(base) -> None:
     """``validate`` tests each field's plain case inline and sends the rest to the field rules:
@@ -266,13 +276,10 @@ def test_validate_agrees_with_the_field_rules_on_every_hostile_value(base) -> No
     field and reason, exactly as the rules one by one do."""
     assert _outcome(lambda e: e.validate(), base) == ("ok",)
     tried = 0
-    for f in base.FIELDS:
-        for value in _HOSTILE:
-            event = dataclasses.replace(base)
-            object.__setattr__(event, f.attr, value)
-            want = _outcome(_generic_validate, event)
-            assert _outcome(lambda e: e.validate(), event) == want, (f.name, value)
-            tried += want[0] == "EventError"
+    for f, value, event in _each_field_set_to(base, _HOSTILE):
+        want = _outcome(_generic_validate, event)
+        assert _outcome(lambda e: e.validate(), event) == want, (f.name, value)
+        tried += want[0] == "EventError"
     assert tried > len(base.FIELDS) * 10  # the values above break every field many ways
 
 
@@ -315,21 +322,18 @@ def test_to_json_writes_what_json_dumps_writes_for_every_value(base) -> None:
     prefix up to a field's end."""
     assert base.to_json() == _reference_json(base)
     compared = 0
-    for f in base.FIELDS:
-        for value in _TO_ENCODE:
-            event = dataclasses.replace(base)
-            object.__setattr__(event, f.attr, value)
-            want = _encoded(_reference_json, event)
-            assert _encoded(lambda e: e.to_json(), event) == want, (f.name, value)
-            if want[0] != "ok":
-                continue
-            compared += 1
-            whole = json.loads(want[1])
-            for count in (0, base.FIELDS.index(f) + 1, len(base.FIELDS)):
-                opening = event.json_opening(count)
-                assert want[1].startswith(opening)
-                closed = opening if count == len(base.FIELDS) else opening + "}"
-                assert list(json.loads(closed).items()) == list(whole.items())[:count + 1]  # "v" first
+    for f, value, event in _each_field_set_to(base, _TO_ENCODE):
+        want = _encoded(_reference_json, event)
+        assert _encoded(lambda e: e.to_json(), event) == want, (f.name, value)
+        if want[0] != "ok":
+            continue
+        compared += 1
+        whole = json.loads(want[1])
+        for count in (0, base.FIELDS.index(f) + 1, len(base.FIELDS)):
+            opening = event.json_opening(count)
+            assert want[1].startswith(opening)
+            closed = opening if count == len(base.FIELDS) else opening + "}"
+            assert list(json.loads(closed).items()) == list(whole.items())[:count + 1]  # "v" first
     assert compared > len(base.FIELDS) * 10
 
 
