@@ -307,7 +307,7 @@ def test_relay_hands_reads_to_the_sink_without_waking_its_task() -> None:
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 
     def script(req: bytes):
-        return [(head, 0)] + [(f"{len(p):x}\r\n".encode() + p + b"\r\n", 0.003) for p in parts] + [(b"0\r\n\r\n", 0.003)]
+        return [(head, 0)] + [(f"{len(p):x}\r\n".encode() + p + b"\r\n", 0.01) for p in parts] + [(b"0\r\n\r\n", 0.01)]
 
     async def main() -> None:
         async with RawServer(script) as srv:
@@ -330,7 +330,7 @@ def test_relay_hands_reads_to_the_sink_without_waking_its_task() -> None:
                 del loop.create_future
             assert b"".join(d for d, _ in got) == b"".join(parts)
             assert [last for _, last in got] == [False] * (len(got) - 1) + [True]
-            assert len(got) >= len(parts)  # each flushed piece came in its own read
+            assert len(got) >= 3  # pieces flushed 10 ms apart came in reads of their own (a stalled loop may join some)
             assert made == 1, f"the relay's task woke {made} times for one response"
             await pool.close()
 
