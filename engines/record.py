@@ -62,6 +62,11 @@ class EngineSnapshot:
         values.update(changes)
         return new
 
+    @property
+    def ts_ms(self) -> int:
+        """The sample's time as its event carries it (epoch ms)."""
+        return int(self.ts * 1000)
+
     def to_event(self) -> EngineSample:
         def clip01(v: float | None) -> float | None:
             return None if v is None else min(1.0, max(0.0, v))
@@ -73,7 +78,7 @@ class EngineSnapshot:
         # is checked here: validate(checked=CHECKED_FIELDS) then skips them
         h = {name: (hist.wire(name) if (hist := self.histograms.get(name)) else None) for name in HISTOGRAMS}
         return EngineSample(
-            ts_ms=int(self.ts * 1000), replica=self.replica, pool=self.pool, engine=self.engine,
+            ts_ms=self.ts_ms, replica=self.replica, pool=self.pool, engine=self.engine,
             waiting=nonneg(self.waiting), running=nonneg(self.running), kv_usage=clip01(self.kv_usage),
             kv_blocks_total=self.kv_blocks_total, kv_block_size=self.kv_block_size,
             kv_capacity_tokens=self.kv_capacity_tokens, preemptions_total=nonneg(self.preemptions_total),

@@ -134,7 +134,7 @@ class EngineRecorder:
         last = self._repeats.get(target.replica)
         if last is None or preempted or snap.with_(ts=last[0].ts) != last[0]:
             return False
-        ts_ms = EngineSample.check_field("ts_ms", int(snap.ts * 1000))
+        ts_ms = EngineSample.check_field("ts_ms", snap.ts_ms)
         up, scrape_seconds, _ = self._fixed[self._labels(target, snap.engine)]
         up.set(1)
         scrape_seconds.set(seconds)
