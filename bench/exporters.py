@@ -540,6 +540,18 @@ def legacy_tree(ref: str) -> Path:
     return pkg
 
 
+def check_runs_from(tree: Path, env: dict[str, str]) -> None:
+    """Fail unless a ``python -m llmsla`` started with ``env`` and ``cwd=tree`` imports the
+    package and a mapped folder of it from ``tree``: run from the checkout, ``-m``'s sys.path[0]
+    (the working directory) puts its ``llmsla/`` first and the editable finder then maps the
+    other folders to the checkout's, so the "other revision" would be this one."""
+    probe = "import llmsla, llmsla.exporters.gateway as g; print(llmsla.__file__); print(g.__file__)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tree, capture_output=True, text=True,
+                         check=True).stdout.split()
+    if not all(Path(f).resolve().is_relative_to(tree.resolve()) for f in out):
+        raise RuntimeError(f"the revision's tree {tree} is not what runs: {out}")
+
+
 def bench_otel_micro(n: int) -> list[dict]:
     """In process, per request: what the gateway's telemetry does around one proxied request
     (``GatewayTelemetry.begin`` + ``end``), against today's per-request tracing work

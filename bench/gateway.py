@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import mean_interval, print_table, write_result  # noqa: E402
 
-from exporters import _cpu_ns_threads, _loadavg, legacy_tree  # noqa: E402
+from exporters import _cpu_ns_threads, _loadavg, check_runs_from, legacy_tree  # noqa: E402
 from llmsla.services import free_port, wait_http  # noqa: E402
 
 NGINX = "/usr/sbin/nginx"
@@ -198,8 +198,9 @@ class Stack:
             port = self.ports[REF] = free_port()
             argv = ["gateway", "--port", str(port), "--workers", "1", "--upstream", f"http://127.0.0.1:{up}"]
             env = {**self.env, "LLMSLA_SPOOL_DIR": str(self.tmp / "spool-ref"), "PYTHONPATH": str(self.ref)}
+            check_runs_from(self.ref, env)  # cwd: the tree, or ``-m`` would run the checkout's code
             self.procs[REF] = subprocess.Popen(["taskset", "-c", self.proxy_cpu, sys.executable, "-m", "llmsla",
-                                                *argv], env=env, stdout=subprocess.DEVNULL)
+                                                *argv], env=env, cwd=self.ref, stdout=subprocess.DEVNULL)
             wait_http(f"http://127.0.0.1:{port}/healthz", proc=self.procs[REF])
         if self.relay:  # the floor: bytes copied both ways, nothing else
             port = self.ports[RELAY] = free_port()
