@@ -16,8 +16,10 @@ the same interleaved rounds, to show what the fast path changes on the same mach
 ways on uvloop, no HTTP parsing, no accounting) to the same rounds: the floor of any Python proxy
 on this machine, so what the gateway adds beyond it is its own per-request work.
 ``--vs-ref REV`` adds the gateway of another git revision (``llmsla-ref``: that revision's code,
-this venv's dependencies) to the same rounds, and prints this revision's added p50 minus REV's,
-round by round, with a 95 % interval: a change is measured against its parent on the same load.
+this venv's dependencies, started in that revision's own tree) to the same rounds, and prints
+this revision's added p50 minus REV's, round by round, with a 95 % interval, and the ratio of
+their CPU per request: a change is measured against its parent on the same load. Its results go
+to ``gateway-<scenarios>-vs-<REV>.json``.
 
 Scenarios: (a) 50 streams x 8 tokens at 2 ms/token; (b) 200 streams x 256 tokens at 20 ms/token;
 (c) closed-loop streams ramped (4, 8, 16, ...) on (a)'s upstream until both proxies' added TTFT
@@ -407,7 +409,12 @@ def main() -> int:
         if "mean" in vs:
             print(f"({r['scenario']}) added p50, this revision minus {args.vs_ref}: mean {vs['mean']:+.3f} ms, "
                   f"95 % interval [{vs['low']:+.3f}, {vs['high']:+.3f}] over {vs['rounds']} rounds")
+        if REF in r and r["llmsla"]["cpu_ms_per_request"] and r[REF]["cpu_ms_per_request"]:
+            print(f"({r['scenario']}) CPU per request, this revision / {args.vs_ref}: "
+                  f"{r['llmsla']['cpu_ms_per_request'] / r[REF]['cpu_ms_per_request']:.3f}")
     name = "gateway" if not args.only else "gateway-" + "".join(todo)
+    if args.vs_ref:  # a comparison never replaces the run the docs quote
+        name += "-vs-" + "".join(c if c.isalnum() else "_" for c in args.vs_ref)
     write_result(name, {"inputs": inputs, "rows": rows, "targets": v, "scenarios": results})
     return 0
 
