@@ -540,14 +540,14 @@ def legacy_tree(ref: str) -> Path:
     return pkg
 
 
-def check_runs_from(tree: Path, env: dict[str, str]) -> None:
-    """Fail unless a ``python -m llmsla`` started with ``env`` and ``cwd=tree`` imports the
-    package and a mapped folder of it from ``tree``: run from the checkout, ``-m``'s sys.path[0]
-    (the working directory) puts its ``llmsla/`` first and the editable finder then maps the
-    other folders to the checkout's, so the "other revision" would be this one."""
+def check_runs_from(tree: Path, env: dict[str, str], cwd: Path | None = None) -> None:
+    """Fail unless a ``python -m llmsla`` started with ``env`` in ``cwd`` (default: ``tree``)
+    imports the package and a mapped folder of it from ``tree``: run from the checkout, ``-m``'s
+    sys.path[0] (the working directory) puts its ``llmsla/`` first and the editable finder then
+    maps the other folders to the checkout's, so the "other revision" would be this one."""
     probe = "import llmsla, llmsla.exporters.gateway as g; print(llmsla.__file__); print(g.__file__)"
-    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tree, capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tree if cwd is None else cwd,
+                         capture_output=True, text=True, check=True).stdout.split()
     if not all(Path(f).resolve().is_relative_to(tree.resolve()) for f in out):
         raise RuntimeError(f"the revision's tree {tree} is not what runs: {out}")
 
@@ -727,6 +727,8 @@ def bench_otel(rounds: int, concurrency: int, per_stream: int, tmp: Path, ref: s
         wait_http(f"http://127.0.0.1:{up_port}/healthz", proc=procs[0])
         for name, extra in variants.items():
             ports[name] = free_port()
+            if "PYTHONPATH" in extra:  # another revision's tree: started outside the checkout
+                check_runs_from(Path(extra["PYTHONPATH"]), {**base, **extra}, cwd=tmp)
             gws[name] = subprocess.Popen([sys.executable, "-m", "llmsla", "gateway", "--port", str(ports[name]),
                                           "--upstream", f"http://127.0.0.1:{up_port}"],
                                          env={**base, **extra}, stdout=subprocess.DEVNULL,
