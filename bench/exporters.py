@@ -547,8 +547,8 @@ def check_runs_from(tree: Path, env: dict[str, str], cwd: Path | None = None) ->
     maps the other folders to the checkout's, so the "other revision" would be this one."""
     probe = "import llmsla, llmsla.exporters.gateway as g; print(llmsla.__file__); print(g.__file__)"
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tree if cwd is None else cwd,
-                         capture_output=True, text=True, check=True).stdout.split()
-    if not all(Path(f).resolve().is_relative_to(tree.resolve()) for f in out):
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    if len(out) != 2 or not all(Path(f).resolve().is_relative_to(tree.resolve()) for f in out):
         raise RuntimeError(f"the revision's tree {tree} is not what runs: {out}")
 
 
