@@ -258,7 +258,9 @@ VLLM_ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
                                        5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 VLLM_REQUEST_BUCKETS: tuple[float, ...] = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                                            50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-#: vLLM's default KV block size (tokens per block), which the worker and the simulator use too.
+#: The KV block size (tokens per block) of the worker's and the simulator's engines: vLLM's
+#: long-standing default (newer releases default to 64 and let the attention backend choose); a
+#: real replica's size is read from its ``vllm:cache_config_info``.
 VLLM_BLOCK_SIZE = 16
 
 # --- temperature policy (exporters) -------------------------------------------------------------

@@ -68,9 +68,12 @@ def render(reg: CollectorRegistry) -> Rendered:
 def vllm(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", engines: tuple[str, ...] = ("0", "1"),
          preemptions: dict[str, float] | None = None, hits: dict[str, float] | None = None,
          queries: dict[str, float] | None = None, lora: tuple[str, str] | None = None,
-         usage: dict[str, float] | None = None) -> Rendered:
+         usage: dict[str, float] | None = None, kv_size_tokens: int | None = 16000) -> Rendered:
     """vLLM V1 ``PrometheusStatLogger``: labels model_name, engine; ``lora`` = (running, waiting)
-    adapter lists (only without data parallelism, as vLLM refuses LoRA with several engines)."""
+    adapter lists (one gauge without an engine label: vLLM releases before 0.13 refused LoRA with
+    several engines). ``cache_config_info`` is written from the front end's one config under
+    every engine: ``num_gpu_blocks`` summed over the engines (1000 each here), the per-engine
+    ``kv_cache_size_tokens`` (None: a release before it was published)."""
     reg = CollectorRegistry()
     ln = ["model_name", "engine"]
     running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", ln, registry=reg)
@@ -93,9 +96,12 @@ def vllm(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", engines: tuple[str,
                     buckets=VLLM_REQUEST, registry=reg)
     queue = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
                       ln, buckets=VLLM_REQUEST, registry=reg)
-    info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                 ["block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization",
-                  "num_gpu_blocks", "engine"], registry=reg)
+    info_labels = ["block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization", "num_gpu_blocks"]
+    info_labels += ["kv_cache_size_tokens"] if kv_size_tokens is not None else []
+    info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", [*info_labels, "engine"],
+                 registry=reg)
+    config = ("16", "auto", "True", "0.9", str(1000 * len(engines)))
+    config += (str(kv_size_tokens),) if kv_size_tokens is not None else ()
     preemptions = preemptions or {"0": 2, "1": 3}
     hits = hits or {"0": 250, "1": 250}
     queries = queries or {"0": 1000, "1": 1000}
@@ -116,7 +122,7 @@ def vllm(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", engines: tuple[str,
         for hist, obs in ((ttft, TTFT_OBS), (tpot, ITL_OBS), (e2e, E2E_OBS), (queue, QUEUE_OBS)):
             for v in obs.get(e, []):
                 hist.labels(*lab).observe(v)
-        info.labels("16", "auto", "True", "0.9", "1000", e).set(1)
+        info.labels(*config, e).set(1)
     if lora is not None:
         g = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
                   ["max_lora", "waiting_lora_adapters", "running_lora_adapters"], registry=reg)

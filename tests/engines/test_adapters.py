@@ -49,6 +49,7 @@ def test_vllm_two_engine_indices_are_summed(fmt: str) -> None:
     assert s.engine == "vllm"
     assert (s.waiting, s.running) == (5.0, 5.0)  # 4 + 1, 3 + 2
     assert s.kv_usage == 0.5  # mean of 0.25 and 0.75
+    # num_gpu_blocks is the front end's sum, on each engine's series: read once, not summed again
     assert (s.kv_blocks_total, s.kv_block_size, s.kv_capacity_tokens) == (2000, 16, 32000)
     assert s.preemptions_total == 5.0
     assert (s.prefix_cache_hits_total, s.prefix_cache_queries_total) == (500.0, 2000.0)
@@ -70,9 +71,23 @@ def test_vllm_single_engine_and_lora_with_escaped_names() -> None:
     for body, ctype in ((r.text, TEXT), (r.openmetrics, OM)):
         s = _read(body, ctype, names.ENGINE_VLLM)
         assert s.lora_adapters == tuple(sorted((weird, "fr-lora", "de-lora")))  # most recent series only
-        assert (s.waiting, s.running, s.kv_blocks_total) == (4.0, 3.0, 1000)
+        assert (s.waiting, s.running, s.kv_blocks_total, s.kv_capacity_tokens) == (4.0, 3.0, 1000, 16000)
         _hist_equal(s.histograms["ttft"], _expected_hist(ex.VLLM_TTFT, ex.TTFT_OBS, ("0",)))
         assert EngineSample.from_json(s.to_event().to_json()).lora_adapters == sorted((weird, "fr-lora", "de-lora"))
+
+
+def test_vllm_kv_capacity_from_its_cache_config() -> None:
+    """vLLM writes its front end's one cache config under every engine: ``num_gpu_blocks`` is
+    already the sum over the data-parallel engines (read once), ``kv_cache_size_tokens`` one
+    engine's capacity (counted per engine; for a hybrid-attention model it is not blocks x block
+    size); a release that does not publish it gives blocks x block size."""
+    hybrid = _read(ex.vllm(kv_size_tokens=9000).text, TEXT)
+    assert (hybrid.kv_blocks_total, hybrid.kv_block_size, hybrid.kv_capacity_tokens) == (2000, 16, 18000)
+    older = _read(ex.vllm(kv_size_tokens=None).text, TEXT)
+    assert (older.kv_blocks_total, older.kv_capacity_tokens) == (2000, 32000)
+    one = _read(ex.vllm(engines=("1",), preemptions={"1": 1}, hits={"1": 1}, queries={"1": 2}, usage={"1": 0.5},
+                        kv_size_tokens=None).text, TEXT)  # one engine of an external data-parallel deployment
+    assert (one.kv_blocks_total, one.kv_capacity_tokens) == (1000, 16000)
 
 
 @pytest.mark.parametrize("fmt", ["text", "openmetrics"])
