@@ -3,7 +3,7 @@
 vLLM, SGLang and trtllm-serve all expose through prometheus-client, so their texts are rendered
 by prometheus-client from registries declared with each engine's names, types, label names and
 default buckets as its source defines them (vLLM ``vllm/v1/metrics/loggers.py``, SGLang
-``python/sglang/srt/metrics/collector.py``, TensorRT-LLM ``tensorrt_llm/metrics/collector.py``):
+``python/sglang/srt/observability/metrics_collector.py``, TensorRT-LLM ``tensorrt_llm/metrics/collector.py``):
 ``text`` is the Prometheus text format (0.0.4, with prometheus-client's ``_created`` gauges),
 ``openmetrics`` OpenMetrics 1.0 (``_created`` samples, ``# EOF``; names unescaped, see :func:`render`). Triton's C++ exposition
 (prometheus-cpp) is written out by hand from the backend's README and metrics reporter. A few
@@ -29,8 +29,8 @@ SGLANG_TTFT = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 
 SGLANG_E2E = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
 SGLANG_ITL = [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
               0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000]
-SGLANG_QUEUE = [0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300,
-                400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000]
+SGLANG_QUEUE = [0.0, 0.001, 0.005, 0.010, 0.050, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80,
+                90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000]
 TRT_TTFT = VLLM_TTFT
 TRT_TPOT = VLLM_TPOT
 TRT_REQUEST = VLLM_REQUEST
@@ -132,47 +132,76 @@ def vllm(*, model: str = "meta-llama/Llama-3.1-8B-Instruct", engines: tuple[str,
 
 
 # -- SGLang ------------------------------------------------------------------------------------------
-def sglang(*, model: str = "Qwen/Qwen2.5-7B-Instruct", ranks: tuple[str, ...] = ("0", "1")) -> Rendered:
-    """SGLang's scheduler and tokenizer collectors; labels model_name, dp_rank (one scheduler per
-    data-parallel rank), as the server sets them."""
+def sglang(*, model: str = "Qwen/Qwen2.5-7B-Instruct", ranks: tuple[str, ...] = ("0", "1"), tp: int = 2, pp: int = 1,
+           all_schedulers: bool = False, priority: bool = False, pages: bool = True) -> Rendered:
+    """SGLang's scheduler and tokenizer collectors, labelled as the server labels them.
+
+    One scheduler per data-parallel rank (``ranks``) x tensor rank (``tp``) x pipeline stage
+    (``pp``), labels model_name, engine_type, tp_rank, pp_rank, moe_ep_rank, dp_rank (and
+    ``priority`` with priority scheduling). Each reports its data-parallel rank's capacity, page
+    layout, retractions and queue times (every scheduler: the same requests); the queue gauges
+    only on tensor rank 0 of each pipeline stage, or on every rank with ``all_schedulers``
+    (``--enable-metrics-for-all-schedulers``); with ``priority`` the queue gauges carry the total
+    under ``priority=""`` beside a per-priority split. The tokenizer's series have no ranks (it
+    serves every data-parallel rank): model_name, engine_type, and ``is_streaming`` on TTFT, E2E
+    and prompt tokens, ``cache_source`` on cached tokens. ``pages``: the release publishes
+    ``page_size`` / ``num_pages``."""
     reg = CollectorRegistry()
-    ln = ["model_name", "dp_rank"]
-    running = Gauge("sglang:num_running_reqs", "The number of running requests.", ln, registry=reg)
-    queue_reqs = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", ln, registry=reg)
-    used = Gauge("sglang:num_used_tokens", "The number of used tokens.", ln, registry=reg)
-    usage = Gauge("sglang:token_usage", "The token usage.", ln, registry=reg)
-    hit_rate = Gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", ln, registry=reg)
-    max_tokens = Gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", ln,
+    sl = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"] + (["priority"] if priority else [])
+    tl = ["model_name", "engine_type"]
+    running = Gauge("sglang:num_running_reqs", "The number of running requests.", sl, registry=reg)
+    queue_reqs = Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", sl, registry=reg)
+    used = Gauge("sglang:num_used_tokens", "The number of used tokens.", sl, registry=reg)
+    usage = Gauge("sglang:token_usage", "The token usage.", sl, registry=reg)
+    hit_rate = Gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", sl, registry=reg)
+    max_tokens = Gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", sl,
                        registry=reg)
-    gen = Gauge("sglang:gen_throughput", "The generation throughput (token/s).", ln, registry=reg)
-    retracted_old = Gauge("sglang:num_retracted_reqs", "The number of retracted requests.", ln, registry=reg)
-    retracted = Counter("sglang:num_retracted_requests", "Total number of retracted requests.", ln, registry=reg)
-    prompt = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", ln, registry=reg)
-    cached = Counter("sglang:cached_tokens", "Number of cached prompt tokens.", ln, registry=reg)
-    nreq = Counter("sglang:num_requests", "Number of requests processed.", ln, registry=reg)
-    ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ln,
-                     buckets=SGLANG_TTFT, registry=reg)
-    itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ln,
-                    buckets=SGLANG_ITL, registry=reg)
-    e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", ln,
-                    buckets=SGLANG_E2E, registry=reg)
-    queue = Histogram("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", ln,
+    page_size = Gauge("sglang:page_size", "Number of tokens per KV cache page.", sl, registry=reg)
+    num_pages = Gauge("sglang:num_pages", "Number of KV cache pages.", sl, registry=reg)
+    gen = Gauge("sglang:gen_throughput", "The generation throughput (token/s).", sl, registry=reg)
+    retracted_old = Gauge("sglang:num_retracted_reqs", "The number of retracted requests.", sl, registry=reg)
+    retracted = Counter("sglang:num_retracted_requests", "Total number of retracted requests.", sl, registry=reg)
+    queue = Histogram("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", sl,
                       buckets=SGLANG_QUEUE, registry=reg)
+    prompt = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", [*tl, "is_streaming"], registry=reg)
+    cached = Counter("sglang:cached_tokens", "Number of cached prompt tokens.", [*tl, "cache_source"], registry=reg)
+    nreq = Counter("sglang:num_requests", "Number of requests processed.", tl, registry=reg)
+    ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                     [*tl, "is_streaming"], buckets=SGLANG_TTFT, registry=reg)
+    itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tl,
+                    buckets=SGLANG_ITL, registry=reg)
+    e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                    [*tl, "is_streaming"], buckets=SGLANG_E2E, registry=reg)
     for i, r in enumerate(ranks):
-        lab = (model, r)
-        running.labels(*lab).set(7 + i)
-        queue_reqs.labels(*lab).set(2 * i)
-        used.labels(*lab).set(4000)
-        usage.labels(*lab).set(0.2 + 0.4 * i)
-        hit_rate.labels(*lab).set(0.5)
-        max_tokens.labels(*lab).set(100000)
-        gen.labels(*lab).set(1234.5)
-        retracted_old.labels(*lab).set(1)
-        retracted.labels(*lab).inc(1 + i)
-        prompt.labels(*lab).inc(800 + 200 * i)
-        cached.labels(*lab).inc(200 + 100 * i)
-        nreq.labels(*lab).inc(10)
-        for hist, obs in ((ttft, TTFT_OBS), (itl, ITL_OBS), (e2e, E2E_OBS), (queue, QUEUE_OBS)):
+        for t in range(tp):
+            for p in range(pp):
+                lab = (model, "unified", str(t), str(p), str(t), r) + (("",) if priority else ())
+                max_tokens.labels(*lab).set(100000)
+                if pages:
+                    page_size.labels(*lab).set(16)
+                    num_pages.labels(*lab).set(100000 // 16)
+                retracted_old.labels(*lab).set(1)
+                retracted.labels(*lab).inc(1 + i)
+                for v in QUEUE_OBS.get(r, []):
+                    queue.labels(*lab).observe(v)
+                if t != 0 and not all_schedulers:
+                    continue
+                running.labels(*lab).set(7 + i)
+                queue_reqs.labels(*lab).set(2 * i)
+                used.labels(*lab).set(4000)
+                usage.labels(*lab).set(0.2 + 0.4 * i)
+                hit_rate.labels(*lab).set(0.5)
+                gen.labels(*lab).set(1234.5)
+                if priority:  # the split beside the total
+                    running.labels(*lab[:-1], "0").set(3)
+                    running.labels(*lab[:-1], "1").set(4 + i)
+                    queue_reqs.labels(*lab[:-1], "1").set(2 * i)
+        tok = (model, "unified")
+        streaming = "true" if i % 2 == 0 else "false"
+        prompt.labels(*tok, streaming).inc(800 + 200 * i)
+        cached.labels(*tok, ("device", "host")[i % 2]).inc(200 + 100 * i)
+        nreq.labels(*tok).inc(10)
+        for hist, obs, lab in ((ttft, TTFT_OBS, (*tok, streaming)), (itl, ITL_OBS, tok), (e2e, E2E_OBS, (*tok, streaming))):
             for v in obs.get(r, []):
                 hist.labels(*lab).observe(v)
     return render(reg)

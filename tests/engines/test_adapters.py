@@ -90,14 +90,31 @@ def test_vllm_kv_capacity_from_its_cache_config() -> None:
     assert (one.kv_blocks_total, one.kv_capacity_tokens) == (1000, 16000)
 
 
+SGLANG_LAYOUTS = {
+    "one scheduler per rank": {"tp": 1},
+    "tensor parallel": {"tp": 2},
+    "tensor and pipeline parallel": {"tp": 2, "pp": 2},
+    "metrics from all schedulers": {"tp": 4, "all_schedulers": True},
+    "priority scheduling": {"tp": 2, "priority": True},
+}
+
+
+@pytest.mark.parametrize("layout", list(SGLANG_LAYOUTS))
 @pytest.mark.parametrize("fmt", ["text", "openmetrics"])
-def test_sglang(fmt: str) -> None:
-    r = ex.sglang()
-    s = _read(getattr(r, fmt), OM if fmt == "openmetrics" else TEXT)
+def test_sglang(fmt: str, layout: str) -> None:
+    """Two data-parallel ranks of SGLang, each served by several schedulers that all report it:
+    one scheduler per data-parallel rank is read, the ranks are summed."""
+    kw = SGLANG_LAYOUTS[layout]
+    r = ex.sglang(**kw)
+    body = getattr(r, fmt)
+    schedulers = kw.get("tp", 1) * kw.get("pp", 1)
+    assert parse(body, OM if fmt == "openmetrics" else TEXT).total(
+        "sglang:max_total_num_tokens") == 200000 * schedulers  # what a plain sum would report
+    s = _read(body, OM if fmt == "openmetrics" else TEXT)
     assert s.engine == "sglang"
     assert (s.waiting, s.running) == (2.0, 15.0)  # ranks 0+2, 7+8
     assert s.kv_usage == pytest.approx(0.4)  # mean of 0.2 and 0.6
-    assert (s.kv_blocks_total, s.kv_block_size) == (None, None)  # token-granular: no blocks exposed
+    assert (s.kv_blocks_total, s.kv_block_size) == (12500, 16)  # pages of 16 tokens, 6250 per rank
     assert s.kv_capacity_tokens == 200000
     assert s.preemptions_total == 3.0  # retractions 1 + 2
     assert (s.prefix_cache_hits_total, s.prefix_cache_queries_total) == (500.0, 1800.0)
@@ -109,6 +126,15 @@ def test_sglang(fmt: str) -> None:
     _hist_equal(s.histograms["e2e"], _expected_hist(ex.SGLANG_E2E, ex.E2E_OBS, ranks))
     _hist_equal(s.histograms["queue"], _expected_hist(ex.SGLANG_QUEUE, ex.QUEUE_OBS, ranks))
     s.to_event().validate()
+
+
+def test_sglang_without_pages_or_data_parallelism() -> None:
+    """A release without page_size / num_pages leaves blocks None (the capacity stays in tokens);
+    one data-parallel rank on tensor-parallel schedulers is read once."""
+    s = _read(ex.sglang(ranks=("0",), tp=8, pages=False).text, TEXT)
+    assert (s.kv_blocks_total, s.kv_block_size, s.kv_capacity_tokens) == (None, None, 100000)
+    assert (s.waiting, s.running, s.preemptions_total) == (0.0, 7.0, 1.0)
+    _hist_equal(s.histograms["queue"], _expected_hist(ex.SGLANG_QUEUE, ex.QUEUE_OBS, ("0",)))
 
 
 @pytest.mark.parametrize("fmt", ["text", "openmetrics"])

@@ -82,7 +82,7 @@ def test_engines_command_spools_samples_and_serves_metrics(tmp_path: Path) -> No
     v, s = by["r0"][-1], by["r1"][-1]
     assert (v.engine, v.pool, v.waiting, v.kv_blocks_total, v.preemptions_total) == ("vllm", "default", 5.0, 2000, 5.0)
     assert v.ttft is not None and v.ttft["count"] == 5 and v.lora_adapters is None
-    assert (s.engine, s.pool, s.running, s.kv_block_size, s.prefix_cache_hit_rate) == ("sglang", "canary", 15.0, None, 0.5)
+    assert (s.engine, s.pool, s.running, s.kv_block_size, s.prefix_cache_hit_rate) == ("sglang", "canary", 15.0, 16, 0.5)
 
 
 def test_once_prints_samples_and_fails_when_a_replica_is_down(tmp_path: Path) -> None:
