@@ -3,7 +3,13 @@
 Names come from the backend's ``custom_metrics_reporter.cc`` and README, at the commit named on
 the page. Each family is a gauge with one series per category label; Triton core's opt-in TTFT
 histogram is converted from ms, and what Triton does not expose (ITL, E2E, queue histograms,
-preemptions) stays None rather than being guessed.
+preemptions, a prefix-cache denominator) stays None rather than being guessed.
+
+``request_type="active"`` counts the requests the batcher holds, ``"scheduled"`` those in this
+iteration's batch and ``"waiting"`` the rest (the backend writes active - scheduled,
+``model_instance_state.cc``): running is ``scheduled``, as in the Gateway API Inference
+Extension's model-server table. ``kv_cache_block_type="reused"`` is the executor's cumulative
+reused-block count: the prefix-cache hits, in blocks, with no queries to divide them by.
 See docs/engines.md#what-it-reads-from-each-engine.
 """
 
@@ -38,19 +44,18 @@ def read(expo: Exposition) -> dict[str, Any]:
     if usage is None and blocks:
         used = kv("used")
         usage = None if used is None else used / blocks
-    reused, alloc_total = kv("reused"), kv("alloc_total")
     models = {labels.get("model") for labels, _ in expo.series(_REQ) + expo.series(_KV)}
     ttft = expo.histogram("nv_inference_first_response_histogram_ms", lambda labels: labels.get("model") in models)
     return {
         "waiting": expo.total(_REQ, _is("request_type", "waiting")),
-        "running": expo.total(_REQ, _is("request_type", "active")),
+        "running": expo.total(_REQ, _is("request_type", "scheduled")),
         "kv_usage": usage,
         "kv_blocks_total": blocks,
         "kv_block_size": size,
         "kv_capacity_tokens": blocks * size if blocks is not None and size is not None else None,
         "preemptions_total": None,
-        "prefix_cache_hits_total": reused if alloc_total is not None else None,
-        "prefix_cache_queries_total": alloc_total if reused is not None else None,
+        "prefix_cache_hits_total": kv("reused"),
+        "prefix_cache_queries_total": None,
         "prefix_cache_hit_rate": None,
         "lora_adapters": None,
         "histograms": {"ttft": None if ttft is None else ttft.scaled(0.001), "itl": None, "e2e": None, "queue": None},

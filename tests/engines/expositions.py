@@ -265,7 +265,7 @@ nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting",version="
 nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="context",version="1"} 1
 nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="scheduled",version="1"} 5
 nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 512
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 5
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 8
 # HELP nv_trt_llm_runtime_memory_metrics TRT LLM runtime memory metrics
 # TYPE nv_trt_llm_runtime_memory_metrics gauge
 nv_trt_llm_runtime_memory_metrics{memory_type="pinned",model="tensorrt_llm",version="1"} 0
@@ -278,14 +278,13 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="tensor
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm",version="1"} 3042
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="free",model="tensorrt_llm",version="1"} 3198
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} 6240
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="alloc_total",model="tensorrt_llm",version="1"} 800
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="alloc_new",model="tensorrt_llm",version="1"} 600
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused",model="tensorrt_llm",version="1"} 200
 # HELP nv_trt_llm_inflight_batcher_metrics TRT LLM inflight_batcher-specific metrics
 # TYPE nv_trt_llm_inflight_batcher_metrics gauge
 nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="micro_batch_id",model="tensorrt_llm",version="1"} 0
 nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests",model="tensorrt_llm",version="1"} 4
 nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="total_context_tokens",model="tensorrt_llm",version="1"} 512
+nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="paused_requests",model="tensorrt_llm",version="1"} 0
 # HELP nv_trt_llm_general_metrics General TRT LLM metrics
 # TYPE nv_trt_llm_general_metrics gauge
 nv_trt_llm_general_metrics{general_type="iteration_counter",model="tensorrt_llm",version="1"} 812

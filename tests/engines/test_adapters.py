@@ -157,9 +157,9 @@ def test_trtllm(fmt: str) -> None:
 def test_triton() -> None:
     s = _read(ex.TRITON, TEXT)
     assert s.engine == "triton"
-    assert (s.waiting, s.running, s.kv_usage) == (3.0, 5.0, 0.4875)
+    assert (s.waiting, s.running, s.kv_usage) == (3.0, 5.0, 0.4875)  # active 8 = waiting 3 + scheduled 5
     assert (s.kv_blocks_total, s.kv_block_size, s.kv_capacity_tokens) == (6240, 64, 399360)
-    assert (s.prefix_cache_hits_total, s.prefix_cache_queries_total) == (200.0, 800.0)
+    assert (s.prefix_cache_hits_total, s.prefix_cache_queries_total) == (200.0, None)  # reused blocks; no denominator
     assert s.preemptions_total is None and s.lora_adapters is None and s.prefix_cache_hit_rate is None
     ttft = s.histograms["ttft"]  # the tensorrt_llm model's, not the ensemble's; ms -> s
     _hist_equal(ttft, Histogram((0.1, 0.5, 2.0, 5.0), (12, 32, 39, 40), 8.0, 40))
