@@ -28,22 +28,27 @@ log = logging.getLogger(__name__)
 Resolve = Callable[[], Awaitable[list[Target]]]
 
 
-def metrics_url(base_url: str, path: str) -> str:
-    """``base_url`` + the metrics path (``/metrics`` unless told)."""
+def metrics_url(base_url: str, path: str | None, engine: str = names.ENGINE_AUTO) -> str:
+    """``base_url`` + the metrics path: ``path`` when told, else where ``engine`` serves its
+    exposition (``names.ENGINE_METRICS_PATHS``, ``/metrics`` for the others and ``auto``)."""
+    if path is None:
+        path = names.ENGINE_METRICS_PATHS.get(engine, names.METRICS_PATH)
     return base_url.rstrip("/") + (path if path.startswith("/") else "/" + path)
 
 
-def targets_of(found: Iterable[Found], *, default_pool: str, path: str,
+def targets_of(found: Iterable[Found], *, default_pool: str, path: str | None,
                engine_of: Callable[[str], str]) -> list[Target]:
     """A discovery answer as scrape targets, with the gateway's ids (first of a duplicate id wins)."""
     out: dict[str, Target] = {}
     for f in found:
         rid = replica_id(f.pool, f.url, default_pool)
-        out.setdefault(rid, Target(rid, f.pool, metrics_url(f.url, path), engine_of(f.pool)))
+        engine = engine_of(f.pool)
+        out.setdefault(rid, Target(rid, f.pool, metrics_url(f.url, path, engine), engine))
     return list(out.values())
 
 
-def from_source(source: ReplicaSource, *, default_pool: str, path: str, engine_of: Callable[[str], str]) -> Resolve:
+def from_source(source: ReplicaSource, *, default_pool: str, path: str | None,
+                engine_of: Callable[[str], str]) -> Resolve:
     """A :data:`Resolve` asking a discovery source (file or dns)."""
     async def resolve() -> list[Target]:
         return targets_of(await source.resolve(), default_pool=default_pool, path=path, engine_of=engine_of)

@@ -87,6 +87,14 @@ OnFailure = Callable[[Target, ScrapeError, float], None]  # target, error, secon
 TICKS_PER_INTERVAL = 10
 
 
+def _json_hint(raw: bytes) -> str:
+    """What a JSON body at the metrics path most likely is, and where the exposition is."""
+    if raw.lstrip()[:1] not in (b"[", b"{"):
+        return ""
+    return (" (a JSON body: trtllm-serve answers /metrics with its iteration stats and serves Prometheus "
+            f"metrics at {names.ENGINE_METRICS_PATHS[names.ENGINE_TRTLLM]}: set engine.types POOL=trtllm or --path)")
+
+
 def on_tick(t: float, tick_s: float) -> float:
     """``t`` (loop time) moved to the nearest tick of the grid every ``tick_s`` seconds."""
     return round(t / tick_s) * tick_s
@@ -168,7 +176,10 @@ class Scraper:
         except TimeoutError:
             raise ScrapeError(names.ENGINE_FAIL_TIMEOUT, f"no complete answer in engine.timeout_s {e.timeout_s} s") from None
         except FetchError as exc:
-            raise ScrapeError(exc.reason, str(exc)) from None
+            hint = ""
+            if target.engine == names.ENGINE_TRTLLM and str(exc) == "HTTP 404":
+                hint = " (trtllm-serve mounts its Prometheus metrics only with return_perf_metrics enabled)"
+            raise ScrapeError(exc.reason, f"{exc}{hint}") from None
         return resp.body, resp.content_type
 
     async def scrape(self, target: Target) -> tuple[EngineSnapshot, float]:
@@ -202,9 +213,9 @@ class Scraper:
                     else await asyncio.to_thread(parse, body, ctype, READS, state.reuse, runs))
             snap = snapshot(expo, target.engine, replica=target.replica, pool=target.pool, ts=ts)
         except ParseError as exc:
-            raise ScrapeError(names.ENGINE_FAIL_PARSE, str(exc)) from None
+            raise ScrapeError(names.ENGINE_FAIL_PARSE, f"{exc}{_json_hint(raw)}") from None
         except UnknownEngine as exc:
-            raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, str(exc)) from None
+            raise ScrapeError(names.ENGINE_FAIL_UNKNOWN_ENGINE, f"{exc}{_json_hint(raw)}") from None
         state.keep_adapted(raw, expo.kept, ctype, read_as, snap)
         return state.update(snap)
 

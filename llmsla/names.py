@@ -179,6 +179,11 @@ ENGINE_TRTLLM = "trtllm"
 ENGINE_TRITON = "triton"
 ENGINES: tuple[str, ...] = (ENGINE_VLLM, ENGINE_SGLANG, ENGINE_TRTLLM, ENGINE_TRITON)
 ENGINE_TYPES: tuple[str, ...] = (ENGINE_AUTO, *ENGINES)
+#: Where a replica serves its Prometheus metrics unless told (``llmsla engines --path``):
+#: ``/metrics``, but trtllm-serve answers there with its iteration stats as JSON and mounts the
+#: exposition at ``/prometheus/metrics`` (``tensorrt_llm/serve/openai_server.py``).
+METRICS_PATH = "/metrics"
+ENGINE_METRICS_PATHS: dict[str, str] = {ENGINE_TRTLLM: "/prometheus/metrics"}
 #: The pod label the Gateway API Inference Extension reads an engine's type from; ``engine.types``
 #: takes the same values per pool.
 ENGINE_TYPE_POD_LABEL = "inference.networking.k8s.io/engine-type"

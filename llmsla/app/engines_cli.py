@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
                         "(ids r0, r1, ... in this order; pool gateway.pool unless POOL= is given)")
     p.add_argument("--type", dest="engine_type", metavar="ENGINE",
                    help="engine type of every replica (auto|vllm|sglang|trtllm|triton), over engine.types")
-    p.add_argument("--path", default="/metrics", help="metrics path on each replica (default /metrics)")
+    p.add_argument("--path", help="metrics path on every replica (default: /metrics; /prometheus/metrics "
+                                   "where the pool's engine type is trtllm)")
     p.add_argument("--host", type=argtypes.host, help="listen address (engine.host)")
     p.add_argument("--port", type=argtypes.port0, help="listen port (engine.port); 0 = a free one")
     p.add_argument("--once", action="store_true",
@@ -35,10 +36,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=engines_main)
 
 
-def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, path: str) -> list[Any]:
+def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, path: str | None) -> list[Any]:
     """The replicas to scrape, with the gateway's ids and each pool's engine type."""
     from llmsla import names
     from llmsla.config import ConfigError, split_pool_spec, url_problem
+    from llmsla.engines.follow import metrics_url
     from llmsla.engines.scrape import Target
     from llmsla.redaction import redact
 
@@ -62,12 +64,12 @@ def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, p
         pairs = [(r.id, r.pool, r.url) for r in replicas_from_config(cfg)]
     if not pairs and cfg.gateway.discovery == "static":
         raise ConfigError("no replicas: set gateway.upstreams / gateway.pools, gateway.discovery, or pass --upstream URL")
-    suffix = path if path.startswith("/") else "/" + path
-    return [Target(rid, pool, url + suffix, engine_type or cfg.engine.engine_of(pool)) for rid, pool, url in pairs]
+    engines = {pool: engine_type or cfg.engine.engine_of(pool) for _, pool, _ in pairs}
+    return [Target(rid, pool, metrics_url(url, path, engines[pool]), engines[pool]) for rid, pool, url in pairs]
 
 
 def following(cfg: Config, static: list[Any], upstreams: list[str] | None, engine_type: str | None,
-              path: str) -> tuple[Any, str, str]:
+              path: str | None) -> tuple[Any, str, str]:
     """(resolve, source label, description): what ``llmsla engines`` follows. ``--upstream`` or
     ``gateway.discovery`` static: the fixed ``static`` targets; file or dns: the gateway's source
     (the static ``gateway.pools`` replicas, r0, r1, ..., stay scraped alongside)."""

@@ -102,8 +102,8 @@ def gateway(cfg: Config, *, registry: CollectorRegistry | None = None, spool: Sp
     return gateway_mod.Gateway(cfg, plane=plane, recorder=rec, registry=registry, background=background)
 
 
-def engine_signals(cfg: Config, router: Router, *, path: str = "/metrics") -> Callable[[asyncio.Event], Awaitable[None]]:
-    """``gateway.engine_signals``: a loop that scrapes the router's replicas' own ``/metrics``
+def engine_signals(cfg: Config, router: Router, *, path: str | None = None) -> Callable[[asyncio.Event], Awaitable[None]]:
+    """``gateway.engine_signals``: a loop that scrapes the router's replicas' own metrics
     with the engine adapters (``engine.*``: interval, timeout, size, engine type per pool),
     follows the router's replicas as discovery changes them, and hands each sample's queue and
     KV-cache usage to ``Router.update_engine`` (docs/control.md#engine-signals). Built here: the
@@ -113,8 +113,12 @@ def engine_signals(cfg: Config, router: Router, *, path: str = "/metrics") -> Ca
     from llmsla.engines.scrape import Scraper, Target
 
     def replicas() -> list[Target]:
-        return [Target(r.id, r.pool, metrics_url(r.url, path), cfg.engine.engine_of(r.pool))
-                for r in router.replicas() if r.url]
+        out = []
+        for r in router.replicas():
+            if r.url:
+                engine = cfg.engine.engine_of(r.pool)
+                out.append(Target(r.id, r.pool, metrics_url(r.url, path, engine), engine))
+        return out
 
     async def resolve() -> list[Target]:
         return replicas()

@@ -31,6 +31,25 @@ def _engine_app(body: str, ctype: str) -> web.Application:
     return app
 
 
+def _trtllm_serve_app(exposition: str | None) -> web.Application:
+    """trtllm-serve's routes: ``/metrics`` answers with the iteration stats as JSON; the
+    Prometheus exposition is mounted at ``/prometheus/metrics`` only with return_perf_metrics
+    (``exposition`` None: without)."""
+    async def stats(_request: web.Request) -> web.Response:
+        return web.json_response([{"iter": 812, "numActiveRequests": 6, "numQueuedRequests": 11,
+                                   "kvCacheStats": {"maxNumBlocks": 6400, "usedNumBlocks": 2000}}])
+
+    async def metrics(_request: web.Request) -> web.Response:
+        assert exposition is not None
+        return web.Response(body=exposition.encode(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    app = web.Application()
+    app.router.add_get("/metrics", stats)
+    if exposition is not None:
+        app.router.add_get("/prometheus/metrics", metrics)
+    return app
+
+
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "llmsla", *args], capture_output=True, text=True, env=env, timeout=120)
 
@@ -88,9 +107,11 @@ def test_engines_command_spools_samples_and_serves_metrics(tmp_path: Path) -> No
 def test_once_prints_samples_and_fails_when_a_replica_is_down(tmp_path: Path) -> None:
     env = {**os.environ, "LLMSLA_SPOOL_DIR": str(tmp_path / "spool")}
     with BackgroundServer() as bg:
-        trt = bg.serve(_engine_app(ex.trtllm().text, "text/plain; version=0.0.4"), "127.0.0.1", 0)
+        trt = bg.serve(_trtllm_serve_app(ex.trtllm().text), "127.0.0.1", 0)
         tri = bg.serve(_engine_app(ex.TRITON, "text/plain; charset=utf-8"), "127.0.0.1", 0)
-        ok = _run("engines", "--once", "--upstream", trt.url, "--upstream", tri.url, env=env)
+        # a trtllm pool is scraped at /prometheus/metrics, the others (auto here) at /metrics
+        ok = _run("engines", "--once", "--upstream", trt.url, "--upstream", f"canary={tri.url}",
+                  env={**env, "LLMSLA_ENGINE_TYPES": "default=trtllm"})
         assert ok.returncode == 0, ok.stderr
         got = json.loads(ok.stdout)
         assert got["r0"]["sample"]["engine"] == "trtllm" and got["r1"]["sample"]["engine"] == "triton"
@@ -103,6 +124,16 @@ def test_once_prints_samples_and_fails_when_a_replica_is_down(tmp_path: Path) ->
         assert gw.returncode == 0, gw.stderr
         got = {rid: (v["sample"]["pool"], v["sample"]["engine"]) for rid, v in json.loads(gw.stdout).items()}
         assert got == {"r0": ("default", "trtllm"), "r1": ("canary", "triton")}
+        # not told it is trtllm-serve: its /metrics is JSON, and the failure says where to look
+        auto = _run("engines", "--once", "--upstream", trt.url, env=env)
+        assert auto.returncode == 1, auto.stdout
+        err = json.loads(auto.stdout)["r0"]
+        assert err["reason"] in ("parse", "unknown_engine") and "/prometheus/metrics" in err["error"], err
+        assert _run("engines", "--once", "--upstream", trt.url, "--path", "/prometheus/metrics", env=env).returncode == 0
+        bare = bg.serve(_trtllm_serve_app(None), "127.0.0.1", 0)
+        off = _run("engines", "--once", "--upstream", bare.url, "--type", "trtllm", env=env)
+        err = json.loads(off.stdout)["r0"]
+        assert off.returncode == 1 and err["reason"] == "http_status" and "return_perf_metrics" in err["error"], err
         down = _run("engines", "--once", "--upstream", f"http://127.0.0.1:{services.free_port()}", env=env)
         assert down.returncode == 1 and json.loads(down.stdout)["r0"]["reason"] == "connect"
 
