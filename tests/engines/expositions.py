@@ -208,13 +208,17 @@ def sglang(*, model: str = "Qwen/Qwen2.5-7B-Instruct", ranks: tuple[str, ...] = 
 
 
 # -- trtllm-serve ------------------------------------------------------------------------------------
-def trtllm(*, reused: float = 30, missed: float = 90, cumulative_labels: dict[str, str] | None = None) -> Rendered:
+def trtllm(*, reused: float = 30, missed: float = 90, cumulative_labels: dict[str, str] | None = None,
+           prompt_tokens: tuple[float, float] | None = (1800, 450)) -> Rendered:
     """TensorRT-LLM's ``MetricsCollector`` with the labels trtllm-serve passes (model_name,
-    engine_type); iteration stats and per-request perf metrics enabled."""
+    engine_type; its gauges also carry the writing process's ``pid``, as its multiprocess
+    collector labels them); iteration stats and per-request perf metrics enabled.
+    ``prompt_tokens``: the per-request (prompt, cached) token counters (None: a release without)."""
     reg = CollectorRegistry()
     labels = cumulative_labels or {"model_name": "nvidia/Llama-3.1-8B-Instruct-FP8", "engine_type": "trtllm"}
     ln = list(labels)
     lab = list(labels.values())
+    gln, glab = [*ln, "pid"], [*lab, "4242"]
     p = "trtllm_"
     ok = Counter(p + "request_success_total", "Count of successfully processed requests.", [*ln, "finished_reason"],
                  registry=reg)
@@ -226,34 +230,39 @@ def trtllm(*, reused: float = 30, missed: float = 90, cumulative_labels: dict[st
                      buckets=TRT_TPOT, registry=reg)
     queue = Histogram(p + "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", ln,
                       buckets=TRT_REQUEST, registry=reg)
-    hit_rate = Gauge(p + "kv_cache_hit_rate", "KV cache hit rate", ln, registry=reg)
+    hit_rate = Gauge(p + "kv_cache_hit_rate", "KV cache hit rate", gln, registry=reg)
     reused_c = Counter(p + "kv_cache_reused_blocks", "Cumulative number of KV cache blocks reused (cache hits)", ln,
                        registry=reg)
     missed_c = Counter(p + "kv_cache_missed_blocks", "Cumulative number of KV cache blocks missed (cache misses)", ln,
                        registry=reg)
-    util = Gauge(p + "kv_cache_utilization", "KV cache utilization", ln, registry=reg)
-    running = Gauge(p + "num_requests_running", "Number of active requests", ln, registry=reg)
-    waiting = Gauge(p + "num_requests_waiting", "Number of queued requests", ln, registry=reg)
-    max_blocks = Gauge(p + "kv_cache_max_blocks", "Maximum number of KV cache blocks", ln, registry=reg)
-    free_blocks = Gauge(p + "kv_cache_free_blocks", "Number of free KV cache blocks", ln, registry=reg)
-    used_blocks = Gauge(p + "kv_cache_used_blocks", "Number of used KV cache blocks", ln, registry=reg)
-    per_block = Gauge(p + "kv_cache_tokens_per_block", "Number of tokens per KV cache block", ln, registry=reg)
-    gpu_mem = Gauge(p + "gpu_memory_usage_bytes", "GPU memory usage in bytes", ln, registry=reg)
+    util = Gauge(p + "kv_cache_utilization", "KV cache utilization", gln, registry=reg)
+    running = Gauge(p + "num_requests_running", "Number of active requests", gln, registry=reg)
+    waiting = Gauge(p + "num_requests_waiting", "Number of queued requests", gln, registry=reg)
+    max_blocks = Gauge(p + "kv_cache_max_blocks", "Maximum number of KV cache blocks", gln, registry=reg)
+    free_blocks = Gauge(p + "kv_cache_free_blocks", "Number of free KV cache blocks", gln, registry=reg)
+    used_blocks = Gauge(p + "kv_cache_used_blocks", "Number of used KV cache blocks", gln, registry=reg)
+    per_block = Gauge(p + "kv_cache_tokens_per_block", "Number of tokens per KV cache block", gln, registry=reg)
+    gpu_mem = Gauge(p + "gpu_memory_usage_bytes", "GPU memory usage in bytes", gln, registry=reg)
     ok.labels(*lab, "stop").inc(4)
     for hist, obs in ((ttft, TTFT_OBS), (tpot, ITL_OBS), (e2e, E2E_OBS), (queue, QUEUE_OBS)):
         for v in obs["0"]:
             hist.labels(*lab).observe(v)
-    hit_rate.labels(*lab).set(0.4)
+    hit_rate.labels(*glab).set(0.4)
     reused_c.labels(*lab).inc(reused)
     missed_c.labels(*lab).inc(missed)
-    util.labels(*lab).set(0.3125)
-    running.labels(*lab).set(6)
-    waiting.labels(*lab).set(11)
-    max_blocks.labels(*lab).set(6400)
-    free_blocks.labels(*lab).set(4400)
-    used_blocks.labels(*lab).set(2000)
-    per_block.labels(*lab).set(32)
-    gpu_mem.labels(*lab).set(1.5e10)
+    util.labels(*glab).set(0.3125)
+    running.labels(*glab).set(6)
+    waiting.labels(*glab).set(11)
+    max_blocks.labels(*glab).set(6400)
+    free_blocks.labels(*glab).set(4400)
+    used_blocks.labels(*glab).set(2000)
+    per_block.labels(*glab).set(32)
+    gpu_mem.labels(*glab).set(1.5e10)
+    if prompt_tokens is not None:
+        prompt = Counter(p + "prompt_tokens", "Number of prefill tokens processed", ln, registry=reg)
+        cached = Counter(p + "prompt_cached_tokens", "Number of cached prompt tokens", ln, registry=reg)
+        prompt.labels(*lab).inc(prompt_tokens[0])
+        cached.labels(*lab).inc(prompt_tokens[1])
     return render(reg)
 
 

@@ -145,8 +145,10 @@ def test_trtllm(fmt: str) -> None:
     assert (s.waiting, s.running, s.kv_usage) == (11.0, 6.0, 0.3125)
     assert (s.kv_blocks_total, s.kv_block_size, s.kv_capacity_tokens) == (6400, 32, 204800)
     assert s.preemptions_total is None and s.lora_adapters is None
-    assert (s.prefix_cache_hits_total, s.prefix_cache_queries_total) == (30.0, 120.0)  # blocks: reused, reused+missed
+    assert (s.prefix_cache_hits_total, s.prefix_cache_queries_total) == (450.0, 1800.0)  # prompt tokens: cached, all
     assert s.prefix_cache_hit_rate == 0.4
+    blocks = _read(ex.trtllm(prompt_tokens=None).text, TEXT)  # without the per-request counters: blocks
+    assert (blocks.prefix_cache_hits_total, blocks.prefix_cache_queries_total) == (30.0, 120.0)  # reused, reused+missed
     _hist_equal(s.histograms["ttft"], _expected_hist(ex.TRT_TTFT, ex.TTFT_OBS, ("0",)))
     _hist_equal(s.histograms["itl"], _expected_hist(ex.TRT_TPOT, ex.ITL_OBS, ("0",)))
     _hist_equal(s.histograms["e2e"], _expected_hist(ex.TRT_REQUEST, ex.E2E_OBS, ("0",)))
