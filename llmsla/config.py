@@ -543,7 +543,7 @@ class EngineConfig:
     max_bytes: int = _k(8 << 20, "largest /metrics body read; a longer one is a failed scrape (a replica that streams forever)", minimum=1024)
     backoff_max_s: float = _k(30.0, "a failing replica is retried after scrape_interval_s, doubling per failure up to this", minimum=0.05)
     types: list[str] = _k([], f"engine type per pool as pool=engine, engine one of {', '.join(names.ENGINE_TYPES)} "
-                              f"(what the pod label {names.ENGINE_TYPE_POD_LABEL} says for the pool's replicas); a pool not listed is auto (by metric prefix)",
+                              f"(what the pod label {names.ENGINE_TYPE_POD_LABEL} says for the pool's replicas); a pool not listed is auto (by metric prefix); a trtllm pool is scraped at /prometheus/metrics, where trtllm-serve serves Prometheus metrics",
                           check=_engine_specs_problem)
     host: str = _k("127.0.0.1", "listen address of `llmsla engines` (/metrics)", kind="host")
     port: int = _k(9402, "listen port of `llmsla engines` (/metrics)", kind="port")
