@@ -320,9 +320,11 @@ class GatewayTelemetry:
             response_model = self.response_guard.fold(names.L_MODEL, response_model, admit=ok)[0]
         key = (operation, model, response_model or None, pool, replica, arm, server, None if ok else ev.status)
         e2e_s = ev.e2e_ms / 1000.0
+        # the CLIENT span of the hop to the replica lasts from the dispatch to the end
+        client_s = None if ev.replica == names.NO_REPLICA else (ev.e2e_ms - ev.queue_ms) / 1000.0
         self.metrics.record(key, lambda: _metric_attributes(key), ttft_s=ttft_s, e2e_s=e2e_s,
                             tpot_s=tpot_seconds(ev.status, ttft_s, e2e_s, ev.output_tokens),
-                            input_tokens=reported_in, output_tokens=reported_out)
+                            input_tokens=reported_in, output_tokens=reported_out, client_s=client_s)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def force_flush(self, timeout_s: float = 10.0) -> bool:

@@ -157,10 +157,14 @@ TIME_TO_FIRST_TOKEN = instrument(_gm.create_gen_ai_server_time_to_first_token)
 TIME_PER_OUTPUT_TOKEN = instrument(_gm.create_gen_ai_server_time_per_output_token)
 REQUEST_DURATION = instrument(_gm.create_gen_ai_server_request_duration)
 TOKEN_USAGE = instrument(_gm.create_gen_ai_client_token_usage)
+#: Required of an instrumentation that reports GenAI client metrics: the gateway is the replica's
+#: client (the CLIENT span of the hop), and this is that span's duration.
+CLIENT_DURATION = instrument(_gm.create_gen_ai_client_operation_duration)
 #: The advised explicit bucket boundaries of each (``names.GENAI_*_BUCKETS``, from the v1.41.1 docs).
 ADVISED_BOUNDS: dict[str, tuple[float, ...]] = {
     TIME_TO_FIRST_TOKEN[0]: names.GENAI_TTFT_BUCKETS,
     TIME_PER_OUTPUT_TOKEN[0]: names.GENAI_TPOT_BUCKETS,
     REQUEST_DURATION[0]: names.GENAI_DURATION_BUCKETS,
     TOKEN_USAGE[0]: names.TOKEN_USAGE_BUCKETS,
+    CLIENT_DURATION[0]: names.GENAI_DURATION_BUCKETS,
 }

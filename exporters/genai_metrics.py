@@ -64,7 +64,7 @@ class _Hist:
 class _Series:
     """The histograms of one attribute set."""
 
-    __slots__ = ("attrs", "start_ns", "ttft", "tpot", "duration", "tokens_in", "tokens_out")
+    __slots__ = ("attrs", "start_ns", "ttft", "tpot", "duration", "client", "tokens_in", "tokens_out")
 
     def __init__(self, attrs: dict[str, Any], owner: GenAIMetrics) -> None:
         self.attrs = attrs
@@ -72,6 +72,7 @@ class _Series:
         self.ttft = _Hist(len(owner.ttft_bounds))
         self.tpot = _Hist(len(owner.tpot_bounds))
         self.duration = _Hist(len(owner.e2e_bounds))
+        self.client = _Hist(len(owner.e2e_bounds))
         self.tokens_in = _Hist(len(owner.token_bounds))
         self.tokens_out = _Hist(len(owner.token_bounds))
 
@@ -114,10 +115,12 @@ class GenAIMetrics:
 
     # -- recording (request path) ----------------------------------------------------------------
     def record(self, key: tuple, make_attrs: Callable[[], dict[str, Any]], *, ttft_s: float | None,
-               e2e_s: float, tpot_s: float | None, input_tokens: int | None, output_tokens: int | None) -> None:
+               e2e_s: float, tpot_s: float | None, input_tokens: int | None, output_tokens: int | None,
+               client_s: float | None = None) -> None:
         """One finished request. ``key``: a tuple of its attribute values; ``make_attrs`` builds
         the attribute dict, called only the first time a key is seen. None: not observed (no
-        first token, not a success, no usage reported)."""
+        first token, not a success, no usage reported, no replica called: ``client_s`` is the
+        call to the replica, from dispatch to the end)."""
         with self._lock:
             s = self._series.get(key)
             if s is None:
@@ -130,6 +133,8 @@ class GenAIMetrics:
             if tpot_s is not None:
                 s.tpot.add(self.tpot_bounds, tpot_s)
             s.duration.add(self.e2e_bounds, e2e_s)
+            if client_s is not None:
+                s.client.add(self.e2e_bounds, client_s)
             if input_tokens is not None:
                 s.tokens_in.add(self.token_bounds, input_tokens)
             if output_tokens is not None:
@@ -142,6 +147,7 @@ class GenAIMetrics:
         ttft: list[HistogramDataPoint] = []
         tpot: list[HistogramDataPoint] = []
         duration: list[HistogramDataPoint] = []
+        client: list[HistogramDataPoint] = []
         usage: list[HistogramDataPoint] = []
 
         def point(s: _Series, h: _Hist, bounds: tuple[float, ...], attrs: dict[str, Any]) -> HistogramDataPoint:
@@ -157,12 +163,15 @@ class GenAIMetrics:
                     tpot.append(point(s, s.tpot, self.tpot_bounds, s.attrs))
                 if s.duration.n:
                     duration.append(point(s, s.duration, self.e2e_bounds, s.attrs))
+                if s.client.n:
+                    client.append(point(s, s.client, self.e2e_bounds, s.attrs))
                 for h, kind in ((s.tokens_in, genai.TOKEN_INPUT), (s.tokens_out, genai.TOKEN_OUTPUT)):
                     if h.n:
                         usage.append(point(s, h, self.token_bounds, {**s.attrs, genai.TOKEN_TYPE: kind}))
         metrics = []
         for (name, unit, description), points in ((genai.TIME_TO_FIRST_TOKEN, ttft), (genai.TIME_PER_OUTPUT_TOKEN, tpot),
-                                                  (genai.REQUEST_DURATION, duration), (genai.TOKEN_USAGE, usage)):
+                                                  (genai.REQUEST_DURATION, duration), (genai.TOKEN_USAGE, usage),
+                                                  (genai.CLIENT_DURATION, client)):
             if points:
                 metrics.append(Metric(name=name, description=description, unit=unit,
                                       data=Histogram(data_points=points,

@@ -47,6 +47,8 @@ ADVISED = {
     "gen_ai.server.time_per_output_token": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5],
     "gen_ai.server.request.duration": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
                                        40.96, 81.92],
+    "gen_ai.client.operation.duration": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                                         40.96, 81.92],
     "gen_ai.client.token.usage": [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
                                   67108864],
 }
@@ -193,8 +195,13 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
     expect_ttft: Counter = Counter()
     expect_tpot: Counter = Counter()
     expect_tokens: Counter = Counter()
+    expect_client: Counter = Counter()
+    expect_client_s: dict[tuple, float] = defaultdict(float)
     for e in events:
         key = (fold(e.model), e.pool, e.replica, e.arm)
+        if e.replica != names.NO_REPLICA:  # the gateway called a replica: its CLIENT span's duration
+            expect_client[key] += 1
+            expect_client_s[key] += (e.e2e_ms - e.queue_ms) / 1000.0
         ok_stream = e.status == names.STATUS_OK and streamed[e.trace_id]
         expect_count[key] += 1
         expect_ttft[key] += ok_stream
@@ -209,6 +216,11 @@ def test_otlp_points_equal_prometheus_histograms_and_the_spool(tmp_path: Path) -
     assert {k: v["count"] for (n, k), v in hists.items() if n == genai.TIME_PER_OUTPUT_TOKEN[0]} == \
         {k: v for k, v in expect_tpot.items() if v}
     assert tokens == {k: v for k, v in expect_tokens.items() if v}
+    client = {k: v for (n, k), v in hists.items() if n == genai.CLIENT_DURATION[0]}
+    assert {k: v["count"] for k, v in client.items()} == dict(expect_client) and sum(expect_client.values()) >= 20
+    for k, v in client.items():
+        assert v["bounds"] == ADVISED[genai.CLIENT_DURATION[0]] and sum(v["counts"]) == v["count"]
+        assert math.isclose(v["sum"], expect_client_s[k], rel_tol=1e-9)
 
     # the conventions' attributes: error.type exactly on the requests that did not end ok,
     # server.address/port of the replica that served, both operations
