@@ -28,7 +28,13 @@ from prometheus_client import CollectorRegistry, Gauge
 from llmsla import names
 from llmsla.config import Config
 from llmsla.events import GpuSample
-from llmsla.exporters.gpu_signals import DeviceSignals, GpuLost, SignalRecorder, read_signals
+from llmsla.exporters.gpu_signals import (
+    FUNCTION_NOT_FOUND,
+    DeviceSignals,
+    GpuLost,
+    SignalRecorder,
+    read_signals,
+)
 from llmsla.exporters.gpu_xid import XidWatcher
 from llmsla.exporters.metrics import gpu_metrics
 from llmsla.exporters.recorder import GpuRecorder
@@ -62,6 +68,33 @@ def load_nvml() -> ModuleType | None:
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def memory_info(nv: ModuleType, handle: Any) -> Any:
+    """The device's memory as dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` reads it:
+    ``nvmlDeviceGetMemoryInfo_v2``, whose ``used`` leaves out the driver's reserved memory (the v1
+    call's includes it); v1 where the driver or nvidia-ml-py has no v2."""
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
+                raise
+    return nv.nvmlDeviceGetMemoryInfo(handle)
+
+
+def gpu_temperature(nv: ModuleType, handle: Any) -> int:
+    """The GPU die's temperature (C) by ``nvmlDeviceGetTemperatureV``: nvidia-ml-py deprecates
+    ``nvmlDeviceGetTemperature`` ("will be removed in CUDA 14.0"), used where V is missing."""
+    get_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+    if get_v is not None:
+        try:
+            return int(get_v(handle, nv.NVML_TEMPERATURE_GPU))
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
+                raise
+    return int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
 
 
 class GpuCollector:
@@ -148,9 +181,9 @@ class GpuCollector:
         ts = time.time_ns() // 1_000_000
         for i, (h, model_name) in enumerate(zip(self._handles, self._names, strict=True)):
             try:
-                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                mem = memory_info(nv, h)
                 uuid = _text(nv.nvmlDeviceGetUUID(h))
-                temp = float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+                temp = float(gpu_temperature(nv, h))
             except Exception as exc:
                 log.warning("GPU %d: NVML sample failed: %s", i, exc)
                 failed = True

@@ -4,7 +4,8 @@ State lives in module globals so a test configures it before handing the module 
 ``GpuCollector(nvml=fake_nvml)``: ``reset(devices=[...])``, ``FAIL_INIT = code``,
 ``FAIL_SAMPLE = {index}``, ``NOT_SUPPORTED = {"power", "util"}`` (every device) or
 ``Device.unsupported`` (one device; names: power, util, clocks, clock_event_reasons,
-clock_throttle_reasons, ecc, remapped_rows, pcie, pcie_replay, nvlink, xid), ``Device.raises``
+clock_throttle_reasons, ecc, remapped_rows, pcie, pcie_replay, nvlink, xid, memory_v2,
+temperature_v: a driver without that entry point), ``Device.raises``
 (signal name -> NVML code raised by that one call) and ``emit_xid(index, xid)``, which the event
 set's ``nvmlEventSetWait`` delivers like the driver does. Return values, argument order, constants
 and the field-value structure follow pynvml (nvidia-ml-py).
@@ -17,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 
 NVML_TEMPERATURE_GPU = 0
+nvmlMemory_v2 = 0x02000028
+nvmlTemperature_v1 = 0x100000C
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
@@ -59,8 +62,9 @@ class NVMLError(Exception):
 class Device:
     name: str = "NVIDIA H100 80GB HBM3"
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
-    used: int = 10 << 30
+    used: int = 10 << 30  # what nvmlDeviceGetMemoryInfo_v2 reports used: the driver's reservation left out
     total: int = 80 << 30
+    reserved: int = 600 << 20  # v1's used includes it
     util_pct: int = 42
     temp_c: int = 55
     power_mw: int = 250_000
@@ -85,6 +89,7 @@ class _Mem:
     total: int
     free: int
     used: int
+    reserved: int = 0  # c_nvmlMemory_v2_t only
 
 
 @dataclass
@@ -214,8 +219,16 @@ def nvmlDeviceGetUUID(handle: int) -> str:
 
 
 def nvmlDeviceGetMemoryInfo(handle: int, version: int | None = None) -> _Mem:
+    """v1 (``nvmlDeviceGetMemoryInfo``): used includes the driver's reservation; v2
+    (``version=nvmlMemory_v2``, ``nvmlDeviceGetMemoryInfo_v2``) reports it apart."""
     d = _dev(handle)
-    return _Mem(total=d.total, free=d.total - d.used, used=d.used)
+    if not version:
+        return _Mem(total=d.total, free=d.total - d.used - d.reserved, used=d.used + d.reserved)
+    if version != nvmlMemory_v2:
+        raise NVMLError(25)  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    if "memory_v2" in d.unsupported:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    return _Mem(total=d.total, free=d.total - d.used - d.reserved, used=d.used, reserved=d.reserved)
 
 
 def nvmlDeviceGetUtilizationRates(handle: int) -> _Util:
@@ -224,8 +237,17 @@ def nvmlDeviceGetUtilizationRates(handle: int) -> _Util:
 
 
 def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
+    """Deprecated in nvidia-ml-py ("will be removed in CUDA 14.0"): nvmlDeviceGetTemperatureV."""
     if sensor != NVML_TEMPERATURE_GPU:
         raise NVMLError(2)
+    return _dev(handle).temp_c
+
+
+def nvmlDeviceGetTemperatureV(handle: int, sensor: int, version: int = nvmlTemperature_v1) -> int:
+    if sensor != NVML_TEMPERATURE_GPU or version != nvmlTemperature_v1:
+        raise NVMLError(2)
+    if "temperature_v" in _dev(handle).unsupported:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
     return _dev(handle).temp_c
 
 

@@ -66,6 +66,23 @@ def test_samples_gauges_and_spool(tmp_path: Path, nvml) -> None:
         ("node-a", 0, "GPU-aaaa", 10 << 30), ("node-a", 1, "GPU-bbbb", 1 << 30)]
 
 
+def test_memory_as_dcgm_reads_it_and_the_calls_a_driver_lacks(tmp_path: Path, nvml) -> None:
+    """Used memory leaves the driver's reservation out (nvmlDeviceGetMemoryInfo_v2, what
+    DCGM_FI_DEV_FB_USED reads) and the temperature comes from nvmlDeviceGetTemperatureV; a driver
+    without either is read with the older call (v1's used includes the reservation)."""
+    old = fake_nvml.Device(uuid="GPU-old", used=4 << 30, reserved=512 << 20, temp_c=61,
+                           unsupported={"memory_v2", "temperature_v"})
+    nvml.DEVICES.append(old)
+    col = gpu_mod.GpuCollector(_cfg(tmp_path), registry=CollectorRegistry(), nvml=nvml)
+    assert col.start()
+    samples = {s.uuid: s for s in col.sample()}
+    col.close()
+    assert nvml.DEVICES[0].reserved > 0 and samples["GPU-aaaa"].mem_used_bytes == 10 << 30  # v2: reservation out
+    assert (samples["GPU-aaaa"].temp_c, samples["GPU-bbbb"].temp_c) == (55, 71)
+    assert samples["GPU-old"].mem_used_bytes == (4 << 30) + (512 << 20)  # v1: reservation in
+    assert samples["GPU-old"].temp_c == 61
+
+
 def test_unsupported_fields_and_lost_gpu(tmp_path: Path, nvml) -> None:
     cfg = _cfg(tmp_path)
     reg = CollectorRegistry()
