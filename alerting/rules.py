@@ -83,8 +83,11 @@ SECONDS = dict((n, s) for s, n in WINDOWS)
 
 
 def num(x: float) -> str:
-    """A float as short as it round-trips (0.01, not 0.010000000000000009)."""
-    return f"{float(f'{x:.12g}'):g}" if abs(x) >= 1e-4 else repr(float(f"{x:.12g}"))
+    """A float as Sloth prints one (Go's shortest round-trip ``%g``), once float noise past 12
+    significant digits is dropped: 0.0005, not 0.000499999999999945 (1 - 0.9995); 0.9999995 and
+    0.933333333333 whole (an objective of 99.99995 % must not round to 100 %)."""
+    r = float(f"{x:.12g}")
+    return str(int(r)) if r.is_integer() and abs(r) < 1e15 else repr(r)
 
 
 def duration(seconds: float) -> str:
@@ -178,6 +181,12 @@ def spec_pairs(spec: SloSpec) -> tuple[tuple[BurnPair, ...], tuple[BurnPair, ...
     return burn_pairs(spec.window_days)
 
 
+def quick_window(spec: SloSpec) -> str:
+    """The fast page pair's short window (5m for 30d and 28d, scaled with any other period): the
+    SLI the current burn rate and the period SLI read, as Sloth's do."""
+    return spec_pairs(spec)[0][0].short
+
+
 def sli_group(spec: SloSpec, prof: Profile) -> dict:
     pool_by = scope_by(spec)
     rules = [{
@@ -186,7 +195,7 @@ def sli_group(spec: SloSpec, prof: Profile) -> dict:
         "labels": _labels(spec, **{names.L_SLOTH_WINDOW: w}),
     } for s, w in sli_windows(spec.window_days)]
     period = _period(spec)
-    src = f"{names.SLO_SLI_ERROR['5m']}{id_filter(spec)}"
+    src = f"{names.slo_sli_error(quick_window(spec))}{id_filter(spec)}"
     rng = prof.range(spec.window_days * 86400)
     rules.append({
         "record": names.slo_sli_error(period),
@@ -231,7 +240,7 @@ def meta_group(spec: SloSpec) -> dict:
         {"record": names.SLO_OBJECTIVE, "expr": f"vector({num(spec.target)})", "labels": const},
         {"record": names.SLO_ERROR_BUDGET, "expr": f"vector(1-{num(spec.target)})", "labels": const},
         {"record": names.SLO_TIME_PERIOD_DAYS, "expr": f"vector({spec.window_days})", "labels": const},
-        {"record": names.SLO_CURRENT_BURN_RATE, "expr": burn("5m"), "labels": labels},
+        {"record": names.SLO_CURRENT_BURN_RATE, "expr": burn(quick_window(spec)), "labels": labels},
         {"record": names.SLO_PERIOD_BURN_RATE, "expr": burn(_period(spec)), "labels": labels},
         {"record": names.SLO_PERIOD_ERROR_BUDGET_REMAINING, "expr": f"1 - {names.SLO_PERIOD_BURN_RATE}{f}",
          "labels": labels},
@@ -306,6 +315,8 @@ def alert_annotations(spec: SloSpec, severity: str, replica: bool) -> dict[str, 
     where += "".join(f" {k} {{{{ $labels.{k} }}}}" for k in SCOPE_LABELS if k in spec.scope)
     what = (f"replica burns the {spec.name} error budget at page rate, with >= {num(OUTLIER_FACTOR)}x its pool's error ratio"
             if replica else f"{spec.name} SLO error budget burn rate is too fast")
+    if spec.kind == "query":  # an arbitrary PromQL SLI has no model or pool label: Sloth's own title
+        where, what = "{{$labels.sloth_service}} {{$labels.sloth_slo}}", "SLO error budget burn rate is too fast"
     return {
         "title": f"({severity}) {where} {what}.",
         "summary": f"{spec.display_name}: {objective_text(spec)}; {severity} at {_describe(pairs)}.",

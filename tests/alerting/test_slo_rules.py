@@ -3,6 +3,7 @@ file, line and field."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -288,6 +289,15 @@ tests:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_objectives_keep_their_precision() -> None:
+    """An objective of 99.99995 % is not rounded to 100 % (a zero budget: every burn rate Inf)."""
+    spec = _parse(_GOOD.replace("target: 0.99\n", "target: 0.9999995\n"))
+    text = emit.dump(R.slo_rule_file(spec, R.Profile()), "")
+    assert "vector(0.9999995)" in text and "vector(1-0.9999995)" in text and "sloth_objective: '99.99995'" in text
+    assert [R.num(x) for x in (1 - 0.9995, 0.1 * 2419200 / 259200, 6.0, 1e-05)] == ["0.0005", "0.933333333333", "6",
+                                                                                      "1e-05"]
+
+
 @pytest.mark.parametrize("days, factors, windows", [
     (30, (14.4, 6, 3, 1), ("5m", "30m", "1h", "2h", "6h", "1d", "3d")),
     (28, (13.44, 5.6, 2.8, 0.933333333333), ("5m", "30m", "1h", "2h", "6h", "1d", "3d")),
@@ -307,6 +317,10 @@ def test_any_period_gets_sloth_factors_and_one_rule_per_series(days: int, factor
     sli = [r for r in records if r.startswith("slo:sli_error")]
     assert len(sli) == len(set(sli)) == len(windows) + 1
     assert f"slo:sli_error:ratio_rate{R.window_name(days * 86400)}" in sli
+    # every slo: series a rule reads is one the file records (a scaled period has no 5m SLI: its
+    # current burn rate and period SLI read its own quick window)
+    read = set(re.findall(r"(?<![\w:])(slo:[a-z_:]+[a-z0-9]+)(?=[{\s)]|$)", text))
+    assert read and read <= set(records), read - set(records)
     f = tmp_path / "r.yml"
     f.write_text(text)
     res = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True)
