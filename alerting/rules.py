@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client.utils import floatToGoString
 
 from llmsla import names
-from llmsla.slo_specs import SCOPE_LABELS, SloSpec
+from llmsla.slo_specs import SCOPE_LABELS, SLOTH_K8S_VERSION, SLOTH_VERSION, SloSpec
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ def meta_group(spec: SloSpec) -> dict:
     def burn(window: str) -> Literal:
         return Literal(f"{names.slo_sli_error(window)}{f}\n/ {on}\n{names.SLO_ERROR_BUDGET}{f}")
 
-    mode = "cli-gen-prom" if spec.api_version == "prometheus/v1" else "cli-gen-openslo"
+    mode = {SLOTH_VERSION: "cli-gen-prom", SLOTH_K8S_VERSION: "cli-gen-k8s"}.get(spec.api_version, "cli-gen-openslo")
     info = {**const, "sloth_mode": mode, "sloth_objective": num(spec.target * 100),
             "sloth_spec": spec.api_version, "sloth_version": "llmsla"}
     return {"name": f"sloth-slo-meta-recordings-{spec.sloth_id}", "rules": [

@@ -249,6 +249,11 @@ def parse(doc: Doc, cfg: Config) -> SloSpec:
 
 
 SLOTH_VERSION = "prometheus/v1"
+#: Sloth's Kubernetes CRD: the same SLOs under ``spec``, its keys in camelCase.
+SLOTH_K8S_VERSION = "sloth.slok.dev/v1"
+SLOTH_K8S_KIND = "PrometheusServiceLevel"
+_K8S_KEYS = {"error_query": "errorQuery", "total_query": "totalQuery", "error_ratio_query": "errorRatioQuery",
+             "page_alert": "pageAlert", "ticket_alert": "ticketAlert"}
 _WINDOW_TMPL = "{{.window}}"
 
 
@@ -262,11 +267,29 @@ def _str_map(r: Reader, key: str) -> dict[str, str]:
     return dict(m.value)
 
 
+def is_sloth_k8s(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("apiVersion") == SLOTH_K8S_VERSION \
+        and value.get("kind") == SLOTH_K8S_KIND
+
+
 def parse_sloth(doc: Doc, cfg: Config, period_days: int = 30) -> list[SloSpec]:
-    """A Sloth ``prometheus/v1`` document: one SloSpec per ``slos[]`` (Sloth's period comes from
-    the command line, ``--default-slo-period``, 30d by default)."""
-    r = Reader(doc)
-    r.keys({"version", "service", "labels", "slos"}, {"version", "service", "slos"})
+    """A Sloth ``prometheus/v1`` document, or Sloth's Kubernetes ``PrometheusServiceLevel``
+    (``sloth.slok.dev/v1``: the same fields under ``spec``, camelCase): one SloSpec per
+    ``slos[]`` (Sloth's period comes from the command line, ``--default-slo-period``, 30d by
+    default)."""
+    k8s = is_sloth_k8s(doc.value)
+
+    def key(name: str) -> str:
+        return _K8S_KEYS.get(name, name) if k8s else name
+
+    if k8s:
+        top = Reader(doc)
+        top.keys({"apiVersion", "kind", "metadata", "spec"}, {"apiVersion", "kind", "spec"})
+        r = top.sub("spec")
+        r.keys({"service", "labels", "slos"}, {"service", "slos"})
+    else:
+        r = Reader(doc)
+        r.keys({"version", "service", "labels", "slos"}, {"version", "service", "slos"})
     service = r.get("service", str)
     if not _NAME.match(service):
         raise r.error("service", f"must be lowercase letters, digits and '-', got {service!r}")
@@ -288,31 +311,32 @@ def parse_sloth(doc: Doc, cfg: Config, period_days: int = 30) -> list[SloSpec]:
             raise sli.error(None, "expected exactly one of events or raw")
         if sli.has("events"):
             ev = sli.sub("events")
-            ev.keys({"error_query", "total_query"}, {"error_query", "total_query"})
-            q = {"error_query": ev.get("error_query", str).strip(), "total_query": ev.get("total_query", str).strip()}
+            ev.keys({key("error_query"), key("total_query")}, {key("error_query"), key("total_query")})
+            q = {"error_query": ev.get(key("error_query"), str).strip(),
+                 "total_query": ev.get(key("total_query"), str).strip()}
         else:
             raw = sli.sub("raw")
-            raw.keys({"error_ratio_query"}, {"error_ratio_query"})
-            q = {"error_ratio_query": raw.get("error_ratio_query", str).strip()}
+            raw.keys({key("error_ratio_query")}, {key("error_ratio_query")})
+            q = {"error_ratio_query": raw.get(key("error_ratio_query"), str).strip()}
         for v in q.values():
             if _WINDOW_TMPL not in v:
                 raise sli.error(None, f"a query must contain {_WINDOW_TMPL} (the generator fills in each window)")
         alerting: dict = {}
         if s.has("alerting"):
             a = s.sub("alerting")
-            a.keys({"name", "labels", "annotations", "page_alert", "ticket_alert"})
+            a.keys({"name", "labels", "annotations", key("page_alert"), key("ticket_alert")})
             alerting = {"name": a.get("name", str, ""), "labels": _str_map(a, "labels"),
                         "annotations": _str_map(a, "annotations")}
-            for sev, key in ((names.SEVERITY_PAGE, "page_alert"), (names.SEVERITY_TICKET, "ticket_alert")):
-                if a.has(key):
-                    sa = a.sub(key)
+            for sev, field_name in ((names.SEVERITY_PAGE, key("page_alert")), (names.SEVERITY_TICKET, key("ticket_alert"))):
+                if a.has(field_name):
+                    sa = a.sub(field_name)
                     sa.keys({"labels", "annotations", "disable"})
                     alerting[sev] = {"labels": _str_map(sa, "labels"), "annotations": _str_map(sa, "annotations"),
                                      "disable": bool(sa.get("disable", bool, False))}
         out.append(SloSpec(name=name, service=service, description=s.get("description", str, ""),
                            display_name=name, file=doc.file, kind="query", target=obj / 100,
                            window_days=period_days, labels={**glob, **_str_map(s, "labels")},
-                           alerting=alerting, api_version=SLOTH_VERSION, **q))
+                           alerting=alerting, api_version=SLOTH_K8S_VERSION if k8s else SLOTH_VERSION, **q))
     return out
 
 
@@ -366,7 +390,7 @@ def load_specs(paths: list[Path], cfg: Config, period_days: int = 30) -> list[Sl
     seen: dict[str, str] = {}
     for p in sorted(paths):
         for doc in load_file(p):
-            sloth = isinstance(doc.value, dict) and doc.value.get("version") == SLOTH_VERSION
+            sloth = (isinstance(doc.value, dict) and doc.value.get("version") == SLOTH_VERSION) or is_sloth_k8s(doc.value)
             alpha = isinstance(doc.value, dict) and doc.value.get("apiVersion") == V1ALPHA
             parsed = parse_sloth(doc, cfg, period_days) if sloth else parse_v1alpha(doc) if alpha else [parse(doc, cfg)]
             for s in parsed:

@@ -20,6 +20,7 @@ from llmsla import config as config_mod
 from llmsla import services
 from llmsla.alerting import rules as R
 from llmsla.slo_specs import load_specs
+from llmsla.yamlsrc import SourceError
 
 FIX = Path(__file__).parent / "fixtures" / "sloth"
 EVAL_MIN = (30, 90, 110, 150, 200, 300)
@@ -29,6 +30,8 @@ def _golden(text: str) -> tuple[dict, set[str], dict[str, dict]]:
     """Sloth's file with series renamed; its recorded names; its alert labels per alert key."""
     # the fixture is a Go template: {{ .version }} and quoted literals such as {{"{{$labels.x}}"}}
     data = yaml.safe_load(re.sub(r'\{\{"(.*?)"\}\}', r"\1", text.replace("{{ .version }}", "llmsla")))
+    if data.get("kind") == "PrometheusRule":  # from a Kubernetes spec: the rule groups under spec
+        data = {"groups": data["spec"]["groups"]}
     recorded: set[str] = set()
     alerts: dict[str, dict] = {}
     for g in data["groups"]:
@@ -45,8 +48,8 @@ def _golden(text: str) -> tuple[dict, set[str], dict[str, dict]]:
     return data, recorded, alerts
 
 
-def _ours(period_days: int) -> tuple[dict, dict[str, dict]]:
-    specs = load_specs([FIX / "in-base.yaml"], config_mod.load(env={}), period_days)
+def _ours(period_days: int, spec_file: str = "in-base.yaml") -> tuple[dict, dict[str, dict]]:
+    specs = load_specs([FIX / spec_file], config_mod.load(env={}), period_days)
     groups, alerts = [], {}
     for spec in specs:
         for g in R.slo_rule_file(spec, R.Profile())["groups"]:
@@ -66,10 +69,14 @@ def _same(a: str, b: str) -> list[dict]:
             {"expr": f"count(abs({a} - {b}) > 1e-9) or vector(0)", "exp_samples": [{"labels": "{}", "value": 0}]}]
 
 
-@pytest.mark.parametrize("period_days, expected", [(30, "out-base.yaml.tpl"), (28, "out-base-28d.yaml.tpl")])
-def test_rules_from_sloths_spec_mean_what_sloths_do(period_days: int, expected: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("period_days, spec_file, expected", [
+    (30, "in-base.yaml", "out-base.yaml.tpl"), (28, "in-base.yaml", "out-base-28d.yaml.tpl"),
+    (30, "in-base-k8s.yaml", "out-base-k8s.yaml.tpl"),  # Sloth's Kubernetes PrometheusServiceLevel
+])
+def test_rules_from_sloths_spec_mean_what_sloths_do(period_days: int, spec_file: str, expected: str,
+                                                    tmp_path: Path) -> None:
     golden, recorded, golden_alerts = _golden((FIX / expected).read_text())
-    ours, our_alerts = _ours(period_days)
+    ours, our_alerts = _ours(period_days, spec_file)
     assert set(our_alerts) == set(golden_alerts) == {"slo1_page", "slo1_ticket"}  # slo02 disables both
     for key, g in golden_alerts.items():
         o = our_alerts[key]
@@ -143,3 +150,16 @@ def test_openslo_v1alpha_as_sloth_reads_it(tmp_path: Path) -> None:
     res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(test)],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+def test_a_kubernetes_spec_is_read_in_its_own_keys(tmp_path: Path) -> None:
+    """A PrometheusServiceLevel uses camelCase (errorQuery, pageAlert): the prometheus/v1 spelling
+    there is refused with its file, line and the keys allowed, never read half."""
+    bad = tmp_path / "k8s.yaml"
+    bad.write_text((FIX / "in-base-k8s.yaml").read_text().replace("errorQuery:", "error_query:"))
+    with pytest.raises(SourceError) as err:
+        load_specs([bad], config_mod.load(env={}))
+    assert f"{bad}:18" in str(err.value) and "errorQuery" in str(err.value), str(err.value)
+    specs = load_specs([FIX / "in-base-k8s.yaml"], config_mod.load(env={}))
+    assert [(s.name, s.service, s.api_version) for s in specs] == [("slo02", "svc01", "sloth.slok.dev/v1"),
+                                                                   ("slo1", "svc01", "sloth.slok.dev/v1")]
