@@ -1,8 +1,8 @@
 """vLLM (``vllm:*``), from ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``).
 
 Every series carries ``model_name`` and ``engine`` (the engine-core index under data
-parallelism): the record sums them per replica (requests, blocks, counters, histogram buckets)
-and averages the KV usage ratio over the engine indices. ``vllm:cache_config_info`` is an info
+parallelism): the record sums them per replica (requests, counters, histogram buckets) and
+averages the KV usage ratio over the engine indices. ``vllm:cache_config_info`` is an info
 gauge whose labels hold the cache config (``num_gpu_blocks``, ``block_size``,
 ``kv_cache_size_tokens``), one series per engine, all written from the front end's one config:
 ``num_gpu_blocks`` there is already the sum over the data-parallel engines

@@ -268,6 +268,7 @@ def _str_map(r: Reader, key: str) -> dict[str, str]:
 
 
 def is_sloth_k8s(value: Any) -> bool:
+    """A YAML document that is Sloth's Kubernetes ``PrometheusServiceLevel``."""
     return isinstance(value, dict) and value.get("apiVersion") == SLOTH_K8S_VERSION \
         and value.get("kind") == SLOTH_K8S_KIND
 
