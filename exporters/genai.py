@@ -90,7 +90,8 @@ def _int(value: Any) -> bool:
 def request_attributes(op: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The request-side ``gen_ai.*`` attributes of an OpenAI body: operation, provider, model and
     the sampling parameters the client set (absent or mistyped ones are left out, as the
-    conventions ask), ``gen_ai.request.stream``, the choice count when not 1."""
+    conventions ask), ``gen_ai.request.stream`` on a streamed request (the conventions: if and only
+    if it streams; unset reads as not streaming), the choice count when not 1."""
     attrs: dict[str, Any] = {OPERATION_NAME: op, PROVIDER_NAME: names.GENAI_PROVIDER, REQUEST_MODEL: model}
     for key, attr in (("temperature", REQUEST_TEMPERATURE), ("top_p", REQUEST_TOP_P),
                       ("frequency_penalty", REQUEST_FREQUENCY_PENALTY),
@@ -109,7 +110,8 @@ def request_attributes(op: str, body: Mapping[str, Any], model: str) -> dict[str
     n = body.get("n")
     if _int(n) and n != 1:
         attrs[REQUEST_CHOICE_COUNT] = n
-    attrs[REQUEST_STREAM] = body.get("stream") is True
+    if body.get("stream") is True:
+        attrs[REQUEST_STREAM] = True
     max_tokens = body.get("max_completion_tokens") if op == CHAT else None
     if max_tokens is None:
         max_tokens = body.get("max_tokens")

@@ -324,8 +324,10 @@ class Worker:
         attrs: dict[str, Any] = {
             genai.OPERATION_NAME: op, genai.PROVIDER_NAME: names.GENAI_PROVIDER, genai.REQUEST_MODEL: model,
             genai.REQUEST_TEMPERATURE: p.temperature, genai.REQUEST_MAX_TOKENS: p.max_tokens,
-            names.OTEL_ATTR_POLICY: p.policy, genai.REQUEST_STREAM: p.stream,
+            names.OTEL_ATTR_POLICY: p.policy,
         }
+        if p.stream:  # the conventions: set if and only if the request streams
+            attrs[genai.REQUEST_STREAM] = True
         if p.seed is not None:
             attrs[genai.REQUEST_SEED] = p.seed
         if self.address is not None:

@@ -302,3 +302,13 @@ def test_with_an_exporter_only_sampled_requests_make_sdk_spans() -> None:
                       "POST", "/v1/completions", req, 0.0)
         assert (t.span is not None) == expect and t.traceparent.endswith(f"-{flags}")
     tel.shutdown()
+
+
+def test_stream_attribute_only_on_streamed_requests() -> None:
+    """gen_ai.request.stream is set if and only if the request streams (unset reads as not
+    streaming, semantic conventions v1.41.1); a non-boolean ``stream`` is not streaming."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    assert genai.request_attributes(genai.CHAT, {**body, "stream": True}, MODEL)[genai.REQUEST_STREAM] is True
+    for stream in (False, None, "true", 1):
+        assert genai.REQUEST_STREAM not in genai.request_attributes(genai.CHAT, {**body, "stream": stream}, MODEL)
+    assert genai.REQUEST_STREAM not in genai.request_attributes(genai.CHAT, body, MODEL)
