@@ -202,7 +202,7 @@ class GpuCollector:
             s = GpuSample(ts_ms=ts, node=self.node, gpu=i, uuid=uuid, mem_used_bytes=int(mem.used),
                           mem_total_bytes=int(mem.total), util=min(1.0, max(0.0, util)), temp_c=temp,
                           power_w=max(0.0, power))
-            self.recorder.record(s, model_name=model_name)
+            self.recorder.record(s, model_name=model_name, free_bytes=int(mem.free))
             if self.signals is not None:
                 self.signals.record((str(i), uuid, model_name), signals)
             out.append(s)

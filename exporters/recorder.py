@@ -71,13 +71,16 @@ class GpuRecorder:
         self.metrics = gpu_metrics(registry)
         self.spool = spool
 
-    def record(self, sample: GpuSample, *, model_name: str = "") -> None:
+    def record(self, sample: GpuSample, *, model_name: str = "", free_bytes: int | None = None) -> None:
+        """``free_bytes``: NVML's own free memory where the collector read it (the driver's
+        reservation is neither used nor free there, as in DCGM's ``FB_FREE``); else total - used."""
         sample.validate()
         m = self.metrics
         labels = (str(sample.gpu), sample.uuid, model_name)
         m.mem_used.labels(*labels).set(sample.mem_used_bytes)
         m.mem_total.labels(*labels).set(sample.mem_total_bytes)
-        m.mem_free.labels(*labels).set(sample.mem_total_bytes - sample.mem_used_bytes)
+        m.mem_free.labels(*labels).set(sample.mem_total_bytes - sample.mem_used_bytes if free_bytes is None
+                                       else free_bytes)
         m.util.labels(*labels).set(sample.util)
         m.temp.labels(*labels).set(sample.temp_c)
         m.power.labels(*labels).set(sample.power_w)

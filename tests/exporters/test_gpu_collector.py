@@ -53,7 +53,7 @@ def test_samples_gauges_and_spool(tmp_path: Path, nvml) -> None:
     b = {"gpu": "1", "uuid": "GPU-bbbb", "model_name": "NVIDIA A100-SXM4-40GB"}  # bytes name decoded
     assert g(names.GPU_MEMORY_USED_BYTES, a) == 10 << 30
     assert g(names.GPU_MEMORY_TOTAL_BYTES, a) == 80 << 30
-    assert g(names.GPU_MEMORY_FREE_BYTES, a) == 70 << 30
+    assert g(names.GPU_MEMORY_FREE_BYTES, a) == (70 << 30) - nvml.DEVICES[0].reserved  # NVML's: reservation not free
     assert g(names.GPU_UTILIZATION_RATIO, a) == 0.42
     assert g(names.GPU_TEMPERATURE_CELSIUS, a) == 55
     assert g(names.GPU_POWER_WATTS, a) == 250.5
@@ -73,11 +73,15 @@ def test_memory_as_dcgm_reads_it_and_the_calls_a_driver_lacks(tmp_path: Path, nv
     old = fake_nvml.Device(uuid="GPU-old", used=4 << 30, reserved=512 << 20, temp_c=61,
                            unsupported={"memory_v2", "temperature_v"})
     nvml.DEVICES.append(old)
-    col = gpu_mod.GpuCollector(_cfg(tmp_path), registry=CollectorRegistry(), nvml=nvml)
+    reg = CollectorRegistry()
+    col = gpu_mod.GpuCollector(_cfg(tmp_path), registry=reg, nvml=nvml)
     assert col.start()
     samples = {s.uuid: s for s in col.sample()}
     col.close()
     assert nvml.DEVICES[0].reserved > 0 and samples["GPU-aaaa"].mem_used_bytes == 10 << 30  # v2: reservation out
+    for uuid, d in (("GPU-aaaa", nvml.DEVICES[0]), ("GPU-old", old)):  # free is NVML's: the reservation is neither
+        assert reg.get_sample_value(names.GPU_MEMORY_FREE_BYTES, {"uuid": uuid, "gpu": str(nvml.DEVICES.index(d)),
+                                                                  "model_name": d.name}) == d.total - d.used - d.reserved
     assert (samples["GPU-aaaa"].temp_c, samples["GPU-bbbb"].temp_c) == (55, 71)
     assert samples["GPU-old"].mem_used_bytes == (4 << 30) + (512 << 20)  # v1: reservation in
     assert samples["GPU-old"].temp_c == 61
