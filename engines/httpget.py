@@ -27,11 +27,13 @@ MAX_IDLE = 1024
 
 
 class FetchError(Exception):
-    """A failed GET; ``reason`` is one of ``names.ENGINE_FAIL_REASONS``."""
+    """A failed GET; ``reason`` is one of ``names.ENGINE_FAIL_REASONS``, ``status`` the HTTP
+    status of a non-200 answer (None for other failures)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.status = status
 
 
 class Response:
@@ -117,7 +119,7 @@ class _Conn(asyncio.Protocol):
         status, version, headers = _head(bytes(buf[:end]))
         del buf[:end + 4]
         if status != 200:
-            raise FetchError(names.ENGINE_FAIL_HTTP, f"HTTP {status}")
+            raise FetchError(names.ENGINE_FAIL_HTTP, f"HTTP {status}", status)
         if headers.get("content-encoding", "identity").strip().lower() != "identity":
             raise FetchError(names.ENGINE_FAIL_PARSE, f"Content-Encoding {headers['content-encoding']!r} not asked for")
         conn = headers.get("connection", "").lower()

@@ -177,7 +177,7 @@ class Scraper:
             raise ScrapeError(names.ENGINE_FAIL_TIMEOUT, f"no complete answer in engine.timeout_s {e.timeout_s} s") from None
         except FetchError as exc:
             hint = ""
-            if target.engine == names.ENGINE_TRTLLM and str(exc) == "HTTP 404":
+            if target.engine == names.ENGINE_TRTLLM and exc.status == 404:
                 hint = " (trtllm-serve mounts its Prometheus metrics only with return_perf_metrics enabled)"
             raise ScrapeError(exc.reason, f"{exc}{hint}") from None
         return resp.body, resp.content_type

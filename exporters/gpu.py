@@ -20,6 +20,7 @@ import logging
 import socket
 import sys
 import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -70,31 +71,33 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _newer_else_older(newer: Callable[[], Any] | None, older: Callable[[], Any], nv: ModuleType) -> Any:
+    """``newer()``, or ``older()`` where nvidia-ml-py (None) or the driver (FUNCTION_NOT_FOUND)
+    lacks the newer entry point; any other NVML error is raised."""
+    if newer is not None:
+        try:
+            return newer()
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
+                raise
+    return older()
+
+
 def memory_info(nv: ModuleType, handle: Any) -> Any:
     """The device's memory as dcgm-exporter's ``DCGM_FI_DEV_FB_USED`` reads it:
     ``nvmlDeviceGetMemoryInfo_v2``, whose ``used`` leaves out the driver's reserved memory (the v1
     call's includes it); v1 where the driver or nvidia-ml-py has no v2."""
     version = getattr(nv, "nvmlMemory_v2", None)
-    if version is not None:
-        try:
-            return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
-        except nv.NVMLError as exc:
-            if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
-                raise
-    return nv.nvmlDeviceGetMemoryInfo(handle)
+    newer = None if version is None else lambda: nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+    return _newer_else_older(newer, lambda: nv.nvmlDeviceGetMemoryInfo(handle), nv)
 
 
 def gpu_temperature(nv: ModuleType, handle: Any) -> int:
     """The GPU die's temperature (C) by ``nvmlDeviceGetTemperatureV``: nvidia-ml-py deprecates
     ``nvmlDeviceGetTemperature`` ("will be removed in CUDA 14.0"), used where V is missing."""
     get_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
-    if get_v is not None:
-        try:
-            return int(get_v(handle, nv.NVML_TEMPERATURE_GPU))
-        except nv.NVMLError as exc:
-            if getattr(exc, "value", None) != FUNCTION_NOT_FOUND:
-                raise
-    return int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
+    newer = None if get_v is None else lambda: get_v(handle, nv.NVML_TEMPERATURE_GPU)
+    return int(_newer_else_older(newer, lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU), nv))
 
 
 class GpuCollector:
