@@ -166,7 +166,8 @@ def test_report_of_a_simulated_fault(pg_dsn: str, cfg, tmp_path: Path) -> None:
     label = json.loads((tmp_path / "sim.json").read_text())["faults"][0]
     stream = llmsla("stream", "--once", "--fresh", env={
         "LLMSLA_STORE_DSN": pg_dsn, "LLMSLA_SPOOL_DIR": str(cfg.spool_dir()),
-        "LLMSLA_STREAM_CHECKPOINT_DIR": str(tmp_path / "chk")}, timeout=400)
+        "LLMSLA_STREAM_CHECKPOINT_DIR": str(tmp_path / "chk"),
+        "LLMSLA_STREAM_METRICS_PORT": "0"}, timeout=400)  # tests run side by side
     assert stream.returncode == 0, stream.stderr[-3000:]
     with connect(pg_dsn) as conn:
         assert conn.execute(f"SELECT count(*) FROM {names.T_DEAD_LETTERS}").fetchone()[0] == 0

@@ -5,7 +5,6 @@ of every request and GPU window - and the features built from them - match
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -21,19 +20,14 @@ from llmsla.fleet.sink import RecorderSink
 from llmsla.forecaster import features, store_io, windowing
 from llmsla.forecaster import slo as slo_mod
 from llmsla.spool import BadLine, published_segments, read_segment
-
-ROOT = Path(__file__).resolve().parents[2]
-MAIN = "import sys; from llmsla.app.cli import main; sys.exit(main())"
+from tests.streaming.conftest import LLMSLA_MAIN, ROOT, stream_env
 
 
 def stream_once(cfg, log: Path) -> int:
     """``llmsla stream --once`` as a real process on the test's store and spool."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMSLA_")}
-    env.update({"LLMSLA_STORE_DSN": cfg.store.dsn, "LLMSLA_SPOOL_DIR": str(cfg.spool_dir()),
-                "LLMSLA_STREAM_CHECKPOINT_DIR": str(cfg.checkpoint_dir()),
-                "LLMSLA_STREAM_WATERMARK_DELAY_S": "600"})
+    env = stream_env(cfg, watermark_delay_s=600)
     with open(log, "wb") as fh:
-        return subprocess.run([sys.executable, "-c", MAIN, "stream", "--once"], env=env, stdout=fh,
+        return subprocess.run([sys.executable, "-c", LLMSLA_MAIN, "stream", "--once"], env=env, stdout=fh,
                               stderr=subprocess.STDOUT, cwd=ROOT, timeout=300).returncode
 
 

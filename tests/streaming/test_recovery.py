@@ -145,7 +145,7 @@ def test_kill_and_resume_from_checkpoint(cfg, spool_dirs, tmp_path: Path) -> Non
     proc = start_stream(cfg, "--kinds", "requests", log=log, **knobs)
     try:
         _wait(lambda: _count(dsn, "SELECT count(*) FROM request_windows") >= len(want)
-              and _count(dsn, "SELECT count(*) FROM dead_letters") >= len(want_dead), 60,
+              and _count(dsn, "SELECT count(*) FROM dead_letters") >= len(want_dead), 240,
               f"{len(want)} windows and {len(want_dead)} dead letters", log,
               lambda: (_count(dsn, "SELECT count(*) FROM request_windows"), _count(dsn, "SELECT count(*) FROM dead_letters")))
         time.sleep(1.0)  # a double write, if any, would land now
