@@ -76,6 +76,35 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[SESSION_TAG] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(autouse=True)
+def _machine_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """With several test processes (``TEST_WORKERS``), a test marked ``exclusive`` waits until the
+    tests running beside it end and runs alone; the others share the machine. Two flock()ed files
+    under the run's temporary root: every test holds ``machine`` shared, an exclusive one holds it
+    exclusively, and passes through ``gate`` first so that a stream of shared tests cannot keep
+    it waiting (a shared test takes ``gate`` only for the instant it takes ``machine``)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp().parent  # the run's root, above every worker's own
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with open(root / "machine.gate", "a") as gate, open(root / "machine.lock", "a") as machine:
+        if exclusive:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(machine, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(machine, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
 def session_postmasters(tag: str, roots: list[Path]) -> list[tuple[int, str]]:
     """(pid, data dir) of every live postmaster this session started: its environment carries
     ``tag``, or its data dir lies under one of ``roots``. Nobody else's server is listed."""

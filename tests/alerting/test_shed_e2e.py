@@ -81,6 +81,7 @@ def _attainment(samples: list[tuple[float, float | None]], t0: float, t1: float,
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # interactive TTFT attainment is what the worker's core gives it
 def test_batch_flood_is_shed_and_interactive_recovers(pg_dsn: str, tmp_path: Path, start_prometheus,
                                                       start_alertmanager) -> None:
     dsn = migrated(pg_dsn)

@@ -84,7 +84,7 @@ def test_reconnects_after_the_connection_is_killed(store_dsn: str) -> None:
     with psycopg.connect(store_dsn, autocommit=True) as admin:
         killed = admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'llmsla-stream'").fetchone()[0]
+            "WHERE application_name = 'llmsla-stream' AND datname = current_database()").fetchone()[0]
     assert killed == 1
     w.write(names.T_GPU_WINDOWS, [_gpu_payload(1_700_000_005_000, 2)])
     assert w.retries >= 1
