@@ -12,14 +12,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -115,34 +114,31 @@ class Stack:
 ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=300)
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with Stack(_cfg(tmp_path_factory.mktemp("hostile"))) as s:
-        yield s
+def test_arbitrary_strings_never_blind_metrics_or_poison_the_spool(tmp_path: Path) -> None:
+    """Any string as the model or the policy: the gateway answers 200 or a 400 with a reason,
+    its /metrics still parses, and afterwards every request it let through is on the spool as
+    a line the contract accepts (labels are storable). One test, one stack: the spool check
+    reads what the property run wrote."""
+    with Stack(_cfg(tmp_path)) as stack:
 
+        @settings(max_examples=150, deadline=None)
+        @given(model=ANY_TEXT, policy=st.one_of(ANY_TEXT, st.integers(), st.none()))
+        def one_request(model: str, policy: Any) -> None:
+            body = json.dumps({"model": model, "prompt": "hi", "stream": True, "llmsla_policy": policy}).encode()
+            status, payload = stack.post(body)
+            assert status in (200, 400), (status, payload[:200])
+            if status == 400:
+                assert json.loads(payload)["error"]["message"]  # a reason, never a bare status
+            text = stack.metrics()  # parses: a bad label would raise here (or have made /metrics 500)
+            families = {f.name: f for f in text_string_to_metric_families(text)}
+            assert names.REQUESTS in families
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(model=ANY_TEXT, policy=st.one_of(ANY_TEXT, st.integers(), st.none()))
-def test_arbitrary_strings_never_blind_metrics_or_poison_the_spool(stack: Stack, model: str, policy: Any) -> None:
-    body = json.dumps({"model": model, "prompt": "hi", "stream": True, "llmsla_policy": policy}).encode()
-    status, payload = stack.post(body)
-    assert status in (200, 400), (status, payload[:200])
-    if status == 400:
-        assert json.loads(payload)["error"]["message"]  # a reason, never a bare status
-    text = stack.metrics()  # parses: a bad label would raise here (or have made /metrics 500)
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert names.REQUESTS in families
-
-
-def test_spool_after_arbitrary_strings_holds_only_valid_lines(stack: Stack) -> None:
-    # runs after the property test on the same stack: every request it let through is on the
-    # spool as a line the contract accepts, and labels are storable
-    for s in (b"\xff\xfe", "\ud800".encode("utf-8", "surrogatepass")):
-        assert stack.post(b'{"model": "' + s + b'", "prompt": "x"}')[0] == 400
-    gw_cfg = stack.cfg
-    time.sleep(1.5)  # the writer publishes segments older than spool.segment_max_age_s
-    lines = [item for seg in published_segments(gw_cfg.spool_dir(), names.SPOOL_REQUESTS)
-             for item in read_segment(seg, names.SPOOL_REQUESTS)]
+        one_request()
+        for s in (b"\xff\xfe", "\ud800".encode("utf-8", "surrogatepass")):
+            assert stack.post(b'{"model": "' + s + b'", "prompt": "x"}')[0] == 400
+        time.sleep(1.5)  # the writer publishes segments older than spool.segment_max_age_s
+        lines = [item for seg in published_segments(stack.cfg.spool_dir(), names.SPOOL_REQUESTS)
+                 for item in read_segment(seg, names.SPOOL_REQUESTS)]
     assert lines and not [x for x in lines if isinstance(x, BadLine)]
     assert all(isinstance(x, RequestEvent) for x in lines)
 
