@@ -83,7 +83,7 @@ def _machine_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     under the run's temporary root: every test holds ``machine`` shared, an exclusive one holds it
     exclusively, and passes through ``gate`` first so that a stream of shared tests cannot keep
     it waiting (a shared test takes ``gate`` only for the instant it takes ``machine``)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    if not hasattr(request.config, "workerinput"):  # not an xdist worker (its env is inherited by inner runs)
         yield
         return
     import fcntl
