@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 from aiohttp import web
 
 from llmsla import names
@@ -100,6 +101,7 @@ def _wait_ready(url: str, proc: subprocess.Popen, log: Path) -> None:
             time.sleep(0.2)
 
 
+@pytest.mark.exclusive  # the gateway's clock against its client's, to a millisecond, on these cores
 def test_a_saturated_gateway_reads_the_ttft_its_clients_feel(tmp_path: Path) -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", _stream)
