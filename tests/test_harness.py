@@ -34,7 +34,7 @@ def test_alone(i):
 def _overlaps(tmp_path: Path, marker: str) -> list[tuple[str, str]]:
     """Run the inner tests in two processes; the pairs (a test of ``test_alone``, another
     test) whose run times overlapped."""
-    inner = tmp_path / (marker.strip("@ ").replace(".", "_") or "plain")
+    inner = tmp_path / ("marked" if marker else "plain")
     inner.mkdir()
     (inner / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
     log = inner / "stamps.jsonl"
