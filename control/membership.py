@@ -88,7 +88,7 @@ class Membership:
         want: dict[str, Replica] = {}
         for f in found:
             rid = replica_id(f.pool, f.url, self.default_pool)
-            want.setdefault(rid, Replica(rid, f.pool, url=f.url))
+            want.setdefault(rid, Replica(rid, f.pool, url=f.url, engine=f.engine))
         known = {r.id for r in self.router.replicas()}
         owned: set[str] = set()
         for rid, rep in want.items():

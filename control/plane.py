@@ -32,7 +32,7 @@ class ControlPlane:
     #: and drop out; a dead one must); started by the server that owns an HTTP session
     prober: HealthProber
     #: keeps the router's replicas equal to a discovery source's answer (``gateway.discovery``
-    #: file or dns); None for a static list. Started by the server that owns an HTTP session
+    #: file, dns or kubernetes); None for a static list. Started by the server that owns an HTTP session
     membership: Membership | None = None
     #: the share of each request class each pool refuses (load shedding), set over the control
     #: API and shared like the distillation controls

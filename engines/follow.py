@@ -1,7 +1,7 @@
 """Scrape targets that come and go: keep a :class:`~llmsla.engines.scrape.Scraper` equal to a
 list of replicas that changes at run time.
 
-Why: the gateway follows a discovery source (``gateway.discovery`` static, file or dns); the
+Why: the gateway follows a discovery source (``gateway.discovery`` static, file, dns or kubernetes); the
 engine adapters must scrape the same replicas under the same ids, or an ``EngineSample`` cannot
 be joined to the ``RequestEvent`` of the replica it describes. A discovered replica's id is its
 address (``discovery.replica_id``), exactly the gateway's. A source that cannot answer, or
@@ -37,19 +37,20 @@ def metrics_url(base_url: str, path: str | None, engine: str = names.ENGINE_AUTO
 
 
 def targets_of(found: Iterable[Found], *, default_pool: str, path: str | None,
-               engine_of: Callable[[str], str]) -> list[Target]:
-    """A discovery answer as scrape targets, with the gateway's ids (first of a duplicate id wins)."""
+               engine_of: Callable[[Found], str]) -> list[Target]:
+    """A discovery answer as scrape targets, with the gateway's ids (first of a duplicate id
+    wins); ``engine_of`` says how to read each (its own label, else its pool's type)."""
     out: dict[str, Target] = {}
     for f in found:
         rid = replica_id(f.pool, f.url, default_pool)
-        engine = engine_of(f.pool)
+        engine = engine_of(f)
         out.setdefault(rid, Target(rid, f.pool, metrics_url(f.url, path, engine), engine))
     return list(out.values())
 
 
 def from_source(source: ReplicaSource, *, default_pool: str, path: str | None,
-                engine_of: Callable[[str], str]) -> Resolve:
-    """A :data:`Resolve` asking a discovery source (file or dns)."""
+                engine_of: Callable[[Found], str]) -> Resolve:
+    """A :data:`Resolve` asking a discovery source (file, dns or kubernetes)."""
     async def resolve() -> list[Target]:
         return targets_of(await source.resolve(), default_pool=default_pool, path=path, engine_of=engine_of)
     return resolve

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from llmsla import experiments, names
 from llmsla.discovery import SOURCES as DISCOVERY_SOURCES
 from llmsla.discovery import dns_target_problem
+from llmsla.discovery_k8s import port_problem, selector_problem
 from llmsla.errors import UserError
 from llmsla.events import MAX_STRING_CHARS, string_problem
 
@@ -395,10 +396,15 @@ class GatewayConfig:
     student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers", check=_each(url_problem))
     pool: str = _k("default", "pool name of these upstreams (a label of every event: at most 256 characters)", check=label_problem)
     pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002", check=_each(_pool_spec_problem))
-    discovery: str = _k("static", "where the replicas come from: static (gateway.upstreams, student_upstreams, pools; ids r0, r1, ...), file (gateway.discovery_file, re-read on change) or dns (gateway.discovery_dns, re-resolved); discovered replicas join after a healthy probe, leave after draining, and are named by their address", choices=DISCOVERY_SOURCES)
+    discovery: str = _k("static", "where the replicas come from: static (gateway.upstreams, student_upstreams, pools; ids r0, r1, ...), file (gateway.discovery_file, re-read on change), dns (gateway.discovery_dns, re-resolved) or kubernetes (the pods of gateway.discovery_kubernetes, listed from the API); discovered replicas join after a healthy probe, leave after draining, and are named by their address", choices=DISCOVERY_SOURCES)
     discovery_file: str = _k("", "with discovery = file: a file of [pool=]url lines (# comments), e.g. http://10.0.0.7:8000 or canary=http://10.0.0.9:8000")
     discovery_dns: str = _k("", "with discovery = dns: name:port resolved to A/AAAA records (a headless Service, e.g. llmsla-worker.llmsla.svc.cluster.local:8000), or an SRV name _service._proto.name (needs the dns extra); http:// or https:// may lead", check=dns_target_problem)
-    discovery_interval_s: float = _k(5.0, "how often the discovery file is checked for changes, or the DNS name re-resolved", minimum=0.1, maximum=3600)
+    discovery_kubernetes: str = _k("", "with discovery = kubernetes: a label selector of the inference pods, e.g. app=vllm; the ready ones (Running, Ready, not being deleted) are the replicas, each read as the engine its inference.networking.k8s.io/engine-type label names", check=selector_problem)
+    discovery_kubernetes_namespace: str = _k("", "with discovery = kubernetes: the pods' namespace; empty = the gateway's own (its service account's)")
+    discovery_kubernetes_port: str = _k("8000", "with discovery = kubernetes: the replicas' port, a number or a container port's name (e.g. http)", check=port_problem)
+    discovery_kubernetes_pool_label: str = _k("", "with discovery = kubernetes: a pod label whose value is the replica's pool (e.g. llmsla.dev/pool); empty, or a pod without it: gateway.pool")
+    discovery_kubernetes_api: str = _k("", "with discovery = kubernetes: the API server's URL; empty = in the pod's cluster (KUBERNETES_SERVICE_HOST, the service account's token and CA); http://127.0.0.1:8001 for kubectl proxy", check=_optional_url)
+    discovery_interval_s: float = _k(5.0, "how often the discovery file is checked for changes, the DNS name re-resolved or the pods listed", minimum=0.1, maximum=3600)
     engine_signals: bool = _k(False, "scrape each replica's own /metrics (vLLM, SGLang, trtllm-serve, Triton; engine.* sets the interval, timeout, size and engine types) and give the router its queue and KV-cache usage, for LADR's engine scorers (control.ladr_engine_queue, control.ladr_engine_kv)")
     request_timeout_s: float = _k(300.0, "give up on an upstream request after this long", minimum=0.1)
     max_body_bytes: int = _k(1 << 20, "reject request bodies larger than this (413)", minimum=1024)
@@ -1079,6 +1085,8 @@ def check_discovery(cfg: Config) -> None:
         raise ConfigError(f"{where}: gateway.discovery = file needs gateway.discovery_file (a file of [pool=]url lines)")
     if g.discovery == "dns" and not g.discovery_dns:
         raise ConfigError(f"{where}: gateway.discovery = dns needs gateway.discovery_dns (name:port, or _service._proto.name)")
+    if g.discovery == "kubernetes" and not g.discovery_kubernetes:
+        raise ConfigError(f"{where}: gateway.discovery = kubernetes needs gateway.discovery_kubernetes (a label selector, e.g. app=vllm)")
     if g.discovery != "static" and (g.upstreams or g.student_upstreams):
         raise ConfigError(f"{where}: gateway.discovery = {g.discovery} finds the replicas itself: leave "
                           "gateway.upstreams and gateway.student_upstreams empty (gateway.pools may stay)")

@@ -1,8 +1,9 @@
-"""Where the gateway's replicas come from: a static list, a watched file, or DNS.
+"""Where the gateway's replicas come from: a static list, a watched file, DNS, or the Kubernetes
+API (``llmsla.discovery_k8s``).
 
 Why: a fleet on Kubernetes scales up and down; the gateway must follow it without a restart.
 Each source answers one question, "which replicas are there now?", as a list of
-:class:`Found` (pool, base URL); ``llmsla.control.membership`` turns the differences between
+:class:`Found` (pool, base URL, engine type where known); ``llmsla.control.membership`` turns the differences between
 two answers into router changes (join after a healthy probe, drain on leave). A source that
 cannot answer raises :class:`DiscoveryError`; the caller keeps the last good set. A replica's
 id comes from its address (:func:`replica_id`), so it means the same replica on every gateway
@@ -26,10 +27,11 @@ from llmsla.errors import UserError
 
 if TYPE_CHECKING:
     from llmsla.config import Config
+    from llmsla.discovery_k8s import KubernetesSource
 
 log = logging.getLogger(__name__)
 
-SOURCES: tuple[str, ...] = ("static", "file", "dns")
+SOURCES: tuple[str, ...] = ("static", "file", "dns", "kubernetes")
 
 
 class DiscoveryError(UserError):
@@ -43,10 +45,12 @@ class DiscoveryError(UserError):
 
 @dataclass(frozen=True, order=True)
 class Found:
-    """One replica a source names: its pool and its base URL (no trailing slash)."""
+    """One replica a source names: its pool, its base URL (no trailing slash) and, where the
+    source knows it (a pod's engine-type label), its engine type ("": its pool's ``engine.types``)."""
 
     pool: str
     url: str
+    engine: str = ""
 
 
 def replica_id(pool: str, url: str, default_pool: str) -> str:
@@ -173,7 +177,8 @@ def dns_target_problem(value: str) -> str | None:
     return None
 
 
-def _url(scheme: str, addr: str, port: int) -> str:
+def address_url(scheme: str, addr: str, port: int) -> str:
+    """``scheme://addr:port`` for an IP address, an IPv6 one in brackets (ValueError: not an IP)."""
     host = f"[{addr}]" if ipaddress.ip_address(addr.split("%", 1)[0]).version == 6 else addr
     return f"{scheme}://{host}:{port}"
 
@@ -226,7 +231,7 @@ class DnsSource:
                         pairs += [(a, port) for a in await _addresses(host, port)]
         except TimeoutError:
             raise DiscoveryError(f"{t.name}: no answer within {self.timeout_s:g} s", names.DISCOVERY_FAIL_TIMEOUT) from None
-        return sorted({Found(self.default_pool, _url(t.scheme, a, p)) for a, p in pairs})
+        return sorted({Found(self.default_pool, address_url(t.scheme, a, p)) for a, p in pairs})
 
     async def _srv(self) -> list[tuple[str, int]]:
         import dns.asyncresolver
@@ -260,12 +265,19 @@ class StaticSource:
         return list(self.found)
 
 
-def source_from_config(cfg: Config) -> FileSource | DnsSource | None:
+def source_from_config(cfg: Config) -> FileSource | DnsSource | KubernetesSource | None:
     """The source ``gateway.discovery`` names; None for ``static`` (the router's replicas are
-    then ``replicas_from_config``'s, fixed, numbered r0, r1, ...)."""
+    then ``replicas_from_config``'s, fixed, numbered r0, r1, ...). :class:`DiscoveryError` when
+    a Kubernetes source cannot find its API server."""
     g = cfg.gateway
     if g.discovery == "file":
         return FileSource(g.discovery_file, g.pool)
     if g.discovery == "dns":
         return DnsSource(parse_dns_target(g.discovery_dns), g.pool)
+    if g.discovery == "kubernetes":
+        from llmsla.discovery_k8s import KubernetesApi, KubernetesSource
+
+        return KubernetesSource(KubernetesApi(g.discovery_kubernetes_api), g.discovery_kubernetes,
+                                namespace=g.discovery_kubernetes_namespace, port=g.discovery_kubernetes_port,
+                                default_pool=g.pool, pool_label=g.discovery_kubernetes_pool_label)
     return None

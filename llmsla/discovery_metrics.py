@@ -26,7 +26,7 @@ _of: weakref.WeakKeyDictionary[CollectorRegistry, DiscoveryMetrics] = weakref.We
 
 
 class DiscoveryMetrics:
-    """One per process and registry; ``source`` is the ``source`` label (static, file or dns)."""
+    """One per process and registry; ``source`` is the ``source`` label (static, file, dns or kubernetes)."""
 
     def __init__(self, source: str, *, registry: CollectorRegistry | None = None) -> None:
         reg = registry if registry is not None else CollectorRegistry()

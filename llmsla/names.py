@@ -187,6 +187,14 @@ ENGINE_METRICS_PATHS: dict[str, str] = {ENGINE_TRTLLM: "/prometheus/metrics"}
 #: The pod label the Gateway API Inference Extension reads an engine's type from; ``engine.types``
 #: takes the same values per pool.
 ENGINE_TYPE_POD_LABEL = "inference.networking.k8s.io/engine-type"
+#: llm-d's router's own key for it (read when the Inference Extension's is absent).
+ENGINE_TYPE_POD_LABEL_LLMD = "llm-d.ai/engine-type"
+#: A pod's engine-type label value -> the engine type: the values the Inference Extension's
+#: metrics extractor names its engines by, and llmsla's own.
+ENGINE_LABEL_VALUES: dict[str, str] = {
+    "vllm": ENGINE_VLLM, "sglang": ENGINE_SGLANG, "trtllm-serve": ENGINE_TRTLLM, "trtllm": ENGINE_TRTLLM,
+    "triton-tensorrt-llm": ENGINE_TRITON, "triton": ENGINE_TRITON,
+}
 L_ENGINE = "engine"
 #: Labels of every ``llmsla_engine_*`` series, in this order.
 ENGINE_LABELS: tuple[str, ...] = (L_REPLICA, L_POOL, L_ENGINE)
@@ -234,9 +242,12 @@ DISCOVERY_FAIL_READ = "read"  # the file is there but cannot be read or decoded
 DISCOVERY_FAIL_RESOLVE = "resolve"  # the DNS name has no answer (NXDOMAIN, SERVFAIL, no SRV)
 DISCOVERY_FAIL_TIMEOUT = "timeout"  # the DNS answer did not come in time
 DISCOVERY_FAIL_EMPTY = "empty"  # an answer naming no replica (the last set is kept)
+DISCOVERY_FAIL_API = "api"  # the Kubernetes API could not be reached, or answered an error
+DISCOVERY_FAIL_DENIED = "denied"  # the Kubernetes API refused the credentials (401/403: RBAC)
 DISCOVERY_FAIL_ERROR = "error"  # anything else (a bug in a round)
 DISCOVERY_FAIL_REASONS: tuple[str, ...] = (DISCOVERY_FAIL_MISSING, DISCOVERY_FAIL_READ, DISCOVERY_FAIL_RESOLVE,
-                                           DISCOVERY_FAIL_TIMEOUT, DISCOVERY_FAIL_EMPTY, DISCOVERY_FAIL_ERROR)
+                                           DISCOVERY_FAIL_TIMEOUT, DISCOVERY_FAIL_EMPTY, DISCOVERY_FAIL_API,
+                                           DISCOVERY_FAIL_DENIED, DISCOVERY_FAIL_ERROR)
 
 # --- vLLM's own names, as the reference worker and the simulator expose them (exporters) ------------
 #: vLLM V1's ``PrometheusStatLogger`` (``vllm/v1/metrics/loggers.py``): the names, the labels and the

@@ -3,7 +3,7 @@
 Core, because three commands must agree on it: the gateway routes to these replicas, ``llmsla
 control serve`` operates a router of them and ``llmsla engines`` scrapes them, and the control
 API's replica ids (r0, r1, ...) mean the same replica in all three only if one function numbers
-them. Replicas found at run time (``gateway.discovery`` file or dns) are named by their address
+them. Replicas found at run time (``gateway.discovery`` file, dns or kubernetes) are named by their address
 instead (``llmsla.discovery.replica_id``), so they too mean the same replica everywhere. See
 docs/architecture.md (contracts shared by components).
 """
@@ -26,6 +26,7 @@ class Replica:
     url: str = ""  # base URL for the real gateway; "" in simulation
     role: str = ""  # "teacher" | "student" | ""
     weight: float = 1.0
+    engine: str = ""  # engine type its discovery source named (a pod's label); "": its pool's engine.types
 
 
 def replicas_from_config(cfg: Config) -> list[Replica]:

@@ -57,7 +57,7 @@ class ReplicaRouter(Protocol):
 
 class ReplicaSource(Protocol):
     """Which replicas there are now: implemented by :mod:`llmsla.discovery`'s static, file and
-    DNS sources; called every ``gateway.discovery_interval_s`` by
+    DNS sources and :mod:`llmsla.discovery_k8s`'s; called every ``gateway.discovery_interval_s`` by
     :class:`llmsla.control.membership.Membership`. ``resolve`` raises
     :class:`llmsla.discovery.DiscoveryError` when it cannot answer (the caller keeps the last set)."""
 

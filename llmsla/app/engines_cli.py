@@ -71,8 +71,9 @@ def targets(cfg: Config, upstreams: list[str] | None, engine_type: str | None, p
 def following(cfg: Config, static: list[Any], upstreams: list[str] | None, engine_type: str | None,
               path: str | None) -> tuple[Any, str, str]:
     """(resolve, source label, description): what ``llmsla engines`` follows. ``--upstream`` or
-    ``gateway.discovery`` static: the fixed ``static`` targets; file or dns: the gateway's source
-    (the static ``gateway.pools`` replicas, r0, r1, ..., stay scraped alongside)."""
+    ``gateway.discovery`` static: the fixed ``static`` targets; file, dns or kubernetes: the
+    gateway's source (the static ``gateway.pools`` replicas, r0, r1, ..., stay
+    scraped alongside)."""
     from llmsla import discovery
     from llmsla.config import check_discovery
     from llmsla.engines.follow import fixed, from_source
@@ -81,9 +82,10 @@ def following(cfg: Config, static: list[Any], upstreams: list[str] | None, engin
         return fixed(static), "static", f"{len(static)} configured replicas"
     check_discovery(cfg)
     source = discovery.source_from_config(cfg)
-    assert source is not None  # file or dns
+    assert source is not None  # file, dns or kubernetes
+    # --type over the pod's engine-type label over the pool's engine.types
     found = from_source(source, default_pool=cfg.gateway.pool, path=path,
-                        engine_of=lambda pool: engine_type or cfg.engine.engine_of(pool))
+                        engine_of=lambda f: engine_type or f.engine or cfg.engine.engine_of(f.pool))
 
     async def resolve() -> list[Any]:
         return [*static, *await found()]

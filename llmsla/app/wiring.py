@@ -45,7 +45,7 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
                   router: Router | None = None, rollout: Rollout | None = None,
                   shared: Any = "auto") -> ControlPlane:
     """The router of ``replicas`` (default: the configuration's, :func:`replicas_from_config`,
-    and with ``gateway.discovery`` file or dns the replicas its source finds at run time)
+    and with ``gateway.discovery`` file, dns or kubernetes the replicas its source finds at run time)
     with the policy and LADR parameters of ``control.*`` (Redis-shared state when
     ``control.redis_url`` is set, unless ``shared=None``), the pools' distillation controls,
     the load shedding of ``tenants.classes`` and the A/B rollout on it, all auditing to ``audit`` (default: in memory only).
@@ -104,7 +104,8 @@ def gateway(cfg: Config, *, registry: CollectorRegistry | None = None, spool: Sp
 
 def engine_signals(cfg: Config, router: Router, *, path: str | None = None) -> Callable[[asyncio.Event], Awaitable[None]]:
     """``gateway.engine_signals``: a loop that scrapes the router's replicas' own metrics
-    with the engine adapters (``engine.*``: interval, timeout, size, engine type per pool),
+    with the engine adapters (``engine.*``: interval, timeout, size, engine type per pool or the
+    replica's own from its pod label),
     follows the router's replicas as discovery changes them, and hands each sample's queue and
     KV-cache usage to ``Router.update_engine`` (docs/control.md#engine-signals). Built here: the
     gateway may not import the engines; it runs the loop it is given."""
@@ -116,7 +117,7 @@ def engine_signals(cfg: Config, router: Router, *, path: str | None = None) -> C
         out = []
         for r in router.replicas():
             if r.url:
-                engine = cfg.engine.engine_of(r.pool)
+                engine = r.engine or cfg.engine.engine_of(r.pool)  # the pod's label first
                 out.append(Target(r.id, r.pool, metrics_url(r.url, path, engine), engine))
         return out
 

@@ -79,7 +79,7 @@ async def _follow(tmp_path: Path) -> None:
     scraper.on_remove = rec.forget
     dm = DiscoveryMetrics("file", registry=reg)
     follow = Follow(scraper, from_source(FileSource(f, "default"), default_pool="default", path="/metrics",
-                                        engine_of=lambda _p: names.ENGINE_AUTO),
+                                        engine_of=lambda _f: names.ENGINE_AUTO),
                     interval_s=INTERVAL, metrics=dm, describe=f"file {f}")
     stop = asyncio.Event()
     task = asyncio.create_task(follow.serve(stop))
