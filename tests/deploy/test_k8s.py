@@ -307,3 +307,33 @@ def test_gateways_discover_the_replicas_through_the_headless_service(built: dict
     name = f'{svc["metadata"]["name"]}.{svc["metadata"]["namespace"]}.svc.cluster.local'
     assert cfg.gateway.discovery_dns == f'{name}:{svc["spec"]["ports"][0]["port"]}'
     config_mod.check_startup(cfg)
+
+
+def test_the_kubernetes_discovery_overlay_lists_the_services_pods_with_its_own_account(
+        built: dict[str, list[dict[str, Any]]]) -> None:
+    """overlays/kubernetes-discovery: the gateways select the pods the headless Service selects,
+    in its namespace and port, as the service account the inference namespace's RoleBinding
+    lets list pods (and nothing more); its token is mounted, the base's gateways mount none."""
+    objs = by_name(built["kubernetes-discovery"])
+    cfg = config_mod.load(env=_env(built["kubernetes-discovery"]))
+    config_mod.check_startup(cfg)
+    g = cfg.gateway
+    assert g.discovery == "kubernetes" and not g.upstreams
+    inference = V.build(K8S / "inference", ROOT)
+    (svc,) = [o for o in inference if o["kind"] == "Service"]
+    assert g.discovery_kubernetes == ",".join(f"{k}={v}" for k, v in svc["spec"]["selector"].items())
+    assert g.discovery_kubernetes_namespace == svc["metadata"]["namespace"]
+    assert g.discovery_kubernetes_port == str(svc["spec"]["ports"][0]["targetPort"])
+    (role,) = [o for o in inference if o["kind"] == "Role"]
+    (binding,) = [o for o in inference if o["kind"] == "RoleBinding"]
+    assert role["metadata"]["namespace"] == svc["metadata"]["namespace"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    account = objs["ServiceAccount/llmsla-gateway"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
+    pod = objs["Deployment/llmsla-gateway"]["spec"]["template"]["spec"]
+    assert account["metadata"]["namespace"] == objs["Deployment/llmsla-gateway"]["metadata"]["namespace"]
+    assert pod["serviceAccountName"] == "llmsla-gateway" and pod["automountServiceAccountToken"] is True
+    base_pod = by_name(built["base"])["Deployment/llmsla-gateway"]["spec"]["template"]["spec"]
+    assert base_pod["automountServiceAccountToken"] is False and "serviceAccountName" not in base_pod
