@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 
 from llmsla import config as config_mod
-from llmsla import services
+from llmsla import names, services
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -133,6 +133,50 @@ def check_spool(cfg: config_mod.Config) -> Check:
     return Check("spool", WARN, detail, f"fix the cause, then delete {root}/<kind>/{spool.DROPPED}/ to clear this")
 
 
+#: A discovery failure's reason -> what to do about it.
+_DISCOVERY_FIXES = {
+    names.DISCOVERY_FAIL_MISSING: "create gateway.discovery_file (one [pool=]url per line)",
+    names.DISCOVERY_FAIL_READ: "make gateway.discovery_file readable UTF-8 text; for kubernetes, check what answers at gateway.discovery_kubernetes_api",
+    names.DISCOVERY_FAIL_RESOLVE: "check gateway.discovery_dns and the resolver (/etc/resolv.conf)",
+    names.DISCOVERY_FAIL_TIMEOUT: "check the network path to the DNS server or the Kubernetes API",
+    names.DISCOVERY_FAIL_API: "check gateway.discovery_kubernetes_api, or that this runs in a pod that can reach the API server",
+    names.DISCOVERY_FAIL_DENIED: "grant the service account get and list on pods: kubectl apply -k deploy/k8s/inference (discovery-rbac.yaml)",
+}
+
+
+def check_discovery(cfg: config_mod.Config) -> Check:
+    """Does ``gateway.discovery`` answer from here, and with which replicas? One round, as the
+    gateway's first (a Kubernetes source lists the pods once, with this pod's credentials)."""
+    import asyncio
+    from collections import Counter
+
+    from llmsla import discovery
+    from llmsla.replicas import replicas_from_config
+
+    g = cfg.gateway
+    try:
+        config_mod.check_discovery(cfg)
+        if g.discovery == "static":
+            n = len(replicas_from_config(cfg))
+            return Check("discovery", OK, f"static: {n} replica(s) configured")
+        source = discovery.source_from_config(cfg)
+        assert source is not None
+        found = asyncio.run(source.resolve())
+    except config_mod.ConfigError as exc:
+        return Check("discovery", FAIL, str(exc), "set the gateway.discovery_* key it names")
+    except discovery.DiscoveryError as exc:
+        return Check("discovery", FAIL, f"{g.discovery} ({exc.reason}): {exc}", _DISCOVERY_FIXES.get(exc.reason, ""))
+    if not found:
+        return Check("discovery", WARN, f"{source.describe()}: names no replica",
+                     "check the selector, file or name: the gateway keeps serving its last set, and starts with none")
+    pools = Counter(f.pool for f in found)
+    engines = Counter(f.engine for f in found if f.engine)
+    detail = f"{source.describe()}: {len(found)} replica(s); pools " + ", ".join(f"{p} {n}" for p, n in sorted(pools.items()))
+    if engines:
+        detail += "; engine labels " + ", ".join(f"{e} {n}" for e, n in sorted(engines.items()))
+    return Check("discovery", OK, detail)
+
+
 def check_binary(name: str, *candidates: str, version_args: tuple[str, ...] = ("--version",)) -> Check:
     try:
         path = services.find_binary(*(candidates or (name,)))
@@ -167,6 +211,7 @@ def run_checks(cfg: config_mod.Config) -> list[Check]:
     checks.append(check_java())
     checks.append(check_store(cfg))
     checks.append(check_spool(cfg))
+    checks.append(check_discovery(cfg))
     checks.append(check_binary("prometheus"))
     checks.append(check_binary("promtool"))
     checks.append(check_binary("alertmanager", "prometheus-alertmanager", "alertmanager"))

@@ -404,3 +404,41 @@ def test_keys_are_checked():
         cfg_of(discovery="kubernetes", discovery_kubernetes="app=vllm", discovery_kubernetes_port="HTTP")
     with pytest.raises(config_mod.ConfigError, match="discovery_kubernetes_api"):
         cfg_of(discovery="kubernetes", discovery_kubernetes="app=vllm", discovery_kubernetes_api="ftp://x")
+
+
+def test_doctor_says_whether_discovery_answers_and_what_to_do_when_it_does_not(tmp_path):
+    """``llmsla doctor``'s discovery row: the replicas one round finds (pools, engine labels), or
+    the failure's reason with its fix (RBAC for a refused list, the file for a missing one)."""
+    from llmsla.app import doctor
+
+    def cfg_of(**env: str) -> config_mod.Config:
+        return config_mod.load(env={f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in env.items()})
+
+    async def main() -> list[doctor.Check]:
+        api = FakeApi(FLEET)
+        url = await api.start()
+        k8s = {"discovery": "kubernetes", "discovery_kubernetes": "app=vllm", "discovery_kubernetes_namespace": NS,
+               "discovery_kubernetes_api": url, "discovery_kubernetes_pool_label": "pool"}
+        try:
+            got = [await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s))]
+            api.forbidden = True
+            got.append(await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s)))
+            api.forbidden = False
+            got.append(await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s | {"discovery_kubernetes": "app=none"})))
+        finally:
+            await api.stop()
+        return got
+
+    ok, denied, empty = asyncio.run(main())
+    assert ok.status == doctor.OK and ok.detail == (f"kubernetes pods 'app=vllm' in {NS}: 7 replica(s); pools canary 1, "
+                                                    "default 6; engine labels sglang 1, triton 1, trtllm 1, vllm 1")
+    assert denied.status == doctor.FAIL and denied.detail.startswith("kubernetes (denied): ")
+    assert "kubectl apply -k deploy/k8s/inference" in denied.fix
+    assert empty.status == doctor.WARN and "names no replica" in empty.detail
+    missing = doctor.check_discovery(cfg_of(discovery="file", discovery_file=str(tmp_path / "nope")))
+    assert missing.status == doctor.FAIL and "create gateway.discovery_file" in missing.fix
+    unset = doctor.check_discovery(cfg_of(discovery="kubernetes"))
+    assert unset.status == doctor.FAIL and "needs gateway.discovery_kubernetes" in unset.detail
+    static = doctor.check_discovery(cfg_of(upstreams="http://127.0.0.1:9001,http://127.0.0.1:9002"))
+    assert (static.status, static.detail) == (doctor.OK, "static: 2 replica(s) configured")
+    assert "check_discovery" in doctor.run_checks.__code__.co_names  # a row of every doctor run
