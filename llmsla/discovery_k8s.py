@@ -216,8 +216,11 @@ class KubernetesSource:
             log.warning("discovery: %s", msg)
 
     async def _list(self) -> list[dict[str, Any]]:
-        """Every pod of the selector, page by page; a continue token that expired meanwhile
-        (410 Gone: the snapshot the pages come from is gone) starts the list over, once."""
+        """Every running pod of the selector, page by page; a continue token that expired
+        meanwhile (410 Gone: the snapshot the pages come from is gone) starts the list over, once.
+        The first page asks for ``resourceVersion=0``: any recent state will do for a poll, and
+        the API server then answers from its watch cache instead of reading etcd (it may then
+        ignore ``limit`` and answer in one page, which reads the same)."""
         import aiohttp  # here: the configuration's checks import this module, and they stay light
 
         path = f"/api/v1/namespaces/{quote(self.namespace, safe='')}/pods"
@@ -225,9 +228,11 @@ class KubernetesSource:
         token, restarted = "", False
         async with aiohttp.ClientSession(headers=self.api.headers(), trust_env=False) as session:
             while True:
-                query = {"labelSelector": self.selector, "limit": str(PAGE_SIZE)}
+                query = {"labelSelector": self.selector, "fieldSelector": "status.phase=Running", "limit": str(PAGE_SIZE)}
                 if token:
                     query["continue"] = token
+                else:  # served from the API server's watch cache, not a quorum read of etcd
+                    query["resourceVersion"] = "0"
                 status, body = await self._get(session, f"{path}?{urlencode(query)}")
                 if status == 410 and token and not restarted:
                     pods, token, restarted = [], "", True

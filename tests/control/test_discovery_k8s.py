@@ -114,8 +114,13 @@ class FakeApi:
                                             f'cannot list resource "pods" in API group "" in the namespace "{NS}"')
         if self.answer is not None:
             return web.Response(status=self.answer[0], body=self.answer[1], content_type="application/json")
+        if q.get("fieldSelector", "status.phase=Running") != "status.phase=Running":
+            return status(400, "BadRequest", f"unexpected fieldSelector {q['fieldSelector']!r} in this test")
+        if "continue" in q and "resourceVersion" in q:  # the API's own rule
+            return status(400, "BadRequest", "specifying resource version is not allowed when using continue")
         items = [p for p in self.pods if p["metadata"]["namespace"] == request.match_info["ns"]
-                 and matches(p["metadata"]["labels"], q.get("labelSelector", ""))]
+                 and matches(p["metadata"]["labels"], q.get("labelSelector", ""))
+                 and ("fieldSelector" not in q or p["status"]["phase"] == "Running")]
         start = 0
         if "continue" in q:
             if self.expire:
@@ -197,7 +202,9 @@ def test_ready_pods_become_replicas_with_their_engine_and_pool(caplog):
     assert [f.url for f in by_number] == sorted([f.url for f in by_name] + ["http://10.1.0.19:8000",
                                                                               "http://10.1.0.20:8000"])
     assert {f.pool for f in by_number} == {"default"}
-    assert [(ns, q["labelSelector"], q["limit"], auth) for ns, q, auth in api.requests] == [(NS, "app=vllm", "500", None)] * 3
+    assert [(ns, q, auth) for ns, q, auth in api.requests] == [
+        (NS, {"labelSelector": "app=vllm", "fieldSelector": "status.phase=Running", "limit": "500", "resourceVersion": "0"},
+         None)] * 3
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "vllm-4: engine type 'ollama' is none of" in text
     assert "vllm-10 has no container port named 'http'" in text
@@ -215,6 +222,7 @@ def test_a_large_namespace_is_read_page_by_page_and_an_expired_list_starts_over(
             got = await source(url).resolve()
             assert len(got) == 1203 and len(api.requests) == 3  # 500 + 500 + 203
             assert [("continue" in q) for _, q, _ in api.requests] == [False, True, True]
+            assert [q.get("resourceVersion") for _, q, _ in api.requests] == ["0", None, None]
             api.requests.clear()
             api.expire = 1  # the snapshot behind the continue token expired: one fresh list
             assert len(await source(url).resolve()) == 1203
