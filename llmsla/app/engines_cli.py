@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
                    help="replica base URL to scrape instead of the gateway's replicas; repeat "
                         "(ids r0, r1, ... in this order; pool gateway.pool unless POOL= is given)")
     p.add_argument("--type", dest="engine_type", metavar="ENGINE",
-                   help="engine type of every replica (auto|vllm|sglang|trtllm|triton), over engine.types")
+                   help="engine type of every replica (auto|vllm|sglang|trtllm|triton), over a pod's engine-type label "
+                        "and engine.types")
     p.add_argument("--path", help="metrics path on every replica (default: /metrics; /prometheus/metrics "
                                    "where the pool's engine type is trtllm)")
     p.add_argument("--host", type=argtypes.host, help="listen address (engine.host)")
