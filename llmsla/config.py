@@ -156,14 +156,17 @@ def _pool_spec_problem(spec: str) -> str | None:
 
 
 def split_engine_spec(spec: str) -> tuple[str, str]:
-    """``pool=engine`` (``engine.types``) as (pool, engine type); ValueError says why not."""
+    """``pool=engine`` (``engine.types``) as (pool, engine type); ValueError says why not. The
+    engine may also be spelled as a pod's engine-type label spells it (``trtllm-serve``)."""
     pool, sep, engine = spec.partition("=")
     if not sep:
         raise ValueError(f"expected pool=engine with engine one of {'|'.join(names.ENGINE_TYPES)}")
     if (problem := label_problem(pool)) is not None:
         raise ValueError(f"pool name {problem}")
+    engine = names.ENGINE_LABEL_VALUES.get(engine.lower(), engine)
     if engine not in names.ENGINE_TYPES:
-        raise ValueError(f"engine after '{pool}=' must be one of {', '.join(names.ENGINE_TYPES)}")
+        raise ValueError(f"engine after '{pool}=' must be one of {', '.join(names.ENGINE_TYPES)} "
+                         f"(or a pod label's {', '.join(sorted(set(names.ENGINE_LABEL_VALUES) - set(names.ENGINE_TYPES)))})")
     return pool, engine
 
 
@@ -549,7 +552,7 @@ class EngineConfig:
     max_bytes: int = _k(8 << 20, "largest /metrics body read; a longer one is a failed scrape (a replica that streams forever)", minimum=1024)
     backoff_max_s: float = _k(30.0, "a failing replica is retried after scrape_interval_s, doubling per failure up to this", minimum=0.05)
     types: list[str] = _k([], f"engine type per pool as pool=engine, engine one of {', '.join(names.ENGINE_TYPES)} "
-                              f"(what the pod label {names.ENGINE_TYPE_POD_LABEL} says for the pool's replicas); a pool not listed is auto (by metric prefix); a trtllm pool is scraped at /prometheus/metrics, where trtllm-serve serves Prometheus metrics",
+                              f"(or as the pod label {names.ENGINE_TYPE_POD_LABEL} spells it: trtllm-serve, triton-tensorrt-llm); a pool not listed is auto (by metric prefix); a trtllm pool is scraped at /prometheus/metrics, where trtllm-serve serves Prometheus metrics",
                           check=_engine_specs_problem)
     host: str = _k("127.0.0.1", "listen address of `llmsla engines` (/metrics)", kind="host")
     port: int = _k(9402, "listen port of `llmsla engines` (/metrics)", kind="port")
@@ -557,7 +560,7 @@ class EngineConfig:
     def engine_of(self, pool: str) -> str:
         """The configured engine type of ``pool`` (``auto`` when it is not listed)."""
         for spec in self.types:
-            p, _, engine = spec.partition("=")
+            p, engine = split_engine_spec(spec)
             if p == pool:
                 return engine
         return names.ENGINE_AUTO

@@ -184,8 +184,8 @@ ENGINE_TYPES: tuple[str, ...] = (ENGINE_AUTO, *ENGINES)
 #: exposition at ``/prometheus/metrics`` (``tensorrt_llm/serve/openai_server.py``).
 METRICS_PATH = "/metrics"
 ENGINE_METRICS_PATHS: dict[str, str] = {ENGINE_TRTLLM: "/prometheus/metrics"}
-#: The pod label the Gateway API Inference Extension reads an engine's type from; ``engine.types``
-#: takes the same values per pool.
+#: The pod label the Gateway API Inference Extension reads an engine's type from (Kubernetes
+#: discovery reads it too); ``engine.types`` takes its values per pool.
 ENGINE_TYPE_POD_LABEL = "inference.networking.k8s.io/engine-type"
 #: llm-d's router's own key for it (read when the Inference Extension's is absent).
 ENGINE_TYPE_POD_LABEL_LLMD = "llm-d.ai/engine-type"

@@ -406,6 +406,11 @@ def test_keys_are_checked():
     def cfg_of(**env: str) -> config_mod.Config:
         return config_mod.load(env={f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in env.items()})
 
+    typed = config_mod.load(env={"LLMSLA_ENGINE_TYPES": "default=trtllm-serve,canary=Triton-TensorRT-LLM,big=sglang"})
+    assert [typed.engine.engine_of(p) for p in ("default", "canary", "big", "other")] == [
+        names.ENGINE_TRTLLM, names.ENGINE_TRITON, names.ENGINE_SGLANG, names.ENGINE_AUTO]
+    with pytest.raises(config_mod.ConfigError, match="or a pod label's triton-tensorrt-llm, trtllm-serve"):
+        config_mod.load(env={"LLMSLA_ENGINE_TYPES": "default=tgi"})
     with pytest.raises(config_mod.ConfigError, match="needs gateway.discovery_kubernetes"):
         config_mod.check_startup(cfg_of(discovery="kubernetes"))
     with pytest.raises(config_mod.ConfigError, match="discovery_kubernetes_port"):
