@@ -415,6 +415,17 @@ def static_rules(prof: Profile) -> list[StaticRule]:
                    "gateway {{ $labels.instance }}: its event loop runs p99 more than 50 ms late for 5 minutes: "
                    "it is the bottleneck (add gateway.workers or replicas of it; see llmsla_gateway_accept_backlog)",
                    severity=names.SEVERITY_PAGE),
+        # a source that keeps failing leaves the gateway routing to its last set (none, when it
+        # never answered: a missing RoleBinding, a wrong selector), which no request-side SLO shows;
+        # by process, not by the series' source label (one source per process; the rule's own
+        # source label, static, would replace it)
+        StaticRule("LlmslaDiscoveryFailing",
+                   f"sum by (job, instance) (increase({names.DISCOVERY_FAILURES}_total[{r(600)}])) > 0\n"
+                   f"unless sum by (job, instance) (increase({names.DISCOVERY_REFRESHES}_total[{r(600)}])) > 0",
+                   300,
+                   "{{ $labels.job }} {{ $labels.instance }}: its replica discovery has failed for 10 minutes "
+                   "without one answer applied; it routes to its last set of replicas (none if it never had one): "
+                   "see llmsla_discovery_failures_total's reason and run llmsla doctor where it runs"),
         StaticRule("LlmslaGateway5xx",
                    f"sum by (model, pool) (rate({err}[{r(300)}]))\n/\n"
                    f"sum by (model, pool) (rate({names.REQUESTS}_total[{r(300)}])) > 0.05", 300,

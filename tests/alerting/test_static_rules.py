@@ -157,3 +157,51 @@ def test_promtool_accepts_the_static_rule_file() -> None:
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout and "LlmslaSpoolDropping" in RULE_FILE.read_text()
+
+
+def test_discovery_failing_fires_only_when_nothing_succeeded_for_ten_minutes(tmp_path: Path) -> None:
+    """gw-1 never gets an answer (a missing RoleBinding: failures from the start, no refresh);
+    gw-2 fails now and then between answers; gw-3 answers for 10 minutes, then only fails. The
+    rule fires for gw-1 after its 5 minutes pending and for gw-3 once 10 minutes pass with no
+    answer (plus the 5), never for gw-2."""
+    rule = _rule("LlmslaDiscoveryFailing")
+    failures, refreshes = f"{names.DISCOVERY_FAILURES}_total", f"{names.DISCOVERY_REFRESHES}_total"
+
+    def firing(instance: str) -> dict:
+        labels = {"job": "llmsla-gateway", "instance": instance,
+                  names.L_SEVERITY: names.SEVERITY_TICKET, names.L_SOURCE: names.SOURCE_STATIC}
+        return {"exp_labels": labels, "exp_annotations": {"summary": rule_tests._render(rule.summary, labels)}}
+
+    def series(name: str, instance: str, reason: str | None, values: str) -> dict:
+        extra = f',reason="{reason}"' if reason else ""
+        return {"series": f'{name}{{job="llmsla-gateway",instance="{instance}",source="kubernetes"{extra}}}',
+                "values": values}
+
+    test = {
+        "rule_files": [str(RULE_FILE)],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [  # 30 minutes, a sample every 15 s; the gateway tries every 5 s
+                series(refreshes, "gw-1", None, "0x120"),
+                series(failures, "gw-1", "denied", "0+3x120"),
+                series(failures, "gw-1", "api", "0x120"),
+                series(refreshes, "gw-2", None, "0+2x120"),
+                series(failures, "gw-2", "timeout", "0+1x120"),
+                series(refreshes, "gw-3", None, "0+3x40 120x80"),
+                series(failures, "gw-3", "api", "0x40 0+3x80"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": rule.alert, "exp_alerts": []},  # gw-1 pending
+                {"eval_time": "6m", "alertname": rule.alert, "exp_alerts": [firing("gw-1")]},
+                {"eval_time": "24m", "alertname": rule.alert, "exp_alerts": [firing("gw-1")]},  # gw-3 pending
+                {"eval_time": "26m", "alertname": rule.alert, "exp_alerts": [firing("gw-1"), firing("gw-3")]},
+            ],
+        }],
+    }
+    path = tmp_path / "discovery-failing.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout + res.stderr
