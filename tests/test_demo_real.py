@@ -21,6 +21,7 @@ from tests.test_demo import _db, _env, _left_behind
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # r1's P99 in its ramp against before it: what the CPU workers' cores give them
 def test_demo_real_closes_the_loop_on_real_workers(pg_dsn: str, tmp_path: Path) -> None:
     work, facts_file = tmp_path / "work", tmp_path / "facts.json"
     out = subprocess.run([sys.executable, "-m", "llmsla", "--dsn", pg_dsn, "demo", "--real", "--workdir", str(work),
