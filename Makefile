@@ -6,7 +6,8 @@ STAMP := $(VENV)/.llmsla-installed
 .PHONY: demo test test-fast test-quick lint typecheck bootstrap clean
 
 # the unit layer (tests/unit: the closed loop's pure decisions) and the other tests that start no
-# service and run in seconds: the edit loop, under a minute
+# service and run in seconds: the edit loop, under a minute (one process: starting workers would
+# take longer than the tests)
 FAST_TESTS := tests/unit tests/test_architecture.py tests/alerting/test_layering.py \
 	tests/alerting/test_policy.py tests/forecaster/test_layering.py tests/forecaster/test_hysteresis.py \
 	tests/control/test_ab_stats.py tests/test_histogram.py \
@@ -29,7 +30,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	PY=$(PY) bash scripts/typecheck.sh
-	bash scripts/run-tests.sh $(FAST_TESTS)
+	TEST_WORKERS=$${TEST_WORKERS:-0} bash scripts/run-tests.sh $(FAST_TESTS)
 
 # everything not marked slow (skips the long integration runs of Flink, Prometheus, the demo;
 # still starts PostgreSQL, Redis and the control API): minutes

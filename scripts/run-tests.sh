@@ -6,13 +6,12 @@ cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 # the dashboard type-check's npm packages (no-op when .tools/ already has the pinned versions)
 "$VENV/bin/python" -m llmsla.dashboards.typecheck install || exit 1
-# Tests run in TEST_WORKERS processes (pytest-xdist; 0, the default: one process, in order).
-# Most of the suite's wall time is waiting on the services it starts (PostgreSQL, Flink, the
-# demo's real workers), so TEST_WORKERS=3 finishes in about half the time even on two cores; each
-# worker has its own embedded PostgreSQL and temporary tree, and work-stealing evens out the long
-# tests. Not the default yet: beside two other processes a few timing checks still fail now and
-# then (README, Testing).
-WORKERS="${TEST_WORKERS:-0}"
+# Tests run in TEST_WORKERS processes (pytest-xdist; default 3; 0: one process, in order). Most
+# of the suite's wall time is waiting on the services it starts (PostgreSQL, Flink, the demo's
+# real workers), so three processes finish in about half the time even on two cores; each worker
+# has its own embedded PostgreSQL and temporary tree, work-stealing evens out the long tests, and
+# a test marked `exclusive` (a latency the machine gives it) runs with nothing beside it.
+WORKERS="${TEST_WORKERS:-3}"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=15 -n "$WORKERS" --dist worksteal "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then
