@@ -102,8 +102,12 @@ class KubernetesApi:
             return "default"
 
     def headers(self) -> dict[str, str]:
-        """Accept JSON; the bearer token as mounted now (the kubelet rotates it on disk)."""
+        """Accept JSON; over HTTPS, the bearer token as mounted now (the kubelet rotates it on
+        disk). Never over plain HTTP: ``kubectl proxy`` authenticates itself, and a token sent
+        in clear text to another URL would be a credential handed to the network."""
         out = {"Accept": "application/json"}
+        if not self.base_url.startswith("https://"):
+            return out
         try:
             token = self.token_file.read_text(encoding="utf-8").strip()
         except OSError:

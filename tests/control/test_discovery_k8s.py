@@ -331,6 +331,9 @@ def test_in_a_pod_it_trusts_the_cluster_ca_and_reads_the_rotated_token(tmp_path)
     asyncio.run(main())
     with pytest.raises(DiscoveryError, match="not in a Kubernetes pod"):
         KubernetesApi(environ={})
+    # kubectl proxy (plain HTTP): the mounted token is never sent in clear text
+    assert KubernetesApi("http://127.0.0.1:8001", account_dir=account).headers() == {"Accept": "application/json"}
+    assert KubernetesApi("https://10.96.0.1", account_dir=account).headers()["Authorization"] == "Bearer token-2"
 
 
 def test_the_gateway_and_the_engine_scraper_follow_pods_that_come_and_go():
