@@ -23,6 +23,15 @@ def _rule(alert: str) -> R.StaticRule:
     return rule
 
 
+def _promtool_test(path: Path, test: dict) -> str:
+    """``promtool test rules`` on ``test`` written to ``path``: passes, returns its output."""
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout + res.stderr
+
+
 def test_spool_dropping_fires_on_a_drop_and_only_then(tmp_path: Path) -> None:
     rule = _rule("LlmslaSpoolDropping")
     dropped = f"{names.SPOOL_DROPPED}_total"
@@ -54,12 +63,8 @@ def test_spool_dropping_fires_on_a_drop_and_only_then(tmp_path: Path) -> None:
             ],
         }],
     }
-    path = tmp_path / "spool-dropping.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS" in res.stdout + res.stderr
+    out = _promtool_test(tmp_path / "spool-dropping.test.yml", test)
+    assert "SUCCESS" in out
 
 
 def test_gateway_saturated_pages_for_a_late_loop_only(tmp_path: Path) -> None:
@@ -99,11 +104,7 @@ def test_gateway_saturated_pages_for_a_late_loop_only(tmp_path: Path) -> None:
             ],
         }],
     }
-    path = tmp_path / "gateway-saturated.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _promtool_test(tmp_path / "gateway-saturated.test.yml", test)
 
 
 def test_forecaster_drifted_fires_when_recall_falls_below_validation_with_enough_breaches(tmp_path: Path) -> None:
@@ -145,11 +146,7 @@ def test_forecaster_drifted_fires_when_recall_falls_below_validation_with_enough
             ],
         }],
     }
-    path = tmp_path / "forecaster-drifted.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _promtool_test(tmp_path / "forecaster-drifted.test.yml", test)
 
 
 def test_promtool_accepts_the_static_rule_file() -> None:
@@ -199,9 +196,5 @@ def test_discovery_failing_fires_only_when_nothing_succeeded_for_ten_minutes(tmp
             ],
         }],
     }
-    path = tmp_path / "discovery-failing.test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    res = subprocess.run([services.find_binary("promtool"), "test", "rules", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS" in res.stdout + res.stderr
+    out = _promtool_test(tmp_path / "discovery-failing.test.yml", test)
+    assert "SUCCESS" in out

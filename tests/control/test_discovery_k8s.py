@@ -151,6 +151,11 @@ class FakeApi:
             await self.runner.cleanup()
 
 
+def cfg_of(**env: str) -> config_mod.Config:
+    """A configuration with these ``gateway.*`` keys set, as the environment sets them."""
+    return config_mod.load(env={f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in env.items()})
+
+
 def source(api_url: str, selector: str = "app=vllm", **kw: Any) -> KubernetesSource:
     return KubernetesSource(KubernetesApi(api_url, account_dir=Path("/nonexistent")), selector,
                             namespace=kw.pop("namespace", NS), default_pool="default", **kw)
@@ -406,9 +411,6 @@ def test_keys_are_checked():
     assert selector_problem("app in (vllm,sglang),tier!=cpu") is None and selector_problem("") is None
     assert selector_problem("app=vllm\n") is not None and selector_problem(" app=vllm") is not None
 
-    def cfg_of(**env: str) -> config_mod.Config:
-        return config_mod.load(env={f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in env.items()})
-
     typed = config_mod.load(env={"LLMSLA_ENGINE_TYPES": "default=trtllm-serve,canary=Triton-TensorRT-LLM,big=sglang"})
     assert [typed.engine.engine_of(p) for p in ("default", "canary", "big", "other")] == [
         names.ENGINE_TRTLLM, names.ENGINE_TRITON, names.ENGINE_SGLANG, names.ENGINE_AUTO]
@@ -426,9 +428,6 @@ def test_doctor_says_whether_discovery_answers_and_what_to_do_when_it_does_not(t
     """``llmsla doctor``'s discovery row: the replicas one round finds (pools, engine labels), or
     the failure's reason with its fix (RBAC for a refused list, the file for a missing one)."""
     from llmsla.app import doctor
-
-    def cfg_of(**env: str) -> config_mod.Config:
-        return config_mod.load(env={f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in env.items()})
 
     async def main() -> list[doctor.Check]:
         api = FakeApi(FLEET)
