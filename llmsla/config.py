@@ -136,10 +136,14 @@ def _features_problem(value: list[str]) -> str | None:
 
 
 def split_pool_spec(spec: str) -> tuple[str, str]:
-    """``pool=http://host:port`` (``gateway.pools``) as (pool, url); ValueError says why not."""
+    """``pool=http://host:port`` (``gateway.pools``) as (pool, url), or a bare pool name (a pool
+    whose replicas discovery finds: a pod label, the discovery file) as (pool, ""); ValueError
+    says why not."""
     pool, sep, url = spec.partition("=")
     if not sep:
-        raise ValueError("expected pool=http://host:port")
+        if "://" in spec or (problem := label_problem(spec)) is not None:
+            raise ValueError("expected pool=http://host:port, or a pool name alone for a pool discovery finds")
+        return spec, ""
     if (problem := label_problem(pool)) is not None:
         raise ValueError(f"pool name {problem}")
     if (problem := url_problem(url)) is not None:
@@ -398,7 +402,7 @@ class GatewayConfig:
     upstreams: list[str] = _k([], "replica base URLs, e.g. http://127.0.0.1:9001", check=_each(url_problem))
     student_upstreams: list[str] = _k([], "distilled student replicas of the same pool; the pool's student share (control API) routes to them, the upstreams are then the teachers", check=_each(url_problem))
     pool: str = _k("default", "pool name of these upstreams (a label of every event: at most 256 characters)", check=label_problem)
-    pools: list[str] = _k([], "replicas of other pools an A/B arm may send its units to (its strategy's pool), as pool=url, e.g. canary=http://127.0.0.1:9002", check=_each(_pool_spec_problem))
+    pools: list[str] = _k([], "other pools an A/B arm may send its units to (its strategy's pool), each with the distillation and shedding controls of a pool: pool=url for a replica of it, e.g. canary=http://127.0.0.1:9002, or with gateway.discovery other than static the pool's name alone, its replicas found by discovery (a pod label, the discovery file)", check=_each(_pool_spec_problem))
     discovery: str = _k("static", "where the replicas come from: static (gateway.upstreams, student_upstreams, pools; ids r0, r1, ...), file (gateway.discovery_file, re-read on change), dns (gateway.discovery_dns, re-resolved) or kubernetes (the pods of gateway.discovery_kubernetes, listed from the API); discovered replicas join after a healthy probe, leave after draining, and are named by their address", choices=DISCOVERY_SOURCES)
     discovery_file: str = _k("", "with discovery = file: a file of [pool=]url lines (# comments), e.g. http://10.0.0.7:8000 or canary=http://10.0.0.9:8000")
     discovery_dns: str = _k("", "with discovery = dns: name:port resolved to A/AAAA records (a headless Service, e.g. llmsla-worker.llmsla.svc.cluster.local:8000), or an SRV name _service._proto.name (needs the dns extra); http:// or https:// may lead", check=dns_target_problem)
@@ -1076,12 +1080,14 @@ def check_arm_pools(experiments: dict[str, Any], pool: str, pools: list[str], wh
         for a in e.arms:
             if a.strategy.pool is not None and a.strategy.pool not in pools:
                 raise ConfigError(f"{where}: ab.experiments.{key}.arms.{a.name}.pool: pool {a.strategy.pool!r} "
-                                  f"has no replicas here (pools: {', '.join(pools)}); add it to gateway.pools")
+                                  f"has no replicas here (pools: {', '.join(pools)}); add it to gateway.pools "
+                                  "(pool=http://host:port, or with gateway.discovery its name alone)")
 
 
 def check_discovery(cfg: Config) -> None:
-    """``gateway.discovery`` file/dns needs its file/name, and replaces the static
-    ``gateway.upstreams`` and ``student_upstreams`` (``gateway.pools`` stay, fixed, beside it)."""
+    """``gateway.discovery`` file/dns/kubernetes needs its file/name/selector, and replaces the
+    static ``gateway.upstreams`` and ``student_upstreams`` (``gateway.pools`` stay, fixed, beside
+    it); a ``gateway.pools`` entry that is a pool's name alone needs a discovery source."""
     g = cfg.gateway
     where = cfg.source or "configuration"
     if g.discovery == "file" and not g.discovery_file:
@@ -1090,6 +1096,14 @@ def check_discovery(cfg: Config) -> None:
         raise ConfigError(f"{where}: gateway.discovery = dns needs gateway.discovery_dns (name:port, or _service._proto.name)")
     if g.discovery == "kubernetes" and not g.discovery_kubernetes:
         raise ConfigError(f"{where}: gateway.discovery = kubernetes needs gateway.discovery_kubernetes (a label selector, e.g. app=vllm)")
+    for spec in g.pools if g.discovery == "static" else ():
+        try:
+            pool, url = split_pool_spec(spec)
+        except ValueError:
+            continue  # the key's own check says why
+        if not url:
+            raise ConfigError(f"{where}: gateway.pools: {pool!r} names no replica: write {pool}=http://host:port (a "
+                              "pool name alone is for gateway.discovery file, dns or kubernetes, which find its replicas)")
     if g.discovery != "static" and (g.upstreams or g.student_upstreams):
         raise ConfigError(f"{where}: gateway.discovery = {g.discovery} finds the replicas itself: leave "
                           "gateway.upstreams and gateway.student_upstreams empty (gateway.pools may stay)")

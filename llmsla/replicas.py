@@ -44,5 +44,6 @@ def replicas_from_config(cfg: Config) -> list[Replica]:
             pool, url = split_pool_spec(spec)
         except ValueError as exc:
             raise ConfigError(f"{cfg.origin('gateway.pools')}: [{i}] {redact(spec)!r}: {exc}") from None
-        urls.append((pool, url, ""))
+        if url:  # a pool name alone: its replicas come from discovery
+            urls.append((pool, url, ""))
     return [Replica(id=f"r{i}", pool=pool, url=u.rstrip("/"), role=role) for i, (pool, u, role) in enumerate(urls)]

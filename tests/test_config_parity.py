@@ -86,6 +86,7 @@ CASES: list[tuple[str, Any, bool]] = [
     ("gateway.pools", ["canary=notaurl"], False),
     ("gateway.pools", ["=http://127.0.0.1:9002"], False),
     ("gateway.pools", ["http://127.0.0.1:9002"], False),
+    ("gateway.pools", ["canary"], False),  # a pool name alone needs a discovery source to fill it
     ("gateway.client_share", 0.25, True),
     ("gateway.client_share", 1.0, True),  # no per-client bound
     ("gateway.client_share", 0, False),
