@@ -324,6 +324,8 @@ def test_the_kubernetes_discovery_overlay_lists_the_services_pods_with_its_own_a
     assert g.discovery_kubernetes == ",".join(f"{k}={v}" for k, v in svc["spec"]["selector"].items())
     assert g.discovery_kubernetes_namespace == svc["metadata"]["namespace"]
     assert g.discovery_kubernetes_port == str(svc["spec"]["ports"][0]["targetPort"])
+    # the canary pool the pool label names is declared by name: arms may send units there
+    assert g.discovery_kubernetes_pool_label == "llmsla.dev/pool" and g.pools == ["canary"]
     (role,) = [o for o in inference if o["kind"] == "Role"]
     (binding,) = [o for o in inference if o["kind"] == "RoleBinding"]
     assert role["metadata"]["namespace"] == svc["metadata"]["namespace"]
