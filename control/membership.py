@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -47,8 +48,13 @@ class Membership:
     docstring. Replicas the router had before (a static ``gateway.pools``) are never touched."""
 
     def __init__(self, router: Router, source: ReplicaSource, *, default_pool: str, interval_s: float,
-                 prober: HealthProber | None = None, metrics: DiscoveryMetrics | None = None) -> None:
+                 prober: HealthProber | None = None, metrics: DiscoveryMetrics | None = None,
+                 pools: Collection[str] | None = None) -> None:
         self.router = router
+        #: the pools requests can reach (the gateway's and those ``gateway.pools`` names); a
+        #: replica discovered in another one is routed there by no request: said once per pool
+        self.pools = None if pools is None else frozenset(pools)
+        self._unreached: set[str] = set()
         self.metrics = metrics
         self.source = source
         self.default_pool = default_pool
@@ -105,6 +111,11 @@ class Membership:
                 change.joined.append(rid)
                 log.info("discovery: replica %s (%s, pool %s) joined; it takes traffic after a healthy probe",
                          rid, redact(rep.url), rep.pool)
+                if self.pools is not None and rep.pool not in self.pools and rep.pool not in self._unreached:
+                    self._unreached.add(rep.pool)
+                    log.warning("discovery: replica %s is in pool %r, which the configuration does not name: no "
+                                "request goes there; name it in gateway.pools (its name alone) for an A/B arm "
+                                "to send units to it", rid, rep.pool)
         for rid in sorted(self.managed - owned):
             if rid in known:
                 removed = self.router.retire(rid)

@@ -70,7 +70,7 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
     if source is not None:
         membership = Membership(router, source, default_pool=cfg.gateway.pool,
                                 interval_s=cfg.gateway.discovery_interval_s, prober=prober,
-                                metrics=DiscoveryMetrics.of(cfg.gateway.discovery, registry))
+                                metrics=DiscoveryMetrics.of(cfg.gateway.discovery, registry), pools=pools)
     shed = ShedControls(cfg.tenants.classes, pools, audit=audit, registry=registry, router=router)
     return ControlPlane(router, distill, rollout, audit, prober, membership, shed)
 

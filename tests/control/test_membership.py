@@ -239,6 +239,30 @@ def test_membership_follows_the_file_and_keeps_the_last_set_on_trouble(tmp_path,
     asyncio.run(main())
 
 
+def test_a_replica_in_a_pool_no_request_reaches_is_said_once_per_pool(tmp_path, caplog):
+    """A pod labelled into a pool the configuration does not name gets no request: the operator
+    is told once per such pool, naming the key that fixes it; a declared pool is not reported."""
+    f = tmp_path / "replicas"
+    write(f, "http://127.0.0.1:9001\nshadow=http://127.0.0.1:9002\nshadow=http://127.0.0.1:9003\n")
+
+    def warnings(pools: list[str]) -> list[str]:
+        router = Router([], "round_robin", registry=CollectorRegistry())
+        m = Membership(router, FileSource(f, "default"), default_pool="default", interval_s=1, pools=pools)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="llmsla.control.membership"):
+            asyncio.run(m.sync_once())
+            write(f, f.read_text() + "shadow=http://127.0.0.1:9004\n")  # one more joins later
+            asyncio.run(m.sync_once())
+        assert {r.pool for r in router.replicas()} == {"default", "shadow"}  # routed all the same
+        return [r.getMessage() for r in caplog.records]
+
+    said = warnings(["default"])
+    assert len(said) == 1 and "pool 'shadow', which the configuration does not name" in said[0]
+    assert "gateway.pools" in said[0]
+    write(f, "http://127.0.0.1:9001\nshadow=http://127.0.0.1:9002\n")
+    assert warnings(["default", "shadow"]) == []
+
+
 def test_membership_over_dns_serves_only_the_address_that_answers_its_probe():
     """localhost:PORT resolves to 127.0.0.1 (a health server listens) and often ::1 (nothing
     listens there): the first serves, the second stays pending without ever taking a request."""
