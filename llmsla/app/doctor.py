@@ -174,7 +174,35 @@ def check_discovery(cfg: config_mod.Config) -> Check:
     detail = f"{source.describe()}: {len(found)} replica(s); pools " + ", ".join(f"{p} {n}" for p, n in sorted(pools.items()))
     if engines:
         detail += "; engine labels " + ", ".join(f"{e} {n}" for e, n in sorted(engines.items()))
+    try:
+        problems = _pool_problems(cfg, set(pools))
+    except (config_mod.ConfigError, ValueError) as exc:  # a Config built in code, not loaded
+        return Check("discovery", FAIL, str(exc), "fix the key it names (llmsla config check)")
+    if problems:
+        return Check("discovery", WARN, f"{detail}; " + "; ".join(problems),
+                     "name a pool alone in gateway.pools for requests to reach it; give an arm weight 0 "
+                     "(control API) until its pool has replicas (docs/gateway.md#pools-discovery-fills)")
     return Check("discovery", OK, detail)
+
+
+def _pool_problems(cfg: config_mod.Config, found: set[str]) -> list[str]:
+    """What the gateway would do with the pools one discovery round found: replicas in a pool no
+    request reaches (the configuration does not name it), and A/B arms of the gateway's pool
+    sending units to a pool with no replica (answered 503 ``no_replica``)."""
+    from llmsla import experiments
+    from llmsla.replicas import replicas_from_config
+
+    g = cfg.gateway
+    named = {g.pool, *(config_mod.split_pool_spec(spec)[0] for spec in g.pools)}
+    served = found | {r.pool for r in replicas_from_config(cfg)}
+    out = [f"pool {p!r} has replicas no request reaches (the configuration does not name it)"
+           for p in sorted(found - named)]
+    for key, e in experiments.parse(cfg.ab.experiments).items():
+        if e.enabled and e.pool == g.pool:
+            out += [f"arm {key}:{a.name} sends its units to pool {a.strategy.pool!r}, which has no replica: "
+                    "they are answered 503" for a in e.arms
+                    if a.strategy.pool is not None and a.strategy.pool not in served]
+    return out
 
 
 def check_binary(name: str, *candidates: str, version_args: tuple[str, ...] = ("--version",)) -> Check:

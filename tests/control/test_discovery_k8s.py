@@ -426,7 +426,8 @@ def test_keys_are_checked():
 
 def test_doctor_says_whether_discovery_answers_and_what_to_do_when_it_does_not(tmp_path):
     """``llmsla doctor``'s discovery row: the replicas one round finds (pools, engine labels), or
-    the failure's reason with its fix (RBAC for a refused list, the file for a missing one)."""
+    the failure's reason with its fix (RBAC for a refused list, the file for a missing one); a
+    warning for replicas in a pool no request reaches and for an arm whose pool has none."""
     from llmsla.app import doctor
 
     async def main() -> list[doctor.Check]:
@@ -435,21 +436,30 @@ def test_doctor_says_whether_discovery_answers_and_what_to_do_when_it_does_not(t
         k8s = {"discovery": "kubernetes", "discovery_kubernetes": "app=vllm", "discovery_kubernetes_namespace": NS,
                "discovery_kubernetes_api": url, "discovery_kubernetes_pool_label": "pool"}
         try:
-            got = [await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s))]
+            got = [await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s, pools="canary"))]
             api.forbidden = True
             got.append(await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s)))
             api.forbidden = False
             got.append(await asyncio.to_thread(doctor.check_discovery, cfg_of(**k8s | {"discovery_kubernetes": "app=none"})))
+            # the canary pool undeclared: its pod gets no request; an arm's pool without a pod: 503s
+            arms = {"exp": {"arms": {"a": {}, "b": {"pool": "blue"}}}}
+            got.append(await asyncio.to_thread(doctor.check_discovery, config_mod.load(env={
+                **{f"LLMSLA_GATEWAY_{k.upper()}": v for k, v in k8s.items()}, "LLMSLA_GATEWAY_POOLS": "blue",
+                "LLMSLA_AB_EXPERIMENTS": json.dumps(arms)})))
         finally:
             await api.stop()
         return got
 
-    ok, denied, empty = asyncio.run(main())
+    ok, denied, empty, idle = asyncio.run(main())
     assert ok.status == doctor.OK and ok.detail == (f"kubernetes pods 'app=vllm' in {NS}: 7 replica(s); pools canary 1, "
                                                     "default 6; engine labels sglang 1, triton 1, trtllm 1, vllm 1")
     assert denied.status == doctor.FAIL and denied.detail.startswith("kubernetes (denied): ")
     assert "kubectl apply -k deploy/k8s/inference" in denied.fix
     assert empty.status == doctor.WARN and "names no replica" in empty.detail
+    assert idle.status == doctor.WARN and idle.detail.endswith(
+        "; pool 'canary' has replicas no request reaches (the configuration does not name it)"
+        "; arm exp:b sends its units to pool 'blue', which has no replica: they are answered 503")
+    assert "gateway.pools" in idle.fix and "weight 0" in idle.fix
     missing = doctor.check_discovery(cfg_of(discovery="file", discovery_file=str(tmp_path / "nope")))
     assert missing.status == doctor.FAIL and "create gateway.discovery_file" in missing.fix
     unset = doctor.check_discovery(cfg_of(discovery="kubernetes"))
