@@ -145,7 +145,7 @@ class Membership:
     def publish(self) -> None:
         """Set the replica gauge from the router as it is now (after every round)."""
         if self.metrics is not None:
-            self.metrics.set_replicas(self.states())
+            self.metrics.set_replicas(self.states(), self.pools or ())
 
     def _warn(self, msg: str) -> None:
         if msg != self._warned:  # once per distinct problem, not every interval

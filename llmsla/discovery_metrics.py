@@ -70,12 +70,14 @@ class DiscoveryMetrics:
             reason = names.DISCOVERY_FAIL_ERROR
         self.failures.labels(self.source, reason).inc()
 
-    def set_replicas(self, states: Iterable[tuple[str, str]]) -> Mapping[tuple[str, str], int]:
-        """The full set of (pool, state) of every known replica; returns the counts set."""
+    def set_replicas(self, states: Iterable[tuple[str, str]], declared: Iterable[str] = ()) -> Mapping[tuple[str, str], int]:
+        """The full set of (pool, state) of every known replica; returns the counts set. The
+        ``declared`` pools (the configuration's) read 0 while they have no replica, so an empty
+        pool that requests are sent to shows as 0 serving rather than as no series."""
         counts: dict[tuple[str, str], int] = {}
         for pool, state in states:
             counts[(pool, state)] = counts.get((pool, state), 0) + 1
-        pools = {p for p, _ in counts}
+        pools = {p for p, _ in counts} | set(declared)
         for pool in self._pools - pools:
             for state in names.DISCOVERY_STATES:
                 self.replicas.remove(pool, state)

@@ -261,6 +261,16 @@ def test_a_replica_in_a_pool_no_request_reaches_is_said_once_per_pool(tmp_path, 
     assert "gateway.pools" in said[0]
     write(f, "http://127.0.0.1:9001\nshadow=http://127.0.0.1:9002\n")
     assert warnings(["default", "shadow"]) == []
+    # a declared pool without a replica reads 0, not no series: an arm's empty pool shows on a panel
+    reg = CollectorRegistry()
+    write(f, "http://127.0.0.1:9001\nshadow=http://127.0.0.1:9002\n")
+    m = Membership(Router([], "round_robin", registry=reg), FileSource(f, "default"), default_pool="default",
+                   interval_s=1, pools=["default", "shadow", "blue"], metrics=DiscoveryMetrics("file", registry=reg))
+    asyncio.run(m.sync_once())
+    probing = {p: reg.get_sample_value(names.DISCOVERY_REPLICAS, {"pool": p, "state": "probing"})
+               for p in ("default", "shadow", "blue")}
+    assert probing == {"default": 1, "shadow": 1, "blue": 0}
+    assert reg.get_sample_value(names.DISCOVERY_REPLICAS, {"pool": "blue", "state": "serving"}) == 0
 
 
 def test_membership_over_dns_serves_only_the_address_that_answers_its_probe():
