@@ -1,9 +1,9 @@
 """The gateway's per-piece SSE readers against an event-by-event JSON reference.
 
 ``StreamTimer`` counts and stamps tokens and ``UsageStripper`` drops the usage the gateway asked
-for, each with shortcuts for the pieces upstreams usually send (one event, several whole
-per-token events). Whatever the cut of a stream into pieces, both must give what decoding each
-event on its own gives.
+for, each with shortcuts for the pieces upstreams usually send (one event per piece; whole events
+without usage passed as they are). Whatever the cut of a stream into pieces, both must give what
+decoding each event on its own gives.
 """
 
 from __future__ import annotations
@@ -57,11 +57,7 @@ def _stripped(chunks: list[dict]) -> bytes:
     for c in chunks:
         if "usage" in c and not c["choices"]:
             continue
-        if "usage" in c:
-            c = {k: v for k, v in c.items() if k != "usage"}
-            out.append(_sse(c))
-        else:
-            out.append(_sse(c))
+        out.append(_sse({k: v for k, v in c.items() if k != "usage"}))
     return b"".join(out) + b"data: [DONE]\n\n"
 
 
@@ -73,14 +69,12 @@ def test_timer_and_stripper_agree_with_the_reference_on_any_cut() -> None:
         timer, stripper = StreamTimer(0.0, streaming=True), UsageStripper()
         stamps_of_tokens: list[float] = []
         sent = b""
-        raw = b""
         for i, piece in enumerate(pieces):
             now = 1.0 + i
             before = timer.chunks_with_tokens
             timer.feed(piece, now)
             stamps_of_tokens += [now] * (timer.chunks_with_tokens - before)
             sent += stripper.feed(piece)
-            raw += piece
         sent += stripper.flush()
         tokens = [bool(_token_count(c)) for c in chunks]
         assert timer.chunks_with_tokens == sum(tokens), pieces
