@@ -64,11 +64,11 @@ def test_an_arm_sends_its_units_to_a_pool_only_discovery_fills(tmp_path: Path) -
                     before = [await _ask(s, gw.url, cfg.worker.model, f"u{i}") for i in range(40)]
                     _write(f, [base_url, f"canary={canary_url}"])  # the canary rolls out
                     deadline = asyncio.get_running_loop().time() + 10
-                    while not any(r["id"] == canary_id and not r.get("down") for r in
+                    # joined, then serving after its first healthy probe
+                    while not any(r["id"] == canary_id and not r["pending"] for r in
                                   plane.router.snapshot()["pools"].get("canary", [])):
                         assert asyncio.get_running_loop().time() < deadline, plane.router.snapshot()
                         await asyncio.sleep(0.05)
-                    await asyncio.sleep(3 * INTERVAL_S)  # its first healthy probe
                     after = [await _ask(s, gw.url, cfg.worker.model, f"u{i}") for i in range(40)]
                 return {"before": before, "after": after}
 
