@@ -12,6 +12,7 @@ import datetime as dt
 import math
 import random
 import threading
+import time
 
 import psycopg
 from test_store import insert_windows, window_row
@@ -282,6 +283,65 @@ def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
         conn.autocommit = False
         assert_rollup(stored(conn, M1), rows, 60)
         assert_rollup(stored(conn, H1), rows, 3600)
+
+
+def _policy_runs(conn: psycopg.Connection, view: str | None = None) -> int:
+    """Refresh-policy runs of this database in progress (of ``view``, or of any roll-up)."""
+    return conn.execute(
+        "SELECT count(*) FROM timescaledb_information.jobs j JOIN timescaledb_information.job_stats s USING (job_id) "
+        "WHERE j.proc_name = 'policy_refresh_continuous_aggregate' AND s.job_status = 'Running' "
+        "AND (%s::text IS NULL OR j.hypertable_name = %s)", (view, view)).fetchone()[0]
+
+
+def test_materialize_waits_for_a_policy_run_that_took_the_replay(pg_dsn: str, cfg) -> None:
+    """A replay read right after ``materialize_rollups`` is in the roll-up. On TimescaleDB a refresh
+    policy's run that overlaps the call may take the replay's invalidations first and materialise
+    them in a later transaction: the call must wait for that run, or it returns with the bucket
+    still stale (what a bare refresh does here: it returns at once and reads 10). The run is held
+    on a lock of the materialised bucket's chunk until two seconds after the call starts."""
+    bucket = _floor(dt.datetime.now(UTC) - dt.timedelta(hours=3), 3600) + dt.timedelta(minutes=10)
+    with connect(pg_dsn, autocommit=True) as conn:
+        migrate(conn, cfg)
+        insert_windows(conn, [window_row(bucket, requests=10)])
+        materialize_rollups(conn, (H1,))
+        assert conn.execute(f"SELECT sum(requests) FROM {H1}").fetchone()[0] == 10
+        if recorded_flavor(conn) != "timescale":  # the trigger keeps the table current
+            conn.execute(f"UPDATE {names.T_REQUEST_WINDOWS} SET requests = 99")
+            materialize_rollups(conn, (H1,))
+            assert conn.execute(f"SELECT sum(requests) FROM {H1}").fetchone()[0] == 99
+            return
+        # every policy paused (the migration scheduled their first runs), none left running
+        conn.execute("SELECT alter_job(job_id, scheduled => false) FROM timescaledb_information.jobs "
+                     "WHERE proc_name = 'policy_refresh_continuous_aggregate'")
+        deadline = time.monotonic() + 60
+        while _policy_runs(conn):
+            assert time.monotonic() < deadline, "a refresh policy run did not end"
+            time.sleep(0.05)
+        conn.execute(f"UPDATE {names.T_REQUEST_WINDOWS} SET requests = 99")  # the replay: an invalidation
+        chunk, job = conn.execute(
+            "SELECT format('%%I.%%I', k.chunk_schema, k.chunk_name), j.job_id "
+            "FROM timescaledb_information.continuous_aggregates c "
+            "JOIN timescaledb_information.chunks k ON k.hypertable_schema = c.materialization_hypertable_schema "
+            "AND k.hypertable_name = c.materialization_hypertable_name "
+            "JOIN timescaledb_information.jobs j ON j.hypertable_name = c.view_name "
+            "AND j.proc_name = 'policy_refresh_continuous_aggregate' WHERE c.view_name = %s", (H1,)).fetchone()
+        with psycopg.connect(pg_dsn) as blocker:
+            # the run's materialisation writes the bucket's chunk and waits on this; reads do not
+            blocker.execute(f"LOCK TABLE {chunk} IN SHARE MODE")
+            conn.execute("SELECT alter_job(%s, scheduled => true, next_start => now())", (job,))
+            while not _policy_runs(conn, H1):
+                assert time.monotonic() < deadline, "the refresh policy did not start"
+                time.sleep(0.05)
+            time.sleep(1.0)  # its first transaction, which takes the invalidations, is done
+            release = threading.Timer(2.0, blocker.rollback)
+            release.start()
+            try:
+                materialize_rollups(conn, (H1,))
+                got = conn.execute(f"SELECT sum(requests) FROM {H1}").fetchone()[0]
+            finally:
+                release.join()
+        assert got == 99
+        assert _policy_runs(conn, H1) == 0
 
 
 def test_rollups_outlive_the_5s_partitions(pg_dsn: str, cfg) -> None:

@@ -8,6 +8,8 @@ refresh policies from the configuration; its background jobs then do the work.
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,6 +21,8 @@ from llmsla.store.connection import scalar
 from llmsla.store.engine_rollups import ENGINE_ROLLUPS
 from llmsla.store.forecast_rollups import FORECAST_ROLLUPS
 from llmsla.store.rollups import ROLLUPS
+
+log = logging.getLogger(__name__)
 
 WINDOW_TABLES = (names.T_REQUEST_WINDOWS, names.T_POLICY_WINDOWS, names.T_GPU_WINDOWS, names.T_ENGINE_WINDOWS)
 #: Roll-ups are small: they are kept this many times as long as the 5 s windows.
@@ -95,10 +99,34 @@ def materialize_rollups(conn: psycopg.Connection, views: tuple[str, ...] | None 
         for view in views or tuple(ALL_ROLLUPS):
             if scalar(conn, "SELECT to_regclass(%s)", (view,)) is not None:
                 conn.execute("CALL refresh_continuous_aggregate(%s, NULL, NULL)", (view,))
+                _wait_for_policy_run(conn, view)
                 done.append(view)
     finally:
         conn.autocommit = was
     return done
+
+
+#: How long :func:`materialize_rollups` waits for a refresh policy's run of a view to end.
+POLICY_RUN_WAIT_S = 60.0
+
+
+def _wait_for_policy_run(conn: psycopg.Connection, view: str, timeout_s: float = POLICY_RUN_WAIT_S) -> None:
+    """Wait until no run of ``view``'s refresh policy is in progress. TimescaleDB takes a
+    refresh's invalidations in one transaction and materialises them in another, so a policy run
+    that overlapped ours may hold the buckets ours found nothing left to do for: until it
+    commits, they read stale. (The policy's first run comes seconds after the migration that
+    adds it; then one a minute for the minute roll-ups.)"""
+    deadline = time.monotonic() + timeout_s
+    while scalar(conn, "SELECT count(*) FROM timescaledb_information.jobs j "
+                       "JOIN timescaledb_information.job_stats s USING (job_id) "
+                       "WHERE j.proc_name = 'policy_refresh_continuous_aggregate' "
+                       "AND j.hypertable_schema = current_schema() AND j.hypertable_name = %s "
+                       "AND s.job_status = 'Running'", (view,)):
+        if time.monotonic() > deadline:
+            log.warning("%s: its refresh policy has been running for over %.0f s; its latest buckets may "
+                        "read stale until it ends", view, timeout_s)
+            return
+        time.sleep(0.05)
 
 
 def compress_chunks(conn: psycopg.Connection, older_than: dt.datetime, tables: tuple[str, ...] = WINDOW_TABLES) -> int:
