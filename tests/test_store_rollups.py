@@ -20,7 +20,12 @@ from test_store import insert_windows, window_row
 from llmsla import histogram as H
 from llmsla import names
 from llmsla.store import connect, schema
-from llmsla.store.maintenance import ROLLUP_RETENTION_FACTOR, apply_retention, materialize_rollups
+from llmsla.store.maintenance import (
+    ROLLUP_RETENTION_FACTOR,
+    apply_retention,
+    materialize_rollups,
+    policy_runs,
+)
 from llmsla.store.migrate import load_migrations, migrate, recorded_flavor
 from llmsla.store.rollups import HISTS, KEYS, QUANTILES, ROLLUPS, rollup_columns
 
@@ -285,14 +290,6 @@ def test_store_migrated_before_0003_is_backfilled(pg_dsn: str, cfg) -> None:
         assert_rollup(stored(conn, H1), rows, 3600)
 
 
-def _policy_runs(conn: psycopg.Connection, view: str | None = None) -> int:
-    """Refresh-policy runs of this database in progress (of ``view``, or of any roll-up)."""
-    return conn.execute(
-        "SELECT count(*) FROM timescaledb_information.jobs j JOIN timescaledb_information.job_stats s USING (job_id) "
-        "WHERE j.proc_name = 'policy_refresh_continuous_aggregate' AND s.job_status = 'Running' "
-        "AND (%s::text IS NULL OR j.hypertable_name = %s)", (view, view)).fetchone()[0]
-
-
 def test_materialize_waits_for_a_policy_run_that_took_the_replay(pg_dsn: str, cfg) -> None:
     """A replay read right after ``materialize_rollups`` is in the roll-up. On TimescaleDB a refresh
     policy's run that overlaps the call may take the replay's invalidations first and materialise
@@ -314,7 +311,7 @@ def test_materialize_waits_for_a_policy_run_that_took_the_replay(pg_dsn: str, cf
         conn.execute("SELECT alter_job(job_id, scheduled => false) FROM timescaledb_information.jobs "
                      "WHERE proc_name = 'policy_refresh_continuous_aggregate'")
         deadline = time.monotonic() + 60
-        while _policy_runs(conn):
+        while policy_runs(conn):
             assert time.monotonic() < deadline, "a refresh policy run did not end"
             time.sleep(0.05)
         conn.execute(f"UPDATE {names.T_REQUEST_WINDOWS} SET requests = 99")  # the replay: an invalidation
@@ -329,7 +326,7 @@ def test_materialize_waits_for_a_policy_run_that_took_the_replay(pg_dsn: str, cf
             # the run's materialisation writes the bucket's chunk and waits on this; reads do not
             blocker.execute(f"LOCK TABLE {chunk} IN SHARE MODE")
             conn.execute("SELECT alter_job(%s, scheduled => true, next_start => now())", (job,))
-            while not _policy_runs(conn, H1):
+            while not policy_runs(conn, H1):
                 assert time.monotonic() < deadline, "the refresh policy did not start"
                 time.sleep(0.05)
             time.sleep(1.0)  # its first transaction, which takes the invalidations, is done
@@ -341,7 +338,7 @@ def test_materialize_waits_for_a_policy_run_that_took_the_replay(pg_dsn: str, cf
             finally:
                 release.join()
         assert got == 99
-        assert _policy_runs(conn, H1) == 0
+        assert policy_runs(conn, H1) == 0
 
 
 def test_rollups_outlive_the_5s_partitions(pg_dsn: str, cfg) -> None:

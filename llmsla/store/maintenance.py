@@ -117,16 +117,22 @@ def _wait_for_policy_run(conn: psycopg.Connection, view: str, timeout_s: float =
     commits, they read stale. (The policy's first run comes seconds after the migration that
     adds it; then one a minute for the minute roll-ups.)"""
     deadline = time.monotonic() + timeout_s
-    while scalar(conn, "SELECT count(*) FROM timescaledb_information.jobs j "
-                       "JOIN timescaledb_information.job_stats s USING (job_id) "
-                       "WHERE j.proc_name = 'policy_refresh_continuous_aggregate' "
-                       "AND j.hypertable_schema = current_schema() AND j.hypertable_name = %s "
-                       "AND s.job_status = 'Running'", (view,)):
+    while policy_runs(conn, view):
         if time.monotonic() > deadline:
             log.warning("%s: its refresh policy has been running for over %.0f s; its latest buckets may "
                         "read stale until it ends", view, timeout_s)
             return
         time.sleep(0.05)
+
+
+def policy_runs(conn: psycopg.Connection, view: str | None = None) -> int:
+    """Runs of the roll-ups' refresh policies in progress in this database (TimescaleDB), of
+    ``view`` alone when it is given."""
+    return int(scalar(conn, "SELECT count(*) FROM timescaledb_information.jobs j "
+                            "JOIN timescaledb_information.job_stats s USING (job_id) "
+                            "WHERE j.proc_name = 'policy_refresh_continuous_aggregate' "
+                            "AND j.hypertable_schema = current_schema() AND s.job_status = 'Running' "
+                            "AND (%s::text IS NULL OR j.hypertable_name = %s)", (view, view)))
 
 
 def compress_chunks(conn: psycopg.Connection, older_than: dt.datetime, tables: tuple[str, ...] = WINDOW_TABLES) -> int:
