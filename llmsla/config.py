@@ -151,6 +151,12 @@ def split_pool_spec(spec: str) -> tuple[str, str]:
     return pool, url
 
 
+def named_pools(g: GatewayConfig) -> list[str]:
+    """The pools the configuration names: ``gateway.pool`` and every ``gateway.pools`` entry's
+    (a replica's ``pool=url`` or a pool's name alone), in that order, each once."""
+    return list(dict.fromkeys([g.pool, *(split_pool_spec(spec)[0] for spec in g.pools)]))
+
+
 def _pool_spec_problem(spec: str) -> str | None:
     try:
         split_pool_spec(spec)
@@ -1114,8 +1120,7 @@ def check_startup(cfg: Config) -> None:
     key's own); ``llmsla config check`` runs them all, so it refuses what a component would."""
     check_discovery(cfg)
     g = cfg.gateway
-    pools = list(dict.fromkeys([g.pool, *(split_pool_spec(s)[0] for s in g.pools)]))
-    check_arm_pools(experiments.parse(cfg.ab.experiments), g.pool, pools, cfg.source or "configuration")
+    check_arm_pools(experiments.parse(cfg.ab.experiments), g.pool, named_pools(g), cfg.source or "configuration")
     from llmsla import slo_catalog  # the specs every component reads (it imports this module)
 
     slo_catalog.load(cfg)

@@ -193,7 +193,7 @@ def _pool_problems(cfg: config_mod.Config, found: set[str]) -> list[str]:
     from llmsla.replicas import replicas_from_config
 
     g = cfg.gateway
-    named = {g.pool, *(config_mod.split_pool_spec(spec)[0] for spec in g.pools)}
+    named = set(config_mod.named_pools(g))
     served = found | {r.pool for r in replicas_from_config(cfg)}
     out = [f"pool {p!r} has replicas no request reaches (the configuration does not name it)"
            for p in sorted(found - named)]

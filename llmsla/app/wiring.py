@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry
 
 from llmsla import discovery, names
-from llmsla.config import Config, check_discovery, split_pool_spec
+from llmsla.config import Config, check_discovery, named_pools
 from llmsla.control.audit import AuditLog
 from llmsla.control.distill import DistillControls
 from llmsla.control.membership import Membership
@@ -60,8 +60,7 @@ def control_plane(cfg: Config, replicas: Iterable[Replica] | None = None, *,
         router = router_from_config(cfg, reps, registry=registry, shared=shared)
     pools = router.pools()
     if source is not None:  # the configured pools; discovered replicas join them at run time
-        named = [split_pool_spec(spec)[0] for spec in cfg.gateway.pools]  # with a URL or the name alone
-        pools = list(dict.fromkeys([cfg.gateway.pool, *pools, *named]))
+        pools = list(dict.fromkeys([*named_pools(cfg.gateway), *pools]))
     distill = DistillControls.from_config(cfg, pools, audit=audit, registry=registry, router=router)
     if rollout is None:
         rollout = Rollout.from_config(cfg, audit=audit, registry=registry, router=router)
